@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+import sys
+import warnings
+
+# torch warns at import when numpy is absent; numpy is not a dependency of ours.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+from cdui.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Uploads and downloads of ``files``, ``images`` and ``models``.
+
+Uploads stream to a temporary file in the target folder while hashing, and
+are refused past ``CODEFYUI_MAX_UPLOAD_SIZE`` without touching what is stored.
+The name is confined to its folder by :func:`cdui.paths.check_name`. An
+existing file of the same name is replaced only when the upload completed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cdui.errors import CduiError, NotFound
+from cdui.paths import check_name, safe_join
+
+FOLDERS = {"files": "files", "images": "images", "models": "models"}
+
+
+def _folder(request: web.Request) -> tuple[str, Path]:
+    from cdui.server import CONFIG
+    kind = request.match_info["kind"]
+    if kind not in FOLDERS:
+        raise CduiError("not_found", f"no such upload folder {kind!r}", hint="use files, images or models", status=404)
+    return kind, request.app[CONFIG].layout.folder(FOLDERS[kind])
+
+
+async def upload(request: web.Request) -> web.Response:
+    from cdui.server import CONFIG, RUNS
+    kind, folder = _folder(request)
+    limit = request.app[CONFIG]["CODEFYUI_MAX_UPLOAD_SIZE"]
+    if request.content_length and request.content_length > limit + 1024 * 1024:
+        raise _too_large(limit, request.content_length)
+    try:
+        reader = await request.multipart()
+    except (AssertionError, ValueError, KeyError):
+        raise CduiError("bad_upload", "expected a multipart/form-data body with a field named 'file'",
+                        hint="curl -F file=@train.csv ...") from None
+    field: Any = None
+    while True:
+        part = await reader.next()
+        if part is None:
+            break
+        if getattr(part, "name", None) == "file":
+            field = part
+            break
+        await part.release()
+    if field is None or not field.filename:
+        raise CduiError("bad_upload", "no field named 'file' with a file name in the upload",
+                        hint="curl -F file=@train.csv ...")
+    name = check_name(Path(field.filename.replace("\\", "/")).name if "/" in field.filename or "\\" in field.filename
+                      else field.filename)
+    if field.filename != name:
+        raise CduiError("path_refused", f"file name {field.filename!r} refused: it must be a plain name without folders",
+                        hint="rename the file, e.g. to " + repr(name))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = safe_join(folder, name)
+    h = hashlib.sha256()
+    size = 0
+    fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            while True:
+                chunk = await field.read_chunk(1 << 20)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit, size)
+                h.update(chunk)
+                fh.write(chunk)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    digest = h.hexdigest()
+    await request.app[RUNS].store.record_upload(kind, name, digest, size)
+    return web.json_response({"name": name, "sha256": digest, "size": size, "path": f"data/{kind}/{name}"}, status=201)
+
+
+def _too_large(limit: int, size: int) -> CduiError:
+    return CduiError("too_large", f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
+                     hint="raise CODEFYUI_MAX_UPLOAD_SIZE on the server, or upload a smaller file", status=413)
+
+
+async def download(request: web.Request) -> web.StreamResponse:
+    kind, folder = _folder(request)
+    name = request.match_info["name"]
+    path = safe_join(folder, name)
+    if not path.is_file():
+        raise NotFound(kind[:-1] if kind.endswith("s") else kind, name, hint=f"list them with GET /api/{kind}")
+    return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
+
+
+async def listing(request: web.Request) -> web.Response:
+    kind, folder = _folder(request)
+    out = []
+    if folder.is_dir():
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and not p.name.startswith(".upload-"):
+                out.append({"name": str(p.relative_to(folder)), "size": p.stat().st_size})
+    return web.json_response(out)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/api/{kind}/upload", upload)
+    app.router.add_get("/api/{kind}/download/{name:.+}", download)
+    app.router.add_get("/api/{kind:files|images|models}", listing)

@@ -1,0 +1,218 @@
+"""HTTP routes for runs, their events, artifacts, and the node catalog."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from cdui.errors import CduiError, NotFound
+from cdui.runs import iso
+from cdui.store import TERMINAL
+
+
+def _runs(request: web.Request):
+    from cdui.server import RUNS
+    return request.app[RUNS]
+
+
+async def read_json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CduiError("bad_json", f"the request body is not valid JSON: {exc}",
+                        hint="send a JSON object with Content-Type: application/json") from None
+
+
+def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": ev["seq"], "kind": ev["kind"], "data": ev["data"], "at": iso(ev["at"])}
+
+
+async def submit(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict) or "graph" not in body:
+        raise CduiError("bad_request", "the body must be an object with a 'graph' (and optional 'options')",
+                        hint='POST {"graph": {...}, "options": {"target": "local"}}')
+    run = await _runs(request).submit(body["graph"], body.get("options"))
+    return web.json_response(run, status=201)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    try:
+        limit = int(request.query.get("limit", "200"))
+    except ValueError:
+        raise CduiError("bad_query", f"limit={request.query.get('limit')!r} is not a number") from None
+    return web.json_response(await _runs(request).list(request.query.get("status"), limit))
+
+
+async def get_run(request: web.Request) -> web.Response:
+    return web.json_response(await _runs(request).get(request.match_info["run_id"]))
+
+
+def _after(request: web.Request) -> int:
+    raw = request.query.get("after", "0")
+    try:
+        after = int(raw)
+        if after < 0:
+            raise ValueError
+        return after
+    except ValueError:
+        raise CduiError("bad_query", f"after={raw!r} is not a non-negative integer",
+                        hint="give the last seq you have, e.g. ?after=42") from None
+
+
+async def events(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    await _runs(request).get(run_id)
+    evs = await _runs(request).store.events(run_id, _after(request))
+    return web.json_response([_event_out(e) for e in evs])
+
+
+async def stream(request: web.Request) -> web.WebSocketResponse:
+    """Live events: everything after ``?after=SEQ``, then new events as they come."""
+    service = _runs(request)
+    run_id = request.match_info["run_id"]
+    await service.get(run_id)
+    after = _after(request)
+    ws = web.WebSocketResponse(heartbeat=20)
+    await ws.prepare(request)
+    q = service.subscribe(run_id)
+    try:
+        last = after
+        for ev in await service.store.events(run_id, after):
+            await ws.send_json(_event_out(ev))
+            last = ev["seq"]
+        run = await service.store.get_run(run_id)
+        done = run is None or run["status"] in TERMINAL and run["last_seq"] <= last
+
+        async def reader() -> None:
+            async for msg in ws:
+                if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                    return
+        rtask = asyncio.create_task(reader())
+        while not done and not ws.closed:
+            get = asyncio.create_task(q.get())
+            finished, _ = await asyncio.wait({get, rtask}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+            if rtask in finished:
+                get.cancel()
+                break
+            if get not in finished:
+                get.cancel()
+                run = await service.store.get_run(run_id)
+                if run is None or (run["status"] in TERMINAL and run["last_seq"] <= last):
+                    break
+                continue
+            ev = get.result()
+            if ev["seq"] <= last:
+                continue
+            await ws.send_json(_event_out(ev))
+            last = ev["seq"]
+            if ev["kind"] == "status" and ev["data"].get("status") in TERMINAL:
+                # Give the status row time to land before we say goodbye.
+                run = await service.store.get_run(run_id)
+                done = run is None or run["status"] in TERMINAL
+        rtask.cancel()
+    finally:
+        service.unsubscribe(run_id, q)
+        await ws.close()
+    return ws
+
+
+async def stop(request: web.Request) -> web.Response:
+    return web.json_response(await _runs(request).stop(request.match_info["run_id"]))
+
+
+async def delete(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    await _runs(request).delete(run_id)
+    return web.json_response({"deleted": run_id})
+
+
+def _artifact_out(a: dict[str, Any]) -> dict[str, Any]:
+    return {"id": a["id"], "kind": a["kind"], "name": a["name"], "backend": a["backend"], "path": a["path"],
+            "relative_path": a["relative_path"], "label": a.get("label"), "size": a["size"], "sha256": a["sha256"],
+            "created_at": iso(a["created_at"])}
+
+
+async def artifacts(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    await _runs(request).get(run_id)
+    return web.json_response([_artifact_out(a) for a in await _runs(request).store.artifacts(run_id)])
+
+
+async def download_artifact(request: web.Request) -> web.StreamResponse:
+    run_id = request.match_info["run_id"]
+    raw = request.match_info["artifact_id"]
+    try:
+        aid = int(raw)
+    except ValueError:
+        raise CduiError("bad_request", f"artifact id {raw!r} is not a number") from None
+    a = await _runs(request).store.artifact(run_id, aid)
+    if a is None:
+        raise NotFound("artifact", raw, hint=f"list them with GET /api/runs/{run_id}/artifacts")
+    if not a["path"]:
+        raise CduiError("not_here", f"artifact {aid} is not stored on this server ({a['backend']})",
+                        hint="it lives on the worker or mount that produced it", status=404)
+    path = Path(a["path"])
+    if path.is_dir():
+        return await _zip_dir(request, path, a["name"])
+    if not path.is_file():
+        raise CduiError("gone", f"artifact file {a['path']} no longer exists", status=410)
+    return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
+
+
+async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamResponse:
+    import tempfile
+    import zipfile
+
+    def build() -> str:
+        fd, tmp = tempfile.mkstemp(suffix=".zip")
+        with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in sorted(folder.rglob("*")):
+                if p.is_file():
+                    z.write(p, p.relative_to(folder))
+        return tmp
+    tmp = await asyncio.to_thread(build)
+    resp = web.StreamResponse(headers={"Content-Type": "application/zip",
+                                       "Content-Disposition": f'attachment; filename="{name}.zip"'})
+    await resp.prepare(request)
+    try:
+        with open(tmp, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                await resp.write(chunk)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    await resp.write_eof()
+    return resp
+
+
+async def nodes(request: web.Request) -> web.Response:
+    reg = _runs(request).registry
+    return web.json_response({"nodes": reg.catalog(), "load_errors": reg.load_errors})
+
+
+async def validate(request: web.Request) -> web.Response:
+    from cdui.graph.validate import validate_graph
+    body = await read_json(request)
+    graph = body.get("graph") if isinstance(body, dict) and "graph" in body else body
+    service = _runs(request)
+    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library())
+    return web.json_response({"valid": not errors, "errors": errors,
+                              "nodes": [p.id for p in plan.order] if plan else []})
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/api/runs", submit)
+    r.add_get("/api/runs", list_runs)
+    r.add_get("/api/runs/{run_id}", get_run)
+    r.add_get("/api/runs/{run_id}/events", events)
+    r.add_get("/ws/runs/{run_id}", stream)
+    r.add_post("/api/runs/{run_id}/stop", stop)
+    r.add_delete("/api/runs/{run_id}", delete)
+    r.add_get("/api/runs/{run_id}/artifacts", artifacts)
+    r.add_get("/api/runs/{run_id}/artifacts/{artifact_id}/download", download_artifact)
+    r.add_get("/api/nodes", nodes)
+    r.add_post("/api/graphs/validate", validate)

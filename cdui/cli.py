@@ -1,0 +1,335 @@
+"""The ``cdui`` command line (argparse).
+
+Errors are printed as one line ``cdui: error: <what happened> (<what to do>)``
+on stderr. Exit codes: 0 success; 1 failure (a run that did not succeed, a
+non-2xx answer); 2 bad usage. The agent has its own table (docs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cdui import __version__
+from cdui.errors import CduiError
+
+
+def _die(msg: str, code: int = 1) -> int:
+    print(f"cdui: error: {msg}", file=sys.stderr)
+    return code
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, with the usage hint
+        self.exit(2, f"cdui: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _config():
+    from cdui import config
+    return config.load()
+
+
+# -- server lifecycle -----------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    from cdui.client import Client
+    try:
+        status, body = Client(url, timeout=timeout).request("GET", "/api/health")
+    except CduiError:
+        return None
+    return body if status == 200 and isinstance(body, dict) else None
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    cfg = _config()
+    ud = cfg.user_data
+    ud.mkdir(parents=True, exist_ok=True)
+    pidfile = ud / "cdui.pid"
+    from cdui.client import server_info
+    pid = _read_pid(pidfile)
+    if pid:
+        info = server_info(ud) or {}
+        print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
+        return 0
+    if args.foreground:
+        return _serve(cfg, args)
+    log_path = ud / "cdui.log"
+    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
+    (ud / "server.json").unlink(missing_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent))
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = _tail(log_path, 5)
+            return _die(f"the server exited during start (code {proc.returncode}); last log lines:\n{tail}")
+        info = server_info(ud)
+        if info and info.get("pid") == proc.pid and _health(url):
+            print(f"cdui {__version__} running at {url} (pid {proc.pid}, log {log_path})")
+            return 0
+        time.sleep(0.2)
+    return _die(f"the server did not answer at {url} within 120 s; see {log_path}")
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _serve(cfg: Any, args: argparse.Namespace) -> int:
+    import logging
+    from cdui.server import serve
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    pidfile = cfg.user_data / "cdui.pid"
+    pidfile.write_text(str(os.getpid()))
+    try:
+        serve(cfg, args.host, args.port)
+    except OSError as exc:
+        return _die(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+                    f"(choose another --port, or stop what uses it)")
+    finally:
+        try:
+            if pidfile.read_text().strip() == str(os.getpid()):
+                pidfile.unlink()
+        except OSError:
+            pass
+        (cfg.user_data / "server.json").unlink(missing_ok=True)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    cfg = _config()
+    pid = _read_pid(cfg.user_data / "cdui.pid")
+    if not pid:
+        print("cdui is not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + cfg["CODEFYUI_SHUTDOWN_GRACE_S"] + 20
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        print(f"cdui (pid {pid}) did not stop in time and was killed")
+    else:
+        print(f"cdui (pid {pid}) stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = _config()
+    from cdui.client import Client, server_info
+    pid = _read_pid(cfg.user_data / "cdui.pid")
+    info = server_info(cfg.user_data)
+    if not pid or not info:
+        print(f"cdui is not running (user data {cfg.user_data})")
+        return 1
+    while True:
+        h = _health(info["url"])
+        line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
+        try:
+            runs = Client.for_user_data(cfg.user_data).call("GET", "/api/runs?limit=1000")
+            counts: dict[str, int] = {}
+            for r in runs:
+                counts[r["status"]] = counts.get(r["status"], 0) + 1
+            line += "; runs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")
+        except CduiError:
+            pass
+        print(line, flush=True)
+        if args.once or not sys.stdout.isatty():
+            return 0 if h else 1
+        time.sleep(2)
+
+
+# -- runs -------------------------------------------------------------------------
+def _client(args: argparse.Namespace):
+    from cdui.client import Client
+    cfg = _config()
+    return Client.for_user_data(cfg.user_data, getattr(args, "control", None))
+
+
+def _target(raw: str | None) -> Any:
+    if raw is None or raw in ("local", "any"):
+        return raw or "local"
+    if raw == "one-shot":
+        return {"pool": "one-shot"}
+    return {"worker": raw}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    path = Path(args.graph)
+    try:
+        graph = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return _die(f"cannot read graph file {args.graph}: {exc.strerror}")
+    except ValueError as exc:
+        return _die(f"graph file {args.graph} is not valid JSON: {exc}")
+    options: dict[str, Any] = {"target": _target(args.target)}
+    if args.device:
+        options["device"] = args.device
+    client = _client(args)
+    try:
+        run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
+    except CduiError as err:
+        if err.details:
+            print(f"cdui: error: {err.message}", file=sys.stderr)
+            for e in err.details:
+                where = f"node {e['node_id']}: " if e.get("node_id") else ""
+                print(f"  - {where}{e['message']}" + (f" ({e['hint']})" if e.get("hint") else ""), file=sys.stderr)
+            return 1
+        raise
+    if not args.wait:
+        print(json.dumps(run, indent=2) if args.json else run["id"])
+        return 0
+    if not args.json:
+        print(run["id"])
+    final = follow(client, run["id"], quiet=args.json)
+    if args.json:
+        print(json.dumps(final, indent=2))
+    return 0 if final["status"] == "succeeded" else 1
+
+
+def _progress_line(ev: dict[str, Any]) -> str | None:
+    k, d = ev["kind"], ev["data"]
+    node = d.get("node_id")
+    if k == "status":
+        s = d.get("status")
+        return f"status: {s}" + (f" ({d['error']})" if d.get("error") else "")
+    if k == "node_status":
+        if d.get("status") in ("running", "failed", "stopped"):
+            return f"node {node} ({d.get('type')}): {d.get('status')}" + (f": {d['error']}" if d.get("error") else "")
+        return None
+    if k == "progress":
+        parts = [f"{key} {val:.4g}" if isinstance(val, float) else f"{key} {val}"
+                 for key, val in d.items() if key != "node_id"]
+        return f"node {node}: " + ", ".join(parts)
+    if k == "log":
+        if d.get("stream") == "stderr" and d.get("level") != "error":
+            return f"  {d.get('message')}"
+        return f"[{d.get('level', 'info')}] {d.get('message')}"
+    if k == "run_warning":
+        return f"warning ({d.get('kind')}): {d.get('message')}"
+    if k == "artifact":
+        return f"artifact {d.get('kind')}: {d.get('name')}"
+    return None
+
+
+def follow(client: Any, run_id: str, quiet: bool = False) -> dict[str, Any]:
+    """Print a run's events as they come; return the final run object."""
+    from cdui.store import TERMINAL
+    after = 0
+    while True:
+        events = client.call("GET", f"/api/runs/{run_id}/events?after={after}")
+        for ev in events:
+            after = ev["seq"]
+            if quiet:
+                continue
+            line = _progress_line(ev)
+            if line:
+                print(line, flush=True)
+        run = client.call("GET", f"/api/runs/{run_id}")
+        if run["status"] in TERMINAL and run.get("last_seq", 0) <= after:
+            return run
+        time.sleep(0.3)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    body = None
+    if args.body is not None:
+        raw = sys.stdin.read() if args.body == "-" else args.body
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _die(f"JSON_BODY is not valid JSON: {exc} (quote it, e.g. '{{\"ttl_s\": 3600}}')", 2)
+    client = _client(args)
+    status, parsed = client.request(args.method, args.path, body)
+    print(json.dumps(parsed, indent=2) if not isinstance(parsed, str) else parsed)
+    return 0 if status < 300 else 1
+
+
+# -- parser -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="cdui", description="cdui: run CodefyUI node graphs locally and on remote workers")
+    p.add_argument("--version", action="version", version=f"cdui {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    s = sub.add_parser("start", help="start the control plane (background unless --foreground)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.set_defaults(func=cmd_start)
+
+    s = sub.add_parser("stop", help="stop the control plane gracefully")
+    s.set_defaults(func=cmd_stop)
+
+    s = sub.add_parser("status", help="show the control plane's state")
+    s.add_argument("--once", action="store_true", help="print once and exit")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("run", help="queue a graph as a run")
+    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("--target", default=None, help="local (default), any, a worker NAME, or one-shot")
+    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    s.add_argument("--wait", action="store_true", help="follow the run; exit 0 only if it succeeded")
+    s.add_argument("--json", action="store_true", help="print the run object as JSON")
+    s.add_argument("--control", default=None, help="control plane URL (default: the one `cdui start` recorded)")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("api", help="call the local server's HTTP API as its owner")
+    s.add_argument("method", metavar="METHOD")
+    s.add_argument("path", metavar="PATH")
+    s.add_argument("body", metavar="JSON_BODY", nargs="?")
+    s.add_argument("--control", default=None)
+    s.set_defaults(func=cmd_api)
+
+    try:
+        from cdui import cli_workers
+    except ImportError:
+        pass
+    else:
+        cli_workers.add_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CduiError as err:
+        return _die(str(err), 2 if err.code in ("bad_setting", "bad_usage") else 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

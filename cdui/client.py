@@ -1,0 +1,77 @@
+"""A small stdlib HTTP client for the CLI: finds the server, carries the token."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cdui.errors import CduiError
+
+
+class ApiError(CduiError):
+    pass
+
+
+def server_info(user_data: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((user_data / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Client:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    @classmethod
+    def for_user_data(cls, user_data: Path, control: str | None = None) -> "Client":
+        info = server_info(user_data)
+        url = control or (info or {}).get("url")
+        if not url:
+            raise CduiError("no_server", f"no running cdui server is recorded in {user_data}",
+                            hint="start one with `cdui start`, or give --control URL")
+        token = None
+        try:
+            token = (user_data / "session-token").read_text().strip()
+        except OSError:
+            pass
+        return cls(url, token)
+
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float | None = None) -> tuple[int, Any]:
+        if not path.startswith("/"):
+            path = "/" + path
+        data = raw
+        hdrs = dict(headers or {})
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        if self.token:
+            hdrs["X-CodefyUI-Token"] = self.token
+        req = urllib.request.Request(self.base + path, data=data, method=method.upper(), headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                status, payload = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, payload = exc.code, exc.read()
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CduiError("unreachable", f"cannot reach the cdui server at {self.base}: {reason}",
+                            hint="is it running? `cdui start` starts it; `cdui status` shows it") from None
+        try:
+            parsed = json.loads(payload) if payload else None
+        except ValueError:
+            parsed = payload.decode(errors="replace")
+        return status, parsed
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        status, parsed = self.request(method, path, body)
+        if status >= 400:
+            err = (parsed or {}).get("error", {}) if isinstance(parsed, dict) else {}
+            raise ApiError(err.get("code", "http_error"), err.get("message") or f"HTTP {status} from {path}",
+                           err.get("hint"), status=status, details=err.get("details"))
+        return parsed

@@ -1,0 +1,1 @@
+"""CodefyUI graph format: parsing, preset expansion, validation, execution."""

@@ -1,0 +1,114 @@
+"""Runs a validated plan, node by node, inside the run subprocess."""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from cdui.graph.context import RunContext, RunStopped
+from cdui.graph.model import parse
+from cdui.graph.validate import Plan, PlanNode, build_plan
+from cdui.nodes.registry import Registry
+
+
+class NodeFailed(Exception):
+    def __init__(self, node_id: str, node_type: str, error: str, tb: str) -> None:
+        super().__init__(f"node {node_id!r} ({node_type}) failed: {error}")
+        self.node_id = node_id
+        self.node_type = node_type
+        self.error = error
+        self.tb = tb
+
+
+def _summary(value: Any) -> Any:
+    """A small JSON-safe description of a node output for node_status events."""
+    try:
+        import torch
+        if isinstance(value, torch.Tensor):
+            d: dict[str, Any] = {"type": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)}
+            if value.numel() <= 16:
+                d["value"] = value.detach().cpu().tolist()
+            return d
+        if isinstance(value, torch.nn.Module):
+            return {"type": "model", "class": type(value).__name__,
+                    "parameters": sum(p.numel() for p in value.parameters())}
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= 500 else value[:500] + "..."
+    if isinstance(value, (list, tuple)):
+        return {"type": "list", "length": len(value)}
+    return {"type": type(value).__name__}
+
+
+class Executor:
+    def __init__(self, registry: Registry, ctx: RunContext) -> None:
+        self.registry = registry
+        self.ctx = ctx
+
+    def run(self, plan: Plan) -> dict[str, dict[str, Any]]:
+        self.ctx.run_preset = lambda name, inputs: self.run_preset(plan, name, inputs)
+        return self._execute(plan.order, {})
+
+    def _execute(self, order: list[PlanNode], injected: dict[tuple[str, str], Any],
+                 report: bool = True) -> dict[str, dict[str, Any]]:
+        outputs: dict[str, dict[str, Any]] = {}
+        for pn in order:
+            self.ctx.check_stop()
+            inputs: dict[str, Any] = {}
+            for port, (src, src_port) in pn.inputs.items():
+                inputs[port] = outputs.get(src, {}).get(src_port)
+            for (nid, port), value in injected.items():
+                if nid == pn.id:
+                    inputs[port] = value
+            prev = (self.ctx.node_id, self.ctx.node_type)
+            self.ctx.node_id, self.ctx.node_type = pn.id, pn.type
+            if report:
+                self.ctx.emit("node_status", {"status": "running", "type": pn.type})
+            t0 = time.monotonic()
+            try:
+                node = pn.cls()
+                result = node.execute(inputs, dict(pn.params), self.ctx) or {}
+            except RunStopped:
+                if report:
+                    self.ctx.emit("node_status", {"status": "stopped", "type": pn.type})
+                raise
+            except NodeFailed:
+                raise
+            except Exception as exc:  # a node's own failure: report it with the node named
+                if report:
+                    self.ctx.emit("node_status", {"status": "failed", "type": pn.type,
+                                                  "error": f"{type(exc).__name__}: {exc}"})
+                raise NodeFailed(pn.origin, pn.type, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+            finally:
+                self.ctx.node_id, self.ctx.node_type = prev
+            if not isinstance(result, dict):
+                raise NodeFailed(pn.origin, pn.type, f"execute returned {type(result).__name__}, not a dict", "")
+            outputs[pn.id] = result
+            if report:
+                self.ctx.node_id = pn.id
+                self.ctx.emit("node_status", {
+                    "status": "done", "type": pn.type, "seconds": round(time.monotonic() - t0, 3),
+                    "outputs": {k: _summary(v) for k, v in result.items()}})
+                self.ctx.node_id = prev[0]
+        return outputs
+
+    def run_preset(self, plan: Plan, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Run preset ``name`` once with ``inputs`` on its exposed inputs (used by Map)."""
+        name = name.removeprefix("preset:")
+        preset = plan.presets.get(name)
+        if preset is None:
+            raise KeyError(f"preset {name!r} is not installed")
+        g, errors = parse({"nodes": [{"id": "p", "type": "preset:" + name}], "edges": []}, plan.presets)
+        exposed_in = {p["name"]: (f"p__{p['internal_node']}", p["internal_port"])
+                      for p in preset.get("exposed_inputs", [])}
+        exposed_out = {p["name"]: (f"p__{p['internal_node']}", p["internal_port"])
+                       for p in preset.get("exposed_outputs", [])}
+        sub = build_plan(g, self.registry, None, errors, external_inputs=set(exposed_in.values()))
+        if errors:
+            raise ValueError("; ".join(e["message"] for e in errors))
+        injected = {exposed_in[k]: v for k, v in inputs.items() if k in exposed_in}
+        outs = self._execute(sub.order, injected, report=False)
+        return {k: outs.get(nid, {}).get(port) for k, (nid, port) in exposed_out.items()}

@@ -1,0 +1,194 @@
+"""Parsing CodefyUI graph JSON and expanding presets.
+
+A graph is ``{"format_version": 1, "nodes": [...], "edges": [...], "presets": [...]}``.
+Nodes of type ``note`` (and other canvas-only annotations) are dropped.
+``preset:<name>`` nodes are replaced by the preset's inner nodes, with ids
+``<presetNodeId>__<innerId>`` and ``data.internalParams`` overriding inner
+params; nesting is allowed up to :data:`MAX_PRESET_DEPTH` levels.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+ANNOTATION_TYPES = {"note", "group", "comment", "frame"}
+MAX_PRESET_DEPTH = 10
+PRESET_PREFIX = "preset:"
+
+
+@dataclass
+class GNode:
+    id: str
+    type: str
+    params: dict[str, Any]
+    origin: str  # the id the user sees (outermost preset node for expanded nodes)
+
+
+@dataclass
+class GEdge:
+    source: str
+    target: str
+    source_handle: str
+    target_handle: str
+    kind: str  # "data" | "trigger"
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, GNode] = field(default_factory=dict)
+    edges: list[GEdge] = field(default_factory=list)
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def err(node_id: str | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {"node_id": node_id, "code": code, "message": message}
+    e.update(extra)
+    return e
+
+
+def preset_index(raw_presets: Any, errors: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if raw_presets is None:
+        return out
+    if not isinstance(raw_presets, list):
+        errors.append(err(None, "bad_presets", f"'presets' must be a list, got {type(raw_presets).__name__}"))
+        return out
+    for i, p in enumerate(raw_presets):
+        name = p.get("preset_name") or p.get("name") if isinstance(p, dict) else None
+        if not name or not isinstance(p.get("nodes"), list):
+            errors.append(err(None, "bad_preset", f"presets[{i}] needs 'preset_name' and a 'nodes' list"))
+            continue
+        out[str(name)] = p
+    return out
+
+
+def _edge_kind(e: dict[str, Any]) -> str:
+    if e.get("type") == "trigger" or e.get("sourceHandle") == "trigger" and e.get("type") != "data":
+        return "trigger"
+    return "data"
+
+
+def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None) -> tuple[Graph, list[dict[str, Any]]]:
+    """Parse and expand a graph; return it with every structural error found."""
+    errors: list[dict[str, Any]] = []
+    g = Graph()
+    if not isinstance(raw, dict):
+        return g, [err(None, "bad_graph", f"a graph must be a JSON object, got {type(raw).__name__}",
+                       hint="send the graph JSON CodefyUI exports")]
+    fv = raw.get("format_version", 1)
+    if fv not in (1, "1"):
+        errors.append(err(None, "bad_format_version", f"format_version {fv!r} is not supported (expected 1)"))
+    nodes = raw.get("nodes")
+    edges = raw.get("edges", [])
+    if not isinstance(nodes, list):
+        errors.append(err(None, "bad_graph", "'nodes' must be a list"))
+        nodes = []
+    if not isinstance(edges, list):
+        errors.append(err(None, "bad_graph", "'edges' must be a list"))
+        edges = []
+    g.presets = dict(library or {})
+    g.presets.update(preset_index(raw.get("presets"), errors))
+
+    flat_nodes: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict) or not isinstance(n.get("id"), str) or not isinstance(n.get("type"), str):
+            errors.append(err(None, "bad_node", f"nodes[{i}] needs a string 'id' and 'type'"))
+            continue
+        if n["type"] in ANNOTATION_TYPES:
+            continue
+        if n["id"] in seen:
+            errors.append(err(n["id"], "duplicate_id", f"node id {n['id']!r} appears more than once"))
+            continue
+        seen.add(n["id"])
+        data = n.get("data") or {}
+        params = data.get("params") if isinstance(data, dict) else None
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            errors.append(err(n["id"], "bad_params", "data.params must be an object"))
+            params = {}
+        flat_nodes.append({"id": n["id"], "type": n["type"], "params": dict(params),
+                           "internalParams": (data.get("internalParams") or {}) if isinstance(data, dict) else {},
+                           "origin": n["id"]})
+    flat_edges: list[dict[str, Any]] = []
+    for i, e in enumerate(edges):
+        if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("target"), str):
+            errors.append(err(None, "bad_edge", f"edges[{i}] needs string 'source' and 'target'"))
+            continue
+        flat_edges.append({"source": e["source"], "target": e["target"],
+                           "sourceHandle": e.get("sourceHandle") or "", "targetHandle": e.get("targetHandle") or "",
+                           "kind": _edge_kind(e)})
+
+    # Expand presets, level by level (nested presets appear as inner nodes).
+    for depth in range(MAX_PRESET_DEPTH + 1):
+        if not any(n["type"].startswith(PRESET_PREFIX) for n in flat_nodes):
+            break
+        if depth == MAX_PRESET_DEPTH:
+            errors.append(err(None, "preset_depth", f"presets nest deeper than {MAX_PRESET_DEPTH} levels"))
+            flat_nodes = [n for n in flat_nodes if not n["type"].startswith(PRESET_PREFIX)]
+            break
+        flat_nodes, flat_edges = _expand_once(flat_nodes, flat_edges, g.presets, errors)
+
+    for n in flat_nodes:
+        g.nodes[n["id"]] = GNode(n["id"], n["type"], n["params"], n["origin"])
+    for e in flat_edges:
+        g.edges.append(GEdge(e["source"], e["target"], e["sourceHandle"], e["targetHandle"], e["kind"]))
+    return g, errors
+
+
+def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
+                 presets: dict[str, dict[str, Any]], errors: list[dict[str, Any]]):
+    out_nodes: list[dict[str, Any]] = []
+    for n in nodes:
+        if not n["type"].startswith(PRESET_PREFIX):
+            out_nodes.append(n)
+            continue
+        name = n["type"][len(PRESET_PREFIX):]
+        preset = presets.get(name)
+        if preset is None:
+            errors.append(err(n["origin"], "unknown_preset", f"node {n['origin']!r} uses preset {name!r}, which is not installed",
+                              hint="add it to the graph's 'presets' list or to data/presets/"))
+            continue
+        pid = n["id"]
+        overrides = n.get("internalParams") or {}
+        inputs = {p.get("name"): (f"{pid}__{p.get('internal_node')}", p.get("internal_port"))
+                  for p in preset.get("exposed_inputs", []) if isinstance(p, dict)}
+        outputs = {p.get("name"): (f"{pid}__{p.get('internal_node')}", p.get("internal_port"))
+                   for p in preset.get("exposed_outputs", []) if isinstance(p, dict)}
+        for inner in preset.get("nodes", []):
+            if not isinstance(inner, dict) or "id" not in inner or "type" not in inner:
+                continue
+            params = copy.deepcopy(inner.get("params") or (inner.get("data") or {}).get("params") or {})
+            params.update(overrides.get(inner["id"], {}) if isinstance(overrides, dict) else {})
+            out_nodes.append({"id": f"{pid}__{inner['id']}", "type": inner["type"], "params": params,
+                              "internalParams": (inner.get("data") or {}).get("internalParams") or {},
+                              "origin": n["origin"]})
+        for ie in preset.get("edges", []):
+            if isinstance(ie, dict) and "source" in ie and "target" in ie:
+                edges = edges + [{"source": f"{pid}__{ie['source']}", "target": f"{pid}__{ie['target']}",
+                                  "sourceHandle": ie.get("sourceHandle") or "", "targetHandle": ie.get("targetHandle") or "",
+                                  "kind": _edge_kind(ie)}]
+        remapped = []
+        for e in edges:
+            e = dict(e)
+            if e["target"] == pid:
+                if e["kind"] == "trigger":
+                    # A trigger into a preset triggers its entry nodes (those with no inner inputs).
+                    inner_targets = {t for t, _ in inputs.values()} or {f"{pid}__{i['id']}" for i in preset.get("nodes", [])[:1]}
+                    for t in sorted(inner_targets):
+                        remapped.append({**e, "target": t})
+                    continue
+                if e["targetHandle"] not in inputs:
+                    errors.append(err(n["origin"], "bad_port", f"preset {name!r} has no input {e['targetHandle']!r}"))
+                    continue
+                e["target"], e["targetHandle"] = inputs[e["targetHandle"]]
+            if e["source"] == pid:
+                if e["sourceHandle"] not in outputs:
+                    errors.append(err(n["origin"], "bad_port", f"preset {name!r} has no output {e['sourceHandle']!r}"))
+                    continue
+                e["source"], e["sourceHandle"] = outputs[e["sourceHandle"]]
+            remapped.append(e)
+        edges = remapped
+    return out_nodes, edges

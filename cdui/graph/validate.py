@@ -1,0 +1,259 @@
+"""Validation and planning: from parsed graph to an ordered execution plan.
+
+Every error is collected and returned at once (never the first only, never a
+stack trace): unknown type or preset, missing required input, bad port, type
+mismatch, out-of-range or ill-typed param, cycle, no entry point.
+
+Which nodes run: those a ``Start`` node reaches (through trigger edges, then
+onward through any edge), plus whatever feeds them data. Everything else is a
+draft and is pruned without complaint.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdui.graph.model import GEdge, Graph, err, parse
+from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param
+from cdui.nodes.registry import Registry
+
+START_TYPE = "Start"
+
+
+def is_compatible(source: str, target: str) -> bool:
+    """CodefyUI's port type rules: equal types, anything into ANY, ANY into
+    anything, IMAGE into TENSOR; TRIGGER only with TRIGGER."""
+    if source == TRIGGER or target == TRIGGER:
+        return source == target
+    if source == target or source == ANY or target == ANY:
+        return True
+    return source == IMAGE and target == TENSOR
+
+
+@dataclass
+class PlanNode:
+    id: str
+    type: str
+    cls: type[Node]
+    params: dict[str, Any]
+    origin: str
+    # input port -> (source node id, source port)
+    inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    order: list[PlanNode]
+    presets: dict[str, dict[str, Any]]
+    pruned: list[str]
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def coerce_param(p: Param, value: Any, node_id: str, errors: list[dict[str, Any]]) -> Any:
+    """Coerce one param value to its declared type; record an error if impossible."""
+    t = p.param_type
+    try:
+        if value is None:
+            return value
+        if t == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            v: Any = int(float(value)) if isinstance(value, str) and value.strip() else int(value)
+        elif t == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            v = float(value)
+        elif t == "bool":
+            if isinstance(value, bool):
+                v = value
+            elif isinstance(value, (int, float)):
+                v = bool(value)
+            elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                v = value.strip().lower() in _TRUE
+            else:
+                raise ValueError
+        elif t == "select":
+            v = value
+            if p.options and str(value) not in [str(o) for o in p.options]:
+                errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not one of {p.options}",
+                                  param=p.name, value=value))
+                return value
+        else:
+            return value
+    except (TypeError, ValueError):
+        errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not a valid {t}",
+                          param=p.name, value=value, hint=f"give a {t} value"))
+        return value
+    if t in ("int", "float"):
+        if p.min_value is not None and v < p.min_value:
+            errors.append(err(node_id, "param_out_of_range", f"{p.name}={v!r} is below the minimum {p.min_value}",
+                              param=p.name, value=value))
+        if p.max_value is not None and v > p.max_value:
+            errors.append(err(node_id, "param_out_of_range", f"{p.name}={v!r} is above the maximum {p.max_value}",
+                              param=p.name, value=value))
+    return v
+
+
+def resolve_params(cls: type[Node], raw: dict[str, Any], node_id: str,
+                   errors: list[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(raw)
+    for p in cls.define_params():
+        value = raw.get(p.name, p.default)
+        if p.required and (value is None or value == ""):
+            errors.append(err(node_id, "missing_param", f"param {p.name!r} is required", param=p.name))
+        out[p.name] = coerce_param(p, value, node_id, errors)
+    return out
+
+
+def _reachable(g: Graph) -> set[str]:
+    starts = [n.id for n in g.nodes.values() if n.type == START_TYPE]
+    fwd: dict[str, list[str]] = defaultdict(list)
+    back_data: dict[str, list[str]] = defaultdict(list)
+    for e in g.edges:
+        fwd[e.source].append(e.target)
+        if e.kind == "data":
+            back_data[e.target].append(e.source)
+    seen: set[str] = set()
+    q = deque(starts)
+    while q:
+        n = q.popleft()
+        if n in seen:
+            continue
+        seen.add(n)
+        q.extend(fwd[n])
+    # Upstream data dependencies of anything that runs also run.
+    q = deque(seen)
+    while q:
+        n = q.popleft()
+        for s in back_data[n]:
+            if s not in seen:
+                seen.add(s)
+                q.append(s)
+    return {n for n in seen if n in g.nodes}
+
+
+def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
+               errors: list[dict[str, Any]] | None = None,
+               external_inputs: set[tuple[str, str]] = frozenset()) -> Plan:
+    """Validate ``g`` restricted to ``keep`` and return the plan (errors appended)."""
+    errors = [] if errors is None else errors
+    keep = set(g.nodes) if keep is None else keep
+    plan_nodes: dict[str, PlanNode] = {}
+    for nid in sorted(keep, key=list(g.nodes).index):
+        n = g.nodes[nid]
+        cls = registry.get(n.type)
+        if cls is None:
+            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}",
+                              value=n.type, hint="install the plugin or custom node that provides it, or remove the node"))
+            continue
+        plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
+
+    edges = [e for e in g.edges if e.source in keep and e.target in keep]
+    for e in edges:
+        src, dst = plan_nodes.get(e.source), plan_nodes.get(e.target)
+        if src is None or dst is None:
+            continue
+        if e.kind == "trigger":
+            continue
+        outs = {p.name: p for p in src.cls.define_outputs()}
+        ins = {p.name: p for p in dst.cls.define_inputs()}
+        ok = True
+        if e.source_handle not in outs:
+            errors.append(err(src.origin, "bad_port", f"{src.type} {src.origin!r} has no output {e.source_handle!r}",
+                              value=e.source_handle, hint=f"outputs are {sorted(outs)}"))
+            ok = False
+        if e.target_handle not in ins:
+            errors.append(err(dst.origin, "bad_port", f"{dst.type} {dst.origin!r} has no input {e.target_handle!r}",
+                              value=e.target_handle, hint=f"inputs are {sorted(ins)}"))
+            ok = False
+        if not ok:
+            continue
+        st, tt = outs[e.source_handle].data_type, ins[e.target_handle].data_type
+        if not is_compatible(st, tt):
+            errors.append(err(dst.origin, "type_mismatch",
+                              f"{src.origin}.{e.source_handle} ({st}) cannot connect to {dst.origin}.{e.target_handle} ({tt})",
+                              value=[st, tt]))
+            continue
+        if e.target_handle in dst.inputs:
+            errors.append(err(dst.origin, "bad_port", f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
+            continue
+        dst.inputs[e.target_handle] = (e.source, e.source_handle)
+
+    for pn in plan_nodes.values():
+        for port in pn.cls.define_inputs():
+            if port.data_type == TRIGGER or port.optional:
+                continue
+            if port.name not in pn.inputs and (pn.id, port.name) not in external_inputs:
+                errors.append(err(pn.origin, "missing_input", f"{pn.type} {pn.origin!r} needs input {port.name!r} ({port.data_type})",
+                                  value=port.name, hint="connect an edge to it"))
+
+    order = _toposort(plan_nodes, edges, errors)
+    return Plan(order, g.presets, [n for n in g.nodes if n not in keep])
+
+
+def _toposort(nodes: dict[str, PlanNode], edges: list[GEdge], errors: list[dict[str, Any]]) -> list[PlanNode]:
+    indeg = {n: 0 for n in nodes}
+    fwd: dict[str, list[str]] = defaultdict(list)
+    for e in edges:
+        if e.source in nodes and e.target in nodes:
+            fwd[e.source].append(e.target)
+            indeg[e.target] += 1
+    ready = deque(n for n in nodes if indeg[n] == 0)
+    out: list[PlanNode] = []
+    while ready:
+        n = ready.popleft()
+        out.append(nodes[n])
+        for t in fwd[n]:
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                ready.append(t)
+    if len(out) < len(nodes):
+        stuck = sorted(n for n, d in indeg.items() if d > 0)
+        errors.append(err(stuck[0], "cycle", f"nodes {stuck} form a cycle", value=stuck,
+                          hint="remove one edge of the loop"))
+    return out
+
+
+def validate_graph(raw: Any, registry: Registry,
+                   library: dict[str, dict[str, Any]] | None = None) -> tuple[Plan | None, list[dict[str, Any]]]:
+    """Parse, expand, prune and validate. Returns (plan, errors); plan is None on errors."""
+    g, errors = parse(raw, library)
+    if not any(n.type == START_TYPE for n in g.nodes.values()):
+        errors.append(err(None, "no_entry_point", "the graph has no Start node, so nothing would run",
+                          hint="add a Start node and connect its trigger to the first node"))
+    keep = _reachable(g)
+    if not errors and keep <= {n.id for n in g.nodes.values() if n.type == START_TYPE}:
+        errors.append(err(None, "no_entry_point", "no node is connected to a Start node",
+                          hint="connect the Start node's trigger to the first node"))
+    plan = build_plan(g, registry, keep, errors)
+    _check_map_presets(plan, errors)
+    return (None if errors else plan), errors
+
+
+def _check_map_presets(plan: Plan, errors: list[dict[str, Any]]) -> None:
+    for pn in plan.order:
+        for p in pn.cls.define_params():
+            if p.name in ("preset", "preset_name") and pn.params.get(p.name):
+                name = str(pn.params[p.name]).removeprefix("preset:")
+                if name not in plan.presets:
+                    errors.append(err(pn.origin, "unknown_preset",
+                                      f"{pn.type} {pn.origin!r} runs preset {name!r}, which is not installed",
+                                      value=name))
+
+
+def used_types(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None) -> set[str]:
+    """Every node type a graph uses, after expanding presets and the presets a Map runs."""
+    g, _ = parse(raw, library)
+    types = {n.type for n in g.nodes.values()}
+    for n in list(g.nodes.values()):
+        name = n.params.get("preset") or n.params.get("preset_name")
+        if isinstance(name, str) and name.removeprefix("preset:") in g.presets:
+            sub, _ = parse({"nodes": [{"id": "m", "type": "preset:" + name.removeprefix("preset:")}]}, g.presets)
+            types |= {s.type for s in sub.nodes.values()}
+    return types

@@ -1,0 +1,1 @@
+"""Node declarations, the registry, and the built-in node library."""

@@ -1,0 +1,187 @@
+"""What a node is: typed ports, typed params, file semantics, and ``execute``.
+
+Port and param names, types and defaults follow CodefyUI's node library so its
+graphs run unchanged. The *file semantics* later parts of cdui need (does this
+run read uploads, write files, read plain paths?) are derived from these
+declarations alone (:func:`file_usage`), never from a list of node names:
+
+- a param of type ``data_file`` / ``image_file`` / ``model_file`` is an upload
+  field (it reads ``data/files``, ``data/images`` or ``data/models``);
+- a param of type ``path`` reads a plain file path, ``folder`` a plain folder;
+- a param of type ``output_path`` names a file the node writes, relative to the
+  node's ``WRITES_TO`` folder (``models`` or ``output``);
+- a param declared with ``writes=True`` makes the node write files (into the
+  run folder) whenever its value is truthy (TrainingLoop's ``checkpoint_every``,
+  ``checkpoint_every_steps``, ``tensorboard``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cdui.graph.context import RunContext
+
+# Port data types (CodefyUI's DataType values).
+TENSOR = "TENSOR"
+MODEL = "MODEL"
+DATASET = "DATASET"
+DATALOADER = "DATALOADER"
+OPTIMIZER = "OPTIMIZER"
+LOSS_FN = "LOSS_FN"
+SCALAR = "SCALAR"
+STRING = "STRING"
+IMAGE = "IMAGE"
+LIST = "LIST"
+ANY = "ANY"
+TRIGGER = "TRIGGER"
+TRANSFORM = "TRANSFORM"
+DATA_TYPES = {TENSOR, MODEL, DATASET, DATALOADER, OPTIMIZER, LOSS_FN, SCALAR,
+              STRING, IMAGE, LIST, ANY, TRIGGER, TRANSFORM}
+
+# Param types: CodefyUI's ParamType values plus cdui's file-semantics types.
+PARAM_TYPES = {
+    "int", "float", "string", "bool", "select", "model_file", "image_file",
+    "data_file", "tensor_grid", "secret", "code", "json",
+    # cdui additions (see module docstring)
+    "path", "folder", "output_path",
+}
+UPLOAD_FOLDERS = {"data_file": "files", "image_file": "images", "model_file": "models"}
+
+
+@dataclass
+class Port:
+    name: str
+    data_type: str = ANY
+    description: str = ""
+    optional: bool = False
+
+
+@dataclass
+class Param:
+    name: str
+    param_type: str
+    default: Any = None
+    description: str = ""
+    options: list[str] = field(default_factory=list)
+    min_value: float | None = None
+    max_value: float | None = None
+    required: bool = False
+    # True: a truthy value makes the node write files (see module docstring).
+    writes: bool = False
+    advanced: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"name": self.name, "type": self.param_type, "default": self.default,
+             "description": self.description}
+        if self.options:
+            d["options"] = list(self.options)
+        if self.min_value is not None:
+            d["min"] = self.min_value
+        if self.max_value is not None:
+            d["max"] = self.max_value
+        if self.required:
+            d["required"] = True
+        if self.writes:
+            d["writes"] = True
+        return d
+
+
+class Node:
+    """Base class of every node. Subclasses set the class attributes and
+    implement :meth:`execute`; one instance is created per graph node."""
+
+    NODE_NAME: ClassVar[str] = ""
+    CATEGORY: ClassVar[str] = ""
+    DESCRIPTION: ClassVar[str] = ""
+    # Data folder that ``output_path`` params are relative to ("models", "output").
+    WRITES_TO: ClassVar[str | None] = None
+
+    @classmethod
+    def define_inputs(cls) -> list[Port]:
+        return []
+
+    @classmethod
+    def define_outputs(cls) -> list[Port]:
+        return []
+
+    @classmethod
+    def define_params(cls) -> list[Param]:
+        return []
+
+    def execute(self, inputs: dict[str, Any], params: dict[str, Any],
+                ctx: "RunContext") -> dict[str, Any]:
+        raise NotImplementedError
+
+    # -- catalog ---------------------------------------------------------
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            "type": cls.NODE_NAME,
+            "category": cls.CATEGORY,
+            "description": cls.DESCRIPTION,
+            "inputs": [{"name": p.name, "type": p.data_type, "optional": p.optional,
+                        "description": p.description} for p in cls.define_inputs()],
+            "outputs": [{"name": p.name, "type": p.data_type,
+                         "description": p.description} for p in cls.define_outputs()],
+            "params": [p.to_json() for p in cls.define_params()],
+            "writes_to": cls.WRITES_TO,
+        }
+
+
+@dataclass
+class FileUsage:
+    """How one node (or a whole graph) touches files."""
+    uploads: list[tuple[str, str]] = field(default_factory=list)  # (folder, name)
+    plain_paths: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)  # human-readable reasons
+
+    @property
+    def uses_files(self) -> bool:
+        return bool(self.uploads or self.plain_paths or self.writes)
+
+    def merge(self, other: "FileUsage") -> None:
+        self.uploads.extend(other.uploads)
+        self.plain_paths.extend(other.plain_paths)
+        self.writes.extend(other.writes)
+
+
+def upload_name(folder: str, value: str) -> str | None:
+    """The upload a file-field value names, or None if it is not an upload.
+
+    A file field holds either a bare upload name (``train.csv``) or a path
+    ``data/<folder>/<name>``. Built-in samples (``data/samples/...``) are part
+    of every installation and are not uploads.
+    """
+    v = value.replace("\\", "/").strip()
+    if not v:
+        return None
+    prefix = f"data/{folder}/"
+    if v.startswith(prefix):
+        return v[len(prefix):]
+    if "/" not in v:
+        return v
+    return None
+
+
+def file_usage(node_cls: type[Node], params: dict[str, Any], node_id: str = "") -> FileUsage:
+    usage = FileUsage()
+    for p in node_cls.define_params():
+        value = params.get(p.name, p.default)
+        if p.param_type in UPLOAD_FOLDERS:
+            if isinstance(value, str) and value.strip():
+                folder = UPLOAD_FOLDERS[p.param_type]
+                name = upload_name(folder, value)
+                if name is not None:
+                    usage.uploads.append((folder, name))
+                elif not value.replace("\\", "/").startswith("data/samples/"):
+                    usage.plain_paths.append(value)
+        elif p.param_type in ("path", "folder"):
+            if isinstance(value, str) and value.strip() and not value.startswith("data/samples/"):
+                usage.plain_paths.append(value)
+        elif p.param_type == "output_path":
+            if isinstance(value, str) and value.strip():
+                usage.writes.append(f"{node_id or node_cls.NODE_NAME} writes {value!r}")
+        if p.writes and value not in (None, "", 0, False, "0", "false"):
+            usage.writes.append(f"{node_id or node_cls.NODE_NAME}.{p.name}={value!r}")
+    return usage

@@ -1,0 +1,58 @@
+"""The one safe-join function every outside path goes through (NOTES.md).
+
+``safe_join(base, rel)`` returns a path inside ``base`` or raises
+:class:`PathRefused`: no absolute paths, no ``..`` segments, no NUL or control
+characters, bounded length, and no symlink that leads out of ``base``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cdui.errors import PathRefused
+
+MAX_NAME = 255
+MAX_PATH = 4096
+
+
+def check_name(name: str) -> str:
+    """A single file name (no folders) as given by a user or a worker."""
+    if not isinstance(name, str) or not name:
+        raise PathRefused(repr(name), "empty file name")
+    if len(name) > MAX_NAME:
+        raise PathRefused(name[:40] + "...", f"file name longer than {MAX_NAME} characters")
+    if "/" in name or "\\" in name:
+        raise PathRefused(name, "a file name may not contain '/' or '\\'")
+    if name in (".", ".."):
+        raise PathRefused(name, "not a file name")
+    if any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise PathRefused(name.encode("unicode_escape").decode(), "control characters in file name")
+    return name
+
+
+def safe_join(base: str | os.PathLike[str], rel: str, *, allow_empty: bool = False) -> Path:
+    """Join ``rel`` under ``base``; refuse anything that would leave ``base``."""
+    if not isinstance(rel, str):
+        raise PathRefused(repr(rel), "not a string")
+    if len(rel) > MAX_PATH:
+        raise PathRefused(rel[:40] + "...", f"path longer than {MAX_PATH} characters")
+    if "\x00" in rel or any(ord(c) < 32 for c in rel):
+        raise PathRefused(rel.encode("unicode_escape").decode(), "control characters in path")
+    rel_norm = rel.replace("\\", "/")
+    if rel_norm.startswith("/") or (len(rel_norm) > 1 and rel_norm[1] == ":"):
+        raise PathRefused(rel, "absolute paths are not allowed here")
+    parts = [p for p in rel_norm.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise PathRefused(rel, "'..' is not allowed")
+    for p in parts:
+        if len(p) > MAX_NAME:
+            raise PathRefused(rel[:60], f"a path segment is longer than {MAX_NAME} characters")
+    if not parts and not allow_empty:
+        raise PathRefused(rel, "empty path")
+    base_path = Path(base).resolve()
+    target = base_path.joinpath(*parts)
+    # Symlinks: whatever exists of the path must resolve inside base.
+    resolved = target.resolve()
+    if resolved != base_path and base_path not in resolved.parents:
+        raise PathRefused(rel, "it leads outside its folder through a symbolic link")
+    return target

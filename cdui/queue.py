@@ -1,0 +1,170 @@
+"""Queue policy: targets, device slots, concurrency caps, queue reasons.
+
+Pure functions only; :mod:`cdui.runs` calls them from its dispatch loop.
+
+- A *target* is ``"local"``, ``"any"``, ``{"worker": NAME}`` or
+  ``{"pool": "one-shot"}`` (``options.device`` gives the device kind).
+- Every device of an executor has slots (1 by default).
+  ``CODEFYUI_RUN_QUEUE_MAX_CONCURRENT`` is a comma-separated list of
+  ``N`` (at most N runs at once in total), ``DEVICE=N`` (slots per device on
+  every executor: ``cpu=2``, ``cuda:0=2``, ``cuda=2`` for every CUDA device) and
+  ``NAME/DEVICE=N`` (slots of one worker's device; ``local/cpu=2`` for this
+  server).
+- First come, first served per device kind: once a run for a device kind
+  waits on an executor, later runs of that kind do not overtake it there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cdui.errors import CduiError
+
+POOL = "one-shot"
+
+
+@dataclass
+class Caps:
+    total: int | None = None
+    per_device: dict[str, int] = field(default_factory=dict)
+    per_executor: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def slots(self, executor: str, device: str) -> int:
+        if (executor, device) in self.per_executor:
+            return self.per_executor[(executor, device)]
+        kind = device.split(":")[0]
+        if (executor, kind) in self.per_executor:
+            return self.per_executor[(executor, kind)]
+        if device in self.per_device:
+            return self.per_device[device]
+        if kind in self.per_device:
+            return self.per_device[kind]
+        return 1
+
+
+def parse_caps(spec: str) -> Caps:
+    caps = Caps()
+    for item in [x.strip() for x in (spec or "").split(",") if x.strip()]:
+        try:
+            if "=" not in item:
+                caps.total = int(item)
+                if caps.total < 1:
+                    raise ValueError
+                continue
+            key, _, n = item.partition("=")
+            value = int(n)
+            if value < 0:
+                raise ValueError
+            if "/" in key:
+                name, _, dev = key.partition("/")
+                caps.per_executor[(name.strip(), dev.strip())] = value
+            else:
+                caps.per_device[key.strip()] = value
+        except ValueError:
+            raise CduiError("bad_setting", f"CODEFYUI_RUN_QUEUE_MAX_CONCURRENT entry {item!r} is not valid",
+                            hint="use N, DEVICE=N or NAME/DEVICE=N, e.g. 2,cpu=1,w1/cuda:0=2") from None
+    return caps
+
+
+def normalize_target(raw: Any) -> Any:
+    """The stored form of a target; raises CduiError with the accepted forms."""
+    if raw is None or raw == "local":
+        return "local"
+    if raw == "any":
+        return "any"
+    if raw in ("one-shot", POOL):
+        return {"pool": POOL}
+    if isinstance(raw, str) and raw:
+        return {"worker": raw}
+    if isinstance(raw, dict):
+        if isinstance(raw.get("worker"), str) and raw["worker"]:
+            return {"worker": raw["worker"]}
+        if raw.get("pool") == POOL:
+            return {"pool": POOL}
+    raise CduiError("bad_target", f"target {raw!r} is not valid",
+                    hint='use "local", "any", {"worker": NAME} or {"pool": "one-shot"}')
+
+
+def device_kind(device: str | None) -> str:
+    if not device or device == "auto":
+        return "auto"
+    return device.split(":")[0]
+
+
+def device_matches(wanted: str | None, device: str) -> bool:
+    if not wanted or wanted == "auto":
+        return True
+    if ":" in wanted:
+        return wanted == device
+    return device.split(":")[0] == wanted
+
+
+class ExecutorView(Protocol):
+    name: str
+
+    def devices(self) -> list[str]: ...
+
+    def unavailable_reason(self) -> str | None: ...
+
+
+@dataclass
+class Placement:
+    executor: str
+    device: str
+
+
+def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, str], int],
+                  caps: Caps) -> str | None:
+    devs = [d for d in ex.devices() if device_matches(wanted, d)]
+    if wanted in (None, "", "auto"):
+        devs.sort(key=lambda d: (d == "cpu", d))  # GPUs first when the run does not care
+    for d in devs:
+        if used.get((ex.name, d), 0) < caps.slots(ex.name, d):
+            return d
+    return None
+
+
+def candidates(target: Any, executors: dict[str, ExecutorView]) -> list[str]:
+    if target == "local":
+        return ["local"] if "local" in executors else []
+    if target == "any":
+        remote = sorted(n for n in executors if n != "local")
+        return remote + (["local"] if "local" in executors else [])
+    if isinstance(target, dict) and "worker" in target:
+        return [target["worker"]] if target["worker"] in executors else []
+    return []
+
+
+def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
+          used: dict[tuple[str, str], int], caps: Caps, running_total: int,
+          blocked: set[tuple[str, str]]) -> Placement | str:
+    """Where a queued run goes now, or the reason it waits."""
+    kind = device_kind(wanted)
+    if isinstance(target, dict) and target.get("pool") == POOL:
+        return f"waiting for a one-shot worker that offers {wanted or 'a device'}"
+    names = candidates(target, executors)
+    if isinstance(target, dict) and "worker" in target and not names:
+        return f"waiting for worker {target['worker']} to connect (it is offline)"
+    if caps.total is not None and running_total >= caps.total:
+        return f"waiting: {running_total} runs are running, the limit is {caps.total} (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)"
+    reasons = []
+    for name in names:
+        ex = executors[name]
+        why = ex.unavailable_reason()
+        if why:
+            reasons.append(why)
+            continue
+        if not any(device_matches(wanted, d) for d in ex.devices()):
+            reasons.append(f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})")
+            continue
+        if (name, kind) in blocked:
+            reasons.append(f"an earlier run for {kind} is waiting on {name}")
+            continue
+        dev = choose_device(ex, wanted, used, caps)
+        if dev is not None:
+            return Placement(name, dev)
+        busy = [d for d in ex.devices() if device_matches(wanted, d)]
+        reasons.append(f"all slots of {name} {'/'.join(busy)} are in use")
+    if not names:
+        return "waiting for a worker to connect" if target == "any" else "no executor for this target"
+    return "waiting: " + "; ".join(reasons)

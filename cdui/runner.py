@@ -1,0 +1,212 @@
+"""The one launcher of run subprocesses, and the recorder of their events.
+
+:func:`launch` starts ``python -m cdui.runproc`` for one run, hands it the job
+(secrets included) on stdin, and reads its events. The :class:`RunHandle` is
+the run's *recorder*: it gives each event its ``src_seq`` (gapless from
+``first_seq``), adds the status events only the parent can know (started,
+crashed, killed) and delivers events in batches to ``on_events``.
+
+Stop: :meth:`RunHandle.stop` writes ``stop`` to the run's stdin and gives it
+``grace`` seconds. A run that ends by itself in time reports its own status
+(``cancelled`` when it honoured the stop); one still alive after the grace is
+killed and ends ``interrupted``. A run subprocess that dies on its own without
+a result ends ``failed`` with ``run subprocess exited with code N``.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from cdui.graph.secrets import redact_text
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
+STOP_GRACE_S = 10.0
+MAX_LOG_LINE = 4000
+
+
+def run_env(options: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    # Secrets never travel in the environment; make sure no stray one does.
+    env.pop("CODEFYUI_AGENT_TOKEN", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    dev = str(options.get("slot_device") or "cpu")
+    if dev.startswith("cuda:"):
+        env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
+    return env
+
+
+class RunHandle:
+    def __init__(self, run_id: str, on_events: EventSink, log_path: Path | None,
+                 secrets: list[Any], first_seq: int = 1) -> None:
+        self.run_id = run_id
+        self.on_events = on_events
+        self.log_path = log_path
+        self.secrets = secrets
+        self.next_seq = first_seq
+        self.proc: asyncio.subprocess.Process | None = None
+        self.stop_requested = False
+        self.killed = False
+        self.result: dict[str, Any] | None = None
+        self.final: dict[str, Any] | None = None
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._done = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop_task: asyncio.Task[Any] | None = None
+
+    # -- recording -------------------------------------------------------
+    def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
+        self._queue.put_nowait({"src_seq": self.next_seq, "kind": kind, "data": data,
+                                "at": at if at is not None else time.time()})
+        self.next_seq += 1
+
+    async def _deliver(self) -> None:
+        while True:
+            item = await self._queue.get()
+            batch = []
+            end = item is None
+            if item is not None:
+                batch.append(item)
+            while not end and len(batch) < 1000:
+                try:
+                    nxt = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if nxt is None:
+                    end = True
+                else:
+                    batch.append(nxt)
+            if batch:
+                try:
+                    await self.on_events(batch)
+                except Exception:  # the sink must not kill the recorder; it logs its own failures
+                    log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
+            if end:
+                return
+
+    async def _read_events(self) -> None:
+        assert self.proc and self.proc.stdout
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                return
+            try:
+                ev = json.loads(line)
+                kind, data = str(ev["kind"]), ev.get("data") or {}
+            except (ValueError, KeyError, TypeError):
+                self.record("log", {"message": redact_text(line.decode(errors="replace")[:MAX_LOG_LINE], self.secrets),
+                                    "level": "warning", "stream": "stdout"})
+                continue
+            if kind == "result":
+                self.result = data
+                continue
+            self.record(kind, data, ev.get("at"))
+
+    async def _read_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        fh = open(self.log_path, "ab") if self.log_path else None
+        try:
+            while True:
+                line = await self.proc.stderr.readline()
+                if not line:
+                    return
+                text = redact_text(line.decode(errors="replace").rstrip("\n"), self.secrets)
+                if fh:
+                    fh.write((text + "\n").encode())
+                    fh.flush()
+                if text.strip():
+                    self.record("log", {"message": text[:MAX_LOG_LINE], "level": "info", "stream": "stderr"})
+        finally:
+            if fh:
+                fh.close()
+
+    # -- lifecycle --------------------------------------------------------
+    async def start(self, job: dict[str, Any], python: str | None = None) -> None:
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._tasks.append(asyncio.create_task(self._deliver()))
+        self.proc = await asyncio.create_subprocess_exec(
+            python or sys.executable, "-m", "cdui.runproc",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=run_env(job.get("options") or {}), cwd=str(Path(__file__).resolve().parent.parent),
+            start_new_session=True, limit=16 * 1024 * 1024)
+        self.record("status", {"status": "running", "pid": self.proc.pid,
+                               "device": (job.get("options") or {}).get("slot_device", "cpu")})
+        assert self.proc.stdin
+        self.proc.stdin.write((json.dumps(job) + "\n").encode())
+        await self.proc.stdin.drain()
+        self._tasks.append(asyncio.create_task(self._read_events()))
+        self._tasks.append(asyncio.create_task(self._read_stderr()))
+        self._tasks.append(asyncio.create_task(self._finish()))
+
+    async def _finish(self) -> None:
+        assert self.proc
+        rc = await self.proc.wait()
+        await asyncio.gather(*self._tasks[1:3], return_exceptions=True)
+        if self.killed:
+            final = {"status": "interrupted",
+                     "error": f"the run did not stop within {STOP_GRACE_S:.0f} s and was killed"}
+        elif self.result is not None:
+            final = {"status": self.result.get("status", "failed"), "error": self.result.get("error")}
+        else:
+            final = {"status": "failed", "error": f"run subprocess exited with code {rc}"}
+        if self._stop_task:
+            self._stop_task.cancel()
+        self.final = final
+        self.record("status", dict(final))
+        self._queue.put_nowait(None)
+        await self._tasks[0]
+        self._done.set()
+
+    async def wait(self) -> dict[str, Any]:
+        await self._done.wait()
+        assert self.final is not None
+        return self.final
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Ask the run to stop; kill it after ``grace`` seconds."""
+        if self.done or self.stop_requested or not self.proc:
+            return
+        self.stop_requested = True
+        try:
+            assert self.proc.stdin
+            self.proc.stdin.write(b"stop\n")
+        except (ConnectionError, RuntimeError, AssertionError):
+            pass
+        self._stop_task = asyncio.create_task(self._kill_after(grace))
+
+    async def _kill_after(self, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if self.proc and self.proc.returncode is None:
+            self.killed = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def kill_now(self) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.killed = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+async def launch(job: dict[str, Any], on_events: EventSink, log_path: Path | None = None,
+                 first_seq: int = 1) -> RunHandle:
+    handle = RunHandle(job["run_id"], on_events, log_path, job.get("secrets", []), first_seq)
+    await handle.start(job)
+    return handle

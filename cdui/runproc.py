@@ -1,0 +1,123 @@
+"""The run subprocess: ``python -m cdui.runproc``.
+
+Protocol with its parent (:mod:`cdui.runner`):
+
+- stdin, first line: the job as JSON ``{run_id, graph, secrets, options, layout,
+  custom_nodes_dir, plugins_dir}``. Secrets arrive only here, on the pipe.
+  Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
+- fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
+  one has kind ``result`` (``{"status", "error"}``). Anything a node or library
+  prints is moved to stderr so it cannot corrupt the event stream.
+- stderr: free text, kept in the run's log.
+
+Every event line has secret values replaced by ``***`` before it leaves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def main() -> int:
+    import warnings
+    # torch warns at import when numpy is absent; numpy is not a dependency of ours.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    events_fd = os.dup(1)
+    os.dup2(2, 1)  # print() from nodes goes to stderr from now on
+    sys.stdout = sys.stderr
+    out = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+    lock = threading.Lock()
+    secrets: list[Any] = []
+
+    from cdui.graph.secrets import redact_text
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        line = json.dumps({"kind": kind, "data": data, "at": time.time()}, default=str,
+                          allow_nan=False) if _finite(data) else json.dumps(
+            {"kind": kind, "data": _safe(data), "at": time.time()}, default=str)
+        line = redact_text(line, secrets)
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    first = sys.stdin.readline()
+    if not first:
+        return 2
+    job = json.loads(first)
+    secrets.extend((p, v) for p, v in job.get("secrets", []))
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                stop.set()
+        # parent closed the pipe: it is gone, so stop too
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
+
+    from cdui.graph.context import RunContext, RunStopped
+    from cdui.graph.executor import Executor, NodeFailed
+    from cdui.graph.secrets import fill_secrets
+    from cdui.graph.validate import validate_graph
+    from cdui.layout import Layout
+    from cdui.nodes.registry import build_registry
+
+    opts = job.get("options") or {}
+    device = opts.get("slot_device") or "cpu"
+    try:
+        layout = Layout.from_json(job["layout"])
+        registry = build_registry(Path(job["custom_nodes_dir"]) if job.get("custom_nodes_dir") else None,
+                                  Path(job["plugins_dir"]) if job.get("plugins_dir") else None)
+        graph = fill_secrets(job["graph"], job.get("secrets", []))
+        plan, errors = validate_graph(graph, registry)
+        if plan is None:
+            msg = "; ".join(e["message"] for e in errors[:5])
+            emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
+            return 0
+        ctx = RunContext(job["run_id"], layout, emit, device=device, stop_event=stop)
+        emit("log", {"message": f"running {len(plan.order)} nodes on {device}", "level": "info"})
+        Executor(registry, ctx).run(plan)
+    except RunStopped:
+        emit("result", {"status": "cancelled", "error": "stopped on request"})
+        return 0
+    except NodeFailed as exc:
+        emit("log", {"message": redact_text(exc.tb, secrets), "level": "error", "node_id": exc.node_id})
+        emit("result", {"status": "failed", "error": str(exc), "node_id": exc.node_id})
+        return 0
+    except Exception as exc:  # anything else is a bug of ours; keep the traceback in the log
+        emit("log", {"message": redact_text(traceback.format_exc(), secrets), "level": "error"})
+        emit("result", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 0
+    emit("result", {"status": "succeeded", "error": None})
+    return 0
+
+
+def _finite(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return obj == obj and obj not in (float("inf"), float("-inf"))
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(_finite(v) for v in obj)
+    return True
+
+
+def _safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not _finite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_safe(v) for v in obj]
+    return obj
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""The run service: submit, queue, dispatch, record, stop, delete.
+
+This is the core of the control plane; HTTP handlers only translate requests
+into calls here. It owns:
+
+- the in-memory secrets of queued and running runs (never stored);
+- the dispatch loop, which places queued runs on executors (this server's
+  own devices, or connected workers) using :mod:`cdui.queue`;
+- :meth:`RunService.record_events`, the single path by which events of any run
+  (local or remote) are stored, applied to the run's status and broadcast to
+  live subscribers.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import shutil
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from cdui import runner
+from cdui.config import Config
+from cdui.errors import CduiError, NotFound
+from cdui.graph.secrets import split_secrets
+from cdui.graph.validate import validate_graph
+from cdui.nodes.registry import Registry
+from cdui.queue import Placement, normalize_target, parse_caps, place, device_kind
+from cdui.store import ACTIVE, TERMINAL, Store
+
+log = logging.getLogger(__name__)
+CP = "cp"  # the source name of events born on the control plane
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def sha256_file(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+class Executor(Protocol):
+    name: str
+
+    def devices(self) -> list[str]: ...
+
+    def unavailable_reason(self) -> str | None: ...
+
+    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None: ...
+
+    def stop(self, run_id: str, grace: float) -> bool: ...
+
+
+class LocalExecutor:
+    """Runs on this server's own devices, one subprocess per run."""
+
+    name = "local"
+
+    def __init__(self, service: "RunService", devices: list[str]) -> None:
+        self.service = service
+        self._devices = devices
+        self.handles: dict[str, runner.RunHandle] = {}
+
+    def devices(self) -> list[str]:
+        return list(self._devices)
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
+        run_id = run["id"]
+
+        async def sink(events: list[dict[str, Any]]) -> None:
+            await self.service.record_events(run_id, "local", events)
+
+        log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
+        handle = await runner.launch(job, sink, log_path)
+        self.handles[run_id] = handle
+
+        async def forget() -> None:
+            await handle.wait()
+            self.handles.pop(run_id, None)
+        self.service.spawn(forget())
+
+    def stop(self, run_id: str, grace: float) -> bool:
+        h = self.handles.get(run_id)
+        if h is None:
+            return False
+        h.stop(grace)
+        return True
+
+
+def local_devices() -> list[str]:
+    devs = ["cpu"]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())] + devs
+    except Exception:  # torch missing or broken: this server still runs CPU graphs it can
+        pass
+    return devs
+
+
+class RunService:
+    def __init__(self, config: Config, store: Store, registry: Registry) -> None:
+        self.config = config
+        self.store = store
+        self.registry = registry
+        self.layout = config.layout
+        self.caps = parse_caps(config["CODEFYUI_RUN_QUEUE_MAX_CONCURRENT"])
+        self.executors: dict[str, Executor] = {}
+        self.secrets: dict[str, list[Any]] = {}
+        self.active: dict[str, tuple[str, str]] = {}  # run id -> (executor, device)
+        self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        # Hooks for the worker manager (remote executors, adoption).
+        self.on_terminal: list[Any] = []
+
+    # -- background tasks --------------------------------------------------
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        devices = await asyncio.to_thread(local_devices)
+        self.executors["local"] = LocalExecutor(self, devices)
+        await self._recover()
+        self.spawn(self._dispatch_loop())
+
+    async def _recover(self) -> None:
+        """After a restart: local runs that were executing end ``interrupted``;
+        queued runs stay queued (NOTES.md); worker runs are left to adoption."""
+        rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        for r in rows:
+            if r.get("worker_id") in (None, "local"):
+                await self._finish(r["id"], "interrupted",
+                                   "the server restarted while the run was executing on it")
+
+    async def close(self, grace: float | None = None) -> None:
+        """Graceful shutdown: stop every active run, give them ``grace`` seconds."""
+        self._closing = True
+        grace = self.config["CODEFYUI_SHUTDOWN_GRACE_S"] if grace is None else grace
+        waits = []
+        local = self.executors.get("local")
+        if isinstance(local, LocalExecutor):
+            for run_id, h in list(local.handles.items()):
+                h.stop(grace)
+                waits.append(h.wait())
+        for name, ex in self.executors.items():
+            if name == "local":
+                continue
+            for run_id, (exname, _) in list(self.active.items()):
+                if exname == name:
+                    ex.stop(run_id, grace)
+        if waits:
+            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- submit ------------------------------------------------------------
+    def preset_library(self) -> dict[str, dict[str, Any]]:
+        lib: dict[str, dict[str, Any]] = {}
+        folder = self.layout.folder("presets")
+        if folder.is_dir():
+            for p in sorted(folder.glob("*.json")):
+                try:
+                    d = json.loads(p.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                name = d.get("preset_name") or d.get("name") or p.stem
+                lib[str(name)] = d
+        return lib
+
+    async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise CduiError("bad_options", f"options must be an object, got {type(options).__name__}")
+        target = normalize_target(options.get("target", "local"))
+        device = options.get("device") or "auto"
+        if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
+            raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
+        library = self.preset_library()
+        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library)
+        if errors:
+            raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
+                            hint="fix every error listed in details and submit again", details=errors)
+        await self.check_target(target, graph)
+        assert plan is not None
+        stored_graph, secrets = split_secrets(graph, self.registry)
+        # Embed the installed presets the run uses, so it runs the same anywhere.
+        own = {str(p.get("preset_name") or p.get("name")) for p in stored_graph.get("presets") or []
+               if isinstance(p, dict)}
+        extra = [p for name, p in library.items() if name not in own and _uses_preset(graph, name)]
+        if extra:
+            stored_graph = dict(stored_graph)
+            stored_graph["presets"] = list(stored_graph.get("presets") or []) + extra
+        now = time.time()
+        run_id = uuid.uuid4().hex[:12]
+        opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False))}
+        run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
+               "status": "queued", "target": target, "options": opts, "graph": stored_graph,
+               "created_at": now, "queue_reason": "waiting for the scheduler"}
+        await self.store.create_run(run)
+        if secrets:
+            self.secrets[run_id] = secrets
+        await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
+        self.wake()
+        return await self.get(run_id)
+
+    async def check_target(self, target: Any, graph: Any) -> None:
+        """Refuse at submit what can never run (unknown worker). Extended by the worker manager."""
+        for check in getattr(self, "target_checks", []):
+            await check(target, graph)
+
+    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        # The control plane is the recorder of its own events; their src_seq
+        # continues from what is stored (looked up lazily in record_cp).
+        return {"kind": kind, "data": data, "at": time.time()}
+
+    async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
+
+    # -- events --------------------------------------------------------------
+    async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+        """Store, apply and broadcast events of one source. Returns the acked src_seq."""
+        if src == CP:
+            acked = await self.store.source_acked(run_id, CP)
+            events = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)]
+        stored, acked = await self.store.append_events(run_id, src, events)
+        for ev in stored:
+            await self._apply(run_id, src, ev)
+            for q in list(self.subscribers.get(run_id, ())):
+                q.put_nowait(ev)
+        return acked
+
+    async def _apply(self, run_id: str, src: str, ev: dict[str, Any]) -> None:
+        kind, data = ev["kind"], ev["data"]
+        if kind == "artifact" and src == "local":
+            await self._record_local_artifact(run_id, data)
+        elif kind == "status" and src != CP:
+            status = data.get("status")
+            if status == "running":
+                await self.store.update_run(run_id, status="running", queue_reason=None)
+            elif status in TERMINAL:
+                await self._finish(run_id, status, data.get("error"), record=False)
+
+    async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
+        path = Path(str(data.get("path", "")))
+        if not path.exists():
+            return
+        if path.is_dir():
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            digest = None
+        else:
+            size, digest = await asyncio.to_thread(sha256_file, path)
+        try:
+            rel = str(path.resolve().relative_to(self.layout.data_dir.resolve()))
+        except ValueError:
+            rel = None
+        await self.store.add_artifact({"run_id": run_id, "kind": data.get("kind", "output"),
+                                       "name": data.get("name") or path.name, "backend": "local",
+                                       "path": str(path), "relative_path": rel, "size": size, "sha256": digest})
+
+    async def _finish(self, run_id: str, status: str, error: str | None, record: bool = True) -> None:
+        now = time.time()
+        if record:
+            await self.record_cp(run_id, "status", {"status": status, "error": error})
+        await self.store.update_run(run_id, status=status, error=error, finished_at=now, queue_reason=None)
+        self.active.pop(run_id, None)
+        self.secrets.pop(run_id, None)
+        for hook in self.on_terminal:
+            try:
+                await hook(run_id, status)
+            except Exception:
+                log.exception("terminal hook failed for run %s", run_id)
+        self.wake()
+        if not self._closing:
+            self.spawn(self._apply_retention())
+
+    # -- dispatch -------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            if self._closing:
+                return
+            try:
+                await self.dispatch_once()
+            except Exception:  # one bad run must not stop the queue; it is logged and retried
+                log.exception("dispatch failed")
+
+    async def dispatch_once(self) -> None:
+        queued = await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"})
+        used: dict[tuple[str, str], int] = {}
+        for ex, dev in self.active.values():
+            used[(ex, dev)] = used.get((ex, dev), 0) + 1
+        blocked: set[tuple[str, str]] = set()
+        for run in queued:
+            if run["stop_requested"]:
+                continue
+            wanted = run["options"].get("device")
+            decision = place(run["target"], wanted, self.executors, used, self.caps, len(self.active), blocked)
+            if isinstance(decision, Placement):
+                used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
+                await self._start(run, decision)
+            else:
+                kind = device_kind(wanted)
+                from cdui.queue import candidates
+                for name in candidates(run["target"], self.executors):
+                    blocked.add((name, kind))
+                if decision != run.get("queue_reason"):
+                    await self.store.update_run(run["id"], queue_reason=decision)
+
+    async def _start(self, run: dict[str, Any], where: Placement) -> None:
+        run_id = run["id"]
+        self.active[run_id] = (where.executor, where.device)
+        await self.store.update_run(run_id, status="running", worker_id=where.executor, slot_device=where.device,
+                                    started_at=time.time(), queue_reason=None)
+        job = self.build_job(run, where.device)
+        try:
+            await self.executors[where.executor].start(run, job)
+        except Exception as exc:
+            log.exception("could not start run %s on %s", run_id, where.executor)
+            await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
+
+    def build_job(self, run: dict[str, Any], device: str) -> dict[str, Any]:
+        return {"run_id": run["id"], "graph": run["graph"], "secrets": self.secrets.get(run["id"], []),
+                "options": {**run["options"], "slot_device": device}, "layout": self.layout.to_json(),
+                "custom_nodes_dir": str(self.config.custom_nodes_dir), "plugins_dir": str(self.config.plugins_dir)}
+
+    # -- stop / delete --------------------------------------------------------
+    async def stop(self, run_id: str) -> dict[str, Any]:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        if run["status"] in TERMINAL:
+            return await self.get(run_id)
+        await self.store.update_run(run_id, stop_requested=1)
+        if run["status"] == "queued":
+            await self._finish(run_id, "cancelled", "stopped before it started")
+        else:
+            ex_name = (self.active.get(run_id) or (run.get("worker_id"), None))[0]
+            ex = self.executors.get(ex_name or "")
+            if ex is not None:
+                ex.stop(run_id, runner.STOP_GRACE_S)
+            await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
+        return await self.get(run_id)
+
+    async def delete(self, run_id: str) -> None:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        if run["status"] not in TERMINAL:
+            raise CduiError("run_active", f"run {run_id} is {run['status']}; it cannot be deleted yet",
+                            hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
+        await asyncio.to_thread(self._remove_run_folder, run_id, run["status"] == "interrupted")
+        await self.store.delete_run(run_id)
+
+    def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
+        folder = self.layout.run_dir(run_id)
+        if not folder.exists():
+            return
+        if not keep_checkpoints:
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        for child in folder.iterdir():
+            if child.name == "checkpoints":
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+    async def _apply_retention(self) -> None:
+        keep = self.config["CODEFYUI_RUN_RETENTION_KEEP_LAST"]
+        if not keep or keep <= 0:
+            return
+        runs = await self.store.list_runs(limit=100000)
+        finished = [r for r in runs if r["status"] in TERMINAL]
+        for r in finished[keep:]:
+            try:
+                await self.delete(r["id"])
+            except CduiError:
+                pass
+
+    # -- reading -------------------------------------------------------------
+    def to_api(self, run: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "id": run["id"], "name": run.get("name"), "status": run["status"], "target": run["target"],
+            "device": run.get("slot_device"), "options": run.get("options"),
+            "worker_id": run.get("worker_id"), "worker_status": None,
+            "queue_reason": run.get("queue_reason") if run["status"] == "queued" else None,
+            "error": run.get("error"), "late_result": run.get("late_result"),
+            "execution_facts": run.get("execution_facts") or {},
+            "stop_requested": bool(run.get("stop_requested")),
+            "last_seq": run.get("last_seq"),
+            "created_at": iso(run.get("created_at")), "started_at": iso(run.get("started_at")),
+            "finished_at": iso(run.get("finished_at")),
+        }
+        if run.get("disconnected_at") and run["status"] == "disconnected":
+            since = time.time() - run["disconnected_at"]
+            out["worker_status"] = {"state": "disconnected", "since": iso(run["disconnected_at"]),
+                                    "disconnected_s": round(since, 1),
+                                    "text": f"worker disconnected {since:.0f} s ago"}
+        return out
+
+    async def get(self, run_id: str) -> dict[str, Any]:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id, hint="list runs with GET /api/runs")
+        return self.to_api(run)
+
+    async def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        return [self.to_api(r) for r in await self.store.list_runs(status, limit)]
+
+    def subscribe(self, run_id: str) -> asyncio.Queue[dict[str, Any]]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.subscribers.setdefault(run_id, set()).add(q)
+        return q
+
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[dict[str, Any]]) -> None:
+        s = self.subscribers.get(run_id)
+        if s:
+            s.discard(q)
+            if not s:
+                self.subscribers.pop(run_id, None)
+
+
+def _uses_preset(graph: Any, name: str) -> bool:
+    """Does the graph use preset ``name`` (as a node, or as what a Map runs)?"""
+    text = json.dumps(graph)
+    return f'"preset:{name}"' in text or f'"{name}"' in text

@@ -1,0 +1,248 @@
+"""The control plane's HTTP server (aiohttp).
+
+Handlers translate HTTP into calls on :class:`~cdui.runs.RunService` and
+friends; they never write to the database themselves. Middlewares, in order:
+
+1. errors: every error leaves as ``{"error": {"code", "message", "hint"?}}``;
+2. Host allowlist: ``localhost``, this machine's interface addresses with the
+   server's port, and ``CODEFYUI_EXTRA_ALLOWED_HOSTS``; anything else is 421;
+3. auth: the session token (``X-CodefyUI-Token`` header, or ``token`` query
+   parameter for WebSockets and browser downloads) on every route except the
+   public ones below.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from cdui import __version__
+from cdui.config import Config
+from cdui.errors import CduiError
+from cdui.nodes.registry import build_registry
+from cdui.runs import RunService
+from cdui.store import Store
+
+log = logging.getLogger(__name__)
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+CONFIG = web.AppKey("config", Config)
+STORE = web.AppKey("store", Store)
+RUNS = web.AppKey("runs", RunService)
+SESSION_TOKEN = web.AppKey("session_token", str)
+HOSTS = web.AppKey("hosts", "HostCheck")
+EXTRA = web.AppKey("extra", dict)
+
+# Routes that need no session token. Worker routes check their own credential.
+PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
+                "/api/workers/enroll", "/ws/worker"}
+PUBLIC_PREFIXES = ("/web/",)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(err: CduiError) -> web.Response:
+    return web.json_response(err.to_json(), status=err.status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except CduiError as err:
+        return error_response(err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
+        msg = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        if exc.status == 404:
+            msg = f"no such path: {request.method} {request.path}"
+        if exc.status == 405:
+            msg = f"{request.method} is not allowed on {request.path}"
+        return web.json_response(CduiError(code, msg, status=exc.status).to_json(), status=exc.status)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.json_response(CduiError("internal", "internal server error; nothing was changed by this request",
+                                           "see the server log (cdui.log in the user data dir)", 500).to_json(),
+                                 status=500)
+
+
+class HostCheck:
+    """Which HTTP Host values this server answers to (CONN-04..06)."""
+
+    def __init__(self, port: int, extra: list[str]) -> None:
+        self.port = port
+        self.extra = {h.lower() for h in extra}
+        self._cache: dict[str, bool] = {}
+
+    def _is_local_ip(self, host: str) -> bool:
+        if host in self._cache:
+            return self._cache[host]
+        ok = False
+        try:
+            ip = ipaddress.ip_address(host)
+            fam = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            with socket.socket(fam, socket.SOCK_DGRAM) as s:
+                s.bind((host, 0))  # succeeds only for this machine's own addresses
+            ok = True
+        except (ValueError, OSError):
+            ok = False
+        self._cache[host] = ok
+        return ok
+
+    def allowed(self, host_header: str | None) -> bool:
+        if not host_header:
+            return False
+        h = host_header.strip().lower()
+        if h in self.extra:
+            return True
+        if h.startswith("["):
+            name, _, rest = h[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            name, _, port = h.partition(":")
+        if name in ("localhost", "127.0.0.1", "::1") or name.endswith(".localhost"):
+            return True
+        if port and port != str(self.port):
+            return False
+        return self._is_local_ip(name)
+
+
+@web.middleware
+async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    check: HostCheck = request.app[HOSTS]
+    if not check.allowed(request.host):
+        raise CduiError("host_not_allowed", f"Host {request.host!r} is not allowed on this server",
+                        hint="add it to CODEFYUI_EXTRA_ALLOWED_HOSTS (host:port) and restart the server",
+                        status=421)
+    return await handler(request)
+
+
+def is_loopback(request: web.Request) -> bool:
+    try:
+        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def request_token(request: web.Request) -> str | None:
+    return request.headers.get("X-CodefyUI-Token") or request.query.get("token") or request.cookies.get("cdui_token")
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    path = request.path
+    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or request.method == "OPTIONS":
+        return await handler(request)
+    token = request_token(request)
+    if token and secrets.compare_digest(token, request.app[SESSION_TOKEN]):
+        request["auth"] = "session"
+        return await handler(request)
+    # Worker credentials are accepted where the worker layer says so.
+    worker_auth = request.app[EXTRA].get("worker_auth")
+    if worker_auth is not None:
+        worker = await worker_auth(request)
+        if worker is not None:
+            request["auth"] = "worker"
+            request["worker"] = worker
+            return await handler(request)
+    raise CduiError("unauthorized", "missing or wrong session token" if token else "this route needs the session token",
+                    hint="send it in the X-CodefyUI-Token header; `cdui api` does this for you, and the web page "
+                         "gets it from /api/auth/bootstrap on this machine", status=401)
+
+
+# -- basic routes ------------------------------------------------------------
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "version": __version__})
+
+
+async def bootstrap(request: web.Request) -> web.Response:
+    if not is_loopback(request) or request.app[EXTRA].get("tunnel_listener"):
+        raise CduiError("not_found", f"no such path: GET {request.path}", status=404)
+    return web.json_response({"token": request.app[SESSION_TOKEN]})
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(WEB_DIR / "index.html")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file readable by this OS user only (0600), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def build_app(config: Config, port: int) -> web.Application:
+    from cdui import api_files, api_runs
+
+    app = web.Application(middlewares=[error_middleware, host_middleware, auth_middleware],
+                          client_max_size=config["CODEFYUI_MAX_UPLOAD_SIZE"] + 1024 * 1024)
+    app[CONFIG] = config
+    app[HOSTS] = HostCheck(port, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
+    app[SESSION_TOKEN] = secrets.token_urlsafe(32)
+    app[EXTRA] = {}
+    config.user_data.mkdir(parents=True, exist_ok=True)
+    write_private(config.user_data / "session-token", app[SESSION_TOKEN])
+    config.layout.ensure()
+
+    store = Store(config.db_path)
+    store.open()
+    app[STORE] = store
+    registry = build_registry(config.custom_nodes_dir, config.plugins_dir)
+    runs = RunService(config, store, registry)
+    app[RUNS] = runs
+
+    async def lifecycle(app: web.Application):
+        await runs.start()
+        try:
+            from cdui import workers  # noqa: F401  (arrives with the remote-workers issue)
+        except ImportError:
+            pass
+        else:
+            await workers.attach(app)
+        yield
+        await runs.close()
+        hook = app[EXTRA].get("on_close")
+        if hook:
+            await hook()
+        store.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_get("/api/health", health)
+    app.router.add_get("/api/auth/bootstrap", bootstrap)
+    app.router.add_get("/", index)
+    if WEB_DIR.is_dir():
+        app.router.add_static("/web/", WEB_DIR)
+    api_runs.setup(app)
+    api_files.setup(app)
+    return app
+
+
+def serve(config: Config, host: str, port: int) -> None:
+    """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
+    app = build_app(config, port)
+
+    async def on_startup(app: web.Application) -> None:
+        info = {"url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}",
+                "host": host, "port": port, "pid": os.getpid(), "version": __version__}
+        write_private(config.user_data / "server.json", json.dumps(info))
+        log.info("cdui %s listening on http://%s:%d (user data %s)", __version__, host, port, config.user_data)
+
+    app.on_startup.append(on_startup)
+    web.run_app(app, host=host, port=port, print=None, access_log=None,
+                shutdown_timeout=config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5, handle_signals=True)

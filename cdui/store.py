@@ -1,0 +1,439 @@
+"""The control plane's database: sqlite3 in WAL mode, one writer.
+
+Invariants (see docs/architecture.md):
+
+- **One writer.** Every write goes through :meth:`Store.write`, which hands a
+  function to the single writer thread. The writer takes every job waiting in
+  its queue, runs each in its own SAVEPOINT inside one ``BEGIN IMMEDIATE``
+  transaction (group commit), commits once, then resolves the callers'
+  futures. A failing job rolls back only itself. The event loop never blocks
+  on sqlite; request handlers never write directly.
+- **Reads** run on worker threads, each with its own connection.
+- **Events** are stored with a gapless per-run ``seq`` assigned here, and the
+  pair ``(src, src_seq)`` given by the recorder that produced them. An event
+  is accepted only as the next ``src_seq`` of its source; a repeat is a no-op
+  and a gap is refused. :meth:`append_events` returns the highest contiguous
+  ``src_seq`` stored, which is what gets acknowledged (after the commit).
+- Schema changes are numbered migrations applied in order; ``PRAGMA
+  user_version`` holds the number applied.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+ACTIVE = {"running", "disconnected"}
+
+MIGRATIONS: list[str] = [
+    # 1: runs, events, artifacts, uploads
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT,
+        status TEXT NOT NULL,
+        target TEXT NOT NULL,
+        options TEXT NOT NULL,
+        graph TEXT NOT NULL,
+        worker_id TEXT,
+        slot_device TEXT,
+        queue_reason TEXT,
+        error TEXT,
+        late_result TEXT,
+        execution_facts TEXT NOT NULL DEFAULT '{}',
+        stop_requested INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER NOT NULL DEFAULT 0,
+        disconnected_at REAL,
+        adopted_at REAL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL
+    );
+    CREATE INDEX runs_status ON runs(status);
+    CREATE TABLE run_events (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        src TEXT NOT NULL,
+        src_seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq),
+        UNIQUE (run_id, src, src_seq)
+    );
+    CREATE TABLE run_sources (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        src TEXT NOT NULL,
+        acked INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, src)
+    );
+    CREATE TABLE artifacts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        path TEXT,
+        relative_path TEXT,
+        label TEXT,
+        size INTEGER,
+        sha256 TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX artifacts_run ON artifacts(run_id);
+    CREATE TABLE uploads (
+        folder TEXT NOT NULL,
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (folder, name)
+    );
+    """,
+    # 2: workers, enrollment tokens, credentials
+    """
+    CREATE TABLE workers (
+        name TEXT PRIMARY KEY,
+        credential_hash TEXT,
+        devices TEXT NOT NULL DEFAULT '[]',
+        version TEXT,
+        drained INTEGER NOT NULL DEFAULT 0,
+        disabled INTEGER NOT NULL DEFAULT 0,
+        machine_id TEXT,
+        labels TEXT NOT NULL DEFAULT '{}',
+        last_seen REAL,
+        address TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE enroll_tokens (
+        id TEXT PRIMARY KEY,
+        secret_hash TEXT NOT NULL,
+        uses_left INTEGER NOT NULL,
+        uses_total INTEGER NOT NULL,
+        expires_at REAL NOT NULL,
+        worker TEXT,
+        revoked INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE old_credentials (
+        credential_hash TEXT PRIMARY KEY,
+        worker TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+]
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise RuntimeError(f"database schema version {version} is newer than this cdui knows "
+                           f"({len(MIGRATIONS)}); upgrade cdui or use another CODEFYUI_USER_DATA_DIR")
+    for i in range(version, len(MIGRATIONS)):
+        conn.execute("BEGIN IMMEDIATE")
+        for stmt in MIGRATIONS[i].split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version={i + 1}")
+        conn.execute("COMMIT")
+    return len(MIGRATIONS)
+
+
+def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
+    return dict(r) if r is not None else None
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None,
+                 loop: asyncio.AbstractEventLoop | None) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._q: queue.Queue[_Job | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+        self.commits = 0
+
+    # -- lifecycle -------------------------------------------------------
+    def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _connect(self.path)
+        migrate(conn)
+        self._writer_conn = conn
+        self._thread = threading.Thread(target=self._writer, name="sqlite-writer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread:
+            self._q.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _writer(self) -> None:
+        conn = self._writer_conn
+        while True:
+            job = self._q.get()
+            if job is None:
+                conn.close()
+                return
+            jobs = [job]
+            stop = False
+            while len(jobs) < 500:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                jobs.append(nxt)
+            results: list[tuple[_Job, Any, BaseException | None]] = []
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for j in jobs:
+                    conn.execute("SAVEPOINT job")
+                    try:
+                        res = j.fn(conn)
+                        conn.execute("RELEASE job")
+                        results.append((j, res, None))
+                    except BaseException as exc:  # rolled back alone; reported to its caller
+                        conn.execute("ROLLBACK TO job")
+                        conn.execute("RELEASE job")
+                        results.append((j, None, exc))
+                conn.execute("COMMIT")
+                self.commits += 1
+            except BaseException as exc:  # the commit itself failed: every job in the batch failed
+                log.exception("sqlite commit failed")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                results = [(j, None, exc) for j in jobs]
+            for j, res, exc in results:
+                if j.future is not None and j.loop is not None:
+                    j.loop.call_soon_threadsafe(_resolve, j.future, res, exc)
+            if stop:
+                conn.close()
+                return
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._q.put(_Job(fn, fut, loop))
+        return await fut
+
+    def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """For code outside the event loop (CLI tools, start-up). Still one writer."""
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def wrapped(conn: sqlite3.Connection) -> Any:
+            try:
+                box["r"] = fn(conn)
+            except BaseException as exc:
+                box["e"] = exc
+                raise
+            finally:
+                done.set()
+        self._q.put(_Job(wrapped, None, None))
+        done.wait()
+        if "e" in box:
+            raise box["e"]
+        return box.get("r")  # type: ignore[return-value]
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            self._local.conn = conn
+        return conn
+
+    def read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return fn(self._reader())
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(lambda: fn(self._reader()))
+
+    # -- runs ---------------------------------------------------------------
+    async def create_run(self, run: dict[str, Any]) -> None:
+        cols = ("id", "name", "status", "target", "options", "graph", "queue_reason", "created_at")
+        vals = (run["id"], run.get("name"), run["status"], json.dumps(run["target"]),
+                json.dumps(run["options"]), json.dumps(run["graph"]), run.get("queue_reason"), run["created_at"])
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
+        await self.write(fn)
+
+    async def update_run(self, run_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        for k in ("late_result", "execution_facts", "target", "options"):
+            if k in fields and not isinstance(fields[k], (str, type(None))):
+                fields[k] = json.dumps(fields[k])
+        sets = ", ".join(f"{k}=?" for k in fields)
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(f"UPDATE runs SET {sets} WHERE id=?", (*fields.values(), run_id))
+        await self.write(fn)
+
+    @staticmethod
+    def _run_from_row(r: sqlite3.Row) -> dict[str, Any]:
+        d = dict(r)
+        for k in ("target", "options", "graph", "late_result", "execution_facts"):
+            if d.get(k) is not None:
+                d[k] = json.loads(d[k])
+        return d
+
+    async def get_run(self, run_id: str, with_graph: bool = False) -> dict[str, Any] | None:
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            r = c.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+            if r is None:
+                return None
+            d = self._run_from_row(r)
+            if not with_graph:
+                d.pop("graph", None)
+            return d
+        return await self.read(fn)
+
+    async def list_runs(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            q = "SELECT * FROM runs"
+            args: tuple[Any, ...] = ()
+            if status:
+                q += " WHERE status=?"
+                args = (status,)
+            q += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+            rows = c.execute(q, (*args, limit)).fetchall()
+            out = []
+            for r in rows:
+                d = self._run_from_row(r)
+                d.pop("graph", None)
+                out.append(d)
+            return out
+        return await self.read(fn)
+
+    def runs_in_status_sync(self, statuses: set[str]) -> list[dict[str, Any]]:
+        q = f"SELECT * FROM runs WHERE status IN ({','.join('?' * len(statuses))}) ORDER BY created_at, rowid"
+        return [self._run_from_row(r) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
+
+    async def delete_run(self, run_id: str) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM runs WHERE id=?", (run_id,))
+        await self.write(fn)
+
+    # -- events -----------------------------------------------------------
+    async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
+                            ) -> tuple[list[dict[str, Any]], int]:
+        """Store events in ``src_seq`` order; return (newly stored events, acked src_seq)."""
+        def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+            r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
+            if r is None:
+                raise KeyError(run_id)
+            last = r[0]
+            a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
+            acked = a[0] if a else 0
+            stored = []
+            for ev in sorted(events, key=lambda e: e["src_seq"]):
+                s = int(ev["src_seq"])
+                if s <= acked:
+                    continue  # a replay of something already stored
+                if s != acked + 1:
+                    break  # a gap: refuse the rest; the sender replays from acked + 1
+                last += 1
+                acked = s
+                data = json.dumps(ev.get("data") or {}, default=str)
+                at = float(ev.get("at") or time.time())
+                c.execute("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
+                          (run_id, last, src, s, ev["kind"], data, at))
+                stored.append({"seq": last, "kind": ev["kind"], "data": ev.get("data") or {}, "at": at})
+            if stored:
+                c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
+            c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
+                      "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
+            return stored, acked
+        return await self.write(fn)
+
+    async def source_acked(self, run_id: str, src: str) -> int:
+        def fn(c: sqlite3.Connection) -> int:
+            a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
+            return a[0] if a else 0
+        return await self.read(fn)
+
+    async def events(self, run_id: str, after: int = 0, limit: int = 10000) -> list[dict[str, Any]]:
+        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = c.execute("SELECT seq, kind, data, at FROM run_events WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
+                             (run_id, after, limit)).fetchall()
+            return [{"seq": r[0], "kind": r[1], "data": json.loads(r[2]), "at": r[3]} for r in rows]
+        return await self.read(fn)
+
+    # -- artifacts ----------------------------------------------------------
+    async def add_artifact(self, a: dict[str, Any]) -> int:
+        def fn(c: sqlite3.Connection) -> int:
+            cur = c.execute(
+                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256, created_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (a["run_id"], a["kind"], a["name"], a.get("backend", "local"), a.get("path"), a.get("relative_path"),
+                 a.get("label"), a.get("size"), a.get("sha256"), time.time()))
+            return int(cur.lastrowid or 0)
+        return await self.write(fn)
+
+    async def artifacts(self, run_id: str) -> list[dict[str, Any]]:
+        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = c.execute("SELECT * FROM artifacts WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+            return [dict(r) for r in rows]
+        return await self.read(fn)
+
+    async def artifact(self, run_id: str, artifact_id: int) -> dict[str, Any] | None:
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM artifacts WHERE run_id=? AND id=?", (run_id, artifact_id)).fetchone())
+        return await self.read(fn)
+
+    # -- uploads ----------------------------------------------------------
+    async def record_upload(self, folder: str, name: str, sha256: str, size: int) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO uploads (folder, name, sha256, size, created_at) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(folder, name) DO UPDATE SET sha256=excluded.sha256, size=excluded.size, "
+                      "created_at=excluded.created_at", (folder, name, sha256, size, time.time()))
+        await self.write(fn)
+
+    async def upload(self, folder: str, name: str) -> dict[str, Any] | None:
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM uploads WHERE folder=? AND name=?", (folder, name)).fetchone())
+        return await self.read(fn)
+
+
+def _resolve(fut: asyncio.Future[Any], res: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(res)
