@@ -130,6 +130,9 @@ class RunService:
         self._closing = False
         # Hooks for the worker manager (remote executors, adoption).
         self.on_terminal: list[Any] = []
+        self.before_dispatch: list[Any] = []
+        self.on_shutdown: list[Any] = []
+        self.target_checks: list[Any] = []
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -145,6 +148,8 @@ class RunService:
         devices = await asyncio.to_thread(local_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
+        for hook in self.before_dispatch:
+            await hook()
         self.spawn(self._dispatch_loop())
 
     async def _recover(self) -> None:
@@ -158,22 +163,21 @@ class RunService:
 
     async def close(self, grace: float | None = None) -> None:
         """Graceful shutdown: stop every active run, give them ``grace`` seconds."""
+        if self._closing:
+            return
         self._closing = True
         grace = self.config["CODEFYUI_SHUTDOWN_GRACE_S"] if grace is None else grace
-        waits = []
+        waits = [hook() for hook in self.on_shutdown]
         local = self.executors.get("local")
         if isinstance(local, LocalExecutor):
             for run_id, h in list(local.handles.items()):
                 h.stop(grace)
                 waits.append(h.wait())
-        for name, ex in self.executors.items():
-            if name == "local":
-                continue
-            for run_id, (exname, _) in list(self.active.items()):
-                if exname == name:
-                    ex.stop(run_id, grace)
         if waits:
-            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
+            except asyncio.TimeoutError:
+                log.error("runs did not stop within the shutdown grace")
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -231,7 +235,7 @@ class RunService:
 
     async def check_target(self, target: Any, graph: Any) -> None:
         """Refuse at submit what can never run (unknown worker). Extended by the worker manager."""
-        for check in getattr(self, "target_checks", []):
+        for check in self.target_checks:
             await check(target, graph)
 
     def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -207,22 +207,22 @@ def build_app(config: Config, port: int) -> web.Application:
     runs = RunService(config, store, registry)
     app[RUNS] = runs
 
+    from cdui import workers
+    workers.attach(app)
+
     async def lifecycle(app: web.Application):
         await runs.start()
-        try:
-            from cdui import workers  # noqa: F401  (arrives with the remote-workers issue)
-        except ImportError:
-            pass
-        else:
-            await workers.attach(app)
         yield
         await runs.close()
-        hook = app[EXTRA].get("on_close")
-        if hook:
-            await hook()
         store.close()
 
+    async def on_shutdown(app: web.Application) -> None:
+        # Before the server drops connections: stop local and worker runs
+        # while the workers' sockets are still open (DISC-21).
+        await runs.close()
+
     app.cleanup_ctx.append(lifecycle)
+    app.on_shutdown.append(on_shutdown)
     app.router.add_get("/api/health", health)
     app.router.add_get("/api/auth/bootstrap", bootstrap)
     app.router.add_get("/", index)

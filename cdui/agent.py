@@ -1,0 +1,384 @@
+"""The worker agent: ``cdui agent start``.
+
+It connects outbound to the control plane's ``/ws/worker`` (the worker opens
+no port), says hello, receives runs, runs each in its own subprocess through
+the one launcher (:mod:`cdui.runner`), and streams their events back.
+
+Durability: every event goes to the run's spool (:mod:`cdui.spool`) before
+it is sent and leaves it only when acknowledged, so a dropped connection or a
+restarted control plane loses nothing: on reconnect the agent replays, in
+order, what was not acknowledged.
+
+Reconnects back off from 1 s doubling to 60 s with +-20 % jitter, reset after a
+connection that stayed up for a minute (NOTES.md). Refusals that retrying
+cannot fix (version mismatch, revoked or superseded credential) end the agent
+with exit code 2; the others are retried with advice.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from cdui import __version__, protocol, runner
+from cdui.layout import Layout
+from cdui.spool import RunSpool, spooled_runs
+
+log = logging.getLogger("cdui.agent")
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_RUN, EXIT_START = 0, 1, 2, 3, 4
+FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
+
+
+class Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def backoff_delays(start: float = 1.0, cap: float = 60.0, jitter: float = 0.2,
+                   rand: Callable[[], float] = random.random):
+    """1, 2, 4, ... 60 s with +-jitter; a pure generator so tests can read it."""
+    d = start
+    while True:
+        yield d * (1 - jitter + 2 * jitter * rand())
+        d = min(d * 2, cap)
+
+
+def credential_path(user_data: Path, control: str) -> Path:
+    u = urlsplit(control)
+    host = u.hostname or "localhost"
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return user_data / "agent" / f"{host}-{port}.token"
+
+
+def ws_url(control: str) -> str:
+    u = urlsplit(control.rstrip("/"))
+    scheme = "wss" if u.scheme == "https" else "ws"
+    return f"{scheme}://{u.netloc}{u.path}/ws/worker"
+
+
+def detect_devices() -> list[str]:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    except Exception:  # no torch or a broken CUDA: offer the CPU
+        pass
+    return ["cpu"]
+
+
+class AgentRun:
+    def __init__(self, run_id: str, spool: RunSpool) -> None:
+        self.run_id = run_id
+        self.spool = spool
+        self.handle: runner.RunHandle | None = None
+        self.finished = spool.read_state().get("finished", False)
+        self.lock = asyncio.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and not self.handle.done
+
+
+class Agent:
+    def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
+                 machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
+                 status_file: Path | None = None) -> None:
+        self.control = control.rstrip("/")
+        self.credential = credential
+        self.name = name
+        self.devices = devices
+        self.user_data = user_data
+        self.machine_id = machine_id
+        self.labels = labels or (lambda: {})
+        self.status_file = status_file
+        self.spool_root = user_data / "spool"
+        self.runs: dict[str, AgentRun] = {}
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.heartbeat_s = 10.0
+        self.grace_s = 300.0
+        self.stopping = False
+        self._stop_event = asyncio.Event()
+        self.exit_code = EXIT_OK
+        for run_id in spooled_runs(self.spool_root):
+            r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
+            self.runs[run_id] = r
+            if not r.finished:
+                # Its subprocess died with the previous agent. Record its end here, as
+                # its recorder would have; the control plane gets it with the replay.
+                r.spool.append([{"src_seq": r.spool.last_seq + 1, "kind": "status", "at": time.time(),
+                                 "data": {"status": "interrupted",
+                                          "error": f"worker {name} reconnected without the run (its agent "
+                                                   f"restarted while the run was running)"}}])
+                r.finished = True
+                r.spool.write_state({"run_id": run_id, "finished": True, "status": "interrupted"})
+
+    # -- status for `cdui agent start` (the parent waits on it) -------------------------
+    def _status(self, state: str, message: str = "") -> None:
+        if self.status_file is None:
+            return
+        tmp = self.status_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"state": state, "message": message, "pid": os.getpid(),
+                                   "control": self.control, "name": self.name, "at": time.time()}))
+        os.replace(tmp, self.status_file)
+
+    # -- main loop --------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_shutdown)
+        delays = backoff_delays()
+        async with aiohttp.ClientSession() as session:
+            self.session = session
+            while not self.stopping:
+                up_since = time.monotonic()
+                try:
+                    await self._connect_once(session)
+                except Refused as exc:
+                    if exc.code in FATAL_REFUSALS:
+                        log.error("refused by the control plane: %s", exc)
+                        print(f"cdui: error: refused by the control plane: {exc}", flush=True)
+                        self._status("refused", str(exc))
+                        await self._stop_all_runs()
+                        return EXIT_REFUSED
+                    log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
+                    self._status("connecting", str(exc))
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
+                    self._status("connecting", f"unreachable: {exc}")
+                finally:
+                    self.ws = None
+                if self.stopping:
+                    break
+                if time.monotonic() - up_since > 60:
+                    delays = backoff_delays()
+                delay = next(delays)
+                log.info("reconnecting in %.1f s", delay)
+                try:
+                    await asyncio.wait_for(self._stop_event.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+            await self._drain_on_shutdown(session)
+        return self.exit_code
+
+    @staticmethod
+    def _advice(code: str) -> str:
+        if code == "unknown_credential":
+            return ("the credential is not known there: is --control the same server (and database) that enrolled "
+                    "this worker? If the worker was enrolled elsewhere, run `cdui agent forget URL` and enroll with "
+                    "a new token; retrying")
+        if code == "name_in_use":
+            return "another agent is connected with this worker's name; retrying"
+        return "retrying"
+
+    async def _connect_once(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Authorization": f"Bearer {self.credential}"}
+        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None,
+                                      max_msg_size=protocol.MAX_MESSAGE, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+            held = [{"run_id": r.run_id, "running": r.running, "last_seq": r.spool.last_seq}
+                    for r in self.runs.values()]
+            await ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(),
+                                                        self.machine_id, held)))
+            first = await ws.receive(timeout=60)
+            if first.type != aiohttp.WSMsgType.TEXT:
+                raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
+            msg = json.loads(first.data)
+            if msg.get("type") == "refused":
+                raise Refused(msg.get("code", "refused"), msg.get("message", ""))
+            if msg.get("type") != "welcome":
+                raise aiohttp.ClientError(f"expected a welcome, got {msg.get('type')!r}")
+            self.heartbeat_s = float(msg.get("heartbeat_s", 10))
+            self.grace_s = float(msg.get("resume_grace_s", 300))
+            self.ws = ws
+            log.info("connected to %s as worker %s", self.control, self.name)
+            self._status("connected")
+            await self._resume(msg.get("runs") or {})
+            hb = asyncio.create_task(self._heartbeats(ws))
+            try:
+                async for m in ws:
+                    if m.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    try:
+                        await self._handle(json.loads(m.data))
+                    except Refused:
+                        raise
+                    except Exception:  # a message we fail on must not drop the connection
+                        log.exception("handling a control-plane message failed")
+            finally:
+                hb.cancel()
+            log.warning("connection to %s closed", self.control)
+
+    async def _resume(self, answer: dict[str, dict[str, Any]]) -> None:
+        for run_id, r in list(self.runs.items()):
+            a = answer.get(run_id)
+            if a is None:
+                continue
+            action = a.get("action")
+            async with r.lock:
+                r.spool.ack(int(a.get("acked", 0)))
+                if action == "drop":
+                    if r.handle:
+                        r.handle.stop()
+                    if not r.running:
+                        r.spool.remove()
+                        self.runs.pop(run_id, None)
+                    continue
+                if action == "stop" and r.handle:
+                    r.handle.stop()
+                pending = r.spool.unacked()
+                if pending:
+                    await self._send({"type": "events", "run_id": run_id, "events": pending})
+            self._maybe_forget(r)
+
+    async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while not ws.closed:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await ws.send_str(json.dumps({"type": "heartbeat", "labels": self.labels(),
+                                              "runs": [r.run_id for r in self.runs.values() if r.running]}))
+            except (ConnectionError, RuntimeError):
+                return
+
+    async def _send(self, msg: dict[str, Any]) -> bool:
+        ws = self.ws
+        if ws is None or ws.closed:
+            return False
+        try:
+            await ws.send_str(json.dumps(msg, default=str))
+            return True
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return False
+
+    async def _handle(self, msg: dict[str, Any]) -> None:
+        t = msg.get("type")
+        if t == "assign":
+            await self._start_run(msg["run_id"], msg["job"])
+        elif t == "ack":
+            r = self.runs.get(msg.get("run_id", ""))
+            if r is not None:
+                r.spool.ack(int(msg.get("acked", 0)))
+                self._maybe_forget(r)
+        elif t == "stop":
+            r = self.runs.get(msg.get("run_id", ""))
+            if r is not None and r.handle is not None:
+                log.info("run %s: stop requested by the control plane", r.run_id)
+                r.handle.stop()
+        elif t == "revoked":
+            raise Refused("revoked", msg.get("message", "the credential was revoked"))
+        elif t == "error":
+            log.warning("the control plane reported: %s", msg.get("message"))
+        else:
+            log.warning("unknown message type %r from the control plane", t)
+
+    async def _start_run(self, run_id: str, job: dict[str, Any]) -> None:
+        if run_id in self.runs:
+            log.warning("run %s assigned twice; ignoring the second assignment", run_id)
+            return
+        from cdui.config import load
+        cfg = load()
+        if "layout" not in job:
+            job["layout"] = Layout.from_env().to_json()
+            job["custom_nodes_dir"] = str(cfg.custom_nodes_dir)
+            job["plugins_dir"] = str(cfg.plugins_dir)
+        spool = RunSpool(self.spool_root, run_id)
+        spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
+        r = AgentRun(run_id, spool)
+        self.runs[run_id] = r
+
+        async def sink(events: list[dict[str, Any]]) -> None:
+            async with r.lock:
+                await asyncio.to_thread(r.spool.append, events)
+                await self._send({"type": "events", "run_id": run_id, "events": events})
+
+        log.info("run %s: starting on %s", run_id, (job.get("options") or {}).get("slot_device"))
+        log_path = self.user_data / "agent-runs" / run_id / "run.log"
+        r.handle = await runner.launch(job, sink, log_path)
+        # Drop the job (and its secrets) from memory as soon as the run has it.
+        job.clear()
+
+        async def on_done() -> None:
+            assert r.handle is not None
+            final = await r.handle.wait()
+            log.info("run %s: %s", run_id, final["status"])
+            r.finished = True
+            r.spool.write_state({"run_id": run_id, "finished": True, "status": final["status"]})
+            self._maybe_forget(r)
+        asyncio.create_task(on_done())
+
+    def _maybe_forget(self, r: AgentRun) -> None:
+        if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:
+            r.spool.remove()
+            self.runs.pop(r.run_id, None)
+
+    # -- shutdown ------------------------------------------------------------------
+    def request_shutdown(self) -> None:
+        if self.stopping:
+            return
+        log.info("SIGTERM: stopping runs (10 s grace each), then exiting")
+        self.stopping = True
+        self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown_sequence())
+
+    async def _shutdown_sequence(self) -> None:
+        await self._stop_all_runs()
+        # Let the last events reach the control plane over the live connection.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self.ws is not None and any(
+                r.spool.unacked() for r in self.runs.values()):
+            await asyncio.sleep(0.1)
+        self._stop_event.set()
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def _stop_all_runs(self) -> None:
+        handles = [r.handle for r in self.runs.values() if r.handle is not None and not r.handle.done]
+        for h in handles:
+            h.stop(runner.STOP_GRACE_S)
+        if handles:
+            await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+
+    async def _drain_on_shutdown(self, session: aiohttp.ClientSession) -> None:
+        """After SIGTERM: wait for runs to end, then deliver their last events (best effort)."""
+        await self._stop_all_runs()
+        if not any(r.spool.unacked() for r in self.runs.values()):
+            return
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
+            try:
+                await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Refused):
+                await asyncio.sleep(1)
+
+    async def _deliver_once(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Authorization": f"Bearer {self.credential}"}
+        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None) as ws:
+            held = [{"run_id": r.run_id, "running": False, "last_seq": r.spool.last_seq} for r in self.runs.values()]
+            await ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(),
+                                                        self.machine_id, held)))
+            first = json.loads((await ws.receive(timeout=30)).data)
+            if first.get("type") != "welcome":
+                raise Refused(first.get("code", "refused"), first.get("message", ""))
+            self.ws = ws
+            await self._resume(first.get("runs") or {})
+            while any(r.spool.unacked() for r in self.runs.values()):
+                m = await ws.receive(timeout=10)
+                if m.type != aiohttp.WSMsgType.TEXT:
+                    return
+                msg = json.loads(m.data)
+                if msg.get("type") == "ack":
+                    await self._handle(msg)
+            self.ws = None
+
+
+def hostname() -> str:
+    return socket.gethostname().split(".")[0] or "worker"

@@ -1,0 +1,328 @@
+"""``cdui workers ...`` and ``cdui agent ...`` commands.
+
+Agent exit codes (CONTRACT.md): 0 done; 1 failed run or undelivered result
+(one-shot); 2 refused by the control plane (version, revoked, bad flags);
+3 stopped before a run arrived (one-shot); 4 could not start (enrollment
+failed, mount refused).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cdui import __version__
+from cdui.errors import CduiError
+
+
+def _die(msg: str, code: int) -> int:
+    print(f"cdui: error: {msg}", file=sys.stderr)
+    return code
+
+
+def parse_duration(v: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", v or "")
+    if not m:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a duration (e.g. 3600, 30m, 24h, 7d)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+# -- workers -------------------------------------------------------------------------
+def _client(args: argparse.Namespace):
+    from cdui import config
+    from cdui.client import Client
+    return Client.for_user_data(config.load().user_data, getattr(args, "control", None))
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"ttl_s": args.ttl, "uses": args.uses}
+    if args.for_name:
+        body["worker"] = args.for_name
+    res = _client(args).call("POST", "/api/workers/tokens", body)
+    print(res["token"])
+    print(f"# valid until {res['expires_at']} for {res['uses']} agent(s); run this on the worker:")
+    print(res["command"])
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    res = _client(args).call("GET", "/api/workers")
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    if not res["workers"]:
+        print("no workers enrolled; add one with `cdui workers token`")
+    for w in res["workers"]:
+        devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
+        flags = " [unencrypted HTTP]" if w.get("unencrypted") else ""
+        print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
+              f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
+              f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
+    for r in res.get("rejected", []):
+        print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
+    return 0
+
+
+def cmd_action(args: argparse.Namespace) -> int:
+    c = _client(args)
+    if args.action == "remove":
+        res = c.call("DELETE", f"/api/workers/{args.name}")
+        print(f"worker {args.name} removed; its credential is revoked")
+    elif args.action == "reissue":
+        res = c.call("POST", f"/api/workers/{args.name}/reissue", {})
+        print(res["token"])
+        print(f"# on {args.name}, first run `cdui agent forget URL` if its old credential file is still there, then:")
+        print(res["command"])
+    else:
+        res = c.call("POST", f"/api/workers/{args.name}/{args.action}")
+        print(f"worker {args.name}: {'draining' if res['drained'] else 'accepting runs'}")
+    return 0
+
+
+# -- agent -----------------------------------------------------------------------------
+def _check_control(url: str) -> str:
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise CduiError("bad_usage", f"--control {url!r} is not an http:// or https:// URL",
+                        hint="e.g. --control http://192.168.1.5:8000")
+    return url.rstrip("/")
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _load_credential(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _enroll(control: str, token: str, name: str | None, devices: list[str]) -> dict[str, Any]:
+    from cdui.client import Client
+    from cdui.config import machine_id
+    c = Client(control, timeout=30)
+    return c.call("POST", "/api/workers/enroll", {"token": token, "name": name, "devices": devices,
+                                                   "version": __version__, "machine_id": machine_id()})
+
+
+def _agent_json(user_data: Path) -> Path:
+    return user_data / "agent.json"
+
+
+def _mounts(user_data: Path) -> dict[str, str]:
+    try:
+        return dict(json.loads(_agent_json(user_data).read_text()).get("mounts", {}))
+    except (OSError, ValueError):
+        return {}
+
+
+def _labels_fn(user_data: Path):
+    mounts = _mounts(user_data)
+
+    def labels() -> dict[str, str]:
+        # A mount whose folder is missing is not offered until it appears (STO-15).
+        return {k: v for k, v in mounts.items() if Path(v).is_dir()}
+    return labels
+
+
+def cmd_agent_start(args: argparse.Namespace) -> int:
+    from cdui import config
+    from cdui.agent import credential_path, detect_devices, hostname
+    from cdui.server import write_private
+    cfg = config.load()
+    ud = cfg.user_data
+    ud.mkdir(parents=True, exist_ok=True)
+    try:
+        control = _check_control(args.control)
+    except CduiError as err:
+        return _die(str(err), 2)
+    u = urlsplit(control)
+    if u.scheme == "http" and not _is_loopback_host(u.hostname or ""):
+        print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
+              f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
+    pidfile = ud / "agent.pid"
+    # Mounts: saved in agent.json; changing them while an agent runs is refused (STO-16).
+    if args.mount is not None:
+        label, sep, path = args.mount.partition("=")
+        if not sep or not label:
+            return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
+        running = _running_pid(pidfile)
+        if running and not args.foreground_child:
+            return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
+        mounts = _mounts(ud)
+        if path:
+            mounts[label] = str(Path(path).expanduser().absolute())
+        else:
+            mounts.pop(label, None)
+        write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
+    cred_path = credential_path(ud, control)
+    cred = _load_credential(cred_path)
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if cred is None:
+        token = args.token or os.environ.get("CODEFYUI_AGENT_TOKEN")
+        if not token:
+            return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on the "
+                        f"control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
+        name = args.name or hostname()
+        try:
+            res = _enroll(control, token, args.name or None, devices or detect_devices())
+        except CduiError as err:
+            return _die(f"enrollment failed: {err}", 4)
+        cred = {"credential": res["credential"], "name": res["worker"], "control": control,
+                "ca_fingerprint": args.ca_fingerprint}
+        write_private(cred_path, json.dumps(cred))
+        print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
+        del name
+    elif args.token and not args.foreground_child:
+        print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
+              f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
+    if args.name and args.name != cred["name"] and not args.foreground_child:
+        return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
+                    f"`cdui agent forget {control}` to enroll under another name", 2)
+    if args.foreground:
+        return _run_foreground(cfg, control, cred, devices, pidfile)
+    running = _running_pid(pidfile)
+    if running:
+        print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
+        return 0
+    status_file = ud / "agent-status.json"
+    status_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--foreground", "--_child"]
+    if args.devices:
+        cmd += ["--devices", args.devices]
+    log_path = ud / "agent.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                cwd=str(Path(__file__).resolve().parent.parent))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rc = proc.poll()
+        st = _load_credential(status_file) or {}
+        if st.get("state") == "connected":
+            print(f"agent {cred['name']} connected to {control} (pid {proc.pid}, log {log_path})")
+            return 0
+        if st.get("state") == "refused" or rc is not None:
+            proc.wait(timeout=30) if rc is None else None
+            return _die(f"the agent stopped: {st.get('message') or 'see ' + str(log_path)}", proc.returncode or 2)
+        time.sleep(0.2)
+    print(f"agent {cred['name']} started (pid {proc.pid}) but is not connected yet: "
+          f"{(_load_credential(status_file) or {}).get('message', '')}; it keeps retrying (log {log_path})")
+    return 0
+
+
+def _running_pid(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
+    from cdui.agent import Agent, detect_devices
+    from cdui.config import machine_id
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ud = cfg.user_data
+    pidfile.write_text(str(os.getpid()))
+    try:
+        agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
+                      labels=_labels_fn(ud), status_file=ud / "agent-status.json")
+        return asyncio.run(agent.run())
+    finally:
+        try:
+            if pidfile.read_text().strip() == str(os.getpid()):
+                pidfile.unlink()
+        except OSError:
+            pass
+
+
+def cmd_agent_stop(args: argparse.Namespace) -> int:
+    from cdui import config
+    cfg = config.load()
+    pid = _running_pid(cfg.user_data / "agent.pid")
+    if not pid:
+        print("no agent is running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print(f"agent (pid {pid}) stopped")
+            return 0
+        time.sleep(0.1)
+    return _die(f"the agent (pid {pid}) did not stop within 60 s", 1)
+
+
+def cmd_agent_forget(args: argparse.Namespace) -> int:
+    from cdui import config
+    from cdui.agent import credential_path
+    try:
+        control = _check_control(args.url)
+    except CduiError as err:
+        return _die(str(err), 2)
+    path = credential_path(config.load().user_data, control)
+    if path.exists():
+        path.unlink()
+        print(f"forgot the credential for {control} ({path}); the next start needs a token")
+    else:
+        print(f"no credential is stored for {control}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    w = sub.add_parser("workers", help="manage remote workers")
+    wsub = w.add_subparsers(dest="workers_command", metavar="ACTION", required=True, parser_class=type(w))
+    s = wsub.add_parser("token", help="make an enrollment token")
+    s.add_argument("--ttl", type=parse_duration, default=86400.0, help="validity, e.g. 24h (default), 30m, 3600")
+    s.add_argument("--uses", type=int, default=1, help="how many agents may use it (default 1)")
+    s.add_argument("--for", dest="for_name", default=None, metavar="NAME", help="a reissue token for worker NAME")
+    s.add_argument("--control", default=None)
+    s.set_defaults(func=cmd_token)
+    s = wsub.add_parser("list", help="list workers")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--control", default=None)
+    s.set_defaults(func=cmd_list)
+    for action in ("drain", "undrain", "remove", "reissue"):
+        s = wsub.add_parser(action, help=f"{action} a worker")
+        s.add_argument("name", metavar="NAME")
+        s.add_argument("--control", default=None)
+        s.set_defaults(func=cmd_action, action=action)
+
+    a = sub.add_parser("agent", help="run this machine as a worker")
+    asub = a.add_subparsers(dest="agent_command", metavar="ACTION", required=True, parser_class=type(a))
+    s = asub.add_parser("start", help="enroll (first time) and connect to a control plane")
+    s.add_argument("--control", required=True, metavar="URL", help="the control plane, e.g. http://192.168.1.5:8000")
+    s.add_argument("--token", default=None, help="enrollment token (first start only; or CODEFYUI_AGENT_TOKEN)")
+    s.add_argument("--name", default=None, help="worker name (default: this host's name)")
+    s.add_argument("--devices", default=None, help="devices to offer, e.g. cpu or cuda:0,cuda:1")
+    s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
+    s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX", help="pin the proxy's TLS key")
+    s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_agent_start)
+    s = asub.add_parser("stop", help="stop the background agent")
+    s.set_defaults(func=cmd_agent_stop)
+    s = asub.add_parser("forget", help="delete the stored credential for URL")
+    s.add_argument("url", metavar="URL")
+    s.set_defaults(func=cmd_agent_forget)

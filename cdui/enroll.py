@@ -1,0 +1,149 @@
+"""Enrollment tokens and worker credentials (ENR-*): pure policy plus store calls.
+
+- An enrollment token looks like ``abcdef.0123456789abcdef``: a public id and a
+  secret. Only ``sha256(secret)`` is stored; the token is shown once.
+- It has a lifetime (default 24 h) and a number of uses (default 1). A token
+  bound to a worker (a *reissue*) enrolls only that worker and supersedes its
+  credential.
+- Refusals say which case applies: unknown, revoked, expired, used up.
+- A worker credential is a long random secret; only its hash is stored.
+  Superseded and revoked credential hashes are kept so that an agent holding
+  one is told so (ENR-23, ENR-26) instead of "unknown".
+- Attempts are rate limited per source address (ENR-34).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import sqlite3
+import string
+import time
+from collections import deque
+from typing import Any, Callable
+
+from cdui.errors import CduiError
+
+ALPHABET = string.ascii_lowercase + string.digits
+TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_token() -> tuple[str, str, str]:
+    """Returns (token, id, secret hash)."""
+    tid = "".join(secrets.choice(ALPHABET) for _ in range(6))
+    sec = "".join(secrets.choice(ALPHABET) for _ in range(16))
+    return f"{tid}.{sec}", tid, hash_secret(sec)
+
+
+def new_credential() -> tuple[str, str]:
+    cred = "cdw_" + secrets.token_urlsafe(32)
+    return cred, hash_secret(cred)
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise CduiError("bad_name", f"worker name {name!r} is not valid",
+                        hint="use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return name
+
+
+def parse_token(token: Any) -> tuple[str, str]:
+    m = TOKEN_RE.match(token.strip()) if isinstance(token, str) else None
+    if not m:
+        raise CduiError("bad_token", "the enrollment token is malformed (expected xxxxxx.yyyyyyyyyyyyyyyy)",
+                        hint="copy the whole token printed by `cdui workers token`", status=401)
+    return m.group(1), m.group(2)
+
+
+def issue_token(c: sqlite3.Connection, ttl_s: float, uses: int, worker: str | None, now: float) -> dict[str, Any]:
+    token, tid, h = new_token()
+    c.execute("INSERT INTO enroll_tokens (id, secret_hash, uses_left, uses_total, expires_at, worker, created_at)"
+              " VALUES (?,?,?,?,?,?,?)", (tid, h, uses, uses, now + ttl_s, worker, now))
+    return {"token": token, "id": tid, "expires_at": now + ttl_s, "uses": uses, "worker": worker}
+
+
+def consume_token(c: sqlite3.Connection, token: str, name: str | None, now: float) -> tuple[str, str | None]:
+    """Check a token and use it once. Returns (worker name, reissue worker or None).
+
+    Raises CduiError naming the exact reason (unknown / revoked / expired / used up / name taken).
+    """
+    tid, sec = parse_token(token)
+    r = c.execute("SELECT * FROM enroll_tokens WHERE id=?", (tid,)).fetchone()
+    if r is None or not secrets.compare_digest(r["secret_hash"], hash_secret(sec)):
+        raise CduiError("token_unknown", f"enrollment token {tid}.… is not known to this control plane",
+                        hint="check the --control URL points at the server that issued it, or make a new token "
+                             "with `cdui workers token`", status=401)
+    if r["revoked"]:
+        raise CduiError("token_revoked", f"enrollment token {tid}.… was revoked",
+                        hint="make a new token with `cdui workers token`", status=401)
+    if r["expires_at"] <= now:
+        raise CduiError("token_expired", f"enrollment token {tid}.… expired",
+                        hint="make a new token with `cdui workers token` (--ttl sets its lifetime)", status=401)
+    if r["uses_left"] <= 0:
+        raise CduiError("token_used_up", f"enrollment token {tid}.… is used up ({r['uses_total']} of {r['uses_total']} uses)",
+                        hint="make a new token with `cdui workers token` (--uses sets how many agents may use it)",
+                        status=401)
+    bound = r["worker"]
+    if bound:
+        if name and name != bound:
+            raise CduiError("token_bound", f"this token can only enroll worker {bound!r}, not {name!r}",
+                            hint=f"start the agent with --name {bound}", status=403)
+        name = bound
+    else:
+        name = check_name(name)
+        if c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone():
+            raise CduiError("name_taken", f"worker name {name!r} is already enrolled",
+                            hint=f"choose another --name, or reissue it: `cdui workers reissue {name}`", status=409)
+    c.execute("UPDATE enroll_tokens SET uses_left=uses_left-1 WHERE id=?", (tid,))
+    return name, bound
+
+
+def enroll(c: sqlite3.Connection, token: str, name: str | None, devices: list[str], machine_id: str,
+           now: float) -> dict[str, Any]:
+    worker, reissue = consume_token(c, token, name, now)
+    cred, h = new_credential()
+    old = c.execute("SELECT credential_hash FROM workers WHERE name=?", (worker,)).fetchone()
+    if old is not None:
+        if old[0]:
+            c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
+                      (old[0], worker, "superseded", now))
+        c.execute("UPDATE workers SET credential_hash=?, devices=?, machine_id=? WHERE name=?",
+                  (h, _json(devices), machine_id, worker))
+    else:
+        c.execute("INSERT INTO workers (name, credential_hash, devices, machine_id, created_at) VALUES (?,?,?,?,?)",
+                  (worker, h, _json(devices), machine_id, now))
+    # A reissue token's job is done once its worker enrolled: it cannot be reused for another copy.
+    if reissue:
+        c.execute("UPDATE enroll_tokens SET uses_left=0 WHERE worker=? AND uses_left>0", (worker,))
+    return {"worker": worker, "credential": cred}
+
+
+def _json(v: Any) -> str:
+    import json
+    return json.dumps(v)
+
+
+class RateLimiter:
+    """At most ``limit`` attempts per ``window`` seconds per key. Time is a parameter."""
+
+    def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.window = window
+        self.clock = clock
+        self.hits: dict[str, deque[float]] = {}
+
+    def check(self, key: str) -> float | None:
+        """Record an attempt; return None if allowed, else seconds until the next is."""
+        now = self.clock()
+        q = self.hits.setdefault(key, deque())
+        while q and q[0] <= now - self.window:
+            q.popleft()
+        if len(q) >= self.limit:
+            return q[0] + self.window - now
+        q.append(now)
+        return None

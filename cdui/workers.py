@@ -1,0 +1,587 @@
+"""Remote workers on the control plane: enrollment routes, ``/ws/worker``,
+remote executors, disconnects, resume and adoption (ENR, CONN, DISC, ROUTE).
+
+The wire shapes are in :mod:`cdui.protocol`, token policy in
+:mod:`cdui.enroll`; this module is the loop that ties them to the run service.
+
+Disconnect handling, in one place:
+
+- a worker's connection closes, or it is silent for three heartbeats: each of
+  its active runs becomes ``disconnected`` (``worker_disconnected`` warning),
+  keeps its slot, and waits ``CODEFYUI_WORKER_RESUME_GRACE_S``;
+- it reconnects holding the run: back to ``running`` (``worker_reconnected``),
+  the agent replays every event after the last acknowledged one;
+- the grace passes: the run ends ``interrupted`` and frees its slot; if the
+  worker later returns with it, it is told to stop and the real ending is
+  stored as ``late_result``;
+- the control plane restarted (it was killed): worker runs are *adopted* at
+  start (``disconnected``, same slot, same log) and wait the grace from then.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from cdui import __version__, enroll, protocol
+from cdui.config import machine_id
+from cdui.errors import CduiError, NotFound
+from cdui.runs import CP, RunService, iso
+from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
+from cdui.store import ACTIVE, TERMINAL
+
+log = logging.getLogger(__name__)
+WORKERS = web.AppKey("workers", "WorkerManager")
+
+
+@dataclass
+class Conn:
+    name: str
+    ws: web.WebSocketResponse
+    hello: protocol.Hello
+    address: str
+    unencrypted: bool
+    connected_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.time)
+    labels: dict[str, str] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def send(self, msg: dict[str, Any]) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            async with self.lock:
+                await self.ws.send_str(json.dumps(msg))
+            return True
+        except (ConnectionError, RuntimeError):
+            return False
+
+
+class RemoteExecutor:
+    """A connected worker, as the run queue sees it."""
+
+    def __init__(self, manager: "WorkerManager", conn: Conn) -> None:
+        self.manager = manager
+        self.conn = conn
+        self.name = conn.name
+        self.drained = False
+        self.disabled = False
+
+    def devices(self) -> list[str]:
+        return list(self.conn.hello.devices)
+
+    def unavailable_reason(self) -> str | None:
+        if self.disabled:
+            return f"worker {self.name} is disabled"
+        if self.drained:
+            return f"worker {self.name} is draining (no new runs)"
+        return None
+
+    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
+        if not self.conn.labels.get("data") or self.conn.hello.machine_id != self.manager.machine_id:
+            # Another machine: it resolves paths in its own installation.
+            for k in ("layout", "custom_nodes_dir", "plugins_dir"):
+                job.pop(k, None)
+        if not await self.conn.send(protocol.assign(run["id"], job)):
+            raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
+
+    def stop(self, run_id: str, grace: float) -> bool:
+        self.manager.runs.spawn(self.conn.send(protocol.stop(run_id)))
+        return True
+
+
+class WorkerManager:
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.config = app[CONFIG]
+        self.runs: RunService = app[RUNS]
+        self.store = self.runs.store
+        self.conns: dict[str, Conn] = {}
+        self.rejected: dict[str, dict[str, Any]] = {}
+        self._revoked_seen: dict[str, float] = {}
+        self.timers: dict[str, asyncio.Task[Any]] = {}
+        self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
+        self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
+        self.machine_id = machine_id()
+        self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]))
+        self.closing = False
+
+    # -- start: adopt what a killed control plane left -------------------------------
+    async def adopt(self) -> None:
+        rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        for r in rows:
+            if r.get("worker_id") in (None, "local"):
+                continue
+            if self.grace <= 0:
+                await self.runs._finish(r["id"], "interrupted",
+                                        "the server restarted and CODEFYUI_WORKER_RESUME_GRACE_S is 0, "
+                                        "so worker runs are not adopted")
+                continue
+            now = time.time()
+            self.runs.active[r["id"]] = (r["worker_id"], r.get("slot_device") or "cpu")
+            await self.store.update_run(r["id"], status="disconnected", disconnected_at=now, adopted_at=now)
+            await self.runs.record_cp(r["id"], "run_warning", {
+                "kind": "worker_disconnected", "restart": True,
+                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r['worker_id']} "
+                           f"to reconnect with the run"})
+            self._start_timer(r["id"], adopted=True)
+
+    # -- grace timers -------------------------------------------------------------
+    def _start_timer(self, run_id: str, adopted: bool) -> None:
+        self._cancel_timer(run_id)
+        self.timers[run_id] = self.runs.spawn(self._grace_expiry(run_id, adopted))
+
+    def _cancel_timer(self, run_id: str) -> None:
+        t = self.timers.pop(run_id, None)
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _grace_expiry(self, run_id: str, adopted: bool) -> None:
+        await asyncio.sleep(self.grace)
+        self.timers.pop(run_id, None)
+        run = await self.store.get_run(run_id)
+        if run is None or run["status"] != "disconnected":
+            return
+        g = f"{self.grace:g}"
+        if adopted:
+            msg = f"it did not reconnect with the run within {g} s after this server restarted"
+        else:
+            msg = f"worker {run['worker_id']} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
+        await self.runs._finish(run_id, "interrupted", msg)
+
+    async def _on_terminal(self, run_id: str, status: str) -> None:
+        self._cancel_timer(run_id)
+
+    # -- connection lifecycle --------------------------------------------------------
+    def _reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
+        now = time.time()
+        if cred_hash is not None:
+            last = self._revoked_seen.get(cred_hash)
+            if last is not None and now - last < 3600:
+                return
+            self._revoked_seen[cred_hash] = now
+        self.rejected[name] = {"name": name, "reason": reason, "address": address, "at": iso(now)}
+        log.warning("rejected worker connection %s from %s: %s", name, address, reason)
+
+    async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
+        await ws.prepare(request)
+        address = request.remote or "?"
+        auth = request.headers.get("Authorization", "")
+        cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        h = enroll.hash_secret(cred) if cred else ""
+
+        async def refuse(code: str, message: str) -> web.WebSocketResponse:
+            await ws.send_str(json.dumps(protocol.refused(code, message)))
+            await ws.close()
+            return ws
+
+        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone()
+                                    if h else None)
+        if row is None:
+            old = await self.store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
+                                                            (h,)).fetchone() if h else None)
+            if old is not None:
+                what = "was removed" if old["reason"] == "removed" else "was superseded by a reissue"
+                self._reject(old["worker"], f"revoked credential ({what})", address, h)
+                return await refuse("revoked", f"the credential of worker {old['worker']} {what}; "
+                                               f"this agent can no longer connect")
+            return await refuse("unknown_credential", "this control plane does not know the agent's credential")
+        name = row["name"]
+        try:
+            first = await ws.receive(timeout=30)
+        except asyncio.TimeoutError:
+            return await refuse("bad_hello", "no hello within 30 s")
+        if first.type != WSMsgType.TEXT:
+            return await refuse("bad_hello", "the first message must be a JSON text hello")
+        version = protocol.peek_version(first.data)
+        if version != __version__:
+            msg = f"version mismatch: worker {version or 'unknown'}, control plane {__version__}"
+            self._reject(name, msg, address)
+            return await refuse("version_mismatch", msg)
+        try:
+            hello = protocol.parse_agent_message(first.data)
+            if not isinstance(hello, protocol.Hello):
+                raise protocol.ProtocolError("the first message must be a hello")
+        except protocol.ProtocolError as exc:
+            self._reject(name, f"bad hello: {exc}", address)
+            return await refuse("bad_hello", str(exc))
+        if hello.name != name:
+            self._reject(hello.name, f"its credential belongs to worker {name}", address)
+            return await refuse("credential_mismatch", f"this credential belongs to worker {name}, not {hello.name}")
+        existing = self.conns.get(name)
+        if existing is not None and not existing.ws.closed:
+            self._reject(name, f"worker {name} is already connected from {existing.address}", address)
+            return await refuse("name_in_use", f"worker {name} is already connected from {existing.address}; "
+                                               f"stop the other agent first")
+        labels = dict(hello.labels)
+        if hello.machine_id and hello.machine_id == self.machine_id:
+            labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
+        scheme_plain = request.scheme == "http" and not is_loopback(request)
+        conn = Conn(name, ws, hello, address, scheme_plain, labels=labels)
+        self.conns[name] = conn
+        self.rejected.pop(name, None)
+        await self.store.write(lambda c: c.execute(
+            "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
+            (hello.version, json.dumps(hello.devices), json.dumps(labels), time.time(), address,
+             hello.machine_id, name)))
+        log.info("worker %s connected from %s (devices %s)", name, address, ",".join(hello.devices))
+        try:
+            await self._welcome(conn, row)
+            executor = RemoteExecutor(self, conn)
+            executor.drained = bool(row["drained"])
+            executor.disabled = bool(row["disabled"])
+            self.runs.executors[name] = executor
+            self.runs.wake()
+            watchdog = self.runs.spawn(self._watchdog(conn))
+            try:
+                await self._serve(conn)
+            finally:
+                watchdog.cancel()
+        finally:
+            if self.conns.get(name) is conn:
+                self.conns.pop(name, None)
+                if self.runs.executors.get(name) is not None and getattr(self.runs.executors[name], "conn", None) is conn:
+                    self.runs.executors.pop(name, None)
+                if not self.closing:
+                    await self._worker_gone(name)
+            await ws.close()
+        return ws
+
+    async def _welcome(self, conn: Conn, row: Any) -> None:
+        src = f"worker:{conn.name}"
+        held = {r.run_id: r for r in conn.hello.runs}
+        answer: dict[str, dict[str, Any]] = {}
+        stops = []
+        for run_id, h in held.items():
+            run = await self.store.get_run(run_id)
+            acked = await self.store.source_acked(run_id, src) if run else 0
+            if run is None or run.get("worker_id") != conn.name:
+                answer[run_id] = {"acked": h.last_seq, "action": "drop"}
+                continue
+            if run["status"] in TERMINAL:
+                answer[run_id] = {"acked": acked, "action": "stop"}
+                continue
+            answer[run_id] = {"acked": acked, "action": "continue"}
+            self._cancel_timer(run_id)
+            self.runs.active[run_id] = (conn.name, run.get("slot_device") or "cpu")
+            if run["status"] == "disconnected":
+                await self.store.update_run(run_id, status="running", disconnected_at=None)
+                away = time.time() - (run.get("disconnected_at") or time.time())
+                await self.runs.record_cp(run_id, "run_warning", {
+                    "kind": "worker_reconnected",
+                    "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
+            if run["stop_requested"]:
+                stops.append(run_id)
+        await conn.send(protocol.welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
+        for run_id in stops:
+            await conn.send(protocol.stop(run_id))
+        # Runs this worker should hold but does not: its agent restarted without them.
+        active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        for r in active:
+            if r.get("worker_id") == conn.name and r["id"] not in held:
+                await self.runs._finish(r["id"], "interrupted",
+                                        f"worker {conn.name} reconnected without the run (its agent restarted)")
+
+    async def _serve(self, conn: Conn) -> None:
+        async for msg in conn.ws:
+            conn.last_seen = time.time()
+            if msg.type != WSMsgType.TEXT:
+                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                    return
+                await conn.send(protocol.error("binary frames are not part of the protocol"))
+                continue
+            try:
+                m = protocol.parse_agent_message(msg.data)
+            except protocol.ProtocolError as exc:
+                log.warning("worker %s sent a malformed message: %s", conn.name, exc)
+                await conn.send(protocol.error(f"malformed message: {exc}"))
+                continue
+            try:
+                if isinstance(m, protocol.Events):
+                    await self._events(conn, m)
+                elif isinstance(m, protocol.Heartbeat):
+                    if m.labels is not None:
+                        labels = dict(m.labels)
+                        if conn.hello.machine_id == self.machine_id:
+                            labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
+                        conn.labels = labels
+                    await self.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
+                                                               (conn.last_seen, json.dumps(conn.labels), conn.name)))
+                else:
+                    await conn.send(protocol.error("hello was already received"))
+            except Exception:  # one bad message must not end the connection
+                log.exception("handling a message from worker %s failed", conn.name)
+                await conn.send(protocol.error("the control plane failed to handle that message; see its log"))
+
+    async def _watchdog(self, conn: Conn) -> None:
+        while not conn.ws.closed:
+            await asyncio.sleep(self.heartbeat)
+            if time.time() - conn.last_seen > 3 * self.heartbeat:
+                log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
+                await conn.ws.close()
+                return
+
+    async def _events(self, conn: Conn, m: protocol.Events) -> None:
+        run = await self.store.get_run(m.run_id)
+        if run is None or run.get("worker_id") != conn.name:
+            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            return
+        if run["status"] in TERMINAL:
+            # Ended here while the worker was away: keep the log as it is, keep its real ending.
+            for e in m.events:
+                d = e.get("data") or {}
+                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.get("late_result"):
+                    late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
+                            "at": iso(e.get("at") or time.time())}
+                    facts = dict(run.get("execution_facts") or {})
+                    facts["late_result"] = late
+                    await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
+                    run["late_result"] = late
+            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            return
+        acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        await conn.send(protocol.ack(m.run_id, acked))
+
+    async def _worker_gone(self, name: str) -> None:
+        log.warning("worker %s disconnected", name)
+        for run_id, (ex, _) in list(self.runs.active.items()):
+            if ex != name:
+                continue
+            if self.grace <= 0:
+                await self.runs._finish(run_id, "interrupted",
+                                        f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
+                continue
+            run = await self.store.get_run(run_id)
+            if run is None or run["status"] != "running":
+                continue
+            now = time.time()
+            await self.store.update_run(run_id, status="disconnected", disconnected_at=now)
+            await self.runs.record_cp(run_id, "run_warning", {
+                "kind": "worker_disconnected",
+                "message": f"worker {name} disconnected; the run keeps its slot for up to {self.grace:g} s"})
+            self._start_timer(run_id, adopted=False)
+
+    # -- graceful shutdown (DISC-20, DISC-21) -------------------------------------------
+    async def shutdown(self) -> None:
+        self.closing = True
+        grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
+        for run_id, (name, _) in list(self.runs.active.items()):
+            if name == "local":
+                continue
+            conn = self.conns.get(name)
+            if conn is not None:
+                await conn.send(protocol.stop(run_id))
+            else:
+                await self.runs._finish(run_id, "interrupted",
+                                        "the server stopped while the run's worker was disconnected")
+        deadline = time.monotonic() + grace + 5
+        while time.monotonic() < deadline and any(ex != "local" for ex, _ in self.runs.active.values()):
+            await asyncio.sleep(0.1)
+        for run_id, (name, _) in list(self.runs.active.items()):
+            if name != "local":
+                await self.runs._finish(run_id, "interrupted",
+                                        f"the server stopped and the run did not stop within {grace:g} s")
+        for conn in list(self.conns.values()):
+            await conn.ws.close()
+        for t in list(self.timers.values()):
+            t.cancel()
+
+    # -- HTTP -----------------------------------------------------------------------------
+    async def worker_rows(self) -> list[dict[str, Any]]:
+        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM workers ORDER BY name")])
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        rows = await self.worker_rows()
+        out = []
+        for r in rows:
+            conn = self.conns.get(r["name"])
+            online = conn is not None and not conn.ws.closed
+            devices = json.loads(r["devices"] or "[]") if not online else conn.hello.devices
+            runs_here = [rid for rid, (ex, _) in self.runs.active.items() if ex == r["name"]]
+            used: dict[str, int] = {}
+            for rid, (ex, dev) in self.runs.active.items():
+                if ex == r["name"]:
+                    used[dev] = used.get(dev, 0) + 1
+            status = "disabled" if r["disabled"] else ("draining" if r["drained"] and online else
+                                                        ("online" if online else "offline"))
+            out.append({
+                "name": r["name"], "status": status, "online": online, "version": r["version"],
+                "drained": bool(r["drained"]), "disabled": bool(r["disabled"]),
+                "devices": [{"device": d, "slots": self.runs.caps.slots(r["name"], d), "in_use": used.get(d, 0)}
+                            for d in devices],
+                "runs": runs_here, "last_seen": iso(conn.last_seen if online else r["last_seen"]),
+                "address": conn.address if online else r["address"],
+                "labels": conn.labels if online else json.loads(r["labels"] or "{}"),
+                "unencrypted": bool(conn.unencrypted) if online else False,
+                "same_machine": (r["machine_id"] == self.machine_id),
+                "connected_at": iso(conn.connected_at) if online else None,
+            })
+        return web.json_response({"workers": out, "rejected": sorted(self.rejected.values(), key=lambda x: x["at"])})
+
+    async def create_token(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        ttl = body.get("ttl_s", 86400)
+        uses = body.get("uses", 1)
+        worker = body.get("worker")
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl <= 0:
+            raise CduiError("bad_request", f"ttl_s={ttl!r} must be a positive number of seconds")
+        if not isinstance(uses, int) or isinstance(uses, bool) or uses < 1:
+            raise CduiError("bad_request", f"uses={uses!r} must be a positive integer")
+        if worker is not None:
+            enroll.check_name(worker)
+            exists = await self.store.read(lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
+            if not exists:
+                raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
+                                                      "`cdui workers list`")
+        now = time.time()
+        tok = await self.store.write(lambda c: enroll.issue_token(c, float(ttl), uses, worker, now))
+        return web.json_response(self._token_answer(request, tok), status=201)
+
+    def _token_answer(self, request: web.Request, tok: dict[str, Any]) -> dict[str, Any]:
+        control = f"{request.scheme}://{request.host}"
+        cmd = f"cdui agent start --control {control} --token {tok['token']}"
+        if tok.get("worker"):
+            cmd += f" --name {tok['worker']}"
+        return {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
+                "worker": tok.get("worker"), "command": cmd}
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        rows = await self.store.read(lambda c: [dict(r) for r in c.execute(
+            "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
+            "WHERE revoked=0 ORDER BY created_at")])
+        for r in rows:
+            r["expires_at"] = iso(r["expires_at"])
+            r["created_at"] = iso(r["created_at"])
+            r["expired"] = False
+        return web.json_response(rows)
+
+    async def delete_token(self, request: web.Request) -> web.Response:
+        tid = request.match_info["token_id"]
+        n = await self.store.write(lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
+        if not n:
+            raise NotFound("enrollment token", tid)
+        return web.json_response({"revoked": tid})
+
+    async def enroll_route(self, request: web.Request) -> web.Response:
+        wait = self.limiter.check(request.remote or "?")
+        if wait is not None:
+            raise CduiError("rate_limited", f"too many enrollment attempts from {request.remote}",
+                            hint=f"try again in {wait:.0f} s", status=429)
+        body = await _body(request)
+        devices = body.get("devices") or []
+        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+            raise CduiError("bad_request", f"devices={devices!r} must be a list of strings")
+        version = body.get("version")
+        if version is not None and version != __version__:
+            raise CduiError("version_mismatch", f"version mismatch: worker {version}, control plane {__version__}",
+                            hint=f"install cdui {__version__} on the worker", status=400)
+        now = time.time()
+        res = await self.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"), devices,
+                                                             str(body.get("machine_id") or ""), now))
+        log.info("worker %s enrolled from %s", res["worker"], request.remote)
+        return web.json_response({"worker": res["worker"], "credential": res["credential"],
+                                  "version": __version__}, status=201)
+
+    async def _worker_or_404(self, name: str) -> dict[str, Any]:
+        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE name=?", (name,)).fetchone())
+        if row is None:
+            raise NotFound("worker", name, hint="list workers with `cdui workers list`")
+        return dict(row)
+
+    async def set_drain(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        await self._worker_or_404(name)
+        drain = request.path.endswith("/drain")
+        await self.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
+        ex = self.runs.executors.get(name)
+        if isinstance(ex, RemoteExecutor):
+            ex.drained = drain
+        self.runs.wake()
+        return web.json_response({"name": name, "drained": drain})
+
+    async def reissue(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        await self._worker_or_404(name)
+        body = await _body(request)
+        ttl = body.get("ttl_s", 86400)
+        now = time.time()
+        tok = await self.store.write(lambda c: enroll.issue_token(c, float(ttl), 1, name, now))
+        return web.json_response(self._token_answer(request, tok), status=201)
+
+    async def remove(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        row = await self._worker_or_404(name)
+        now = time.time()
+
+        def fn(c: Any) -> None:
+            if row["credential_hash"]:
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
+                          (row["credential_hash"], name, "removed", now))
+            c.execute("DELETE FROM workers WHERE name=?", (name,))
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
+        await self.store.write(fn)
+        conn = self.conns.pop(name, None)
+        self.runs.executors.pop(name, None)
+        if conn is not None:
+            await conn.send(protocol.revoked(f"worker {name} was removed from the control plane; its credential "
+                                             f"is revoked"))
+            await conn.ws.close()
+        for run_id, (ex, _) in list(self.runs.active.items()):
+            if ex == name:
+                await self.runs._finish(run_id, "interrupted", f"worker {name} was removed")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
+            if r["target"] == {"worker": name}:
+                await self.runs._finish(r["id"], "failed", f"worker {name} was removed before the run started")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
+            if r.get("worker_id") == name:
+                await self.runs._finish(r["id"], "interrupted", f"worker {name} was removed")
+        return web.json_response({"removed": name})
+
+    async def check_target(self, target: Any, graph: Any) -> None:
+        if isinstance(target, dict) and "worker" in target:
+            name = target["worker"]
+            rows = await self.worker_rows()
+            names = [r["name"] for r in rows]
+            if name not in names and name != "local":
+                raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
+                                hint=f"enrolled workers: {', '.join(names) or 'none'}; "
+                                     f"add one with `cdui workers token`")
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise CduiError("bad_json", f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise CduiError("bad_request", "the request body must be a JSON object")
+    return body
+
+
+def attach(app: web.Application) -> WorkerManager:
+    m = WorkerManager(app)
+    app[EXTRA]["workers"] = m
+    m.runs.on_terminal.append(m._on_terminal)
+    m.runs.target_checks = [m.check_target]
+    m.runs.before_dispatch.append(m.adopt)
+    m.runs.on_shutdown.append(m.shutdown)
+    r = app.router
+    r.add_get("/api/workers", m.list_workers)
+    r.add_post("/api/workers/tokens", m.create_token)
+    r.add_get("/api/workers/tokens", m.list_tokens)
+    r.add_delete("/api/workers/tokens/{token_id}", m.delete_token)
+    r.add_post("/api/workers/enroll", m.enroll_route)
+    r.add_get("/ws/worker", m.ws_handler)
+    r.add_delete("/api/workers/{name}", m.remove)
+    r.add_post("/api/workers/{name}/drain", m.set_drain)
+    r.add_post("/api/workers/{name}/undrain", m.set_drain)
+    r.add_post("/api/workers/{name}/reissue", m.reissue)
+    return m
