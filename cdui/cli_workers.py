@@ -185,7 +185,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         try:
             res = _enroll(control, token, args.name or None, devices or detect_devices())
         except CduiError as err:
-            return _die(f"enrollment failed: {err}", 4)
+            # A version refusal is final whatever we retry (exit 2); other failures are start failures (4).
+            return _die(f"enrollment failed: {err}", 2 if err.code == "version_mismatch" else 4)
         cred = {"credential": res["credential"], "name": res["worker"], "control": control,
                 "ca_fingerprint": args.ca_fingerprint}
         write_private(cred_path, json.dumps(cred))

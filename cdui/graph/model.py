@@ -112,10 +112,18 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None) -> tuple[G
         flat_nodes.append({"id": n["id"], "type": n["type"], "params": dict(params),
                            "internalParams": (data.get("internalParams") or {}) if isinstance(data, dict) else {},
                            "origin": n["id"]})
+    annotations = {n.get("id") for n in nodes if isinstance(n, dict) and n.get("type") in ANNOTATION_TYPES}
     flat_edges: list[dict[str, Any]] = []
     for i, e in enumerate(edges):
         if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("target"), str):
             errors.append(err(None, "bad_edge", f"edges[{i}] needs string 'source' and 'target'"))
+            continue
+        if e["source"] in annotations or e["target"] in annotations:
+            continue
+        missing = [x for x in (e["source"], e["target"]) if x not in seen]
+        if missing:
+            errors.append(err(None, "bad_edge", f"edge {e.get('id') or i!r} connects node {missing[0]!r}, which does not exist",
+                              value=missing[0], hint="remove the edge or add the node"))
             continue
         flat_edges.append({"source": e["source"], "target": e["target"],
                            "sourceHandle": e.get("sourceHandle") or "", "targetHandle": e.get("targetHandle") or "",

@@ -1,0 +1,396 @@
+"""Remote workers end to end: real control plane, real agent processes, real runs.
+
+Requirement ids: ENR (enrollment), CONN (connection), DISC (disconnects,
+resume, adoption), ROUTE (targets, drain), SVC (agent stop semantics),
+TRUST-secrets (no secret on the worker's disk).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from procs import (REPO_ROOT, TERMINAL, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for,
+                   wait_run)
+from tcpproxy import TcpProxy
+
+# A node that ticks N times, reporting progress, honouring stop: a run whose
+# every event we can count, long enough to cut its connection mid-way.
+TICKER = '''
+import time
+from cdui.nodes.base import Node, Param, Port
+from cdui.graph.context import RunStopped
+
+
+class Ticker(Node):
+    NODE_NAME = "Ticker"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("ticks", "int", 20), Param("interval", "float", 0.1), Param("token", "secret", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        for i in range(1, int(params["ticks"]) + 1):
+            if ctx.should_stop():
+                raise RunStopped()
+            ctx.progress(tick=i, ticks=int(params["ticks"]))
+            time.sleep(float(params["interval"]))
+        return {"value": float(params["ticks"])}
+'''
+
+
+def ticker_graph(ticks: int = 20, interval: float = 0.1, token: str = "") -> dict[str, Any]:
+    return graph([node("start", "Start"), node("tick", "Ticker", ticks=ticks, interval=interval, token=token),
+                  node("print", "Print", label="ticks")],
+                 [trig("start", "tick"), edge("tick", "value", "print", "value")], name=f"ticker {ticks}")
+
+
+def _install_ticker(data_dir: Path) -> None:
+    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (data_dir / "custom_nodes" / "ticker.py").write_text(TICKER)
+
+
+class Agent(Proc):
+    def __init__(self, tmp: Path, control: str, name: str = "w1", token: str | None = None,
+                 extra: list[str] | None = None, env_extra: dict[str, str] | None = None,
+                 user_data: Path | None = None) -> None:
+        self.user_data = user_data or tmp / f"agent-{name}"
+        self.data_dir = tmp / f"agent-{name}-data"
+        _install_ticker(self.data_dir)
+        cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--name", name,
+               "--devices", "cpu", "--foreground"]
+        if token:
+            cmd += ["--token", token]
+        cmd += extra or []
+        super().__init__(cmd, env_for(self.user_data, self.data_dir, env_extra), tmp / f"agent-{name}.log",
+                         name=f"agent-{name}")
+
+
+def make_server(tmp: Path, **env: str) -> ServerProc:
+    s = ServerProc(tmp, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1", **env})
+    _install_ticker(s.data_dir)
+    return s.start()
+
+
+def token(server: ServerProc, **body: Any) -> str:
+    return server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1, **body}, expect=201)["token"]
+
+
+def worker(server: ServerProc, name: str) -> dict[str, Any] | None:
+    for w in server.call("GET", "/api/workers", expect=200)["workers"]:
+        if w["name"] == name:
+            return w
+    return None
+
+
+def wait_online(server: ServerProc, name: str = "w1", agent: Proc | None = None) -> dict[str, Any]:
+    def check():
+        if agent is not None and not agent.alive:
+            raise AssertionError(f"agent exited with {agent.returncode}:\n{agent.log_tail(30)}")
+        w = worker(server, name)
+        return w if w and w["online"] else None
+    return wait_for(check, 120, 0.2, f"worker {name} online")
+
+
+def progress_ticks(server: ServerProc, run_id: str) -> list[int]:
+    return [e["data"]["tick"] for e in server.events(run_id) if e["kind"] == "progress"]
+
+
+def assert_complete_log(server: ServerProc, run_id: str, ticks: int) -> list[dict[str, Any]]:
+    evs = server.events(run_id)
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "event seq must be gapless from 1"
+    assert progress_ticks(server, run_id) == list(range(1, ticks + 1)), "every tick exactly once, in order"
+    starts = [e for e in evs if e["kind"] == "node_status" and e["data"].get("status") == "running"]
+    assert [e["data"]["node_id"] for e in starts] == ["start", "tick", "print"], "each node started exactly once"
+    return evs
+
+
+@pytest.fixture
+def cp(tmp_path):
+    s = make_server(tmp_path)
+    yield s
+    s.stop()
+
+
+def test_enroll_and_run_on_worker(cp, tmp_path):
+    """ENR-12/13/17, GEN-09, ROUTE: enroll with a token, run on w1, same events as a local run."""
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    try:
+        w = wait_online(cp, agent=a)
+        assert w["version"] and w["devices"][0]["device"] == "cpu"
+        cred = a.user_data / "agent" / f"127.0.0.1-{cp.port}.token"
+        assert cred.exists() and (cred.stat().st_mode & 0o777) == 0o600, "credential file readable by owner only"
+        run = cp.submit(ticker_graph(5), {"target": {"worker": "w1"}})
+        done = wait_run(cp, run["id"])
+        assert done["status"] == "succeeded", done
+        assert done["worker_id"] == "w1"
+        assert_complete_log(cp, run["id"], 5)
+        local = cp.submit(ticker_graph(5), {"target": "local"})
+        assert wait_run(cp, local["id"])["status"] == "succeeded"
+        kinds = lambda rid: [(e["kind"], e["data"].get("status")) for e in cp.events(rid)  # noqa: E731
+                             if e["kind"] in ("status", "node_status", "progress")]
+        assert kinds(run["id"]) == kinds(local["id"]), "a worker run reports the same events as a local run"
+    finally:
+        a.stop()
+
+
+def test_token_refusals_name_taken_and_reissue(cp, tmp_path):
+    """ENR-10 (used up, expired, revoked, named), ENR-28 (409), ENR-29/30 (reissue), ENR-23/27 (exit 2)."""
+    t = token(cp)
+    first = Agent(tmp_path, cp.url, "w1", token=t)
+    first.spawn()
+    wait_online(cp, "w1", first)
+
+    def refused(name: str, tok: str, needle: str) -> None:
+        a = Agent(tmp_path, cp.url, name, token=tok)
+        a.spawn()
+        wait_for(lambda: not a.alive, 60, 0.1, f"agent {name} to give up")
+        assert a.returncode == 4, a.log_tail()
+        assert needle in a.log_text(), a.log_tail()
+
+    refused("w2", t, "used up")
+    expired = cp.call("POST", "/api/workers/tokens", {"ttl_s": 0.5, "uses": 1}, expect=201)["token"]
+    time.sleep(1.0)
+    refused("w3", expired, "expired")
+    revoked = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)
+    cp.call("DELETE", f"/api/workers/tokens/{revoked['id']}", expect=200)
+    refused("w4", revoked["token"], "revoked")
+    refused("w5", "abcdef.0123456789abcdef", "not known")
+    # A taken name: 409 from the API, exit 4 from the agent.
+    status, body = cp.api("POST", "/api/workers/enroll", {"token": token(cp), "name": "w1", "devices": ["cpu"]},
+                          token=False)
+    assert status == 409 and "already enrolled" in body["error"]["message"], body
+    # Reissue: the bound token enrolls only w1 and supersedes the running agent's credential.
+    re_tok = cp.call("POST", "/api/workers/w1/reissue", {}, expect=201)
+    assert "--name w1" in re_tok["command"]
+    status, body = cp.api("POST", "/api/workers/enroll", {"token": re_tok["token"], "name": "other",
+                                                          "devices": ["cpu"]}, token=False)
+    assert status == 403 and "only enroll worker 'w1'" in body["error"]["message"], body
+    first.stop()
+    second = Agent(tmp_path, cp.url, "w1", token=re_tok["token"], user_data=tmp_path / "agent-w1-new")
+    second.spawn()
+    try:
+        wait_online(cp, "w1", second)
+        # The old agent, restarted with its old credential, is told it was superseded and exits 2.
+        first.spawn()
+        wait_for(lambda: not first.alive, 60, 0.1, "the superseded agent to exit")
+        assert first.returncode == 2, first.log_tail()
+        assert "superseded" in first.log_text()
+        rejected = cp.call("GET", "/api/workers", expect=200)["rejected"]
+        assert any(r["name"] == "w1" and "superseded" in r["reason"] for r in rejected), rejected
+    finally:
+        second.stop()
+
+
+def test_version_mismatch_exits_2(cp, tmp_path):
+    """ENR-02, SYNC, API-19: `version mismatch: worker A, control plane B`, exit 2 without retrying."""
+    fake = tmp_path / "old-install"
+    shutil.copytree(REPO_ROOT / "cdui", fake / "cdui", ignore=shutil.ignore_patterns("__pycache__"))
+    init = fake / "cdui" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "0.0.0-old'))
+    real = cp.call("GET", "/api/health", expect=200)["version"]
+    a = Agent(tmp_path, cp.url, "old", token=token(cp))
+    a.cwd = str(fake)
+    a.env["PYTHONPATH"] = str(fake)
+    a.spawn()
+    wait_for(lambda: not a.alive, 90, 0.1, "the old agent to exit")
+    log = a.log_text()
+    assert a.returncode == 2, log[-2000:]
+    assert f"version mismatch: worker 0.0.0-old{real}, control plane {real}" in log, log[-2000:]
+    # An enrolled worker updated to another version is refused on /ws/worker (its first field).
+    good = Agent(tmp_path, cp.url, "w9", token=token(cp))
+    good.spawn()
+    wait_online(cp, "w9", good)
+    good.stop()
+    old = Agent(tmp_path, cp.url, "w9", user_data=good.user_data)
+    old.cwd, old.env["PYTHONPATH"] = str(fake), str(fake)
+    old.spawn()
+    wait_for(lambda: not old.alive, 90, 0.1, "the outdated agent to exit")
+    assert old.returncode == 2, old.log_tail()
+    assert f"version mismatch: worker 0.0.0-old{real}, control plane {real}" in old.log_text()
+    rejected = cp.call("GET", "/api/workers", expect=200)["rejected"]
+    assert any(r["name"] == "w9" and "version mismatch" in r["reason"] for r in rejected), rejected
+
+
+def test_drain_remove_revokes(cp, tmp_path):
+    """ROUTE-15 (drain), ENR-22/23 (remove: revoke, interrupted, queued fail, agent exit 2)."""
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    wait_online(cp, agent=a)
+    cp.call("POST", "/api/workers/w1/drain", expect=200)
+    assert worker(cp, "w1")["status"] == "draining"
+    queued = cp.submit(ticker_graph(2), {"target": {"worker": "w1"}})
+    wait_for(lambda: "draining" in (cp.run(queued["id"]).get("queue_reason") or ""), 30, 0.2,
+             "a queue_reason that says w1 is draining")
+    cp.call("POST", "/api/workers/w1/undrain", expect=200)
+    assert wait_run(cp, queued["id"])["status"] == "succeeded"
+    running = cp.submit(ticker_graph(10000, 0.05), {"target": {"worker": "w1"}})
+    wait_for(lambda: progress_ticks(cp, running["id"]), 60, 0.2, "the long run to tick")
+    waiting = cp.submit(ticker_graph(2), {"target": {"worker": "w1"}})
+    cp.call("DELETE", "/api/workers/w1", expect=200)
+    assert wait_run(cp, running["id"])["status"] == "interrupted"
+    assert wait_run(cp, waiting["id"])["status"] == "failed"
+    wait_for(lambda: not a.alive, 60, 0.1, "the removed agent to exit")
+    assert a.returncode == 2, a.log_tail()
+    assert "removed" in a.log_text()
+    assert worker(cp, "w1") is None
+    status, body = cp.api("POST", "/api/runs", {"graph": ticker_graph(1), "options": {"target": {"worker": "w1"}}})
+    assert status == 400 and "no worker named 'w1'" in body["error"]["message"]
+
+
+def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
+    """DISC-01..05: cut mid-run, run goes disconnected with worker_status, reconnects, replays; no gap, no dup."""
+    cp = make_server(tmp_path)
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        ticks = 60
+        run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
+        wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 5, 60, 0.1, "a few ticks")
+        proxy.cut()
+        r = wait_run(cp, run["id"], {"disconnected"}, 60)
+        assert r["worker_status"] and r["worker_status"]["state"] == "disconnected"
+        time.sleep(2)  # ticks go on on the worker while the network is down
+        proxy.restore()
+        assert wait_run(cp, run["id"])["status"] == "succeeded"
+        evs = assert_complete_log(cp, run["id"], ticks)
+        warnings = [e["data"]["kind"] for e in evs if e["kind"] == "run_warning"]
+        assert "worker_disconnected" in warnings and "worker_reconnected" in warnings
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
+
+
+def test_past_grace_interrupted_then_late_result(tmp_path):
+    """DISC-06/07/08: past the grace the run ends interrupted; the returning worker is told to stop; late_result."""
+    cp = make_server(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="2")
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
+        wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
+        proxy.cut()
+        ended = wait_run(cp, run["id"], {"interrupted"}, 60)
+        assert "did not reconnect" in ended["error"]
+        n_events = len(cp.events(run["id"]))
+        assert worker(cp, "w1")["devices"][0]["in_use"] == 0, "the slot is freed"
+        proxy.restore()
+        late = wait_for(lambda: cp.run(run["id"]).get("late_result"), 90, 0.2, "late_result")
+        assert late["status"] == "cancelled" and late["worker_id"] == "w1", late
+        assert cp.run(run["id"])["status"] == "interrupted"
+        assert len(cp.events(run["id"])) == n_events, "the event log stays as it was"
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
+
+
+def test_control_plane_kill9_adopts_worker_run(tmp_path):
+    """DISC-10..13: kill -9 the control plane mid-run, restart: adopted, resumed, complete log."""
+    cp = make_server(tmp_path)
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        ticks = 80
+        run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
+        wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 5, 60, 0.1, "a few ticks")
+        cp.kill9()
+        time.sleep(1.5)
+        cp.start()
+        done = wait_run(cp, run["id"])
+        assert done["status"] == "succeeded", done
+        evs = assert_complete_log(cp, run["id"], ticks)
+        restart_warnings = [e for e in evs if e["kind"] == "run_warning" and e["data"].get("restart")]
+        assert restart_warnings and "server restarted" in restart_warnings[0]["data"]["message"]
+    finally:
+        a.stop()
+        cp.stop()
+
+
+def test_restart_without_worker_interrupts_after_grace(tmp_path):
+    """DISC-14: an adopted run whose worker never returns ends with the exact reason."""
+    cp = make_server(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="3")
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
+        wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
+        cp.kill9()
+        a.kill9()
+        cp.start()
+        r = wait_run(cp, run["id"], {"interrupted"}, 60)
+        assert r["error"] == "it did not reconnect with the run within 3 s after this server restarted", r
+    finally:
+        a.stop()
+        cp.stop()
+
+
+def test_agent_sigterm_cancels_runs_and_keeps_no_secret(cp, tmp_path):
+    """SVC-09/10, NOTE-01: SIGTERM → the agent stops its run (cancelled); secrets never on the worker's disk."""
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    wait_online(cp, agent=a)
+    run = cp.submit(ticker_graph(100000, 0.05, token=secret), {"target": {"worker": "w1"}})
+    wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
+    a.proc.send_signal(signal.SIGTERM)
+    assert wait_run(cp, run["id"])["status"] == "cancelled"
+    wait_for(lambda: not a.alive, 60, 0.1, "the agent to exit")
+    assert a.returncode == 0, a.log_tail()
+    for root in (a.user_data, a.data_dir):
+        for p in root.rglob("*"):
+            if p.is_file():
+                assert secret.encode() not in p.read_bytes(), f"secret found in {p}"
+    assert secret not in a.log_text()
+
+
+def test_same_machine_agent_has_data_label(cp, tmp_path):
+    """Agent on the control plane's machine: recognised by machine id; CODEFYUI_MACHINE_ID makes it another."""
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    b = Agent(tmp_path, cp.url, "w2", token=token(cp), env_extra={"CODEFYUI_MACHINE_ID": "another-machine"})
+    b.spawn()
+    try:
+        assert wait_online(cp, "w1", a)["labels"].get("data") == str(cp.data_dir)
+        assert "data" not in wait_online(cp, "w2", b)["labels"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):
+    """API-18/NOTES: malformed messages get an error, the server keeps serving."""
+    import asyncio
+
+    import aiohttp
+
+    async def go() -> list[str]:
+        async with aiohttp.ClientSession() as s:
+            out = []
+            async with s.ws_connect(cp.url + "/ws/worker", headers={"Authorization": "Bearer nope"}) as ws:
+                await ws.send_str('{"version": "x"}')
+                out.append((await ws.receive(timeout=10)).data)
+            return out
+    msgs = asyncio.run(go())
+    assert "unknown_credential" in msgs[0]
+    assert cp.call("GET", "/api/health", expect=200)["status"] == "ok"
