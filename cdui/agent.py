@@ -184,7 +184,9 @@ class Agent:
 
     async def _connect_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
-        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None,
+        # WebSocket pings every heartbeat: a connection that went silent (a dead
+        # route, not a closed socket) is noticed and replaced.
+        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
                                       max_msg_size=protocol.MAX_MESSAGE, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
             held = [{"run_id": r.run_id, "running": r.running, "last_seq": r.spool.last_seq}
                     for r in self.runs.values()]

@@ -95,15 +95,23 @@ class Layout:
         return safe_join(self.install_root, v)
 
     def resolve_upload(self, folder: str, value: str) -> Path:
-        """Resolve an upload field value: a bare name in ``folder`` or a ``data/...`` path."""
-        v = value.strip().replace("\\", "/")
-        if "/" not in v:
-            return safe_join(self.folder(folder), v)
-        return self.resolve(v)
-
-    def resolve_output(self, folder: str, value: str) -> Path:
-        """Resolve a path a node writes, relative to its own folder (``models/``, ``output/``)."""
+        """Resolve an upload field value: a path inside ``folder`` or a ``data/...`` path."""
         v = value.strip().replace("\\", "/")
         if v.startswith("data/"):
+            return self.resolve(v)
+        return safe_join(self.folder(folder), v)
+
+    def resolve_output(self, folder: str, value: str) -> Path:
+        """Resolve a path a node writes, relative to its own folder (``models/``, ``output/``).
+
+        ``data/models/...``, ``data/output/...`` and ``data/media/...`` are accepted too;
+        any other ``data/`` folder (graphs, presets, custom nodes) is cdui's own and refused.
+        """
+        v = value.strip().replace("\\", "/")
+        if v.startswith("data/"):
+            head = v[5:].partition("/")[0]
+            if head not in ("models", "output", "media"):
+                raise PathRefused(value, f"nodes may write into data/models, data/output or data/media, not data/{head}",
+                                  hint=f"give a path relative to {folder}/")
             return self.resolve(v)
         return safe_join(self.folder(folder), v)

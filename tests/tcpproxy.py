@@ -21,6 +21,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True, name="tcpproxy-accept").start()
 
@@ -51,6 +53,9 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                while not self._flowing.wait(0.2):  # frozen: hold the bytes, as a dead route would
+                    if self._closed:
+                        return
                 dst.sendall(data)
         except OSError:
             pass
@@ -79,6 +84,11 @@ class TcpProxy:
 
     def restore(self) -> None:
         self._open.set()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        """Keep every connection open but deliver nothing (packets lost, no reset)."""
+        self._flowing.clear()
 
     def close(self) -> None:
         self._closed = True

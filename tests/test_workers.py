@@ -394,3 +394,80 @@ def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):
     msgs = asyncio.run(go())
     assert "unknown_credential" in msgs[0]
     assert cp.call("GET", "/api/health", expect=200)["status"] == "ok"
+
+
+def test_silent_connection_three_missed_heartbeats(tmp_path):
+    """DISC-01: a worker silent for three heartbeats counts as disconnected; the run resumes after."""
+    cp = make_server(tmp_path)  # heartbeat 1 s
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        ticks = 40
+        run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
+        wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 3, 60, 0.1, "a few ticks")
+        proxy.freeze()
+        wait_run(cp, run["id"], {"disconnected"}, 60)
+        proxy.restore()
+        assert wait_run(cp, run["id"])["status"] == "succeeded"
+        assert_complete_log(cp, run["id"], ticks)
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
+
+
+def test_stop_while_offline_survives_restart(tmp_path):
+    """DISC-19: Stop pressed while the worker is offline is kept across a restart and delivered on reconnect."""
+    cp = make_server(tmp_path)
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
+        wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
+        proxy.cut()
+        wait_run(cp, run["id"], {"disconnected"}, 60)
+        cp.call("POST", f"/api/runs/{run['id']}/stop", expect=200)
+        cp.kill9()
+        cp.start()
+        proxy.restore()
+        done = wait_run(cp, run["id"])
+        assert done["status"] == "cancelled", done
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
+
+
+def test_graceful_control_plane_stop_stops_worker_runs(tmp_path):
+    """DISC-21: a normal shutdown stops runs on workers, so nothing is left to adopt."""
+    cp = make_server(tmp_path)
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
+        wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
+        assert cp.stop() == 0
+        cp.start()
+        r = cp.run(run["id"])
+        assert r["status"] in ("cancelled", "interrupted"), r
+        assert not [e for e in cp.events(run["id"]) if e["data"].get("restart")], "nothing was adopted"
+    finally:
+        a.stop()
+        cp.stop()
+
+
+def test_enrollment_rate_limited_per_address(tmp_path):
+    """ENR-34: enrollment attempts are rate limited per source address (429 with a hint)."""
+    cp = make_server(tmp_path, CODEFYUI_ENROLL_RATE_PER_MIN="3")
+    try:
+        codes = [cp.api("POST", "/api/workers/enroll", {"token": "abcdef.0123456789abcdef", "name": f"x{i}",
+                                                        "devices": ["cpu"]}, token=False) for i in range(4)]
+        assert [c for c, _ in codes[:3]] == [401, 401, 401]
+        assert codes[3][0] == 429 and "try again" in codes[3][1]["error"]["hint"]
+    finally:
+        cp.stop()

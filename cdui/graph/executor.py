@@ -109,6 +109,9 @@ class Executor:
         sub = build_plan(g, self.registry, None, errors, external_inputs=set(exposed_in.values()))
         if errors:
             raise ValueError("; ".join(e["message"] for e in errors))
+        # Map cannot know the preset's input name: "" means its first exposed input (CodefyUI's rule).
+        first = next(iter(exposed_in), None)
+        inputs = {(first if k == "" and first is not None else k): v for k, v in inputs.items()}
         injected = {exposed_in[k]: v for k, v in inputs.items() if k in exposed_in}
         outs = self._execute(sub.order, injected, report=False)
         return {k: outs.get(nid, {}).get(port) for k, (nid, port) in exposed_out.items()}

@@ -239,7 +239,7 @@ def validate_graph(raw: Any, registry: Registry,
 def _check_map_presets(plan: Plan, errors: list[dict[str, Any]]) -> None:
     for pn in plan.order:
         for p in pn.cls.define_params():
-            if p.name in ("preset", "preset_name") and pn.params.get(p.name):
+            if p.name in ("preset", "preset_name", "subgraph") and pn.params.get(p.name):
                 name = str(pn.params[p.name]).removeprefix("preset:")
                 if name not in plan.presets:
                     errors.append(err(pn.origin, "unknown_preset",
@@ -252,7 +252,7 @@ def used_types(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] 
     g, _ = parse(raw, library)
     types = {n.type for n in g.nodes.values()}
     for n in list(g.nodes.values()):
-        name = n.params.get("preset") or n.params.get("preset_name")
+        name = n.params.get("preset") or n.params.get("preset_name") or n.params.get("subgraph")
         if isinstance(name, str) and name.removeprefix("preset:") in g.presets:
             sub, _ = parse({"nodes": [{"id": "m", "type": "preset:" + name.removeprefix("preset:")}]}, g.presets)
             types |= {s.type for s in sub.nodes.values()}

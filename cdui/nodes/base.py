@@ -149,9 +149,9 @@ class FileUsage:
 def upload_name(folder: str, value: str) -> str | None:
     """The upload a file-field value names, or None if it is not an upload.
 
-    A file field holds either a bare upload name (``train.csv``) or a path
-    ``data/<folder>/<name>``. Built-in samples (``data/samples/...``) are part
-    of every installation and are not uploads.
+    A file field holds a path relative to its upload folder (``train.csv``,
+    ``iris/model.pt``) or a path ``data/<folder>/<name>``. Built-in samples
+    (``data/samples/...``) and other ``data/...`` folders are not uploads.
     """
     v = value.replace("\\", "/").strip()
     if not v:
@@ -159,9 +159,9 @@ def upload_name(folder: str, value: str) -> str | None:
     prefix = f"data/{folder}/"
     if v.startswith(prefix):
         return v[len(prefix):]
-    if "/" not in v:
-        return v
-    return None
+    if v.startswith("data/") or v.startswith("/"):
+        return None
+    return v
 
 
 def file_usage(node_cls: type[Node], params: dict[str, Any], node_id: str = "") -> FileUsage:
