@@ -31,7 +31,6 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui import __version__, protocol, runner
-from cdui.layout import Layout
 from cdui.spool import RunSpool, spooled_runs
 
 log = logging.getLogger("cdui.agent")
@@ -287,36 +286,53 @@ class Agent:
         if run_id in self.runs:
             log.warning("run %s assigned twice; ignoring the second assignment", run_id)
             return
-        from cdui.config import load
-        cfg = load()
-        if "layout" not in job:
-            job["layout"] = Layout.from_env().to_json()
-            job["custom_nodes_dir"] = str(cfg.custom_nodes_dir)
-            job["plugins_dir"] = str(cfg.plugins_dir)
+        from cdui.agent_files import RunFiles
         spool = RunSpool(self.spool_root, run_id)
         spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
         r = AgentRun(run_id, spool)
         self.runs[run_id] = r
+        files: RunFiles | None = None
 
         async def sink(events: list[dict[str, Any]]) -> None:
+            for ev in events:
+                if ev["kind"] == "artifact" and "backend" not in ev["data"] and files is not None:
+                    ev["data"] = await files.on_artifact(ev["data"])
             async with r.lock:
                 await asyncio.to_thread(r.spool.append, events)
                 await self._send({"type": "events", "run_id": run_id, "events": events})
 
-        log.info("run %s: starting on %s", run_id, (job.get("options") or {}).get("slot_device"))
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
-        r.handle = await runner.launch(job, sink, log_path)
-        # Drop the job (and its secrets) from memory as soon as the run has it.
-        job.clear()
+        handle = runner.RunHandle(run_id, sink, log_path, job.get("secrets", []))
+        r.handle = handle
+        files = RunFiles(run_id, job, self.user_data, self.labels(), getattr(self, "session", None), self.control,
+                         self.credential, self.grace_s, handle.record, handle.stop_event)
+        handle.open()
 
         async def on_done() -> None:
-            assert r.handle is not None
-            final = await r.handle.wait()
+            final = await handle.wait()
             log.info("run %s: %s", run_id, final["status"])
             r.finished = True
             r.spool.write_state({"run_id": run_id, "finished": True, "status": final["status"]})
             self._maybe_forget(r)
         asyncio.create_task(on_done())
+        try:
+            files.layout_for_job(job)
+            fetched = await files.fetch_inputs()
+        except Exception as exc:  # a failed download or a missing mount fails this run only
+            log.warning("run %s: preparing its files failed: %s", run_id, exc)
+            await handle.finish_without_process({"status": "failed", "error": f"preparing the run's files failed: {exc}"})
+            return
+        if not fetched:
+            await handle.finish_without_process({"status": "cancelled",
+                                                 "error": "stopped while its inputs were downloading"})
+            return
+        files.start()
+        handle.before_final = lambda final: files.finish(final, lambda: handle.stop_requested)
+        log.info("run %s: starting on %s (files: %s)", run_id, (job.get("options") or {}).get("slot_device"),
+                 files.backend or "none")
+        await handle.start(job)
+        # Drop the job (and its secrets) from memory as soon as the run has it.
+        job.clear()
 
     def _maybe_forget(self, r: AgentRun) -> None:
         if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:

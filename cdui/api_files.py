@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cdui.errors import CduiError, NotFound
 from cdui.paths import check_name, safe_join
@@ -42,7 +43,12 @@ async def upload(request: web.Request) -> web.Response:
                         hint="curl -F file=@train.csv ...") from None
     field: Any = None
     while True:
-        part = await reader.next()
+        try:
+            part = await reader.next()
+        except (HttpProcessingError, ValueError) as exc:
+            # e.g. a control character in a part's headers: the client's mistake, not ours
+            raise CduiError("bad_upload", f"the multipart body is malformed: {getattr(exc, 'message', exc)}",
+                            hint="send a multipart/form-data body with a field named 'file'") from None
         if part is None:
             break
         if getattr(part, "name", None) == "file":
@@ -90,6 +96,11 @@ def _too_large(limit: int, size: int) -> CduiError:
 async def download(request: web.Request) -> web.StreamResponse:
     kind, folder = _folder(request)
     name = request.match_info["name"]
+    if request.get("auth") == "worker":
+        from cdui.transfer import worker_may_download
+        if not await worker_may_download(request, kind, name):
+            raise CduiError("forbidden", f"worker {request['worker']} may not download {kind}/{name}: it is not an "
+                                         f"input of one of its runs", status=403)
     path = safe_join(folder, name)
     if not path.is_file():
         raise NotFound(kind[:-1] if kind.endswith("s") else kind, name, hint=f"list them with GET /api/{kind}")

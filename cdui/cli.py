@@ -329,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         return _die(str(err), 2 if err.code in ("bad_setting", "bad_usage") else 1)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `cdui workers token | head -1`: the reader left; that is fine
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":

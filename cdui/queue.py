@@ -106,11 +106,14 @@ class ExecutorView(Protocol):
 
     def unavailable_reason(self) -> str | None: ...
 
+    def mounted(self) -> bool: ...
+
 
 @dataclass
 class Placement:
     executor: str
     device: str
+    backend: str | None = None  # "mount" | "transfer" | None (the run uses no files)
 
 
 def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, str], int],
@@ -137,12 +140,18 @@ def candidates(target: Any, executors: dict[str, ExecutorView]) -> list[str]:
 
 def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
-          blocked: set[tuple[str, str]]) -> Placement | str:
-    """Where a queued run goes now, or the reason it waits."""
+          blocked: set[tuple[str, str]], needs: str = "none") -> Placement | str:
+    """Where a queued run goes now, or the reason it waits.
+
+    ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
+    first, then unmounted ones through the transfer backend) or "mount" (only
+    workers with the ``data`` mount)."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
         return f"waiting for a one-shot worker that offers {wanted or 'a device'}"
     names = candidates(target, executors)
+    if needs != "none":
+        names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
     if isinstance(target, dict) and "worker" in target and not names:
         return f"waiting for worker {target['worker']} to connect (it is offline)"
     if caps.total is not None and running_total >= caps.total:
@@ -154,6 +163,9 @@ def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
         if why:
             reasons.append(why)
             continue
+        if needs == "mount" and not ex.mounted():
+            reasons.append(f"{name} has no `data` mount")
+            continue
         if not any(device_matches(wanted, d) for d in ex.devices()):
             reasons.append(f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})")
             continue
@@ -162,7 +174,8 @@ def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
             continue
         dev = choose_device(ex, wanted, used, caps)
         if dev is not None:
-            return Placement(name, dev)
+            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
+            return Placement(name, dev, backend)
         busy = [d for d in ex.devices() if device_matches(wanted, d)]
         reasons.append(f"all slots of {name} {'/'.join(busy)} are in use")
     if not names:

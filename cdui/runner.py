@@ -61,6 +61,10 @@ class RunHandle:
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_task: asyncio.Task[Any] | None = None
+        self._readers: list[asyncio.Task[Any]] = []
+        self.stop_event = asyncio.Event()
+        # Awaited after the process ended, before the final status is recorded.
+        self.before_final: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
     # -- recording -------------------------------------------------------
     def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
@@ -129,10 +133,15 @@ class RunHandle:
                 fh.close()
 
     # -- lifecycle --------------------------------------------------------
+    def open(self) -> None:
+        """Start delivering events; :meth:`record` works from here on, before the process exists."""
+        if not self._tasks:
+            self._tasks.append(asyncio.create_task(self._deliver()))
+
     async def start(self, job: dict[str, Any], python: str | None = None) -> None:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._tasks.append(asyncio.create_task(self._deliver()))
+        self.open()
         self.proc = await asyncio.create_subprocess_exec(
             python or sys.executable, "-m", "cdui.runproc",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -143,14 +152,14 @@ class RunHandle:
         assert self.proc.stdin
         self.proc.stdin.write((json.dumps(job) + "\n").encode())
         await self.proc.stdin.drain()
-        self._tasks.append(asyncio.create_task(self._read_events()))
-        self._tasks.append(asyncio.create_task(self._read_stderr()))
+        self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
+        self._tasks.extend(self._readers)
         self._tasks.append(asyncio.create_task(self._finish()))
 
     async def _finish(self) -> None:
         assert self.proc
         rc = await self.proc.wait()
-        await asyncio.gather(*self._tasks[1:3], return_exceptions=True)
+        await asyncio.gather(*self._readers, return_exceptions=True)
         if self.killed:
             final = {"status": "interrupted",
                      "error": f"the run did not stop within {STOP_GRACE_S:.0f} s and was killed"}
@@ -160,11 +169,25 @@ class RunHandle:
             final = {"status": "failed", "error": f"run subprocess exited with code {rc}"}
         if self._stop_task:
             self._stop_task.cancel()
+        await self._close(final)
+
+    async def _close(self, final: dict[str, Any]) -> None:
+        if self.before_final is not None:
+            # e.g. the agent's final uploads: the end is reported only after them (XFER-11).
+            try:
+                final = await self.before_final(final)
+            except Exception:
+                log.exception("run %s: finishing step failed", self.run_id)
         self.final = final
         self.record("status", dict(final))
         self._queue.put_nowait(None)
         await self._tasks[0]
         self._done.set()
+
+    async def finish_without_process(self, final: dict[str, Any]) -> None:
+        """End a run that never got its subprocess (stopped or failed while preparing)."""
+        self.open()
+        await self._close(final)
 
     async def wait(self) -> dict[str, Any]:
         await self._done.wait()
@@ -177,9 +200,12 @@ class RunHandle:
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Ask the run to stop; kill it after ``grace`` seconds."""
-        if self.done or self.stop_requested or not self.proc:
+        if self.done or self.stop_requested:
             return
         self.stop_requested = True
+        self.stop_event.set()
+        if not self.proc:
+            return  # not started yet: whoever prepares it checks stop_event
         try:
             assert self.proc.stdin
             self.proc.stdin.write(b"stop\n")

@@ -29,6 +29,7 @@ from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import split_secrets
 from cdui.graph.validate import validate_graph
 from cdui.nodes.registry import Registry
+from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import Placement, normalize_target, parse_caps, place, device_kind
 from cdui.store import ACTIVE, TERMINAL, Store
 
@@ -79,6 +80,9 @@ class LocalExecutor:
 
     def unavailable_reason(self) -> str | None:
         return None
+
+    def mounted(self) -> bool:
+        return True  # this server's own data folder
 
     async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
         run_id = run["id"]
@@ -133,6 +137,7 @@ class RunService:
         self.before_dispatch: list[Any] = []
         self.on_shutdown: list[Any] = []
         self.target_checks: list[Any] = []
+        self._sha_cache: dict[tuple[str, int, int], str] = {}
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -210,8 +215,9 @@ class RunService:
         if errors:
             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
-        await self.check_target(target, graph)
         assert plan is not None
+        files = await asyncio.to_thread(self.file_plan, graph, library)
+        await self.check_target(target, graph, files)
         stored_graph, secrets = split_secrets(graph, self.registry)
         # Embed the installed presets the run uses, so it runs the same anywhere.
         own = {str(p.get("preset_name") or p.get("name")) for p in stored_graph.get("presets") or []
@@ -222,7 +228,8 @@ class RunService:
             stored_graph["presets"] = list(stored_graph.get("presets") or []) + extra
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
-        opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False))}
+        opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
+                "files": files.to_json()}
         run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
                "status": "queued", "target": target, "options": opts, "graph": stored_graph,
                "created_at": now, "queue_reason": "waiting for the scheduler"}
@@ -233,10 +240,28 @@ class RunService:
         self.wake()
         return await self.get(run_id)
 
-    async def check_target(self, target: Any, graph: Any) -> None:
-        """Refuse at submit what can never run (unknown worker). Extended by the worker manager."""
+    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+        """Refuse at submit what can never run (unknown worker, no way to move its files)."""
         for check in self.target_checks:
-            await check(target, graph)
+            await check(target, graph, files)
+
+    def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
+        usage = analyze(graph, self.registry, library)
+
+        def lookup(folder: str, name: str) -> tuple[str, int] | None:
+            try:
+                path = self.layout.resolve_upload(folder, name)
+            except CduiError:
+                return None
+            if not path.is_file():
+                return None
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            if key not in self._sha_cache:
+                self._sha_cache[key] = sha256_file(path)[1]
+            return self._sha_cache[key], st.st_size
+        return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"],
+                                self.config["CODEFYUI_TRANSFER_MAX_INPUT_BYTES"])
 
     def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         # The control plane is the recorder of its own events; their src_seq
@@ -261,14 +286,38 @@ class RunService:
 
     async def _apply(self, run_id: str, src: str, ev: dict[str, Any]) -> None:
         kind, data = ev["kind"], ev["data"]
-        if kind == "artifact" and src == "local":
-            await self._record_local_artifact(run_id, data)
+        if kind == "artifact":
+            await self._record_artifact(run_id, src, data)
         elif kind == "status" and src != CP:
             status = data.get("status")
             if status == "running":
                 await self.store.update_run(run_id, status="running", queue_reason=None)
             elif status in TERMINAL:
                 await self._finish(run_id, status, data.get("error"), record=False)
+
+    async def _record_artifact(self, run_id: str, src: str, data: dict[str, Any]) -> None:
+        backend = data.get("backend")
+        if src == CP or backend == "transfer":
+            return  # transfer rows are made by the upload route when the file arrives
+        if backend == "mount":
+            rel = str(data.get("relative_path") or "")
+            try:
+                here = self.layout.resolve("data/" + rel) if rel else None
+            except CduiError:
+                here = None
+            await self.store.add_artifact({
+                "run_id": run_id, "kind": data.get("kind", "output"), "name": data.get("name") or Path(rel).name,
+                "backend": "mount", "path": str(here) if here is not None and here.exists() else None,
+                "relative_path": rel, "label": data.get("label"), "size": data.get("size"),
+                "sha256": data.get("sha256")})
+            return
+        if backend == "left_on_worker":
+            await self.store.add_artifact({
+                "run_id": run_id, "kind": data.get("kind", "output"), "name": data.get("name"),
+                "backend": "transfer", "path": data.get("path"), "relative_path": data.get("relative_path"),
+                "label": None, "size": data.get("size"), "sha256": data.get("sha256")})
+            return
+        await self._record_local_artifact(run_id, data)
 
     async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
         path = Path(str(data.get("path", "")))
@@ -328,7 +377,10 @@ class RunService:
             if run["stop_requested"]:
                 continue
             wanted = run["options"].get("device")
-            decision = place(run["target"], wanted, self.executors, used, self.caps, len(self.active), blocked)
+            fp = FilePlan.from_json(run["options"].get("files"))
+            needs = "none" if not fp.uses_files else ("transfer" if fp.transfer_ok else "mount")
+            decision = place(run["target"], wanted, self.executors, used, self.caps, len(self.active), blocked,
+                             needs)
             if isinstance(decision, Placement):
                 used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
                 await self._start(run, decision)
@@ -346,6 +398,9 @@ class RunService:
         await self.store.update_run(run_id, status="running", worker_id=where.executor, slot_device=where.device,
                                     started_at=time.time(), queue_reason=None)
         job = self.build_job(run, where.device)
+        job["files"] = {"backend": where.backend,
+                        "inputs": FilePlan.from_json(run["options"].get("files")).inputs,
+                        "label": self.config["CODEFYUI_MOUNT_LABEL"]}
         try:
             await self.executors[where.executor].start(run, job)
         except Exception as exc:

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 from pathlib import Path
@@ -45,6 +46,8 @@ EXTRA = web.AppKey("extra", dict)
 PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
                 "/api/workers/enroll", "/ws/worker"}
 PUBLIC_PREFIXES = ("/web/",)
+# What a worker credential may do over plain HTTP (XFER-06, XFER-19).
+WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -150,9 +153,13 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     # Worker credentials are accepted where the worker layer says so.
     worker_auth = request.app[EXTRA].get("worker_auth")
-    if worker_auth is not None:
+    if worker_auth is not None and request.headers.get("Authorization", "").lower().startswith("bearer "):
         worker = await worker_auth(request)
         if worker is not None:
+            if not WORKER_ROUTES.match(f"{request.method} {path}"):
+                raise CduiError("forbidden", f"a worker credential cannot use {request.method} {path}",
+                                hint="workers may only download their runs' inputs and upload their outputs",
+                                status=403)
             request["auth"] = "worker"
             request["worker"] = worker
             return await handler(request)
@@ -228,6 +235,8 @@ def build_app(config: Config, port: int) -> web.Application:
     app.router.add_get("/", index)
     if WEB_DIR.is_dir():
         app.router.add_static("/web/", WEB_DIR)
+    from cdui import transfer
+    transfer.setup(app)
     api_runs.setup(app)
     api_files.setup(app)
     return app

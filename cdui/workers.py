@@ -31,6 +31,7 @@ from aiohttp import WSMsgType, web
 from cdui import __version__, enroll, protocol
 from cdui.config import machine_id
 from cdui.errors import CduiError, NotFound
+from cdui.placement import no_mount_message
 from cdui.runs import CP, RunService, iso
 from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
 from cdui.store import ACTIVE, TERMINAL
@@ -75,6 +76,9 @@ class RemoteExecutor:
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
 
+    def mounted(self) -> bool:
+        return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
+
     def unavailable_reason(self) -> str | None:
         if self.disabled:
             return f"worker {self.name} is disabled"
@@ -83,7 +87,7 @@ class RemoteExecutor:
         return None
 
     async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
-        if not self.conn.labels.get("data") or self.conn.hello.machine_id != self.manager.machine_id:
+        if self.conn.hello.machine_id != self.manager.machine_id:
             # Another machine: it resolves paths in its own installation.
             for k in ("layout", "custom_nodes_dir", "plugins_dir"):
                 job.pop(k, None)
@@ -543,15 +547,31 @@ class WorkerManager:
                 await self.runs._finish(r["id"], "interrupted", f"worker {name} was removed")
         return web.json_response({"removed": name})
 
-    async def check_target(self, target: Any, graph: Any) -> None:
-        if isinstance(target, dict) and "worker" in target:
-            name = target["worker"]
-            rows = await self.worker_rows()
-            names = [r["name"] for r in rows]
-            if name not in names and name != "local":
-                raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
-                                hint=f"enrolled workers: {', '.join(names) or 'none'}; "
-                                     f"add one with `cdui workers token`")
+    async def worker_auth(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        cred = auth[7:].strip()
+        if not cred:
+            return None
+        h = enroll.hash_secret(cred)
+        row = await self.store.read(lambda c: c.execute("SELECT name FROM workers WHERE credential_hash=?",
+                                                        (h,)).fetchone())
+        return row[0] if row else None
+
+    async def check_target(self, target: Any, graph: Any, files: Any) -> None:
+        if not (isinstance(target, dict) and "worker" in target):
+            return
+        name = target["worker"]
+        rows = {r["name"]: r for r in await self.worker_rows()}
+        if name not in rows:
+            raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
+                            hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
+        if files is None or not files.uses_files or files.transfer_ok:
+            return
+        conn = self.conns.get(name)
+        labels = conn.labels if conn is not None else json.loads(rows[name]["labels"] or "{}")
+        if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
+            raise CduiError("no_mount", no_mount_message(name, files.reason),
+                            hint="see docs/files-on-workers.md", status=400)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -573,6 +593,7 @@ def attach(app: web.Application) -> WorkerManager:
     m.runs.target_checks = [m.check_target]
     m.runs.before_dispatch.append(m.adopt)
     m.runs.on_shutdown.append(m.shutdown)
+    app[EXTRA]["worker_auth"] = m.worker_auth
     r = app.router
     r.add_get("/api/workers", m.list_workers)
     r.add_post("/api/workers/tokens", m.create_token)

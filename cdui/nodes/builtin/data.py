@@ -64,13 +64,13 @@ class CSVReaderNode(Node):
 
     @classmethod
     def define_params(cls) -> list[Param]:
-        # CodefyUI declares `path` as a plain string resolved against the
-        # install, with data/samples/iris.csv special-cased; `path` is the
-        # cdui type with exactly that meaning.
+        # An upload field (STO-06, XFER-03: "the data-file fields of CSVReader"):
+        # a name in data/files (`train.csv`), or a data/... path such as the
+        # built-in sample data/samples/iris.csv, which every installation has.
         return [
-            Param("path", "path", "data/samples/iris.csv",
-                  "Path to the CSV file, relative to the installation "
-                  "(data/... paths resolve inside the data folders)."),
+            Param("path", "data_file", "data/samples/iris.csv",
+                  "The CSV file: an uploaded file's name (data/files), or a data/... path "
+                  "such as data/samples/iris.csv."),
             Param("target_column", "string", "",
                   "Optional name of the label column. Leave blank for unsupervised loading."),
             Param("include_columns", "string", "",
@@ -87,9 +87,10 @@ class CSVReaderNode(Node):
         value = str(params.get("path") or "").strip()
         if not value:
             raise ValueError("CSVReader needs a `path`; e.g. data/samples/iris.csv")
-        path = ctx.resolve(value)
+        path = ctx.resolve_upload("files", value)
         if not path.is_file():
-            raise FileNotFoundError(f"CSVReader: file not found: {value!r} (looked at {path})")
+            raise FileNotFoundError(f"CSVReader: file not found: {value!r} (looked at {path}); upload it with "
+                                    f"POST /api/files/upload or give a data/... path")
         with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
         if as_bool(params.get("skip_header"), True):

@@ -1,0 +1,324 @@
+"""Files of runs on a worker: the ``data`` mount, and the transfer backend's agent side.
+
+For each assigned run the agent picks the run's data folder from the job's
+``files.backend``:
+
+- ``None`` (the run uses no files): the agent's own installation layout;
+- ``mount``: the folder the agent declared with ``--mount data=PATH`` (STO-09);
+  artifacts are reported relative to it (``backend: "mount"``);
+- ``transfer``: ``<user-data>/agent-runs/<run id>/data``. Inputs are fetched by
+  sha256 into ``<user-data>/agent-cache/<sha256>`` (kept; deleting it is safe)
+  and copied under the names the graph uses (XFER-05..09). What the run
+  records is uploaded while it runs; what it wrote under ``models/ media/
+  output/`` (and inputs it overwrote) after it ends; the interrupt checkpoint
+  last (XFER-11..14). The run's end is reported only after that.
+
+Unreachable control plane (connection errors, 502/503/504): retry with growing
+backoff for up to the resume grace, shared by the run's files, then one last
+try each (XFER-21/22). Files the control plane refuses stay on the worker,
+listed with their worker path and a ``transfer_failed`` warning (XFER-23/24).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from cdui.layout import Layout
+from cdui.paths import safe_join
+from cdui.placement import human_size
+
+log = logging.getLogger("cdui.agent")
+RETRY_STATUSES = {502, 503, 504}
+OUTPUT_FOLDERS = ("models", "media", "output")
+
+
+class Unreachable(Exception):
+    """The control plane could not be reached (worth retrying)."""
+
+
+class Refused(Exception):
+    """The control plane answered no (not worth retrying)."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe(path: Path) -> tuple[int, str | None]:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), None
+    return path.stat().st_size, sha256_file(path)
+
+
+class RunFiles:
+    """The file side of one run on this agent."""
+
+    def __init__(self, run_id: str, job: dict[str, Any], user_data: Path, mounts: dict[str, str],
+                 session: aiohttp.ClientSession | None, control: str, credential: str,
+                 grace_s: float, record: Callable[[str, dict[str, Any]], None],
+                 stop_event: asyncio.Event) -> None:
+        files = job.get("files") or {}
+        self.run_id = run_id
+        self.backend: str | None = files.get("backend")
+        self.label: str = files.get("label") or "data"
+        self.inputs: list[dict[str, Any]] = files.get("inputs") or []
+        self.user_data = user_data
+        self.mounts = mounts
+        self.session = session
+        self.control = control.rstrip("/")
+        self.credential = credential
+        self.grace_s = grace_s
+        self.record = record
+        self.stop_event = stop_event
+        self.data_dir: Path | None = None
+        self.input_shas: dict[str, str] = {}  # relative path -> sha256 as given
+        self.uploaded: set[Path] = set()
+        self._queue: asyncio.Queue[tuple[Path, dict[str, Any]] | None] = asyncio.Queue()
+        self._held_last: list[tuple[Path, dict[str, Any]]] = []
+        self._left: list[tuple[Path, dict[str, Any], str]] = []
+        self._uploader: asyncio.Task[Any] | None = None
+        self._retry_deadline: float | None = None
+
+    # -- before the run ----------------------------------------------------------
+    def layout_for_job(self, job: dict[str, Any]) -> None:
+        """Set the job's layout (and custom nodes) for this machine, per backend."""
+        from cdui.config import load
+        cfg = load()
+        if self.backend == "mount":
+            mount = self.mounts.get(self.label)
+            if not mount:
+                raise RuntimeError(f"the control plane placed a mount run here but no {self.label!r} mount is offered")
+            self.data_dir = Path(mount)
+            layout = Layout.for_data_dir(self.data_dir)
+        elif self.backend == "transfer":
+            self.data_dir = self.user_data / "agent-runs" / self.run_id / "data"
+            layout = Layout.for_data_dir(self.data_dir)
+            layout.ensure()
+        else:
+            if "layout" in job:
+                return  # same machine: the control plane's own folders
+            layout = Layout.from_env()
+        job["layout"] = layout.to_json()
+        job.setdefault("custom_nodes_dir", str(cfg.custom_nodes_dir))
+        job.setdefault("plugins_dir", str(cfg.plugins_dir))
+
+    async def fetch_inputs(self) -> bool:
+        """Fetch every input (cache first). Returns False if the run was stopped meanwhile."""
+        if self.backend != "transfer" or not self.inputs:
+            return True
+        assert self.data_dir is not None
+        cache = self.user_data / "agent-cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        n = len(self.inputs)
+        for i, inp in enumerate(self.inputs, 1):
+            if self.stop_event.is_set():
+                return False
+            sha, folder, name = inp["sha256"], inp["folder"], inp["name"]
+            cached = cache / sha
+            how = "cached"
+            if not (cached.is_file() and cached.stat().st_size == inp.get("size", cached.stat().st_size)):
+                how = "fetched"
+                if not await self._download(folder, name, sha, cached):
+                    return False
+            dest = safe_join(self.data_dir / folder, name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            # A copy, never a link: a node that overwrites its input cannot alter the cache (XFER-09).
+            await asyncio.to_thread(shutil.copyfile, cached, dest)
+            self.input_shas[f"{folder}/{name}"] = sha
+            self.record("run_warning", {"kind": "transfer_progress", "file": name, "how": how,
+                                        "message": f"fetching inputs {i}/{n}: {Path(name).name} "
+                                                   f"({human_size(inp.get('size', 0))}, {how})"})
+        return True
+
+    async def _download(self, folder: str, name: str, sha: str, dest: Path) -> bool:
+        assert self.session is not None
+        url = f"{self.control}/api/{folder}/download/{name}"
+        tmp = dest.with_name(dest.name + f".part-{os.getpid()}")
+        delays = _delays()
+        deadline = time.monotonic() + self.grace_s
+        while True:
+            try:
+                h = hashlib.sha256()
+                async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+                    if resp.status in RETRY_STATUSES:
+                        raise Unreachable(f"HTTP {resp.status}")
+                    if resp.status != 200:
+                        raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
+                                           f"{(await resp.text())[:300]}")
+                    with open(tmp, "wb") as fh:
+                        async for chunk in resp.content.iter_chunked(1 << 20):
+                            if self.stop_event.is_set():
+                                tmp.unlink(missing_ok=True)
+                                return False
+                            h.update(chunk)
+                            fh.write(chunk)
+                if h.hexdigest() != sha:
+                    tmp.unlink(missing_ok=True)
+                    raise RuntimeError(f"{folder}/{name} arrived with sha256 {h.hexdigest()}, expected {sha}: "
+                                       f"the file changed on the control plane since the run was queued")
+                os.replace(tmp, dest)
+                return True
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Unreachable) as exc:
+                tmp.unlink(missing_ok=True)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not download {folder}/{name}: {exc}") from None
+                log.warning("run %s: downloading %s/%s failed (%s); retrying", self.run_id, folder, name, exc)
+                try:
+                    await asyncio.wait_for(self.stop_event.wait(), next(delays))
+                    return False
+                except asyncio.TimeoutError:
+                    pass
+
+    # -- during the run ----------------------------------------------------------
+    def start(self) -> None:
+        if self.backend == "transfer":
+            self._uploader = asyncio.create_task(self._upload_loop())
+
+    async def on_artifact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite (and, for transfer runs, schedule) one artifact event of the run."""
+        path = Path(str(data.get("path", "")))
+        if self.backend == "mount" and self.data_dir is not None:
+            try:
+                rel = str(path.resolve().relative_to(self.data_dir.resolve()))
+            except ValueError:
+                return data
+            size, sha = await asyncio.to_thread(describe, path) if path.exists() else (None, None)
+            return {**data, "backend": "mount", "label": self.label, "relative_path": rel, "size": size, "sha256": sha}
+        if self.backend != "transfer" or self.data_dir is None:
+            return data
+        out = {**data, "backend": "transfer"}
+        try:
+            rel = path.resolve().relative_to(self.data_dir.resolve())
+        except ValueError:
+            return out
+        if rel.parts and rel.parts[0] in OUTPUT_FOLDERS:
+            return out  # uploaded after the run, to the same relative path (second group)
+        kind = str(data.get("kind") or "output")
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            name = f.name if f == path else f"{path.name}/{f.relative_to(path)}"
+            item = (f, {"group": "artifact", "kind": kind, "name": name})
+            if f.name == "interrupt.pt":
+                self._held_last.append(item)  # third group: after everything else
+            else:
+                self._queue.put_nowait(item)
+        return out
+
+    async def _upload_loop(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            await self._upload_or_leave(*item)
+
+    async def _upload_or_leave(self, path: Path, meta: dict[str, Any]) -> None:
+        if path in self.uploaded:
+            return
+        try:
+            await self._upload_with_retry(path, meta)
+            self.uploaded.add(path)
+        except (Refused, Unreachable, OSError) as exc:
+            self._left.append((path, meta, str(exc)))
+
+    async def _upload_with_retry(self, path: Path, meta: dict[str, Any]) -> None:
+        delays = _delays()
+        last_try = False
+        while True:
+            try:
+                await self._upload(path, meta)
+                return
+            except Unreachable as exc:
+                now = time.monotonic()
+                if self._retry_deadline is None:
+                    self._retry_deadline = now + self.grace_s  # one budget for all of the run's files
+                if last_try:
+                    raise
+                if now >= self._retry_deadline:
+                    last_try = True  # the budget is spent: one more try, then it stays here
+                    continue
+                delay = min(next(delays), max(0.1, self._retry_deadline - now))
+                log.warning("run %s: uploading %s failed (%s); retrying in %.1f s", self.run_id, path.name, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
+        assert self.session is not None
+        sha = await asyncio.to_thread(sha256_file, path)
+        form = aiohttp.FormData()
+        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": path.stat().st_size}),
+                       content_type="application/json")
+        with open(path, "rb") as fh:
+            form.add_field("file", fh, filename=path.name, content_type="application/octet-stream")
+            try:
+                async with self.session.post(f"{self.control}/api/runs/{self.run_id}/artifacts/upload", data=form,
+                                             headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+                    if resp.status in RETRY_STATUSES:
+                        raise Unreachable(f"HTTP {resp.status}")
+                    if resp.status >= 300:
+                        try:
+                            msg = (await resp.json())["error"]["message"]
+                        except Exception:
+                            msg = f"HTTP {resp.status}"
+                        raise Refused(msg)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                raise Unreachable(str(exc) or type(exc).__name__) from None
+
+    # -- after the run -------------------------------------------------------------
+    async def finish(self, final: dict[str, Any], stopped: Callable[[], bool]) -> dict[str, Any]:
+        """The second and third groups, then what stays on the worker. Runs before the end is reported."""
+        if self.backend != "transfer" or self.data_dir is None:
+            return final
+        self._queue.put_nowait(None)
+        if self._uploader is not None:
+            await self._uploader
+        outputs: list[tuple[Path, dict[str, Any]]] = []
+        for folder in OUTPUT_FOLDERS:
+            root = self.data_dir / folder
+            if root.is_dir():
+                for p in sorted(root.rglob("*")):
+                    if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
+                        rel = str(p.relative_to(self.data_dir))
+                        if rel in self.input_shas and await asyncio.to_thread(sha256_file, p) == self.input_shas[rel]:
+                            continue  # an input, unchanged
+                        outputs.append((p, {"group": "output", "relative_path": rel}))
+        for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
+            p = self.data_dir / rel
+            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await asyncio.to_thread(sha256_file, p) != sha:
+                outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
+        pending = outputs + self._held_last
+        for i, (path, meta) in enumerate(pending):
+            if stopped():
+                rest = pending[i:]
+                for p, m in rest:
+                    self._left.append((p, m, "stopped during the final uploads"))
+                self.record("run_warning", {"kind": "transfer_failed", "count": len(rest),
+                                            "message": f"{len(rest)} file(s) were not uploaded because the run was "
+                                                       f"stopped; they stay on the worker under {self.data_dir}"})
+                break
+            await self._upload_or_leave(path, meta)
+        for path, meta, why in self._left:
+            size = path.stat().st_size if path.exists() else None
+            self.record("artifact", {"kind": meta.get("kind", "output"), "name": path.name, "path": str(path),
+                                     "relative_path": str(path.relative_to(self.data_dir)) if path.is_relative_to(self.data_dir) else None,
+                                     "backend": "left_on_worker", "size": size})
+            if why != "stopped during the final uploads":
+                self.record("run_warning", {"kind": "transfer_failed", "file": str(path),
+                                            "message": f"{path.name} stays on the worker at {path}: {why}"})
+        return final
+
+
+def _delays(start: float = 1.0, cap: float = 60.0):
+    from cdui.agent import backoff_delays
+    return backoff_delays(start, cap)

@@ -1,0 +1,189 @@
+"""The transfer backend, control-plane side: the control plane as a run's file store (XFER).
+
+A worker without the ``data`` mount downloads the run's inputs from the
+ordinary download routes (with its worker credential, only that run's
+inputs) and uploads what the run wrote to ``POST /api/runs/{id}/artifacts/upload``:
+
+- group ``artifact`` (checkpoints, TensorBoard files, models the run records):
+  into the run's own folder ``<data>/runs/<run id>/<kind>/<name>``;
+- group ``output`` (files written under ``models/``, ``media/``, ``output/``):
+  to the same relative path in this server's folders. An existing different
+  file is kept and the new one gets a suffix (``best-1.pt``); identical content
+  is stored once.
+
+Uploads stream to disk while hashing (constant memory), are refused past
+``CODEFYUI_MAX_UPLOAD_SIZE``, and never land outside those folders: names go
+through :func:`cdui.paths.safe_join`, and every refusal is logged.
+The agent side lives in :mod:`cdui.agent_files`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cdui.errors import CduiError, PathRefused
+from cdui.layout import Layout
+from cdui.paths import safe_join
+from cdui.store import ACTIVE
+
+log = logging.getLogger(__name__)
+ARTIFACT_KINDS = {"checkpoint", "tensorboard", "model", "output", "log", "metrics"}
+OUTPUT_FOLDERS = ("models", "media", "output")
+
+
+def artifact_target(layout: Layout, run_id: str, kind: str, name: str) -> Path:
+    if kind not in ARTIFACT_KINDS:
+        raise CduiError("bad_upload", f"artifact kind {kind!r} is not accepted",
+                        hint=f"use one of {sorted(ARTIFACT_KINDS)}", status=400)
+    return safe_join(layout.run_dir(run_id), f"{kind}/{name}")
+
+
+def output_target(layout: Layout, relative_path: str) -> Path:
+    rel = relative_path.replace("\\", "/")
+    head, _, rest = rel.partition("/")
+    if head not in OUTPUT_FOLDERS or not rest:
+        raise PathRefused(relative_path, f"workers may write only into {', '.join(f + '/' for f in OUTPUT_FOLDERS)}")
+    return safe_join(layout.folder(head), rest)
+
+
+def sha256_path(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def free_name(target: Path, sha: str) -> tuple[Path, bool]:
+    """Where a file with content ``sha`` goes when ``target`` may exist (XFER-15).
+
+    Returns (path, already_there): an identical file is reused; a different
+    one is kept and the new file gets the first free ``-N`` suffix."""
+    if not target.exists():
+        return target, False
+    if target.is_file() and sha256_path(target) == sha:
+        return target, True
+    i = 1
+    while True:
+        cand = target.with_name(f"{target.stem}-{i}{target.suffix}")
+        if not cand.exists():
+            return cand, False
+        if cand.is_file() and sha256_path(cand) == sha:
+            return cand, True
+        i += 1
+
+
+async def upload_handler(request: web.Request) -> web.Response:
+    from cdui.server import CONFIG, RUNS
+    service = request.app[RUNS]
+    cfg = request.app[CONFIG]
+    run_id = request.match_info["run_id"]
+    worker = request.get("worker")
+    if request.get("auth") != "worker" or not worker:
+        raise CduiError("forbidden", "artifact uploads come from workers, with their worker credential",
+                        hint="send Authorization: Bearer <worker credential>", status=403)
+    run = await service.store.get_run(run_id)
+    if run is None or run.get("worker_id") != worker:
+        log.warning("worker %s tried to upload into run %s, which is not its run", worker, run_id)
+        raise CduiError("forbidden", f"run {run_id} is not a run of worker {worker}", status=403)
+    if run["status"] not in ACTIVE:
+        raise CduiError("run_ended", f"run {run_id} is {run['status']}; its files are no longer accepted",
+                        hint="the file stays on the worker", status=409)
+    limit = cfg["CODEFYUI_MAX_UPLOAD_SIZE"]
+    try:
+        reader = await request.multipart()
+        meta_part = await reader.next()
+        meta = json.loads(await meta_part.text()) if meta_part is not None and meta_part.name == "meta" else None
+        if not isinstance(meta, dict):
+            raise ValueError("the first part must be 'meta' (JSON)")
+        file_part = await reader.next()
+        if file_part is None or file_part.name != "file":
+            raise ValueError("the second part must be 'file'")
+    except (ValueError, AssertionError, KeyError) as exc:
+        raise CduiError("bad_upload", f"malformed artifact upload: {exc}") from None
+    group = meta.get("group")
+    try:
+        if group == "artifact":
+            kind = str(meta.get("kind") or "output")
+            target = artifact_target(cfg.layout, run_id, kind, str(meta.get("name") or ""))
+        elif group == "output":
+            kind = "output"
+            target = output_target(cfg.layout, str(meta.get("relative_path") or ""))
+        else:
+            raise CduiError("bad_upload", f"upload group {group!r} is not 'artifact' or 'output'")
+    except CduiError as err:
+        log.warning("refused upload from worker %s for run %s: %s", worker, run_id, err.message)
+        raise
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    size = 0
+    fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            while chunk := await file_part.read_chunk(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
+                                                 f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker",
+                                    status=413)
+                h.update(chunk)
+                fh.write(chunk)
+        digest = h.hexdigest()
+        if meta.get("sha256") and meta["sha256"] != digest:
+            raise CduiError("bad_upload", f"{target.name} arrived with sha256 {digest}, expected {meta['sha256']}",
+                            hint="the agent retries the upload", status=400)
+        final, existed = await _to_thread(free_name, target, digest)
+        if existed:
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        rel = str(final.resolve().relative_to(cfg.layout.data_dir.resolve()))
+    except ValueError:
+        rel = str(final)
+    existing = [a for a in await service.store.artifacts(run_id) if a["path"] == str(final) and a["sha256"] == digest]
+    if existing:
+        row = existing[0]
+    else:
+        aid = await service.store.add_artifact({"run_id": run_id, "kind": kind, "name": final.name,
+                                                "backend": "transfer", "path": str(final), "relative_path": rel,
+                                                "size": size, "sha256": digest})
+        row = {"id": aid, "path": str(final)}
+    return web.json_response({"id": row["id"], "path": str(final), "relative_path": rel, "size": size,
+                              "sha256": digest, "stored_once": existed}, status=201)
+
+
+async def _to_thread(fn: Any, *args: Any) -> Any:
+    import asyncio
+    return await asyncio.to_thread(fn, *args)
+
+
+async def worker_may_download(request: web.Request, folder: str, name: str) -> bool:
+    """A worker credential downloads only inputs of its own active runs (XFER-06)."""
+    from cdui.server import RUNS
+    service = request.app[RUNS]
+    worker = request.get("worker")
+    rows = await _to_thread(service.store.runs_in_status_sync, ACTIVE)
+    for r in rows:
+        if r.get("worker_id") != worker:
+            continue
+        for inp in ((r.get("options") or {}).get("files") or {}).get("inputs") or []:
+            if inp.get("folder") == folder and inp.get("name") == name:
+                return True
+    return False
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/api/runs/{run_id}/artifacts/upload", upload_handler)
+
