@@ -79,6 +79,7 @@ async def upload(request: web.Request) -> web.Response:
                     raise _too_large(limit, size)
                 h.update(chunk)
                 fh.write(chunk)
+        os.chmod(tmp, 0o644)  # mkstemp made it private; uploads are ordinary files of the user
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

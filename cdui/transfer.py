@@ -144,6 +144,7 @@ async def upload_handler(request: web.Request) -> web.Response:
         if existed:
             os.unlink(tmp)
         else:
+            os.chmod(tmp, 0o644)  # mkstemp made it private; outputs are ordinary files of the user
             os.replace(tmp, final)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -21,6 +21,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
         self._closed = False
+        self._answer_503 = False
         self._flowing = threading.Event()
         self._flowing.set()
         self.connections = 0
@@ -34,6 +35,16 @@ class TcpProxy:
                 return
             if not self._open.is_set():
                 client.close()  # "network down": the connection is refused at once
+                continue
+            if self._answer_503:
+                # A reverse proxy whose upstream is down.
+                try:
+                    client.recv(65536)
+                    client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                   b"Connection: close\r\n\r\n")
+                except OSError:
+                    pass
+                client.close()
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
@@ -83,8 +94,21 @@ class TcpProxy:
             s.close()
 
     def restore(self) -> None:
+        self._answer_503 = False
         self._open.set()
         self._flowing.set()
+
+    def answer_503(self) -> None:
+        """Cut every connection; answer every new request with 503 until :meth:`restore`."""
+        self._answer_503 = True
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
 
     def freeze(self) -> None:
         """Keep every connection open but deliver nothing (packets lost, no reset)."""
