@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import socket
 import time
@@ -110,6 +111,8 @@ class Agent:
         self.stopping = False
         self._stop_event = asyncio.Event()
         self.exit_code = EXIT_OK
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._early_stops: set[str] = set()
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
             self.runs[run_id] = r
@@ -264,7 +267,10 @@ class Agent:
     async def _handle(self, msg: dict[str, Any]) -> None:
         t = msg.get("type")
         if t == "assign":
-            await self._start_run(msg["run_id"], msg["job"])
+            # In the background: fetching inputs can take long, and stops and acks must get through meanwhile.
+            task = asyncio.create_task(self._start_run(msg["run_id"], msg["job"]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         elif t == "ack":
             r = self.runs.get(msg.get("run_id", ""))
             if r is not None:
@@ -275,6 +281,8 @@ class Agent:
             if r is not None and r.handle is not None:
                 log.info("run %s: stop requested by the control plane", r.run_id)
                 r.handle.stop()
+            else:  # its assignment is still being set up: stop it as soon as it exists
+                self._early_stops.add(msg.get("run_id", ""))
         elif t == "revoked":
             raise Refused("revoked", msg.get("message", "the credential was revoked"))
         elif t == "error":
@@ -304,6 +312,9 @@ class Agent:
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
         handle = runner.RunHandle(run_id, sink, log_path, job.get("secrets", []))
         r.handle = handle
+        if run_id in self._early_stops:
+            self._early_stops.discard(run_id)
+            handle.stop()
         files = RunFiles(run_id, job, self.user_data, self.labels(), getattr(self, "session", None), self.control,
                          self.credential, self.grace_s, handle.record, handle.stop_event)
         handle.open()
@@ -338,6 +349,19 @@ class Agent:
         if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:
             r.spool.remove()
             self.runs.pop(r.run_id, None)
+            self._prune_run_folders()
+
+    def _prune_run_folders(self) -> None:
+        """The agent's own run retention (XFER-28): keep the newest run folders, never a live run's."""
+        from cdui.config import load
+        keep = int(load()["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
+        root = self.user_data / "agent-runs"
+        if keep <= 0 or not root.is_dir():
+            return
+        done = [p for p in root.iterdir() if p.is_dir() and p.name not in self.runs]
+        done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for p in done[keep:]:
+            shutil.rmtree(p, ignore_errors=True)
 
     # -- shutdown ------------------------------------------------------------------
     def request_shutdown(self) -> None:

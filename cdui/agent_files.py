@@ -123,6 +123,7 @@ class RunFiles:
         cache = self.user_data / "agent-cache"
         cache.mkdir(parents=True, exist_ok=True)
         n = len(self.inputs)
+        log.info("run %s: fetching %d input(s)", self.run_id, n)
         for i, inp in enumerate(self.inputs, 1):
             if self.stop_event.is_set():
                 return False

@@ -109,6 +109,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token"),
+    Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
     # -- install
     Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder"),
     Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),

@@ -448,7 +448,8 @@ class RunService:
             shutil.rmtree(folder, ignore_errors=True)
             return
         for child in folder.iterdir():
-            if child.name == "checkpoints":
+            # The resume point: local runs write checkpoints/, transfer uploads land in checkpoint/.
+            if child.name in ("checkpoints", "checkpoint"):
                 continue
             if child.is_dir():
                 shutil.rmtree(child, ignore_errors=True)

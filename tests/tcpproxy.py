@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -22,6 +23,7 @@ class TcpProxy:
         self._socks: set[socket.socket] = set()
         self._closed = False
         self._answer_503 = False
+        self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
         self._flowing = threading.Event()
         self._flowing.set()
         self.connections = 0
@@ -61,13 +63,15 @@ class TcpProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while True:
-                data = src.recv(65536)
+                data = src.recv(16384 if self.rate else 65536)
                 if not data:
                     break
                 while not self._flowing.wait(0.2):  # frozen: hold the bytes, as a dead route would
                     if self._closed:
                         return
                 dst.sendall(data)
+                if self.rate:  # a slow link
+                    time.sleep(len(data) / self.rate)
         except OSError:
             pass
         finally:
@@ -95,6 +99,7 @@ class TcpProxy:
 
     def restore(self) -> None:
         self._answer_503 = False
+        self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
         self._open.set()
         self._flowing.set()
 

@@ -356,3 +356,52 @@ def test_mount_run_artifacts_relative_to_mount(cp, tmp_path):
         a.stop()
         if b is not None:
             b.stop()
+
+
+def test_stop_while_inputs_download_is_cancelled(cp, tmp_path):
+    """XFER-08: Stop pressed while the inputs download ends the run `cancelled`."""
+    big = b"a,b,species\n" + b"1.0,2.0,x\n" * 300_000  # ~3 MB: long over a slow link
+    assert cp.upload("files", "big.csv", big)[0] == 201
+    proxy = TcpProxy(cp.port)
+    a = start_agent(cp, tmp_path, control=proxy.url)
+    try:
+        proxy.rate = 100_000
+        g = graph([node("start", "Start"), node("csv", "CSVReader", path="big.csv", target_column="species"),
+                   node("p", "Print")], [trig("start", "csv"), edge("csv", "tensor", "p", "value")])
+        run = cp.submit(g, {"target": {"worker": "w2"}})
+        wait_for(lambda: "fetching 1 input(s)" in a.log_text(), 60, 0.1, "the download to start")
+        cp.call("POST", f"/api/runs/{run['id']}/stop", expect=200)
+        done = wait_run(cp, run["id"])
+        assert done["status"] == "cancelled", done
+        assert "downloading" in (done["error"] or ""), done
+        assert not list((a.user_data / "agent-cache").glob("*.part-*")), "no partial file is left in the cache"
+    finally:
+        proxy.rate = 0
+        a.stop()
+        proxy.close()
+
+
+def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
+    """XFER-24: Stop during the final uploads: the rest stay on the worker, one transfer_failed counts them."""
+    proxy = TcpProxy(cp.port)
+    a = start_agent(cp, tmp_path, control=proxy.url)
+    try:
+        nodes = [node("start", "Start")] + [node(f"w{i}", "Writer", path=f"big{i}.bin", text="z", repeat=400_000)
+                                           for i in range(3)]
+        g = graph(nodes, [trig("start", f"w{i}") for i in range(3)], name="three files")
+        proxy.rate = 200_000
+        run = cp.submit(g, {"target": {"worker": "w2"}})
+        wait_for(lambda: (cp.data_dir / "output").is_dir() and any(
+            p.name.startswith("big") for p in (cp.data_dir / "output").iterdir()), 120, 0.1, "the first file")
+        cp.call("POST", f"/api/runs/{run['id']}/stop", expect=200)
+        done = wait_run(cp, run["id"], timeout=300)
+        failed = warnings(cp, run["id"], "transfer_failed")
+        assert len(failed) == 1 and "not uploaded because the run was stopped" in failed[0], failed
+        left = [x for x in cp.call("GET", f"/api/runs/{run['id']}/artifacts", expect=200)
+                if x["path"] and x["path"].startswith(str(a.user_data))]
+        assert left, "the files not sent are listed with their worker path"
+        assert done["status"] in ("succeeded", "cancelled"), done
+    finally:
+        proxy.rate = 0
+        a.stop()
+        proxy.close()
