@@ -229,7 +229,7 @@ class RunService:
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
-                "files": files.to_json()}
+                "files": files.to_json(), "has_secrets": bool(secrets)}
         run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
                "status": "queued", "target": target, "options": opts, "graph": stored_graph,
                "created_at": now, "queue_reason": "waiting for the scheduler"}
@@ -394,6 +394,11 @@ class RunService:
 
     async def _start(self, run: dict[str, Any], where: Placement) -> None:
         run_id = run["id"]
+        if run["options"].get("has_secrets") and run_id not in self.secrets:
+            # Secret values live in memory only (NOTES.md); a restart while queued loses them.
+            await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
+                                                 "when the server restarted before it started; submit it again")
+            return
         self.active[run_id] = (where.executor, where.device)
         await self.store.update_run(run_id, status="running", worker_id=where.executor, slot_device=where.device,
                                     started_at=time.time(), queue_reason=None)

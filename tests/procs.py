@@ -1,0 +1,436 @@
+"""Process helpers for tests that drive cdui as a user would: real processes,
+real ports, real files.
+
+- :func:`free_port`, :func:`env_for`, :func:`wait_for` are plain helpers.
+- :class:`Proc` starts one command in its own process group with its output
+  in a log file, and always ends it (``stop`` asks with SIGTERM, ``kill9``
+  kills the whole group). Agents and other long-running commands reuse it.
+- :class:`ServerProc` is a ``python -m cdui start --foreground`` server with
+  its own user data and data dirs; ``api`` / ``raw`` / ``upload`` talk to it
+  over HTTP with the session token it wrote.
+
+Every process started here is remembered, so a failing test can show the
+tail of each log (see :class:`LogSectionsPlugin`, registered by conftest).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
+_ALL: list["Proc"] = []
+_LOGS: dict[Path, str] = {}  # log files of processes not started here (e.g. `cdui start` in the background)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_for(user_data: Path | str, data_dir: Path | str | None = None,
+            extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a cdui process whose state lives in ``user_data``
+    (and data folders in ``data_dir``); no CODEFYUI_* setting leaks in from
+    the environment the tests were started from."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEFYUI_")}
+    env["CODEFYUI_USER_DATA_DIR"] = str(user_data)
+    if data_dir is not None:
+        env["CODEFYUI_DATA_DIR"] = str(data_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def track_log(path: Path | str, name: str) -> None:
+    """Show this log's tail in the report of a failing test (until untracked)."""
+    _LOGS[Path(path)] = name
+
+
+def untrack_log(path: Path | str) -> None:
+    _LOGS.pop(Path(path), None)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 120, interval: float = 0.1,
+             what: str = "a condition", detail: Callable[[], Any] | None = None) -> Any:
+    """Poll ``predicate`` until it returns something truthy; return that.
+
+    Fails with ``what`` (and ``detail()``, evaluated at the end) when
+    ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = ""
+            if detail is not None:
+                try:
+                    extra = f"; last state: {detail()}"
+                except Exception as exc:  # the detail is a courtesy; never hide the timeout
+                    extra = f"; (detail failed: {exc!r})"
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+class Proc:
+    """One command in its own process group, output in ``log_path``."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path,
+                 cwd: Path | str = REPO_ROOT, name: str | None = None) -> None:
+        self.cmd = cmd
+        self.env = env
+        self.log_path = Path(log_path)
+        self.cwd = str(cwd)
+        self.name = name or Path(cmd[0]).name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.stopped_at: float | None = None
+        _ALL.append(self)
+
+    def spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== {time.strftime('%H:%M:%S')} start: {' '.join(self.cmd)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started_at = time.time()
+        self.stopped_at = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, timeout: float = 60) -> int | None:
+        """SIGTERM to the process (graceful), wait; SIGKILL the group if it
+        does not end in ``timeout`` seconds. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait(30)
+        # Whatever it left behind in its group (run subprocesses have their own
+        # sessions and are the server's job, checked by the tests themselves).
+        self._signal_group(signal.SIGKILL)
+        self.stopped_at = time.time()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        """SIGKILL the process group at once (a crash, a power cut)."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        self.stopped_at = time.time()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+class HttpResult:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+class ServerProc(Proc):
+    """``python -m cdui start --foreground`` with state in ``tmp``.
+
+    ``tmp/user_data`` and ``tmp/data`` are the server's dirs unless given;
+    the log is ``tmp/<name>.log``."""
+
+    def __init__(self, tmp: Path, name: str = "server", port: int | None = None,
+                 user_data: Path | None = None, data_dir: Path | None = None,
+                 extra_env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+        self.tmp = Path(tmp)
+        self.user_data = Path(user_data or self.tmp / "user_data")
+        self.data_dir = Path(data_dir or self.tmp / "data")
+        self.port = port or free_port()
+        self.host = host
+        self.extra_env = dict(extra_env or {})
+        cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", host, "--port", str(self.port)]
+        super().__init__(cmd, {}, self.tmp / f"{name}.log", name=name)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.user_data / "session-token").read_text().strip()
+
+    @property
+    def db_path(self) -> Path:
+        return self.user_data / "cdui.sqlite3"
+
+    def start(self, extra_env: dict[str, str] | None = None, timeout: float = 120) -> "ServerProc":
+        if extra_env:
+            self.extra_env.update(extra_env)
+        self.user_data.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.env = env_for(self.user_data, self.data_dir, self.extra_env)
+        self.spawn()
+
+        def healthy() -> bool:
+            if not self.alive:
+                raise AssertionError(f"server exited during start with code {self.returncode}; "
+                                     f"log tail:\n{self.log_tail(30)}")
+            try:
+                r = self.raw("GET", "/api/health", token=False, timeout=2)
+            except OSError:
+                return False
+            return r.status == 200 and (self.user_data / "session-token").exists()
+        wait_for(healthy, timeout, 0.1, f"{self.name} to answer /api/health on {self.url}",
+                 detail=lambda: self.log_tail(20))
+        return self
+
+    def restart(self, extra_env: dict[str, str] | None = None) -> "ServerProc":
+        self.stop()
+        return self.start(extra_env)
+
+    # -- HTTP ---------------------------------------------------------------
+    def raw(self, method: str, path: str, data: bytes | None = None, token: bool | str = True,
+            headers: dict[str, str] | None = None, timeout: float = 60) -> HttpResult:
+        hdrs = dict(headers or {})
+        if token is True:
+            hdrs["X-CodefyUI-Token"] = self.token
+        elif isinstance(token, str):
+            hdrs["X-CodefyUI-Token"] = token
+        req = urllib.request.Request(self.url + path, data=data, method=method.upper(), headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return HttpResult(resp.status, dict(resp.headers.items()), resp.read())
+        except urllib.error.HTTPError as exc:
+            return HttpResult(exc.code, dict(exc.headers.items()), exc.read())
+
+    def api(self, method: str, path: str, body: Any = None, token: bool | str = True,
+            headers: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, Any]:
+        """Call the JSON API; returns (status, parsed JSON or None)."""
+        hdrs = dict(headers or {})
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        r = self.raw(method, path, data, token, hdrs, timeout)
+        try:
+            return r.status, r.json()
+        except ValueError:
+            raise AssertionError(f"{method} {path} answered {r.status} with a body that is not JSON: "
+                                 f"{r.body[:300]!r}") from None
+
+    def call(self, method: str, path: str, body: Any = None, expect: int | Iterable[int] = (200, 201)) -> Any:
+        """``api`` that fails the test unless the status is expected."""
+        status, parsed = self.api(method, path, body)
+        ok = {expect} if isinstance(expect, int) else set(expect)
+        assert status in ok, f"{method} {path} answered {status}, expected {sorted(ok)}: {parsed}"
+        return parsed
+
+    def upload(self, kind: str, filename: str, content: bytes, field: str = "file",
+               token: bool | str = True) -> tuple[int, Any]:
+        """multipart/form-data upload to ``/api/{kind}/upload``."""
+        boundary = "----cdui" + uuid.uuid4().hex
+        # A quoted-string: backslash and quote are escaped, as browsers and curl do.
+        filename = filename.replace("\\", "\\\\").replace('"', '\\"')
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
+                f"Content-Type: application/octet-stream\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        r = self.raw("POST", f"/api/{kind}/upload", body, token,
+                     {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        try:
+            return r.status, r.json()
+        except ValueError:
+            return r.status, r.body
+
+    # -- runs ---------------------------------------------------------------
+    def submit(self, graph: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.call("POST", "/api/runs", {"graph": graph, "options": options or {}}, expect=201)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/api/runs/{run_id}", expect=200)
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return self.call("GET", f"/api/runs/{run_id}/events?after={after}", expect=200)
+
+
+def wait_run(server: ServerProc, run_id: str, statuses: Iterable[str] = TERMINAL,
+             timeout: float = 180) -> dict[str, Any]:
+    """Wait until the run's status is one of ``statuses``; return the run."""
+    wanted = set(statuses)
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        status, run = server.api("GET", f"/api/runs/{run_id}")
+        assert status == 200, f"GET /api/runs/{run_id} answered {status}: {run}"
+        last["run"] = run
+        return run if run["status"] in wanted else None
+
+    def detail() -> str:
+        evs = server.events(run_id)
+        tail = [(e["seq"], e["kind"], e["data"]) for e in evs[-8:]]
+        return f"run {last.get('run')}; last events {tail}"
+    return wait_for(check, timeout, 0.2, f"run {run_id} to reach {sorted(wanted)}", detail=detail)
+
+
+def wait_event(server: ServerProc, run_id: str, predicate: Callable[[dict[str, Any]], bool],
+               timeout: float = 120, what: str = "an event") -> dict[str, Any]:
+    """Wait until the run has an event matching ``predicate``; return it."""
+    def check() -> dict[str, Any] | None:
+        for ev in server.events(run_id):
+            if predicate(ev):
+                return ev
+        return None
+    return wait_for(check, timeout, 0.2, f"{what} in run {run_id}",
+                    detail=lambda: [(e["kind"], e["data"]) for e in server.events(run_id)[-8:]])
+
+
+class LogSectionsPlugin:
+    """Adds the log tail of every process a failing test touched to its report."""
+
+    def __init__(self) -> None:
+        self.item_start = 0.0
+
+    def pytest_runtest_setup(self, item: Any) -> None:
+        self.item_start = time.time()
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if not report.failed or report.when not in ("setup", "call"):
+            return
+        for p in _ALL:
+            if p.proc is None:
+                continue
+            if p.stopped_at is not None and p.stopped_at < self.item_start:
+                continue
+            report.sections.append((f"log of {p.name} ({p.log_path})", p.log_tail(80)))
+        for path, name in list(_LOGS.items()):
+            try:
+                tail = "\n".join(path.read_text(errors="replace").splitlines()[-80:])
+            except OSError:
+                continue
+            report.sections.append((f"log of {name} ({path})", tail))
+
+
+# -- graphs ---------------------------------------------------------------------
+def load_example(name: str = "iris_train.json") -> dict[str, Any]:
+    """A graph from the repository's ``examples/`` folder."""
+    return json.loads((REPO_ROOT / "examples" / name).read_text(encoding="utf-8"))
+
+
+def long_training_graph(epochs: int = 100000) -> dict[str, Any]:
+    """The iris example, training for (practically) ever: a run to stop."""
+    g = load_example()
+    for n in g["nodes"]:
+        if n["type"] == "TrainingLoop":
+            n["data"]["params"]["epochs"] = epochs
+    g["name"] = f"iris for {epochs} epochs"
+    return g
+
+
+def node(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
+    return {"id": nid, "type": ntype, "position": {"x": 0, "y": 0}, "data": {"params": params}}
+
+
+def trig(src: str, dst: str) -> dict[str, Any]:
+    return {"id": f"trig-{src}-{dst}", "source": src, "sourceHandle": "trigger", "target": dst,
+            "targetHandle": None, "type": "trigger"}
+
+
+def edge(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
+    return {"id": f"{src}.{sh}-{dst}.{th}", "source": src, "sourceHandle": sh, "target": dst,
+            "targetHandle": th, "type": "data"}
+
+
+def graph(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], name: str = "test graph") -> dict[str, Any]:
+    return {"format_version": 1, "name": name, "nodes": nodes, "edges": edges}
+
+
+def start_then(ntype: str, nid: str = "n", **params: Any) -> dict[str, Any]:
+    """Start triggering one node of ``ntype``: the smallest runnable graph."""
+    return graph([node("start", "Start"), node(nid, ntype, **params)], [trig("start", nid)], name=ntype)
+
+
+def csv_print_graph(path: str = "data/samples/iris.csv", label: str = "rows") -> dict[str, Any]:
+    """CSVReader -> Print: a quick run that reads one file."""
+    return graph([node("start", "Start"), node("csv", "CSVReader", path=path, target_column="", skip_header=True),
+                  node("print", "Print", label=label)],
+                 [trig("start", "csv"), edge("csv", "tensor", "print", "value")], name="csv-print")
+
+
+def broken_iris() -> dict[str, Any]:
+    """The iris example with one of each mistake."""
+    g = load_example()
+    for n in g["nodes"]:
+        if n["id"] == "train":
+            n["data"]["params"]["epochs"] = 0  # below the minimum of 1
+    for e in g["edges"]:
+        if e["id"] == "csv-norm":
+            e["targetHandle"] = "no_such_port"
+        if e["id"] == "model-opt":  # LIST into MODEL
+            e["source"], e["sourceHandle"] = "csv", "labels"
+    g["nodes"] += [node("ghost", "NoSuchNodeType"), node("lonely-print", "Print", label="x"),
+                   node("loop-a", "Print"), node("loop-b", "Print")]
+    g["edges"] += [trig("start", "ghost"), trig("start", "lonely-print"), trig("start", "loop-a"),
+                   edge("loop-a", "value", "loop-b", "value"), edge("loop-b", "value", "loop-a", "value")]
+    return g

@@ -1,0 +1,255 @@
+"""The `cdui` command line as a user runs it (`python -m cdui ...`), with its
+own user data dir: version, usage errors, start/stop in the background, run
+(with --wait and with every validation error listed), api, status (CLI-01,
+CLI-04, CLI-05, CLI-08; foundation)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from procs import (REPO_ROOT, broken_iris, csv_print_graph, env_for, free_port, pid_alive, track_log, untrack_log,
+                   wait_for)
+
+VERSION_RE = re.compile(r"^cdui \d+\.\d+\.\d+$")
+
+
+class Cli:
+    """Runs `python -m cdui` with this test module's user data and data dirs."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.user_data = tmp / "user_data"
+        self.data_dir = tmp / "data"
+        self.env = env_for(self.user_data, self.data_dir)
+        self.port = free_port()
+
+    def __call__(self, *args: str, timeout: float = 300, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cdui", *args], env=self.env, cwd=str(cwd), text=True,
+                              capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def server_pid(self) -> int | None:
+        try:
+            pid = int((self.user_data / "cdui.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(self.url + "/api/health", timeout=2) as r:
+                return json.loads(r.read())
+        except OSError:
+            return None
+
+
+def explain(r: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert lines and lines[0].startswith("cdui: error: "), stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    c = Cli(tmp_path_factory.mktemp("cli"))
+    log = c.user_data / "cdui.log"
+    track_log(log, "cdui start (background)")
+    try:
+        yield c
+    finally:
+        untrack_log(log)
+        pid = c.server_pid()
+        if pid:
+            try:
+                c("stop", timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+            if pid_alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+# -- without a server ---------------------------------------------------------------------
+def test_version(cli: Cli) -> None:
+    """CLI-01: `cdui --version` prints `cdui X.Y.Z`, the version /api/health reports."""
+    r = cli("--version")
+    assert r.returncode == 0, explain(r)
+    assert VERSION_RE.match(r.stdout.strip()), r.stdout
+    from cdui import __version__
+    assert r.stdout.strip() == f"cdui {__version__}"
+
+
+@pytest.mark.parametrize("args", [["--bogus-flag"], ["start", "--port", "not-a-port"], ["run"],
+                                  ["no-such-command"], ["run", "g.json", "--wait=maybe"], ["api", "GET"]])
+def test_bad_usage_exits_2(cli: Cli, args: list[str]) -> None:
+    """foundation (CLI errors): bad usage exits 2 with one `cdui: error:` line on stderr."""
+    r = cli(*args)
+    assert r.returncode == 2, explain(r)
+    line = one_error_line(r.stderr)
+    assert "--help" in line
+
+
+def test_commands_without_a_server(cli: Cli) -> None:
+    """foundation (CLI errors): with nothing running, `cdui api` and `cdui run`
+    exit 1 with an error saying how to start the server; `cdui status --once`
+    exits 1; `cdui stop` says it is not running."""
+    graph = cli.tmp / "quick.json"
+    graph.write_text(json.dumps(csv_print_graph()))
+    for args in (["api", "GET", "/api/runs"], ["run", str(graph)]):
+        r = cli(*args)
+        assert r.returncode == 1, explain(r)
+        assert "cdui start" in one_error_line(r.stderr)
+    r = cli("status", "--once")
+    assert r.returncode == 1 and "not running" in r.stdout, explain(r)
+    r = cli("stop")
+    assert r.returncode == 0 and "not running" in r.stdout, explain(r)
+
+
+# -- with a server started by `cdui start` ------------------------------------------------------
+@pytest.fixture(scope="module")
+def started(cli: Cli) -> Cli:
+    r = cli("start", "--port", str(cli.port), timeout=180)
+    assert r.returncode == 0, explain(r)
+    assert cli.url in r.stdout, r.stdout
+    return cli
+
+
+def test_start_in_background(started: Cli) -> None:
+    """CLI-04: `cdui start --port P` returns once the server answers, printing its
+    URL; the server keeps running in the background on 127.0.0.1; a second
+    `cdui start` reports the running one."""
+    cli = started
+    pid = cli.server_pid()
+    assert pid, "no live pid in cdui.pid after `cdui start`"
+    health = cli.health()
+    assert health and health["status"] == "ok", health
+    info = json.loads((cli.user_data / "server.json").read_text())
+    assert info["url"] == cli.url and info["pid"] == pid
+    r = cli("start", "--port", str(free_port()))
+    assert r.returncode == 0, explain(r)
+    assert "already running" in r.stdout and cli.url in r.stdout, r.stdout
+    assert cli.server_pid() == pid
+    r = cli("status", "--once")
+    assert r.returncode == 0 and cli.url in r.stdout and "ok" in r.stdout, explain(r)
+
+
+def test_run_wait_follows_to_success(started: Cli) -> None:
+    """CLI-08, foundation: `cdui run examples/iris_train.json --wait` prints the
+    run id, follows its progress (epoch and loss lines) and exits 0; `cdui api
+    GET /api/runs/<id>` prints the run as JSON with `succeeded`."""
+    cli = started
+    r = cli("run", "examples/iris_train.json", "--wait")
+    assert r.returncode == 0, explain(r)
+    lines = r.stdout.splitlines()
+    run_id = lines[0].strip()
+    assert re.fullmatch(r"[0-9a-f]{8,}", run_id), lines[:3]
+    epoch_lines = [ln for ln in lines if "epoch" in ln and "loss" in ln]
+    assert len(epoch_lines) >= 20, r.stdout[-2000:]
+    assert "status: succeeded" in r.stdout
+    a = cli("api", "GET", f"/api/runs/{run_id}")
+    assert a.returncode == 0, explain(a)
+    run = json.loads(a.stdout)
+    assert run["id"] == run_id and run["status"] == "succeeded"
+    missing = cli("api", "GET", "/api/runs/nope")
+    assert missing.returncode == 1, explain(missing)
+    assert json.loads(missing.stdout)["error"]["code"] == "not_found"
+
+
+def test_run_failing_graph_exits_1(started: Cli) -> None:
+    """foundation: `cdui run --wait` of a run that fails exits 1 and shows the error."""
+    cli = started
+    g = cli.tmp / "missing-file.json"
+    g.write_text(json.dumps(csv_print_graph("data/files/not-uploaded.csv")))
+    r = cli("run", str(g), "--wait")
+    assert r.returncode == 1, explain(r)
+    assert "status: failed" in r.stdout and "not-uploaded.csv" in r.stdout
+
+
+def test_run_invalid_graph_lists_every_error(started: Cli) -> None:
+    """foundation: `cdui run bad.json` exits 1 and lists every validation error
+    on stderr (the same ones the API reports); nothing is queued."""
+    cli = started
+    bad = cli.tmp / "bad.json"
+    bad.write_text(json.dumps(broken_iris()))
+    before = len(json.loads(cli("api", "GET", "/api/runs?limit=10000").stdout))
+    r = cli("run", str(bad))
+    assert r.returncode == 1, explain(r)
+    first = one_error_line(r.stderr)
+    m = re.search(r"(\d+) error", first)
+    assert m, first
+    items = [ln for ln in r.stderr.splitlines() if ln.startswith("  - ")]
+    assert len(items) == int(m.group(1)) >= 6, r.stderr
+    v = cli("api", "POST", "/api/graphs/validate", json.dumps({"graph": broken_iris()}))
+    assert v.returncode == 0, explain(v)
+    errors = json.loads(v.stdout)["errors"]
+    assert len(errors) == len(items)
+    for e in errors:
+        assert any(e["message"] in ln for ln in items), e
+    for node_id in ("ghost", "train", "norm", "optimizer", "lonely-print"):
+        assert any(f"node {node_id}:" in ln for ln in items), node_id
+    assert r.stdout == ""
+    assert len(json.loads(cli("api", "GET", "/api/runs?limit=10000").stdout)) == before
+    r = cli("run", str(cli.tmp / "does-not-exist.json"))
+    assert r.returncode == 1 and "cannot read graph file" in one_error_line(r.stderr), explain(r)
+    (cli.tmp / "notjson.json").write_text("{nope")
+    r = cli("run", str(cli.tmp / "notjson.json"))
+    assert r.returncode == 1 and "not valid JSON" in one_error_line(r.stderr), explain(r)
+
+
+def test_run_json_and_api_body(started: Cli) -> None:
+    """foundation: `cdui run --json` prints the run object; `cdui api METHOD PATH
+    BODY` sends the body; a body that is not JSON is bad usage (exit 2)."""
+    cli = started
+    g = cli.tmp / "quick.json"
+    g.write_text(json.dumps(csv_print_graph()))
+    r = cli("run", str(g), "--json", "--target", "local", "--device", "cpu")
+    assert r.returncode == 0, explain(r)
+    run = json.loads(r.stdout)
+    assert run["status"] in ("queued", "running") and run["options"]["device"] == "cpu"
+
+    def finished() -> bool:
+        a = cli("api", "GET", f"/api/runs/{run['id']}")
+        return json.loads(a.stdout)["status"] in ("succeeded", "failed", "cancelled", "interrupted")
+    wait_for(finished, 120, 0.5, "the --json run to finish")
+    a = cli("api", "GET", f"/api/runs/{run['id']}")
+    assert json.loads(a.stdout)["status"] == "succeeded"
+    a = cli("api", "POST", "/api/runs", "{not json")
+    assert a.returncode == 2, explain(a)
+    assert "JSON" in one_error_line(a.stderr)
+    a = cli("api", "POST", "/api/runs", json.dumps({"graph": {"nodes": []}}))
+    assert a.returncode == 1, explain(a)
+    assert json.loads(a.stdout)["error"]["code"] == "invalid_graph"
+
+
+def test_stop(started: Cli) -> None:
+    """CLI-05: `cdui stop` stops the background server; afterwards nothing answers
+    and `cdui status --once` exits 1."""
+    cli = started
+    pid = cli.server_pid()
+    assert pid
+    r = cli("stop", timeout=120)
+    assert r.returncode == 0, explain(r)
+    assert "stopped" in r.stdout
+    wait_for(lambda: not pid_alive(pid), 30, 0.1, f"server pid {pid} to exit")
+    assert cli.health() is None
+    assert not (cli.user_data / "cdui.pid").exists()
+    r = cli("status", "--once")
+    assert r.returncode == 1, explain(r)

@@ -1,0 +1,219 @@
+"""The sqlite store on a real file: pragmas, migrations, event recording, the
+single writer with group commit (foundation: store invariants of NOTES.md)."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdui.store import MIGRATIONS, Store
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store(tmp_path / "cdui.sqlite3")
+    s.open()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def new_run(run_id: str, **over: Any) -> dict[str, Any]:
+    d = {"id": run_id, "name": run_id, "status": "queued", "target": "local",
+         "options": {"target": "local"}, "graph": {"nodes": []}, "created_at": time.time()}
+    d.update(over)
+    return d
+
+
+def ev(src_seq: int, kind: str = "log", **data: Any) -> dict[str, Any]:
+    return {"src_seq": src_seq, "kind": kind, "data": data or {"n": src_seq}, "at": time.time()}
+
+
+class Blocker:
+    """A write job that holds the writer thread until released, so the jobs
+    queued meanwhile are certain to land in one batch."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def fn(self, conn: sqlite3.Connection) -> None:
+        self.entered.set()
+        assert self.release.wait(60), "the test never released the writer"
+
+
+def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
+    """foundation: WAL on, user_version == number of migrations, foreign keys on
+    (checked on a fresh connection of the store and by an actual cascade)."""
+    jm = store.read_sync(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
+    assert jm.lower() == "wal"
+    uv = store.read_sync(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
+    assert uv == len(MIGRATIONS) >= 2
+    assert store.read_sync(lambda c: c.execute("PRAGMA foreign_keys").fetchone()[0]) == 1
+    # The file itself says WAL to any other reader too.
+    raw = sqlite3.connect(str(tmp_path / "cdui.sqlite3"))
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        raw.close()
+    assert {"runs", "run_events", "run_sources", "artifacts", "uploads", "workers"} <= tables
+
+    async def cascade() -> tuple[int, int]:
+        await store.create_run(new_run("r1"))
+        await store.append_events("r1", "local", [ev(1), ev(2)])
+        await store.add_artifact({"run_id": "r1", "kind": "output", "name": "x", "path": "/x"})
+        await store.delete_run("r1")
+        n_ev = await store.read(lambda c: c.execute("SELECT count(*) FROM run_events").fetchone()[0])
+        n_art = await store.read(lambda c: c.execute("SELECT count(*) FROM artifacts").fetchone()[0])
+        return n_ev, n_art
+    assert run(cascade()) == (0, 0), "ON DELETE CASCADE did not apply: foreign keys are off in the writer"
+
+
+def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
+    """foundation: migrations are applied once; a database from a newer cdui is refused."""
+    path = tmp_path / "db.sqlite3"
+    s = Store(path)
+    s.open()
+    run(s.create_run(new_run("keep")))
+    s.close()
+    s2 = Store(path)
+    s2.open()
+    try:
+        assert run(s2.get_run("keep"))["id"] == "keep"
+        assert s2.read_sync(lambda c: c.execute("PRAGMA user_version").fetchone()[0]) == len(MIGRATIONS)
+    finally:
+        s2.close()
+    raw = sqlite3.connect(str(path))
+    raw.execute(f"PRAGMA user_version={len(MIGRATIONS) + 5}")
+    raw.commit()
+    raw.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        Store(path).open()
+
+
+def test_append_events_idempotent_and_gapless(store: Store) -> None:
+    """foundation: (run, src, src_seq) stored once; replays are no-ops; seq is
+    gapless from 1 across sources; the returned ack is the highest contiguous src_seq."""
+    async def go() -> None:
+        await store.create_run(new_run("r"))
+        stored, acked = await store.append_events("r", "local", [ev(1), ev(2), ev(3)])
+        assert [e["seq"] for e in stored] == [1, 2, 3] and acked == 3
+        # Exactly the same batch again: nothing new, same ack.
+        stored, acked = await store.append_events("r", "local", [ev(1), ev(2), ev(3)])
+        assert stored == [] and acked == 3
+        # Overlapping replay: only the new one lands.
+        stored, acked = await store.append_events("r", "local", [ev(2), ev(3), ev(4)])
+        assert [e["seq"] for e in stored] == [4] and acked == 4
+        # Another source has its own src_seq but shares the run's seq.
+        stored, acked = await store.append_events("r", "cp", [ev(1, "status", status="queued")])
+        assert [e["seq"] for e in stored] == [5] and acked == 1
+        stored, _ = await store.append_events("r", "local", [ev(5)])
+        assert [e["seq"] for e in stored] == [6]
+        evs = await store.events("r")
+        assert [e["seq"] for e in evs] == list(range(1, 7))
+        assert await store.source_acked("r", "local") == 5
+        assert (await store.get_run("r"))["last_seq"] == 6
+        assert [e["seq"] for e in await store.events("r", after=4)] == [5, 6]
+    run(go())
+
+
+def test_append_events_refuses_gaps(store: Store) -> None:
+    """foundation: an event is accepted only as the next src_seq of its source;
+    after a gap the rest of the batch is refused until the sender replays."""
+    async def go() -> None:
+        await store.create_run(new_run("g"))
+        stored, acked = await store.append_events("g", "w1", [ev(1), ev(2), ev(4), ev(5)])
+        assert [e["seq"] for e in stored] == [1, 2] and acked == 2
+        stored, acked = await store.append_events("g", "w1", [ev(4)])
+        assert stored == [] and acked == 2
+        # Unordered input is sorted by src_seq before checking.
+        stored, acked = await store.append_events("g", "w1", [ev(5), ev(3), ev(4)])
+        assert [e["data"]["n"] for e in stored] == [3, 4, 5] and acked == 5
+        assert [e["seq"] for e in await store.events("g")] == [1, 2, 3, 4, 5]
+        with pytest.raises(KeyError):
+            await store.append_events("nope", "w1", [ev(1)])
+    run(go())
+
+
+def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
+    """foundation: many concurrent writes from asyncio tasks all land, and the
+    single writer commits jobs queued together in one transaction."""
+    n = 400
+
+    async def go() -> None:
+        await store.create_run(new_run("c"))
+        blocker = Blocker(store)
+        block_task = asyncio.create_task(store.write(blocker.fn))
+        assert await asyncio.to_thread(blocker.entered.wait, 60)
+        before = store.commits
+
+        async def one(i: int) -> None:
+            await store.create_run(new_run(f"run-{i:04d}"))
+            await store.append_events("c", f"src{i}", [ev(1, i=i)])
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        await asyncio.sleep(0.05)  # let every task queue its first write behind the blocker
+        blocker.release.set()
+        await asyncio.gather(block_task, *tasks)
+        commits = store.commits - before
+        runs = await store.list_runs(limit=10000)
+        assert len(runs) == n + 1
+        evs = await store.events("c")
+        assert [e["seq"] for e in evs] == list(range(1, n + 1))
+        assert sorted(e["data"]["i"] for e in evs) == list(range(n))
+        # 2n write jobs: the first n were queued together behind the blocker.
+        assert commits < n, f"{2 * n} jobs took {commits} commits: no group commit"
+    run(go())
+
+
+def test_failing_job_rolls_back_only_itself(store: Store) -> None:
+    """foundation: a failing write job in a batch is rolled back alone; the
+    others in the same transaction commit, and the caller gets its exception."""
+    async def go() -> None:
+        blocker = Blocker(store)
+        block_task = asyncio.create_task(store.write(blocker.fn))
+        assert await asyncio.to_thread(blocker.entered.wait, 60)
+
+        def good(rid: str):
+            def fn(c: sqlite3.Connection) -> str:
+                c.execute("INSERT INTO uploads (folder, name, sha256, size, created_at) VALUES ('files', ?, 'x', 1, 0)",
+                          (rid,))
+                return rid
+            return fn
+
+        def bad(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO uploads (folder, name, sha256, size, created_at) VALUES ('files', 'b', 'x', 1, 0)")
+            raise ValueError("this job fails after writing")
+
+        a = asyncio.create_task(store.write(good("a")))
+        b = asyncio.create_task(store.write(bad))
+        c = asyncio.create_task(store.write(good("c")))
+        await asyncio.sleep(0.05)
+        before = store.commits
+        blocker.release.set()
+        await block_task
+        assert await a == "a"
+        with pytest.raises(ValueError, match="fails after writing"):
+            await b
+        assert await c == "c"
+        names = await store.read(lambda conn: [r[0] for r in conn.execute("SELECT name FROM uploads ORDER BY name")])
+        assert names == ["a", "c"]
+        assert store.commits - before <= 2
+        # A constraint violation is a failing job too; the store keeps working.
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.create_run(new_run("dup"))
+            await store.create_run(new_run("dup"))
+        await store.create_run(new_run("after"))
+        assert (await store.get_run("after"))["status"] == "queued"
+    run(go())
