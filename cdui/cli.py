@@ -308,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--control", default=None)
     s.set_defaults(func=cmd_api)
 
+    for name, what in (("install", "(re)install cdui's environment, e.g. --gpu cu128"),
+                       ("test", "run the test suite (installs the test extras on first use)"),
+                       ("wheelhouse", "fill a folder with wheels for an offline install")):
+        s = sub.add_parser(name, help=f"{what} [bin/cdui]", add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(func=_launcher_only, launcher_command=name)
+
     try:
         from cdui import cli_workers
     except ImportError:
@@ -315,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         cli_workers.add_commands(sub)
     return p
+
+
+def _launcher_only(args: argparse.Namespace) -> int:
+    launcher = Path(__file__).resolve().parent.parent / "bin" / "cdui"
+    return _die(f"`{args.launcher_command}` is run by the launcher, not by the Python package: "
+                f"use `{launcher} {args.launcher_command}` (or `cdui {args.launcher_command}` when the launcher "
+                f"is on your PATH)", 2)
 
 
 def main(argv: list[str] | None = None) -> int:
