@@ -97,6 +97,8 @@ class RunFiles:
         """Set the job's layout (and custom nodes) for this machine, per backend."""
         from cdui.config import load
         cfg = load()
+        if self.backend == "mount" and "layout" in job:
+            return  # an agent on the control plane's own machine: its folders are the control plane's
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
             if not mount:

@@ -52,6 +52,8 @@ def cmd_token(args: argparse.Namespace) -> int:
     res = _client(args).call("POST", "/api/workers/tokens", body)
     print(res["token"])
     print(f"# valid until {res['expires_at']} for {res['uses']} agent(s); run this on the worker:")
+    if res.get("note"):
+        print(f"# note: {res['note']}")
     print(res["command"])
     return 0
 
@@ -183,15 +185,15 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
                         f"control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
         name = args.name or hostname()
         try:
-            res = _enroll(control, token, args.name or None, devices or detect_devices())
+            res = _enroll(control, token, args.name or name, devices or detect_devices())
         except CduiError as err:
             # A version refusal is final whatever we retry (exit 2); other failures are start failures (4).
-            return _die(f"enrollment failed: {err}", 2 if err.code == "version_mismatch" else 4)
+            # Refusals retrying cannot fix (version, name taken) are 2; other start failures 4 (CONTRACT.md).
+            return _die(f"enrollment failed: {err}", 2 if err.code in ("version_mismatch", "name_taken") else 4)
         cred = {"credential": res["credential"], "name": res["worker"], "control": control,
                 "ca_fingerprint": args.ca_fingerprint}
         write_private(cred_path, json.dumps(cred))
         print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
-        del name
     elif args.token and not args.foreground_child:
         print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
               f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
@@ -264,7 +266,9 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
         print("no agent is running")
         return 0
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
+    # Runs get 10 s to stop, then their last events and files go out (CLI-21).
+    limit = float(cfg["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"]) + 30
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
@@ -272,7 +276,7 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
             print(f"agent (pid {pid}) stopped")
             return 0
         time.sleep(0.1)
-    return _die(f"the agent (pid {pid}) did not stop within 60 s", 1)
+    return _die(f"the agent (pid {pid}) did not stop within {limit:.0f} s", 1)
 
 
 def cmd_agent_forget(args: argparse.Namespace) -> int:

@@ -274,10 +274,8 @@ class RunService:
     # -- events --------------------------------------------------------------
     async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
-        if src == CP:
-            acked = await self.store.source_acked(run_id, CP)
-            events = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)]
-        stored, acked = await self.store.append_events(run_id, src, events)
+        # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
+        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP))
         for ev in stored:
             await self._apply(run_id, src, ev)
             for q in list(self.subscribers.get(run_id, ())):
@@ -305,6 +303,13 @@ class RunService:
                 here = self.layout.resolve("data/" + rel) if rel else None
             except CduiError:
                 here = None
+            # The control plane's path only where it sees the same file (STO-12): else null.
+            if here is not None:
+                if here.is_file():
+                    if data.get("sha256") and (await asyncio.to_thread(sha256_file, here))[1] != data["sha256"]:
+                        here = None
+                elif not here.is_dir():
+                    here = None
             await self.store.add_artifact({
                 "run_id": run_id, "kind": data.get("kind", "output"), "name": data.get("name") or Path(rel).name,
                 "backend": "mount", "path": str(here) if here is not None and here.exists() else None,

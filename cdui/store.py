@@ -351,8 +351,10 @@ class Store:
 
     # -- events -----------------------------------------------------------
     async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
-                            ) -> tuple[list[dict[str, Any]], int]:
-        """Store events in ``src_seq`` order; return (newly stored events, acked src_seq)."""
+                            assign: bool = False) -> tuple[list[dict[str, Any]], int]:
+        """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
+
+        ``assign``: the events are born here; number them after what is stored."""
         def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
             r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
             if r is None:
@@ -360,8 +362,9 @@ class Store:
             last = r[0]
             a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
             acked = a[0] if a else 0
+            batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
             stored = []
-            for ev in sorted(events, key=lambda e: e["src_seq"]):
+            for ev in sorted(batch, key=lambda e: e["src_seq"]):
                 s = int(ev["src_seq"])
                 if s <= acked:
                     continue  # a replay of something already stored

@@ -452,17 +452,28 @@ class WorkerManager:
         cmd = f"cdui agent start --control {control} --token {tok['token']}"
         if tok.get("worker"):
             cmd += f" --name {tok['worker']}"
-        return {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
-                "worker": tok.get("worker"), "command": cmd}
+        out = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
+               "worker": tok.get("worker"), "command": cmd}
+        host = request.host.rsplit(":", 1)[0].strip("[]")
+        if host in ("127.0.0.1", "localhost", "::1"):
+            # ENR-06: a loopback address reaches this machine only.
+            others = _own_addresses()
+            out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
+                           "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"
+                           + (f", e.g. {', '.join(others)}" if others else ""))
+            out["other_addresses"] = others
+        return out
 
     async def list_tokens(self, request: web.Request) -> web.Response:
         rows = await self.store.read(lambda c: [dict(r) for r in c.execute(
             "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
             "WHERE revoked=0 ORDER BY created_at")])
+        now = time.time()
         for r in rows:
+            r["expired"] = r["expires_at"] <= now
+            r["used_up"] = r["uses_left"] <= 0
             r["expires_at"] = iso(r["expires_at"])
             r["created_at"] = iso(r["created_at"])
-            r["expired"] = False
         return web.json_response(rows)
 
     async def delete_token(self, request: web.Request) -> web.Response:
@@ -571,7 +582,7 @@ class WorkerManager:
         labels = conn.labels if conn is not None else json.loads(rows[name]["labels"] or "{}")
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
-                            hint="see docs/files-on-workers.md", status=400)
+                            hint="see docs/remote-workers.md#files-on-workers", status=400)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -584,6 +595,16 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise CduiError("bad_request", "the request body must be a JSON object")
     return body
+
+
+def _own_addresses() -> list[str]:
+    """This machine's non-loopback IPv4 addresses, as far as its host name tells."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        return []
+    return sorted({i[4][0] for i in infos if not i[4][0].startswith("127.")})
 
 
 def attach(app: web.Application) -> WorkerManager:

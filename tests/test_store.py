@@ -217,3 +217,17 @@ def test_failing_job_rolls_back_only_itself(store: Store) -> None:
         await store.create_run(new_run("after"))
         assert (await store.get_run("after"))["status"] == "queued"
     run(go())
+
+
+def test_events_born_here_never_collide(store: Store) -> None:
+    """Control-plane events recorded at the same moment for one run each get their own src_seq
+    (assigned inside the writer's transaction), so none is mistaken for a replay and dropped."""
+    async def go() -> list[dict[str, Any]]:
+        await store.create_run(new_run("r1"))
+        results = await asyncio.gather(*(store.append_events("r1", "cp", [{"kind": "log", "data": {"i": i}}],
+                                                             assign=True) for i in range(20)))
+        assert all(len(stored) == 1 for stored, _ in results)
+        return await store.events("r1")
+    evs = run(go())
+    assert [e["seq"] for e in evs] == list(range(1, 21))
+    assert sorted(e["data"]["i"] for e in evs) == list(range(20))

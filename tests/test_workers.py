@@ -471,3 +471,71 @@ def test_enrollment_rate_limited_per_address(tmp_path):
         assert codes[3][0] == 429 and "try again" in codes[3][1]["error"]["hint"]
     finally:
         cp.stop()
+
+
+def _cli(args: list[str], env: dict[str, str], timeout: float = 300) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "cdui", *args], env=env, cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_acceptance_two_user_data_dirs_with_the_cli(tmp_path):
+    """Issue acceptance: cdui start; cdui workers token; cdui agent start (background) --name w1 --devices cpu;
+    cdui run graph.json --target w1 --wait succeeds and the run names w1; cdui agent stop; cdui stop."""
+    from procs import free_port, track_log
+    port = free_port()
+    cp_env = env_for(tmp_path / "cp", tmp_path / "cp-data")
+    ag_env = env_for(tmp_path / "ag", tmp_path / "ag-data")
+    track_log(tmp_path / "cp" / "cdui.log", "control plane")
+    track_log(tmp_path / "ag" / "agent.log", "agent")
+    r = _cli(["start", "--port", str(port)], cp_env)
+    assert r.returncode == 0, r.stderr
+    try:
+        r = _cli(["workers", "token"], cp_env)
+        assert r.returncode == 0, r.stderr
+        tok, cmd = r.stdout.splitlines()[0], r.stdout.splitlines()[-1]
+        assert f"--token {tok}" in cmd and cmd.startswith("cdui agent start --control http://")
+        r = _cli(["agent", "start", "--control", f"http://127.0.0.1:{port}", "--token", tok, "--name", "w1",
+                  "--devices", "cpu"], ag_env)
+        assert r.returncode == 0 and "connected" in r.stdout, (r.stdout, r.stderr)
+        r = _cli(["run", str(REPO_ROOT / "examples" / "iris_train.json"), "--target", "w1", "--wait", "--json"],
+                 cp_env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        run = json.loads(r.stdout)
+        assert run["status"] == "succeeded" and run["worker_id"] == "w1", run
+        r = _cli(["workers", "list"], cp_env)
+        assert r.returncode == 0 and "w1" in r.stdout and "online" in r.stdout, r.stdout
+        # A restart of the agent needs no token: the stored credential is used (ENR-18).
+        assert _cli(["agent", "stop"], ag_env).returncode == 0
+        r = _cli(["agent", "start", "--control", f"http://127.0.0.1:{port}"], ag_env)
+        assert r.returncode == 0 and "connected" in r.stdout, (r.stdout, r.stderr)
+        assert _cli(["agent", "stop"], ag_env).returncode == 0
+        assert _cli(["agent", "forget", f"http://127.0.0.1:{port}"], ag_env).returncode == 0
+        r = _cli(["agent", "start", "--control", f"http://127.0.0.1:{port}"], ag_env)
+        assert r.returncode == 4 and "no stored credential" in r.stderr, r.stderr
+    finally:
+        _cli(["agent", "stop"], ag_env)
+        _cli(["stop"], cp_env)
+
+
+def test_second_agent_with_a_connected_name_is_refused_and_listed(cp, tmp_path):
+    """CONN/UI-12: an agent trying to use a connected worker's name is refused and listed with its address."""
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    a.spawn()
+    wait_online(cp, agent=a)
+    twin_ud = tmp_path / "twin"
+    shutil.copytree(a.user_data, twin_ud, ignore=shutil.ignore_patterns("*.pid", "agent-status.json"))
+    twin = Agent(tmp_path, cp.url, "w1", user_data=twin_ud)
+    twin.log_path = tmp_path / "twin.log"
+    twin.spawn()
+    try:
+        def listed():
+            return [r for r in cp.call("GET", "/api/workers", expect=200)["rejected"]
+                    if r["name"] == "w1" and "already connected" in r["reason"]]
+        rej = wait_for(listed, 60, 0.2, "the twin to be listed under rejected connections")
+        assert rej[0]["address"] == "127.0.0.1"
+        assert twin.alive, "a name-in-use refusal is retried, not fatal"
+        assert worker(cp, "w1")["online"]
+    finally:
+        twin.stop()
+        a.stop()
