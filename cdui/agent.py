@@ -338,7 +338,7 @@ class Agent:
                                                  "error": "stopped while its inputs were downloading"})
             return
         files.start()
-        handle.before_final = lambda final: files.finish(final, lambda: handle.stop_requested)
+        handle.before_final = lambda final: files.finish(final, handle)
         log.info("run %s: starting on %s (files: %s)", run_id, (job.get("options") or {}).get("slot_device"),
                  files.backend or "none")
         await handle.start(job)

@@ -279,10 +279,17 @@ class RunFiles:
                 raise Unreachable(str(exc) or type(exc).__name__) from None
 
     # -- after the run -------------------------------------------------------------
-    async def finish(self, final: dict[str, Any], stopped: Callable[[], bool]) -> dict[str, Any]:
-        """The second and third groups, then what stays on the worker. Runs before the end is reported."""
+    async def finish(self, final: dict[str, Any], handle: Any) -> dict[str, Any]:
+        """The second and third groups, then what stays on the worker. Runs before the end is reported.
+
+        A Stop that ended the run came before this and does not count; a Stop pressed
+        during these uploads leaves the rest on the worker (XFER-24)."""
         if self.backend != "transfer" or self.data_dir is None:
             return final
+        stops_before = handle.stop_count
+
+        def stopped() -> bool:
+            return handle.stop_count > stops_before
         self._queue.put_nowait(None)
         if self._uploader is not None:
             await self._uploader

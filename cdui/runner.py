@@ -63,6 +63,7 @@ class RunHandle:
         self._stop_task: asyncio.Task[Any] | None = None
         self._readers: list[asyncio.Task[Any]] = []
         self.stop_event = asyncio.Event()
+        self.stop_count = 0  # how many times Stop was asked for (a second press can mean "now")
         # Awaited after the process ended, before the final status is recorded.
         self.before_final: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
@@ -200,7 +201,10 @@ class RunHandle:
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Ask the run to stop; kill it after ``grace`` seconds."""
-        if self.done or self.stop_requested:
+        if self.done:
+            return
+        self.stop_count += 1
+        if self.stop_requested:
             return
         self.stop_requested = True
         self.stop_event.set()

@@ -405,3 +405,48 @@ def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
         proxy.rate = 0
         a.stop()
         proxy.close()
+
+
+def test_stopped_transfer_training_keeps_its_interrupt_checkpoint_here(cp, tmp_path):
+    """XFER-14: the checkpoint of a stopped training loop is uploaded (last) into the run's folder here."""
+    upload_train(cp)
+    a = start_agent(cp, tmp_path)
+    try:
+        g = iris_on_upload()
+        for n in g["nodes"]:
+            if n["type"] == "TrainingLoop":
+                n["data"]["params"]["epochs"] = 100000
+        run = cp.submit(g, {"target": {"worker": "w2"}})
+        wait_for(lambda: any(e["kind"] == "progress" for e in cp.events(run["id"])), 120, 0.2, "training progress")
+        cp.call("POST", f"/api/runs/{run['id']}/stop", expect=200)
+        done = wait_run(cp, run["id"])
+        assert done["status"] == "cancelled", done
+        arts = cp.call("GET", f"/api/runs/{run['id']}/artifacts", expect=200)
+        ck = [x for x in arts if x["name"] == "interrupt.pt"]
+        assert ck and ck[0]["backend"] == "transfer", arts
+        assert ck[0]["relative_path"] == f"runs/{run['id']}/checkpoint/interrupt.pt"
+        assert sha(Path(ck[0]["path"]).read_bytes()) == ck[0]["sha256"]
+        assert not warnings(cp, run["id"], "transfer_failed")
+    finally:
+        a.stop()
+
+
+def test_mount_offered_only_while_its_folder_exists_and_fixed_while_running(cp, tmp_path):
+    """STO-15/16, CLI-14: a missing mount folder is not offered until it appears (rechecked every heartbeat);
+    --mount cannot change while the agent runs (exit 4)."""
+    later = tmp_path / "appears-later"
+    a = start_agent(cp, tmp_path, mount=str(later), name="m3")
+    try:
+        labels = lambda: [w for w in cp.call("GET", "/api/workers", expect=200)["workers"]  # noqa: E731
+                          if w["name"] == "m3"][0]["labels"]
+        assert "data" not in labels()
+        later.mkdir()
+        wait_for(lambda: "data" in labels(), 60, 0.2, "the mount to be offered once its folder exists")
+        import subprocess
+        r = subprocess.run([sys.executable, "-m", "cdui", "agent", "start", "--control", cp.url,
+                            "--mount", f"data={tmp_path}"], env=a.env, cwd=REPO_ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 4 and "stop it with `cdui agent stop`" in r.stderr, r.stderr
+        assert json.loads((a.user_data / "agent.json").read_text())["mounts"]["data"] == str(later)
+    finally:
+        a.stop()
