@@ -1,0 +1,187 @@
+"""Queue and placement policy as tables: pure functions, no processes (ROUTE, STO-05, XFER-29)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cdui.errors import CduiError
+from cdui.nodes.registry import build_registry
+from cdui.placement import GiB, analyze, no_mount_message, transfer_verdict
+from cdui.queue import Caps, Placement, normalize_target, parse_caps, place
+
+
+@dataclass
+class Ex:
+    name: str
+    devs: list[str] = field(default_factory=lambda: ["cpu"])
+    why: str | None = None
+    has_mount: bool = False
+
+    def devices(self) -> list[str]:
+        return self.devs
+
+    def unavailable_reason(self) -> str | None:
+        return self.why
+
+    def mounted(self) -> bool:
+        return self.has_mount
+
+
+def execs(*xs: Ex) -> dict[str, Ex]:
+    return {x.name: x for x in xs}
+
+
+@pytest.mark.parametrize("spec,check", [
+    ("", lambda c: c.total is None and c.slots("local", "cpu") == 1),
+    ("2", lambda c: c.total == 2),
+    ("cpu=3", lambda c: c.slots("w1", "cpu") == 3 and c.slots("local", "cpu") == 3),
+    ("cuda=2", lambda c: c.slots("w1", "cuda:1") == 2),
+    ("w1/cuda:0=4,cuda=2", lambda c: c.slots("w1", "cuda:0") == 4 and c.slots("w2", "cuda:0") == 2),
+    ("local/cpu=2", lambda c: c.slots("local", "cpu") == 2 and c.slots("w1", "cpu") == 1),
+])
+def test_parse_caps(spec: str, check) -> None:
+    """CFG-31, ROUTE-18: N, DEVICE=N and NAME/DEVICE=N."""
+    assert check(parse_caps(spec))
+
+
+@pytest.mark.parametrize("spec", ["x", "cpu=", "cpu=-1", "0", "w1/cpu=two"])
+def test_parse_caps_refuses_bad_entries_by_name(spec: str) -> None:
+    with pytest.raises(CduiError) as e:
+        parse_caps(spec)
+    assert "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT" in e.value.message
+
+
+@pytest.mark.parametrize("raw,stored", [
+    (None, "local"), ("local", "local"), ("any", "any"), ("one-shot", {"pool": "one-shot"}),
+    ("gpu-box", {"worker": "gpu-box"}), ({"worker": "w1"}, {"worker": "w1"}),
+    ({"pool": "one-shot"}, {"pool": "one-shot"}),
+])
+def test_target_forms(raw, stored) -> None:
+    """NOTE-03: the target JSON forms."""
+    assert normalize_target(raw) == stored
+
+
+@pytest.mark.parametrize("raw", [{"worker": ""}, {"pool": "other"}, 3, {"x": 1}])
+def test_bad_targets_are_refused(raw) -> None:
+    with pytest.raises(CduiError):
+        normalize_target(raw)
+
+
+def test_place_table() -> None:
+    caps = Caps()
+    local, w1 = Ex("local"), Ex("w1", ["cuda:0", "cuda:1", "cpu"])
+    ex = execs(local, w1)
+    assert place("local", "cpu", ex, {}, caps, 0, set()) == Placement("local", "cpu")
+    assert place({"worker": "w1"}, "cuda", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
+    assert place({"worker": "w1"}, "cuda", ex, {("w1", "cuda:0"): 1}, caps, 1, set()) == Placement("w1", "cuda:1")
+    busy = {("w1", "cuda:0"): 1, ("w1", "cuda:1"): 1}
+    assert "all slots of w1 cuda:0/cuda:1 are in use" in place({"worker": "w1"}, "cuda", ex, busy, caps, 2, set())
+    # auto prefers GPUs; `any` tries workers before this server.
+    assert place("any", "auto", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
+    # ROUTE-06: an offline (not connected) named worker: the run waits, saying so.
+    assert place({"worker": "w9"}, "cpu", ex, {}, caps, 0, set()) == \
+        "waiting for worker w9 to connect (it is offline)"
+    # A worker that offers no such device.
+    assert "offers no cuda device" in place("local", "cuda", ex, {}, caps, 0, set())
+    # Drained / disabled: the executor's reason.
+    assert "draining" in place({"worker": "w1"}, "cpu", execs(Ex("w1", why="worker w1 is draining")), {}, caps, 0, set())
+    # ROUTE-17: pool runs wait for a one-shot worker offering the device.
+    assert place({"pool": "one-shot"}, "cuda", ex, {}, caps, 0, set()) == \
+        "waiting for a one-shot worker that offers cuda"
+    # The total cap.
+    assert "the limit is 1" in place("local", "cpu", ex, {}, parse_caps("1"), 1, set())
+
+
+def test_first_come_first_served_per_device_kind() -> None:
+    """ROUTE-19: once a run for a device kind waits on an executor, later ones of that kind do not overtake it."""
+    ex = execs(Ex("local"))
+    assert "an earlier run for cpu is waiting on local" in place("local", "cpu", ex, {}, Caps(), 0, {("local", "cpu")})
+    assert place("local", "cpu", ex, {}, Caps(), 0, {("local", "cuda")}) == Placement("local", "cpu")
+
+
+def test_file_runs_prefer_mounted_workers() -> None:
+    """STO-05, ROUTE-05: uploads-only runs try mounted workers first, then transfer; mount-only runs skip unmounted."""
+    ex = execs(Ex("a-plain"), Ex("b-mounted", has_mount=True))
+    assert place("any", "cpu", ex, {}, Caps(), 0, set(), "transfer") == Placement("b-mounted", "cpu", "mount")
+    assert place("any", "cpu", ex, {("b-mounted", "cpu"): 1}, Caps(), 1, set(), "transfer") == \
+        Placement("a-plain", "cpu", "transfer")
+    assert place("any", "cpu", ex, {}, Caps(), 0, set(), "none") == Placement("a-plain", "cpu", None)
+    only_plain = execs(Ex("a-plain"))
+    assert "a-plain has no `data` mount" in place("any", "cpu", only_plain, {}, Caps(), 0, set(), "mount")
+
+
+def g(*nodes: dict, edges: list | None = None, presets: list | None = None) -> dict:
+    out = {"format_version": 1, "nodes": [{"id": "s", "type": "Start", "data": {"params": {}}}, *nodes],
+           "edges": edges or [{"source": "s", "target": n["id"], "sourceHandle": "trigger", "type": "trigger"}
+                              for n in nodes]}
+    if presets:
+        out["presets"] = presets
+    return out
+
+
+def n(nid: str, ntype: str, **params) -> dict:
+    return {"id": nid, "type": ntype, "data": {"params": params}}
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return build_registry()
+
+
+def verdict(reg, graph, have=None, enabled=True, limit=2 * GiB):
+    have = have or {}
+    return transfer_verdict(analyze(graph, reg), lambda f, nm: have.get(f"{f}/{nm}"), enabled, limit)
+
+
+def test_which_runs_use_files(reg) -> None:
+    """STO-06: derived from param declarations, after expanding presets and the presets a Map runs."""
+    assert not verdict(reg, g(n("t", "TensorCreate"))).uses_files
+    assert not verdict(reg, g(n("c", "CSVReader", path="data/samples/iris.csv"))).uses_files  # STO-01
+    v = verdict(reg, g(n("c", "CSVReader", path="train.csv")), {"files/train.csv": ("ab" * 32, 10)})
+    assert v.uses_files and v.transfer_ok and v.inputs == [{"folder": "files", "name": "train.csv",
+                                                              "sha256": "ab" * 32, "size": 10}]
+    v = verdict(reg, g(n("m", "ModelSaver", path="x.pt")))
+    assert v.uses_files and v.transfer_ok and v.writes
+    tl = verdict(reg, g(n("tl", "TrainingLoop", checkpoint_every=2)))
+    assert tl.uses_files and tl.writes
+    assert not verdict(reg, g(n("tl", "TrainingLoop"))).uses_files
+    # A preset whose inner node reads an upload, run by Map.
+    preset = {"preset_name": "P", "nodes": [{"id": "r", "type": "CSVReader", "params": {"path": "inner.csv"}}],
+              "edges": [], "exposed_inputs": [], "exposed_outputs": [{"name": "t", "internal_node": "r",
+                                                                      "internal_port": "tensor"}]}
+    v = verdict(reg, g(n("map", "Map", subgraph="P"), presets=[preset]))
+    assert v.uses_files and not v.transfer_ok and "upload files/inner.csv does not exist" in v.reason
+
+
+def test_transfer_refusal_reasons(reg) -> None:
+    """XFER-29 and API-19's exact limit sentence."""
+    plain = verdict(reg, g(n("f", "FileReader", path="examples/x.json")))
+    assert not plain.transfer_ok and "plain path 'examples/x.json'" in plain.reason
+    big = verdict(reg, g(n("c", "CSVReader", path="train.csv")), {"files/train.csv": ("0" * 64, int(3.1 * GiB))})
+    assert big.reason == ("its inputs add up to 3.10 GiB, over the transfer limit of 2.00 GiB "
+                          "(CODEFYUI_TRANSFER_MAX_INPUT_BYTES)")
+    off = verdict(reg, g(n("m", "ModelSaver", path="x.pt")), enabled=False)
+    assert off.reason == "the transfer backend is off (CODEFYUI_TRANSFER_ENABLED=0)"
+    assert no_mount_message("gpu-box-1", big.reason) == (
+        "worker gpu-box-1 has no `data` mount; add `--mount data=...` to its agent, or make the run fit the "
+        "transfer backend: its inputs add up to 3.10 GiB, over the transfer limit of 2.00 GiB "
+        "(CODEFYUI_TRANSFER_MAX_INPUT_BYTES)")
+
+
+def test_plugin_pack_nodes_are_prefixed(tmp_path: Path) -> None:
+    """Plugin packs: <install>/plugins/<id>/cdui.plugin.toml, node types named <id>:<NODE_NAME>;
+    a broken file is reported, not fatal."""
+    pack = tmp_path / "plugins" / "mypack"
+    pack.mkdir(parents=True)
+    (pack / "cdui.plugin.toml").write_text('[plugin]\nid = "mypack"\nmodules = ["nodes.py", "broken.py"]\n')
+    (pack / "nodes.py").write_text(
+        "from cdui.nodes.base import Node, Port\n"
+        "class Shout(Node):\n    NODE_NAME = 'Shout'\n"
+        "    @classmethod\n    def define_outputs(cls):\n        return [Port('value', 'STRING')]\n"
+        "    def execute(self, inputs, params, ctx):\n        return {'value': 'HI'}\n")
+    (pack / "broken.py").write_text("raise RuntimeError('boom')\n")
+    reg = build_registry(None, tmp_path / "plugins")
+    assert "mypack:Shout" in reg and "Shout" not in reg
+    assert any("broken.py" in e["file"] and "boom" in e["error"] for e in reg.load_errors)
