@@ -337,6 +337,9 @@ class Agent:
             await handle.finish_without_process({"status": "cancelled",
                                                  "error": "stopped while its inputs were downloading"})
             return
+        if handle.stop_requested:
+            await handle.finish_without_process({"status": "cancelled", "error": "stopped before it started"})
+            return
         files.start()
         handle.before_final = lambda final: files.finish(final, handle)
         log.info("run %s: starting on %s (files: %s)", run_id, (job.get("options") or {}).get("slot_device"),

@@ -153,6 +153,11 @@ class RunHandle:
         assert self.proc.stdin
         self.proc.stdin.write((json.dumps(job) + "\n").encode())
         await self.proc.stdin.drain()
+        if self.stop_requested:
+            # Stop was asked for while the run was being prepared: tell the process at once.
+            self.proc.stdin.write(b"stop\n")
+            await self.proc.stdin.drain()
+            self._stop_task = asyncio.create_task(self._kill_after(STOP_GRACE_S))
         self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
         self._tasks.extend(self._readers)
         self._tasks.append(asyncio.create_task(self._finish()))

@@ -93,6 +93,8 @@ class LocalExecutor:
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
         handle = await runner.launch(job, sink, log_path)
         self.handles[run_id] = handle
+        if run_id in self.service.stop_pending:
+            handle.stop()
 
         async def forget() -> None:
             await handle.wait()
@@ -138,6 +140,7 @@ class RunService:
         self.on_shutdown: list[Any] = []
         self.target_checks: list[Any] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
+        self.stop_pending: set[str] = set()
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -348,6 +351,7 @@ class RunService:
         await self.store.update_run(run_id, status=status, error=error, finished_at=now, queue_reason=None)
         self.active.pop(run_id, None)
         self.secrets.pop(run_id, None)
+        self.stop_pending.discard(run_id)
         for hook in self.on_terminal:
             try:
                 await hook(run_id, status)
@@ -404,15 +408,19 @@ class RunService:
             await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
                                                  "when the server restarted before it started; submit it again")
             return
+        # Claim it atomically: a Stop that landed since the queue was read wins.
+        if not await self.store.claim_queued(run_id, worker_id=where.executor, slot_device=where.device,
+                                             started_at=time.time()):
+            return
         self.active[run_id] = (where.executor, where.device)
-        await self.store.update_run(run_id, status="running", worker_id=where.executor, slot_device=where.device,
-                                    started_at=time.time(), queue_reason=None)
         job = self.build_job(run, where.device)
         job["files"] = {"backend": where.backend,
                         "inputs": FilePlan.from_json(run["options"].get("files")).inputs,
                         "label": self.config["CODEFYUI_MOUNT_LABEL"]}
         try:
             await self.executors[where.executor].start(run, job)
+            if run_id in self.stop_pending:  # Stop pressed while it was being handed over
+                self.executors[where.executor].stop(run_id, runner.STOP_GRACE_S)
         except Exception as exc:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
@@ -430,9 +438,10 @@ class RunService:
         if run["status"] in TERMINAL:
             return await self.get(run_id)
         await self.store.update_run(run_id, stop_requested=1)
-        if run["status"] == "queued":
+        if run["status"] == "queued" and await self.store.cancel_queued(run_id):
             await self._finish(run_id, "cancelled", "stopped before it started")
         else:
+            self.stop_pending.add(run_id)  # for an executor still setting the run up
             ex_name = (self.active.get(run_id) or (run.get("worker_id"), None))[0]
             ex = self.executors.get(ex_name or "")
             if ex is not None:

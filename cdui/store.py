@@ -304,6 +304,23 @@ class Store:
             c.execute(f"UPDATE runs SET {sets} WHERE id=?", (*fields.values(), run_id))
         await self.write(fn)
 
+    async def claim_queued(self, run_id: str, **fields: Any) -> bool:
+        """queued -> running in one statement, unless a stop was asked for meanwhile."""
+        sets = ", ".join(f"{k}=?" for k in fields)
+
+        def fn(c: sqlite3.Connection) -> bool:
+            cur = c.execute(f"UPDATE runs SET status='running', queue_reason=NULL, {sets} "
+                            "WHERE id=? AND status='queued' AND stop_requested=0", (*fields.values(), run_id))
+            return cur.rowcount == 1
+        return await self.write(fn)
+
+    async def cancel_queued(self, run_id: str) -> bool:
+        """queued -> cancelled in one statement; False if the dispatcher claimed it first."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE runs SET status='cancelled' WHERE id=? AND status='queued'",
+                             (run_id,)).rowcount == 1
+        return await self.write(fn)
+
     @staticmethod
     def _run_from_row(r: sqlite3.Row) -> dict[str, Any]:
         d = dict(r)
