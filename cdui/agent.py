@@ -38,6 +38,7 @@ log = logging.getLogger("cdui.agent")
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_RUN, EXIT_START = 0, 1, 2, 3, 4
 FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
+REPLAY_CHUNK = 500  # events per message when replaying after a reconnect
 
 
 class Refused(Exception):
@@ -241,8 +242,9 @@ class Agent:
                 if action == "stop" and r.handle:
                     r.handle.stop()
                 pending = r.spool.unacked()
-                if pending:
-                    await self._send({"type": "events", "run_id": run_id, "events": pending})
+                # In order, in bounded messages: a long outage can leave many events behind.
+                for i in range(0, len(pending), REPLAY_CHUNK):
+                    await self._send({"type": "events", "run_id": run_id, "events": pending[i:i + REPLAY_CHUNK]})
             self._maybe_forget(r)
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:

@@ -539,3 +539,27 @@ def test_second_agent_with_a_connected_name_is_refused_and_listed(cp, tmp_path):
     finally:
         twin.stop()
         a.stop()
+
+
+def test_long_outage_replays_thousands_of_events_in_order(tmp_path):
+    """DISC-05: after an outage with many unacknowledged events, the replay (in bounded messages) leaves the
+    log complete: every tick once, in order, gapless."""
+    cp = make_server(tmp_path)
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        ticks = 3000
+        run = cp.submit(ticker_graph(ticks, 0.002), {"target": {"worker": "w1"}})
+        wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 50, 60, 0.1, "some ticks")
+        proxy.cut()
+        wait_run(cp, run["id"], {"disconnected"}, 60)
+        time.sleep(3)  # the worker keeps ticking; its events pile up in the spool
+        proxy.restore()
+        assert wait_run(cp, run["id"], timeout=300)["status"] == "succeeded"
+        assert_complete_log(cp, run["id"], ticks)
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
