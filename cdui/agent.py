@@ -95,7 +95,9 @@ class AgentRun:
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
-                 status_file: Path | None = None) -> None:
+                 status_file: Path | None = None, config: Any = None) -> None:
+        from cdui.config import load
+        self.config = config if config is not None else load()
         self.control = control.rstrip("/")
         self.credential = credential
         self.name = name
@@ -191,10 +193,7 @@ class Agent:
         # route, not a closed socket) is noticed and replaced.
         async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
                                       max_msg_size=protocol.MAX_MESSAGE, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
-            held = [{"run_id": r.run_id, "running": r.running, "last_seq": r.spool.last_seq}
-                    for r in self.runs.values()]
-            await ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(),
-                                                        self.machine_id, held)))
+            await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
             if first.type != aiohttp.WSMsgType.TEXT:
                 raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
@@ -223,6 +222,10 @@ class Agent:
             finally:
                 hb.cancel()
             log.warning("connection to %s closed", self.control)
+
+    def _hello(self) -> str:
+        held = [{"run_id": r.run_id, "running": r.running, "last_seq": r.spool.last_seq} for r in self.runs.values()]
+        return json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held))
 
     async def _resume(self, answer: dict[str, dict[str, Any]]) -> None:
         for run_id, r in list(self.runs.items()):
@@ -329,7 +332,7 @@ class Agent:
             self._maybe_forget(r)
         asyncio.create_task(on_done())
         try:
-            files.layout_for_job(job)
+            files.layout_for_job(job, self.config)
             fetched = await files.fetch_inputs()
         except Exception as exc:  # a failed download or a missing mount fails this run only
             log.warning("run %s: preparing its files failed: %s", run_id, exc)
@@ -358,8 +361,7 @@ class Agent:
 
     def _prune_run_folders(self) -> None:
         """The agent's own run retention (XFER-28): keep the newest run folders, never a live run's."""
-        from cdui.config import load
-        keep = int(load()["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
+        keep = int(self.config["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
         root = self.user_data / "agent-runs"
         if keep <= 0 or not root.is_dir():
             return
@@ -409,9 +411,7 @@ class Agent:
     async def _deliver_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
         async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None) as ws:
-            held = [{"run_id": r.run_id, "running": False, "last_seq": r.spool.last_seq} for r in self.runs.values()]
-            await ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(),
-                                                        self.machine_id, held)))
+            await ws.send_str(self._hello())
             first = json.loads((await ws.receive(timeout=30)).data)
             if first.get("type") != "welcome":
                 raise Refused(first.get("code", "refused"), first.get("message", ""))

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import aiohttp
 
 from cdui.layout import Layout
-from cdui.paths import safe_join
+from cdui.paths import safe_join, sha256_file
 from cdui.placement import human_size
 
 log = logging.getLogger("cdui.agent")
@@ -49,18 +49,12 @@ class Refused(Exception):
     """The control plane answered no (not worth retrying)."""
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def describe(path: Path) -> tuple[int, str | None]:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), None
-    return path.stat().st_size, sha256_file(path)
+    return sha256_file(path)
 
 
 class RunFiles:
@@ -93,11 +87,9 @@ class RunFiles:
         self._retry_deadline: float | None = None
 
     # -- before the run ----------------------------------------------------------
-    def layout_for_job(self, job: dict[str, Any]) -> None:
-        """Set the job's layout (and custom nodes) for this machine, per backend."""
-        from cdui.config import load
-        cfg = load()
-        if self.backend == "mount" and "layout" in job:
+    def layout_for_job(self, job: dict[str, Any], cfg: Any) -> None:
+        """Set the job's layout (and custom nodes) for this machine, per backend (``cfg``: the agent's config)."""
+        if "layout" in job:
             return  # an agent on the control plane's own machine: its folders are the control plane's
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
@@ -110,9 +102,7 @@ class RunFiles:
             layout = Layout.for_data_dir(self.data_dir)
             layout.ensure()
         else:
-            if "layout" in job:
-                return  # same machine: the control plane's own folders
-            layout = Layout.from_env()
+            layout = cfg.layout
         job["layout"] = layout.to_json()
         job.setdefault("custom_nodes_dir", str(cfg.custom_nodes_dir))
         job.setdefault("plugins_dir", str(cfg.plugins_dir))
@@ -258,7 +248,7 @@ class RunFiles:
 
     async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
         assert self.session is not None
-        sha = await asyncio.to_thread(sha256_file, path)
+        sha = (await asyncio.to_thread(sha256_file, path))[1]
         form = aiohttp.FormData()
         form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": path.stat().st_size}),
                        content_type="application/json")
@@ -300,12 +290,12 @@ class RunFiles:
                 for p in sorted(root.rglob("*")):
                     if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
                         rel = str(p.relative_to(self.data_dir))
-                        if rel in self.input_shas and await asyncio.to_thread(sha256_file, p) == self.input_shas[rel]:
+                        if rel in self.input_shas and (await asyncio.to_thread(sha256_file, p))[1] == self.input_shas[rel]:
                             continue  # an input, unchanged
                         outputs.append((p, {"group": "output", "relative_path": rel}))
         for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
             p = self.data_dir / rel
-            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await asyncio.to_thread(sha256_file, p) != sha:
+            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and (await asyncio.to_thread(sha256_file, p))[1] != sha:
                 outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
         pending = outputs + self._held_last
         for i, (path, meta) in enumerate(pending):

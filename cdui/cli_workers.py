@@ -23,12 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cdui import __version__
+from cdui.cli import _die, _read_pid
 from cdui.errors import CduiError
 
 
-def _die(msg: str, code: int) -> int:
-    print(f"cdui: error: {msg}", file=sys.stderr)
-    return code
 
 
 def parse_duration(v: str) -> float:
@@ -166,7 +164,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         label, sep, path = args.mount.partition("=")
         if not sep or not label:
             return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
-        running = _running_pid(pidfile)
+        running = _read_pid(pidfile)
         if running and not args.foreground_child:
             return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
         mounts = _mounts(ud)
@@ -202,7 +200,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
                     f"`cdui agent forget {control}` to enroll under another name", 2)
     if args.foreground:
         return _run_foreground(cfg, control, cred, devices, pidfile)
-    running = _running_pid(pidfile)
+    running = _read_pid(pidfile)
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
         return 0
@@ -231,13 +229,6 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _running_pid(pidfile: Path) -> int | None:
-    try:
-        pid = int(pidfile.read_text().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
 
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
@@ -248,7 +239,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     pidfile.write_text(str(os.getpid()))
     try:
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
-                      labels=_labels_fn(ud), status_file=ud / "agent-status.json")
+                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg)
         return asyncio.run(agent.run())
     finally:
         try:
@@ -261,7 +252,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
 def cmd_agent_stop(args: argparse.Namespace) -> int:
     from cdui import config
     cfg = config.load()
-    pid = _running_pid(cfg.user_data / "agent.pid")
+    pid = _read_pid(cfg.user_data / "agent.pid")
     if not pid:
         print("no agent is running")
         return 0

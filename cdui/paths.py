@@ -6,6 +6,7 @@ characters, bounded length, and no symlink that leads out of ``base``.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -56,3 +57,15 @@ def safe_join(base: str | os.PathLike[str], rel: str, *, allow_empty: bool = Fal
     if resolved != base_path and base_path not in resolved.parents:
         raise PathRefused(rel, "it leads outside its folder through a symbolic link")
     return target
+
+
+def sha256_file(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(size, sha256 hex) of a file, read in 1 MiB chunks: files are named and
+    checked by content wherever they move (NOTES.md)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()

@@ -231,14 +231,6 @@ class RunHandle:
             except ProcessLookupError:
                 pass
 
-    def kill_now(self) -> None:
-        if self.proc and self.proc.returncode is None:
-            self.killed = True
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
 
 async def launch(job: dict[str, Any], on_events: EventSink, log_path: Path | None = None,
                  first_seq: int = 1) -> RunHandle:

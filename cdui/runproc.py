@@ -38,9 +38,8 @@ def main() -> int:
     from cdui.graph.secrets import redact_text
 
     def emit(kind: str, data: dict[str, Any]) -> None:
-        line = json.dumps({"kind": kind, "data": data, "at": time.time()}, default=str,
-                          allow_nan=False) if _finite(data) else json.dumps(
-            {"kind": kind, "data": _safe(data), "at": time.time()}, default=str)
+        # NaN and infinities are not JSON: they travel as strings ("nan", "inf").
+        line = json.dumps({"kind": kind, "data": _json_safe(data), "at": time.time()}, default=str)
         line = redact_text(line, secrets)
         with lock:
             out.write(line + "\n")
@@ -99,23 +98,13 @@ def main() -> int:
     return 0
 
 
-def _finite(obj: Any) -> bool:
-    if isinstance(obj, float):
-        return obj == obj and obj not in (float("inf"), float("-inf"))
-    if isinstance(obj, dict):
-        return all(_finite(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return all(_finite(v) for v in obj)
-    return True
-
-
-def _safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not _finite(obj):
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
         return str(obj)
     if isinstance(obj, dict):
-        return {k: _safe(v) for k, v in obj.items()}
+        return {k: _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_safe(v) for v in obj]
+        return [_json_safe(v) for v in obj]
     return obj
 
 

@@ -13,7 +13,6 @@ into calls here. It owns:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import shutil
@@ -29,8 +28,9 @@ from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import split_secrets
 from cdui.graph.validate import validate_graph
 from cdui.nodes.registry import Registry
+from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
-from cdui.queue import Placement, normalize_target, parse_caps, place, device_kind
+from cdui.queue import Placement, candidates, device_kind, normalize_target, parse_caps, place
 from cdui.store import ACTIVE, TERMINAL, Store
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,6 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def sha256_file(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
 
 
 class Executor(Protocol):
@@ -93,8 +85,6 @@ class LocalExecutor:
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
         handle = await runner.launch(job, sink, log_path)
         self.handles[run_id] = handle
-        if run_id in self.service.stop_pending:
-            handle.stop()
 
         async def forget() -> None:
             await handle.wait()
@@ -395,7 +385,6 @@ class RunService:
                 await self._start(run, decision)
             else:
                 kind = device_kind(wanted)
-                from cdui.queue import candidates
                 for name in candidates(run["target"], self.executors):
                     blocked.add((name, kind))
                 if decision != run.get("queue_reason"):

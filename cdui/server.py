@@ -21,7 +21,7 @@ import re
 import secrets
 import socket
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from aiohttp import web
 

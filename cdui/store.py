@@ -250,25 +250,6 @@ class Store:
         self._q.put(_Job(fn, fut, loop))
         return await fut
 
-    def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """For code outside the event loop (CLI tools, start-up). Still one writer."""
-        done = threading.Event()
-        box: dict[str, Any] = {}
-
-        def wrapped(conn: sqlite3.Connection) -> Any:
-            try:
-                box["r"] = fn(conn)
-            except BaseException as exc:
-                box["e"] = exc
-                raise
-            finally:
-                done.set()
-        self._q.put(_Job(wrapped, None, None))
-        done.wait()
-        if "e" in box:
-            raise box["e"]
-        return box.get("r")  # type: ignore[return-value]
-
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:

@@ -18,6 +18,7 @@ The agent side lives in :mod:`cdui.agent_files`.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -25,13 +26,12 @@ import os
 import tempfile
 
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
-from cdui.paths import safe_join
+from cdui.paths import safe_join, sha256_file
 from cdui.store import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,6 @@ def output_target(layout: Layout, relative_path: str) -> Path:
     return safe_join(layout.folder(head), rest)
 
 
-def sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def free_name(target: Path, sha: str) -> tuple[Path, bool]:
@@ -69,14 +63,14 @@ def free_name(target: Path, sha: str) -> tuple[Path, bool]:
     one is kept and the new file gets the first free ``-N`` suffix."""
     if not target.exists():
         return target, False
-    if target.is_file() and sha256_path(target) == sha:
+    if target.is_file() and sha256_file(target)[1] == sha:
         return target, True
     i = 1
     while True:
         cand = target.with_name(f"{target.stem}-{i}{target.suffix}")
         if not cand.exists():
             return cand, False
-        if cand.is_file() and sha256_path(cand) == sha:
+        if cand.is_file() and sha256_file(cand)[1] == sha:
             return cand, True
         i += 1
 
@@ -140,7 +134,7 @@ async def upload_handler(request: web.Request) -> web.Response:
         if meta.get("sha256") and meta["sha256"] != digest:
             raise CduiError("bad_upload", f"{target.name} arrived with sha256 {digest}, expected {meta['sha256']}",
                             hint="the agent retries the upload", status=400)
-        final, existed = await _to_thread(free_name, target, digest)
+        final, existed = await asyncio.to_thread(free_name, target, digest)
         if existed:
             os.unlink(tmp)
         else:
@@ -165,9 +159,6 @@ async def upload_handler(request: web.Request) -> web.Response:
                               "sha256": digest, "stored_once": existed}, status=201)
 
 
-async def _to_thread(fn: Any, *args: Any) -> Any:
-    import asyncio
-    return await asyncio.to_thread(fn, *args)
 
 
 async def worker_may_download(request: web.Request, folder: str, name: str) -> bool:
@@ -175,7 +166,7 @@ async def worker_may_download(request: web.Request, folder: str, name: str) -> b
     from cdui.server import RUNS
     service = request.app[RUNS]
     worker = request.get("worker")
-    rows = await _to_thread(service.store.runs_in_status_sync, ACTIVE)
+    rows = await asyncio.to_thread(service.store.runs_in_status_sync, ACTIVE)
     for r in rows:
         if r.get("worker_id") != worker:
             continue

@@ -32,7 +32,7 @@ from cdui import __version__, enroll, protocol
 from cdui.config import machine_id
 from cdui.errors import CduiError, NotFound
 from cdui.placement import no_mount_message
-from cdui.runs import CP, RunService, iso
+from cdui.runs import RunService, iso
 from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
 from cdui.store import ACTIVE, TERMINAL
 

@@ -88,14 +88,7 @@ class TcpProxy:
     def cut(self) -> None:
         """Drop every open connection and refuse new ones until :meth:`restore`."""
         self._open.clear()
-        with self._lock:
-            socks = list(self._socks)
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        self._drop_all()
 
     def restore(self) -> None:
         self._answer_503 = False
@@ -106,6 +99,9 @@ class TcpProxy:
     def answer_503(self) -> None:
         """Cut every connection; answer every new request with 503 until :meth:`restore`."""
         self._answer_503 = True
+        self._drop_all()
+
+    def _drop_all(self) -> None:
         with self._lock:
             socks = list(self._socks)
         for s in socks:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 

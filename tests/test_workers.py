@@ -6,10 +6,12 @@ TRUST-secrets (no secret on the worker's disk).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from procs import (REPO_ROOT, TERMINAL, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for,
+from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for,
                    wait_run)
 from tcpproxy import TcpProxy
 
@@ -102,6 +104,23 @@ def wait_online(server: ServerProc, name: str = "w1", agent: Proc | None = None)
         w = worker(server, name)
         return w if w and w["online"] else None
     return wait_for(check, 120, 0.2, f"worker {name} online")
+
+
+@contextlib.contextmanager
+def proxied_worker(tmp_path: Path, **env: str):
+    """A control plane, a loopback proxy the test controls, and worker w1 connected through it;
+    all three are stopped afterwards, whatever the test did to them."""
+    cp = make_server(tmp_path, **env)
+    proxy = TcpProxy(cp.port)
+    a = Agent(tmp_path, proxy.url, token=token(cp))
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        yield cp, proxy, a
+    finally:
+        a.stop()
+        proxy.close()
+        cp.stop()
 
 
 def progress_ticks(server: ServerProc, run_id: str) -> list[int]:
@@ -253,12 +272,7 @@ def test_drain_remove_revokes(cp, tmp_path):
 
 def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
     """DISC-01..05: cut mid-run, run goes disconnected with worker_status, reconnects, replays; no gap, no dup."""
-    cp = make_server(tmp_path)
-    proxy = TcpProxy(cp.port)
-    a = Agent(tmp_path, proxy.url, token=token(cp))
-    a.spawn()
-    try:
-        wait_online(cp, agent=a)
+    with proxied_worker(tmp_path) as (cp, proxy, a):
         ticks = 60
         run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
         wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 5, 60, 0.1, "a few ticks")
@@ -271,20 +285,11 @@ def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
         evs = assert_complete_log(cp, run["id"], ticks)
         warnings = [e["data"]["kind"] for e in evs if e["kind"] == "run_warning"]
         assert "worker_disconnected" in warnings and "worker_reconnected" in warnings
-    finally:
-        a.stop()
-        proxy.close()
-        cp.stop()
 
 
 def test_past_grace_interrupted_then_late_result(tmp_path):
     """DISC-06/07/08: past the grace the run ends interrupted; the returning worker is told to stop; late_result."""
-    cp = make_server(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="2")
-    proxy = TcpProxy(cp.port)
-    a = Agent(tmp_path, proxy.url, token=token(cp))
-    a.spawn()
-    try:
-        wait_online(cp, agent=a)
+    with proxied_worker(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="2") as (cp, proxy, a):
         run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
         wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
         proxy.cut()
@@ -297,10 +302,6 @@ def test_past_grace_interrupted_then_late_result(tmp_path):
         assert late["status"] == "cancelled" and late["worker_id"] == "w1", late
         assert cp.run(run["id"])["status"] == "interrupted"
         assert len(cp.events(run["id"])) == n_events, "the event log stays as it was"
-    finally:
-        a.stop()
-        proxy.close()
-        cp.stop()
 
 
 def test_control_plane_kill9_adopts_worker_run(tmp_path):
@@ -398,12 +399,7 @@ def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):
 
 def test_silent_connection_three_missed_heartbeats(tmp_path):
     """DISC-01: a worker silent for three heartbeats counts as disconnected; the run resumes after."""
-    cp = make_server(tmp_path)  # heartbeat 1 s
-    proxy = TcpProxy(cp.port)
-    a = Agent(tmp_path, proxy.url, token=token(cp))
-    a.spawn()
-    try:
-        wait_online(cp, agent=a)
+    with proxied_worker(tmp_path) as (cp, proxy, a):  # heartbeat 1 s
         ticks = 40
         run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
         wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 3, 60, 0.1, "a few ticks")
@@ -412,20 +408,11 @@ def test_silent_connection_three_missed_heartbeats(tmp_path):
         proxy.restore()
         assert wait_run(cp, run["id"])["status"] == "succeeded"
         assert_complete_log(cp, run["id"], ticks)
-    finally:
-        a.stop()
-        proxy.close()
-        cp.stop()
 
 
 def test_stop_while_offline_survives_restart(tmp_path):
     """DISC-19: Stop pressed while the worker is offline is kept across a restart and delivered on reconnect."""
-    cp = make_server(tmp_path)
-    proxy = TcpProxy(cp.port)
-    a = Agent(tmp_path, proxy.url, token=token(cp))
-    a.spawn()
-    try:
-        wait_online(cp, agent=a)
+    with proxied_worker(tmp_path) as (cp, proxy, a):
         run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
         wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
         proxy.cut()
@@ -436,10 +423,6 @@ def test_stop_while_offline_survives_restart(tmp_path):
         proxy.restore()
         done = wait_run(cp, run["id"])
         assert done["status"] == "cancelled", done
-    finally:
-        a.stop()
-        proxy.close()
-        cp.stop()
 
 
 def test_graceful_control_plane_stop_stops_worker_runs(tmp_path):
@@ -473,8 +456,7 @@ def test_enrollment_rate_limited_per_address(tmp_path):
         cp.stop()
 
 
-def _cli(args: list[str], env: dict[str, str], timeout: float = 300) -> "subprocess.CompletedProcess[str]":
-    import subprocess
+def _cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cdui", *args], env=env, cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -544,12 +526,7 @@ def test_second_agent_with_a_connected_name_is_refused_and_listed(cp, tmp_path):
 def test_long_outage_replays_thousands_of_events_in_order(tmp_path):
     """DISC-05: after an outage with many unacknowledged events, the replay (in bounded messages) leaves the
     log complete: every tick once, in order, gapless."""
-    cp = make_server(tmp_path)
-    proxy = TcpProxy(cp.port)
-    a = Agent(tmp_path, proxy.url, token=token(cp))
-    a.spawn()
-    try:
-        wait_online(cp, agent=a)
+    with proxied_worker(tmp_path) as (cp, proxy, a):
         ticks = 3000
         run = cp.submit(ticker_graph(ticks, 0.002), {"target": {"worker": "w1"}})
         wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 50, 60, 0.1, "some ticks")
@@ -559,7 +536,3 @@ def test_long_outage_replays_thousands_of_events_in_order(tmp_path):
         proxy.restore()
         assert wait_run(cp, run["id"], timeout=300)["status"] == "succeeded"
         assert_complete_log(cp, run["id"], ticks)
-    finally:
-        a.stop()
-        proxy.close()
-        cp.stop()

@@ -246,14 +246,3 @@ def _check_map_presets(plan: Plan, errors: list[dict[str, Any]]) -> None:
                                       f"{pn.type} {pn.origin!r} runs preset {name!r}, which is not installed",
                                       value=name))
 
-
-def used_types(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None) -> set[str]:
-    """Every node type a graph uses, after expanding presets and the presets a Map runs."""
-    g, _ = parse(raw, library)
-    types = {n.type for n in g.nodes.values()}
-    for n in list(g.nodes.values()):
-        name = n.params.get("preset") or n.params.get("preset_name") or n.params.get("subgraph")
-        if isinstance(name, str) and name.removeprefix("preset:") in g.presets:
-            sub, _ = parse({"nodes": [{"id": "m", "type": "preset:" + name.removeprefix("preset:")}]}, g.presets)
-            types |= {s.type for s in sub.nodes.values()}
-    return types

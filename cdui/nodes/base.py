@@ -16,6 +16,7 @@ declarations alone (:func:`file_usage`), never from a list of node names:
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -87,7 +88,7 @@ class Param:
         return d
 
 
-class Node:
+class Node(ABC):
     """Base class of every node. Subclasses set the class attributes and
     implement :meth:`execute`; one instance is created per graph node."""
 
@@ -109,9 +110,10 @@ class Node:
     def define_params(cls) -> list[Param]:
         return []
 
+    @abstractmethod
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: "RunContext") -> dict[str, Any]:
-        raise NotImplementedError
+        """Compute this node's outputs (port name -> value) from its inputs and params."""
 
     # -- catalog ---------------------------------------------------------
     @classmethod

@@ -31,23 +31,6 @@ def _require_file(path: Path, what: str, value: str) -> Path:
     return path
 
 
-def read_upload(ctx: "RunContext", folder: str, value: str) -> Path:
-    """Resolve an upload field for reading.
-
-    CodefyUI resolves any relative path against the upload folder itself, so
-    ``iris/model.pt`` -- the path a ModelSaver wrote into ``models/`` -- loads
-    back from ``models/iris/model.pt``. A bare name or a ``data/...`` path goes
-    through the layout as usual; a relative path with folders is looked up in
-    the upload folder first and relative to the installation second.
-    """
-    v = value.strip().replace("\\", "/")
-    if "/" in v and not v.startswith("data/"):
-        in_folder = ctx.layout.resolve_output(folder, v)
-        if in_folder.exists():
-            return in_folder
-    return ctx.resolve_upload(folder, v)
-
-
 def _full_model_globals() -> list[type]:
     """Classes a full-model file may name: torch.nn's layers and cdui's own."""
     import torch.nn as nn
@@ -157,7 +140,7 @@ class ModelLoaderNode(Node):
         value = str(params.get("path") or "").strip()
         if not value:
             raise ValueError("ModelLoader needs a `path`: a weights file in the models folder")
-        path = _require_file(read_upload(ctx, "models", value), "Weights file", value)
+        path = _require_file(ctx.resolve_upload("models", value), "Weights file", value)
         device = resolve_device(params.get("device"), ctx)
         mode = str(params.get("load_mode") or "state_dict")
         is_st = path.suffix == ".safetensors"
@@ -283,7 +266,7 @@ class CheckpointLoaderNode(Node):
         value = str(params.get("path") or "").strip()
         if not value:
             raise ValueError("CheckpointLoader needs a `path`: a checkpoint file in the models folder")
-        path = _require_file(read_upload(ctx, "models", value), "Checkpoint file", value)
+        path = _require_file(ctx.resolve_upload("models", value), "Checkpoint file", value)
         device = resolve_device(params.get("device"), ctx)
         ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
         if not isinstance(ckpt, dict) or "model_state_dict" not in ckpt:
@@ -338,7 +321,7 @@ class ImageReaderNode(Node):
         value = str(params.get("path") or "").strip()
         if not value:
             raise ValueError("ImageReader needs a `path`: an uploaded image")
-        path = _require_file(read_upload(ctx, "images", value), "Image", value)
+        path = _require_file(ctx.resolve_upload("images", value), "Image", value)
         tensor = load_tensor(path, str(params.get("mode") or "RGB"), int(params.get("resize") or 0))
         return {"image": tensor, "tensor": tensor}
 
