@@ -240,7 +240,9 @@ def test_uploads_survive_503_then_recover(cp, tmp_path):
     a = start_agent(cp, tmp_path, control=proxy.url)
     try:
         run = cp.submit(writer_graph(text="late file", delay=4), {"target": {"worker": "w2"}})
-        wait_run(cp, run["id"], {"running"}, 60)
+        # Wait until the worker really runs it (its own events arrived), not only until it was dispatched.
+        wait_for(lambda: any(e["kind"] == "node_status" and e["data"].get("node_id") == "w"
+                             for e in cp.events(run["id"])), 60, 0.1, "the Writer node to start on the worker")
         proxy.answer_503()
         wait_for(lambda: "uploading fixed.txt failed" in a.log_text(), 60, 0.2, "the agent to retry an upload")
         proxy.restore()
