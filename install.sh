@@ -41,8 +41,9 @@ while [ $# -gt 0 ]; do
 done
 
 src=${BASH_SOURCE[0]:-}
-[ -n "$src" ] && [ -f "$src" ] ||
+if [ -z "$src" ] || [ ! -f "$src" ]; then
     die "run install.sh from a cdui checkout (git clone ... && cd ... && ./install.sh), not from a pipe"
+fi
 root=$(cd "$(dirname "$(readlink -f -- "$src")")" && pwd -P)
 launcher=$root/bin/cdui
 [ -x "$launcher" ] || die "$launcher is missing or not executable"
