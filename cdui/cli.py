@@ -79,9 +79,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     log_path = ud / "cdui.log"
     cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
     (ud / "server.json").unlink(missing_ok=True)
+    from cdui.config import absolute_paths
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent))
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                cwd=str(Path(__file__).resolve().parent.parent),
+                                env=absolute_paths(os.environ, Path.cwd()))
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -106,7 +108,9 @@ def _tail(path: Path, n: int) -> str:
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     import logging
     from cdui.server import serve
+    from cdui.config import warn_unavailable
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unavailable(logging.getLogger("cdui.server"))
     pidfile = cfg.user_data / "cdui.pid"
     pidfile.write_text(str(os.getpid()))
     try:
@@ -332,6 +336,12 @@ def _launcher_only(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cdui.config import absolute_paths
+    try:
+        # Every process this one starts (daemons, runs) sees the paths the user meant, wherever its cwd is.
+        os.environ.update(absolute_paths(os.environ, Path.cwd()))
+    except FileNotFoundError:  # the launch folder was deleted: relative settings cannot mean anything anyway
+        pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -7,6 +7,7 @@ checks that every setting here is documented in docs/configuration.md.
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -61,16 +62,20 @@ class Setting:
     parse: Callable[[str], Any]
     help: str
     expected: str = ""
+    # A file or folder: a relative value means the folder the user ran cdui in (see absolute_paths).
+    path: bool = False
+    # False: the spec names it but nothing in this version reads it; setting it logs a warning at start.
+    available: bool = True
 
 
 SETTINGS: list[Setting] = [
     # -- paths
-    Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder"),
-    Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder"),
-    Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder"),
-    Setting("CODEFYUI_IMAGES_DIR", None, _str, "uploaded images", "a folder"),
-    Setting("CODEFYUI_MODELS_DIR", None, _str, "models (uploads and ModelSaver/CheckpointSaver outputs)", "a folder"),
-    Setting("CODEFYUI_MEDIA_DIR", None, _str, "media files", "a folder"),
+    Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder", path=True),
+    Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder", path=True),
+    Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder", path=True),
+    Setting("CODEFYUI_IMAGES_DIR", None, _str, "uploaded images", "a folder", path=True),
+    Setting("CODEFYUI_MODELS_DIR", None, _str, "models (uploads and ModelSaver/CheckpointSaver outputs)", "a folder", path=True),
+    Setting("CODEFYUI_MEDIA_DIR", None, _str, "media files", "a folder", path=True),
     Setting("CODEFYUI_MACHINE_ID", None, _str, "overrides this machine's id (an agent on the server's host counts as another machine)", "a string"),
     # -- server
     Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),
@@ -81,37 +86,37 @@ SETTINGS: list[Setting] = [
     # -- workers (control plane)
     Setting("CODEFYUI_WORKER_RESUME_GRACE_S", 300.0, _float, "seconds a disconnected worker's runs wait for it (0 ends them at once)", "seconds"),
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
-    Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds"),
-    Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds"),
-    Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file"),
+    Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds", available=False),
+    Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds", available=False),
+    Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file", path=True, available=False),
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
     Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),
     Setting("CODEFYUI_TRANSFER_MAX_INPUT_BYTES", 2 * GiB, _size, "largest total input of one transfer run, in bytes (2 GiB)", "bytes"),
     Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "enrollment attempts allowed per source address per minute", "an integer"),
-    # -- S3 (later issue; read now so the table is complete)
-    Setting("CODEFYUI_S3_ENABLED", False, _bool, "move files of unmounted workers through an S3/MinIO bucket", "0 or 1"),
-    Setting("CODEFYUI_S3_ENDPOINT_URL", None, _str, "the bucket's API address (empty for AWS)", "a URL"),
-    Setting("CODEFYUI_S3_REGION", "us-east-1", _str, "the bucket's region", "a region"),
-    Setting("CODEFYUI_S3_BUCKET", None, _str, "the bucket; the backend is off without it", "a bucket name"),
-    Setting("CODEFYUI_S3_PREFIX", "", _str, "prepended to every key", "a key prefix"),
-    Setting("CODEFYUI_S3_ADDRESSING_STYLE", "auto", _str, "auto, path or virtual", "auto|path|virtual"),
-    Setting("CODEFYUI_S3_ACCESS_KEY_ID", None, _str, "the control plane's key (memory only)", "a key id"),
-    Setting("CODEFYUI_S3_SECRET_ACCESS_KEY", None, _str, "the control plane's secret (memory only)", "a secret"),
-    Setting("CODEFYUI_S3_CREDENTIALS", "auto", _str, "what a worker receives: sts, static or auto", "sts|static|auto"),
-    Setting("CODEFYUI_S3_STS_ROLE_ARN", None, _str, "role to assume on AWS", "an ARN"),
-    Setting("CODEFYUI_S3_STS_DURATION_S", 3600, _int, "lifetime of temporary credentials (900-43200)", "seconds"),
-    Setting("CODEFYUI_S3_DOWNLOAD", "proxy", _str, "proxy or presign", "proxy|presign"),
-    Setting("CODEFYUI_S3_PRESIGN_TTL_S", 900, _int, "validity of presigned URLs", "seconds"),
+    # -- S3 (later issue: in the table so it is documented; available=False until it exists)
+    Setting("CODEFYUI_S3_ENABLED", False, _bool, "move files of unmounted workers through an S3/MinIO bucket", "0 or 1", available=False),
+    Setting("CODEFYUI_S3_ENDPOINT_URL", None, _str, "the bucket's API address (empty for AWS)", "a URL", available=False),
+    Setting("CODEFYUI_S3_REGION", "us-east-1", _str, "the bucket's region", "a region", available=False),
+    Setting("CODEFYUI_S3_BUCKET", None, _str, "the bucket; the backend is off without it", "a bucket name", available=False),
+    Setting("CODEFYUI_S3_PREFIX", "", _str, "prepended to every key", "a key prefix", available=False),
+    Setting("CODEFYUI_S3_ADDRESSING_STYLE", "auto", _str, "auto, path or virtual", "auto|path|virtual", available=False),
+    Setting("CODEFYUI_S3_ACCESS_KEY_ID", None, _str, "the control plane's key (memory only)", "a key id", available=False),
+    Setting("CODEFYUI_S3_SECRET_ACCESS_KEY", None, _str, "the control plane's secret (memory only)", "a secret", available=False),
+    Setting("CODEFYUI_S3_CREDENTIALS", "auto", _str, "what a worker receives: sts, static or auto", "sts|static|auto", available=False),
+    Setting("CODEFYUI_S3_STS_ROLE_ARN", None, _str, "role to assume on AWS", "an ARN", available=False),
+    Setting("CODEFYUI_S3_STS_DURATION_S", 3600, _int, "lifetime of temporary credentials (900-43200)", "seconds", available=False),
+    Setting("CODEFYUI_S3_DOWNLOAD", "proxy", _str, "proxy or presign", "proxy|presign", available=False),
+    Setting("CODEFYUI_S3_PRESIGN_TTL_S", 900, _int, "validity of presigned URLs", "seconds", available=False),
     # -- SSH (later issue)
-    Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH"),
-    Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _str, "accept-new or yes", "accept-new|yes"),
+    Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH", available=False),
+    Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _str, "accept-new or yes", "accept-new|yes", available=False),
     # -- agent
-    Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
-    Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
+    Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB", available=False),
+    Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds", available=False),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
     # -- install
-    Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder"),
+    Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder", path=True),
     Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),
     Setting("CODEFYUI_RELEASE_TAG", None, _str, "version to install (install.sh)", "a version"),
 ]
@@ -144,6 +149,40 @@ class Config:
     @property
     def custom_nodes_dir(self) -> Path:
         return self.layout.folder("custom_nodes")
+
+
+def unavailable_settings(env: Mapping[str, str] | None = None) -> list[str]:
+    """Names of the settings set in ``env`` that this version does not implement."""
+    env = os.environ if env is None else env
+    return [s.name for s in SETTINGS if not s.available and env.get(s.name, "").strip()]
+
+
+def warn_unavailable(log: logging.Logger, env: Mapping[str, str] | None = None) -> list[str]:
+    """Log one warning per unavailable setting that is set; a user who set one must learn it does nothing."""
+    from cdui import __version__
+    names = unavailable_settings(env)
+    for name in names:
+        log.warning("`%s` is set but not available in this version of cdui (%s); it has no effect "
+                    "(unset it; see docs/configuration.md)", name, __version__)
+    return names
+
+
+def absolute_paths(env: Mapping[str, str], cwd: Path) -> dict[str, str]:
+    """A copy of ``env`` with every relative path setting made absolute against ``cwd``.
+
+    Background processes are started from the installation root, not from the
+    user's folder; without this, ``CODEFYUI_USER_DATA_DIR=ud cdui start`` would
+    put the daemon's state under the installation while the CLI waits for it
+    in ``./ud``. Apply it to the environment of every re-spawned cdui process.
+    """
+    out = dict(env)
+    for s in SETTINGS:
+        raw = out.get(s.name)
+        if s.path and raw:
+            p = Path(raw).expanduser()
+            if not p.is_absolute():
+                out[s.name] = str(cwd / p)
+    return out
 
 
 def user_data_dir(env: Mapping[str, str] | None = None) -> Path:
