@@ -39,6 +39,12 @@ log = logging.getLogger("cdui.agent")
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_RUN, EXIT_START = 0, 1, 2, 3, 4
 FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
 REPLAY_CHUNK = 500  # events per message when replaying after a reconnect
+# After SIGTERM the last events get this long to be acknowledged, twice at most: over the
+# live connection, then over a fresh one if that one dropped.
+ACK_WAIT_S = 15.0
+# The longest a SIGTERM'd agent takes to exit, final uploads of transfer runs aside: runs
+# get their stop grace, then the two acknowledgement waits. Service managers wait longer.
+STOP_BUDGET_S = runner.STOP_GRACE_S + 2 * ACK_WAIT_S
 
 
 class Refused(Exception):
@@ -381,7 +387,7 @@ class Agent:
     async def _shutdown_sequence(self) -> None:
         await self._stop_all_runs()
         # Let the last events reach the control plane over the live connection.
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + ACK_WAIT_S
         while time.monotonic() < deadline and self.ws is not None and any(
                 r.spool.unacked() for r in self.runs.values()):
             await asyncio.sleep(0.1)
@@ -401,7 +407,7 @@ class Agent:
         await self._stop_all_runs()
         if not any(r.spool.unacked() for r in self.runs.values()):
             return
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + ACK_WAIT_S
         while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
             try:
                 await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import ipaddress
 import json
 import logging
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
 from cdui import __version__
@@ -123,6 +125,51 @@ def _enroll(control: str, token: str, name: str | None, devices: list[str]) -> d
                                                    "version": __version__, "machine_id": machine_id()})
 
 
+# Answers that say "not now" rather than "no": the control plane is down or restarting
+# behind a proxy (502/503/504), or enrollment is rate limited for a while (429). Anything
+# else from cdui (unknown, used, expired or revoked token) is final and ends the start.
+TRANSIENT_ENROLL_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def enroll_is_transient(err: CduiError) -> bool:
+    return err.code == "unreachable" or err.status in TRANSIENT_ENROLL_STATUSES
+
+
+def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
+                        sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
+    from cdui.agent import backoff_delays
+    delays = backoff_delays()
+    while True:
+        try:
+            return _enroll(control, token, name, devices)
+        except CduiError as err:
+            if not enroll_is_transient(err):
+                raise
+            delay = next(delays)
+            when = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+            print(f"cdui: enrollment at {control} failed: {err}; retrying in {delay:.1f} s (at {when})",
+                  file=sys.stderr, flush=True)
+            sleep(delay)
+
+
+@contextlib.contextmanager
+def enroll_lock(cred_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock next to the credential file while checking for and writing it."""
+    cred_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(str(cred_path.with_name(cred_path.name + ".lock")), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("cdui: another agent in this user data folder is enrolling; waiting for it",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
 def _agent_json(user_data: Path) -> Path:
     return user_data / "agent.json"
 
@@ -147,6 +194,11 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
     from cdui.agent import credential_path, detect_devices, hostname
     from cdui.server import write_private
+    if args.ca_fingerprint is not None:
+        # Accepting a pin that is never checked would promise a protection that is not there.
+        return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
+                    "yet); use a proxy certificate signed by a CA this machine trusts (https:// is verified "
+                    "against the system's CAs), or omit the flag", 2)
     cfg = config.load()
     ud = cfg.user_data
     ud.mkdir(parents=True, exist_ok=True)
@@ -174,25 +226,26 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
             mounts.pop(label, None)
         write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
     cred_path = credential_path(ud, control)
-    cred = _load_credential(cred_path)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
-    if cred is None:
-        token = args.token or os.environ.get("CODEFYUI_AGENT_TOKEN")
-        if not token:
-            return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on the "
-                        f"control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
-        name = args.name or hostname()
-        try:
-            res = _enroll(control, token, args.name or name, devices or detect_devices())
-        except CduiError as err:
-            # A version refusal is final whatever we retry (exit 2); other failures are start failures (4).
-            # Refusals retrying cannot fix (version, name taken) are 2; other start failures 4 (CONTRACT.md).
-            return _die(f"enrollment failed: {err}", 2 if err.code in ("version_mismatch", "name_taken") else 4)
-        cred = {"credential": res["credential"], "name": res["worker"], "control": control,
-                "ca_fingerprint": args.ca_fingerprint}
-        write_private(cred_path, json.dumps(cred))
-        print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
-    elif args.token and not args.foreground_child:
+    # Agents started together from one user data folder enroll one at a time: the first uses
+    # the token, the others find its credential once they hold the lock (one token use).
+    with enroll_lock(cred_path):
+        cred = _load_credential(cred_path)
+        if cred is None:
+            token = args.token or os.environ.get("CODEFYUI_AGENT_TOKEN")
+            if not token:
+                return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on "
+                            f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
+            try:
+                res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices())
+            except CduiError as err:
+                # Refusals retrying cannot fix (version, name taken) are 2; other start failures 4 (CONTRACT.md).
+                return _die(f"enrollment failed: {err}", 2 if err.code in ("version_mismatch", "name_taken") else 4)
+            cred = {"credential": res["credential"], "name": res["worker"], "control": control}
+            write_private(cred_path, json.dumps(cred))
+            print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
+            args.token = None  # used now; the note below is for a token given beside a stored credential
+    if args.token and not args.foreground_child:
         print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
               f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
     if args.name and args.name != cred["name"] and not args.foreground_child:
@@ -212,7 +265,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     log_path = ud / "agent.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parent.parent))
+                                cwd=str(Path(__file__).resolve().parent.parent),
+                                env=config.absolute_paths(os.environ, Path.cwd()))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         rc = proc.poll()
@@ -232,10 +286,12 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
 
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
+    from cdui import config
     from cdui.agent import Agent, detect_devices
     from cdui.config import machine_id
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
+    config.warn_unavailable(logging.getLogger("cdui.agent"))
     pidfile.write_text(str(os.getpid()))
     try:
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
@@ -257,8 +313,9 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
         print("no agent is running")
         return 0
     os.kill(pid, signal.SIGTERM)
-    # Runs get 10 s to stop, then their last events and files go out (CLI-21).
-    limit = float(cfg["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"]) + 30
+    # Runs get 10 s to stop, then their last events and files go out (CLI-21); margin for the final uploads.
+    from cdui.agent import STOP_BUDGET_S
+    limit = STOP_BUDGET_S + 30
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
@@ -314,7 +371,8 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--devices", default=None, help="devices to offer, e.g. cpu or cuda:0,cuda:1")
     s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
-    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX", help="pin the proxy's TLS key")
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="not available in this version (refused): certificate pinning is not implemented yet")
     s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")

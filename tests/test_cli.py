@@ -253,3 +253,55 @@ def test_stop(started: Cli) -> None:
     assert not (cli.user_data / "cdui.pid").exists()
     r = cli("status", "--once")
     assert r.returncode == 1, explain(r)
+
+
+# -- settings that do nothing are said to do nothing ------------------------------------------
+def _sources_reading_settings() -> str:
+    """The code that can read a setting: the package (config.py without its table) and the launchers."""
+    texts = []
+    for p in sorted((REPO_ROOT / "cdui").rglob("*.py")):
+        t = p.read_text(encoding="utf-8")
+        if p.name == "config.py" and p.parent.name == "cdui":
+            start = t.index("SETTINGS: list[Setting] = [")
+            t = t[:start] + t[t.index("\n]\n", start):]
+        texts.append(t)
+    texts += [(REPO_ROOT / f).read_text(encoding="utf-8") for f in ("bin/cdui", "install.sh")]
+    return "\n".join(texts)
+
+
+def test_every_setting_is_read_or_marked_unavailable() -> None:
+    """A setting in the table is either read by some code, or marked available=False
+    (and then really read by nothing, so the mark goes away when the feature comes)."""
+    from cdui.config import SETTINGS
+    src = _sources_reading_settings()
+    unread = [s.name for s in SETTINGS if s.available and s.name not in src]
+    assert unread == [], f"settings nothing reads; implement them or mark them available=False: {unread}"
+    read_but_marked = [s.name for s in SETTINGS if not s.available and s.name in src]
+    assert read_but_marked == [], f"settings marked unavailable that code reads; drop the mark: {read_but_marked}"
+
+
+def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
+    """Starting the server with a setting this version does not implement logs that it has
+    no effect, once per setting; the server still starts."""
+    from procs import ServerProc
+    from cdui import __version__
+    s = ServerProc(tmp_path, extra_env={"CODEFYUI_S3_BUCKET": "my-bucket",
+                                        "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}).start()
+    try:
+        lines = [ln.split(": ", 1)[1] for ln in s.log_text().splitlines() if "WARNING cdui.server:" in ln]
+        assert lines == [f"`{name}` is set but not available in this version of cdui ({__version__}); it has no "
+                         f"effect (unset it; see docs/configuration.md)"
+                         for name in ("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", "CODEFYUI_S3_BUCKET")], s.log_tail()
+    finally:
+        s.stop()
+
+
+def test_ca_fingerprint_is_refused(cli: Cli) -> None:
+    """`--ca-fingerprint` is refused (exit 2) while nothing checks the pin, before any enrollment."""
+    r = cli("agent", "start", "--control", "http://127.0.0.1:9", "--token", "abcdef.0123456789abcdef",
+            "--ca-fingerprint", "sha256:" + "ab" * 32)
+    assert r.returncode == 2, explain(r)
+    assert r.stderr == ("cdui: error: --ca-fingerprint is not available in this version (certificate pinning is not "
+                        "implemented yet); use a proxy certificate signed by a CA this machine trusts (https:// is "
+                        "verified against the system's CAs), or omit the flag\n"), explain(r)
+    assert not (cli.user_data / "agent").exists()
