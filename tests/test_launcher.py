@@ -1,26 +1,34 @@
-"""The launcher ``bin/cdui`` as a user runs it (not ``python -m cdui``): every
-error reaches the terminal, relative path settings mean the folder the user
-ran the command in, and the systemd units keep the promises docs/install.md
-makes about restarts, stop budgets and never installing at service start.
+"""Launching and operating cdui as an operator does: the launcher ``bin/cdui``
+itself (not ``python -m cdui``), relative path settings, agents enrolling
+through network blips, and the systemd units.
 
-These tests go through the real launcher because its shell lines sit between
-the user and the Python CLI: a redirection there can silence every message the
-CLI prints, and its daemon re-spawn changes the working directory.
+- Every error reaches the terminal: the launcher's shell lines sit between the
+  user and the Python CLI, and a redirection there can silence everything.
+- Relative path settings mean the folder the user ran the command in, also
+  for the daemons that are re-spawned from the installation root.
+- A first enrollment that meets an unreachable control plane or a proxy's
+  502/503/504 is retried with the agent's backoff; agents started together
+  from one user data folder use the token once.
+- The systemd units do not restart a refused agent, wait longer than the
+  processes' own stop budget, and never install at service start.
 """
 from __future__ import annotations
 
 import configparser
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from procs import (REPO_ROOT, ServerProc, env_for, free_port, graph, node, pid_alive, track_log, trig, edge,
+from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, free_port, graph, node, pid_alive, track_log, trig,
                    untrack_log, wait_for)
+from tcpproxy import TcpProxy
 
 LAUNCHER = REPO_ROOT / "bin" / "cdui"
 
@@ -71,3 +79,235 @@ def test_run_of_invalid_graph_prints_every_error(server: ServerProc, tmp_path: P
     ], explain(r)
     assert r.stdout == ""
     assert server.call("GET", "/api/runs") == []
+
+
+# -- relative paths mean the launch folder ------------------------------------------------------
+def test_start_with_relative_user_data_dir(tmp_path: Path) -> None:
+    """`CODEFYUI_USER_DATA_DIR=ud bin/cdui start` (background) from some folder puts the
+    server's state in <that folder>/ud, not under the installation, returns once the
+    server answers, and `bin/cdui stop` from the same folder stops it."""
+    cwd = tmp_path / "launch"
+    cwd.mkdir()
+    port = free_port()
+    env = env_for("ud", "data")
+    ud = cwd / "ud"
+    track_log(ud / "cdui.log", "cdui start (background, relative user data)")
+    try:
+        r = launch("start", "--port", str(port), env=env, cwd=cwd)
+        assert r.returncode == 0, explain(r)
+        assert f"running at http://127.0.0.1:{port}" in r.stdout, explain(r)
+        pid = int((ud / "cdui.pid").read_text())
+        assert pid_alive(pid)
+        assert json.loads((ud / "server.json").read_text())["pid"] == pid
+        assert (cwd / "data").is_dir()
+        assert not (REPO_ROOT / "ud").exists()
+        r = launch("stop", env=env, cwd=cwd)
+        assert r.returncode == 0, explain(r)
+        assert r.stdout == f"cdui (pid {pid}) stopped\n", explain(r)
+        wait_for(lambda: not pid_alive(pid), 30, 0.1, f"server pid {pid} to exit")
+        assert not (ud / "cdui.pid").exists()
+    finally:
+        untrack_log(ud / "cdui.log")
+        try:
+            pid = int((ud / "cdui.pid").read_text())
+            os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+# -- enrollment that a network blip cannot break ------------------------------------------------
+def agent_proc(tmp: Path, control: str, token: str, name: str = "w1", user_data: Path | None = None,
+               log_name: str | None = None, env_extra: dict[str, str] | None = None) -> Proc:
+    ud = user_data or tmp / f"agent-{name}"
+    cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--token", token,
+           "--name", name, "--devices", "cpu", "--foreground"]
+    log = log_name or f"agent-{name}"
+    return Proc(cmd, env_for(ud, tmp / f"{log}-data", env_extra), tmp / f"{log}.log", name=log)
+
+
+def new_token(cp: ServerProc, uses: int = 1) -> str:
+    return cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": uses}, expect=201)["token"]
+
+
+def online(cp: ServerProc, name: str, *agents: Proc) -> bool:
+    for a in agents:
+        if not a.alive:
+            raise AssertionError(f"{a.name} exited with {a.returncode}:\n{a.log_tail(30)}")
+    return any(w["name"] == name and w["online"] for w in cp.call("GET", "/api/workers")["workers"])
+
+
+def online_or_dead(agent: Proc) -> bool:
+    """True while the agent runs; fails the wait at once when it exited."""
+    if not agent.alive:
+        raise AssertionError(f"{agent.name} exited with {agent.returncode}:\n{agent.log_tail(30)}")
+    return True
+
+
+def test_first_enrollment_waits_for_an_unreachable_control_plane(tmp_path: Path) -> None:
+    """An agent whose first enrollment finds nothing listening retries with its backoff,
+    saying what failed and when it retries, and enrolls once the control plane is up."""
+    cp = ServerProc(tmp_path).start()
+    tok = new_token(cp)
+    cp.stop()
+    agent = agent_proc(tmp_path, cp.url, tok, env_extra={"CODEFYUI_S3_BUCKET": "not-yet"})
+    agent.spawn()
+    try:
+        wait_for(lambda: online_or_dead(agent) and agent.log_text().count(
+            f"cdui: enrollment at {cp.url} failed: cannot reach") >= 2, 60, 0.1, "two failed enrollment attempts",
+            detail=agent.log_tail)
+        assert agent.alive, agent.log_tail()
+        assert "; retrying in " in agent.log_text()
+        cp.start()
+        wait_for(lambda: online(cp, "w1", agent), 120, 0.2, "w1 online", detail=agent.log_tail)
+        assert f"enrolled as worker w1 at {cp.url}" in agent.log_text()
+        # The agent, too, says that a setting it cannot honour is set.
+        assert ("`CODEFYUI_S3_BUCKET` is set but not available in this version of cdui" in agent.log_text())
+    finally:
+        agent.stop()
+        cp.stop()
+
+
+def test_first_enrollment_through_a_proxy_answering_503(tmp_path: Path) -> None:
+    """A reverse proxy answering 503 (its upstream restarting) is retried, not a failed start."""
+    cp = ServerProc(tmp_path).start()
+    proxy = TcpProxy(cp.port)
+    proxy.answer_503()
+    agent = agent_proc(tmp_path, proxy.url, new_token(cp))
+    agent.spawn()
+    try:
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: HTTP 503 from "
+                 f"/api/workers/enroll" in agent.log_text(), 60, 0.1, "an enrollment answered 503",
+                 detail=agent.log_tail)
+        assert agent.alive, agent.log_tail()
+        proxy.restore()
+        wait_for(lambda: online(cp, "w1", agent), 120, 0.2, "w1 online", detail=agent.log_tail)
+    finally:
+        agent.stop()
+        proxy.close()
+        cp.stop()
+
+
+def test_refused_enrollment_still_exits_4(tmp_path: Path) -> None:
+    """A token cdui itself refuses is final: exit 4 at once, no retry."""
+    cp = ServerProc(tmp_path).start()
+    try:
+        tok = new_token(cp)
+        cp.call("DELETE", f"/api/workers/tokens/{tok.split('.')[0]}", expect=(200, 204))
+        agent = agent_proc(tmp_path, cp.url, tok)
+        agent.spawn()
+        assert agent.proc is not None and agent.proc.wait(120) == 4, agent.log_tail()
+        assert "retrying" not in agent.log_text()
+        assert f"cdui: error: enrollment failed: enrollment token {tok.split('.')[0]}.… was revoked" \
+            in agent.log_text(), agent.log_tail()
+    finally:
+        cp.stop()
+
+
+def test_agents_started_together_use_the_token_once(tmp_path: Path) -> None:
+    """Two agents started at once from one user data folder, while the proxy in front of
+    the control plane still answers 503 (a machine booting before its network is up):
+    one enrolls, the other waits for it and reuses the stored credential, so the token
+    is used once. The second then meets the first on the control plane under the same
+    name and is refused `name_in_use` (and keeps retrying)."""
+    cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
+    tok = new_token(cp, uses=2)
+    proxy = TcpProxy(cp.port)
+    proxy.answer_503()
+    ud = tmp_path / "shared-agent"
+    agents = [agent_proc(tmp_path, proxy.url, tok, user_data=ud, log_name=f"agent-{i}") for i in (1, 2)]
+    for a in agents:
+        a.spawn()
+    try:
+        def holder_and_waiter() -> bool:
+            online(cp, "", *agents)  # fails at once if an agent exited
+            logs = [a.log_text() for a in agents]
+            return (sorted("is enrolling; waiting for it" in t for t in logs) == [False, True]
+                    and any("failed: HTTP 503" in t for t in logs))
+        wait_for(holder_and_waiter, 120, 0.1, "one agent retrying the enrollment, the other waiting for it",
+                 detail=lambda: [a.log_tail(5) for a in agents])
+        proxy.restore()
+        wait_for(lambda: online(cp, "w1", *agents), 120, 0.2, "w1 online")
+        tokens = cp.call("GET", "/api/workers/tokens")
+        assert [(t["uses_total"], t["uses_left"]) for t in tokens] == [(2, 1)], tokens
+        enrolled = [a for a in agents if "enrolled as worker w1" in a.log_text()]
+        assert len(enrolled) == 1, [a.log_tail() for a in agents]
+        other = agents[1 - agents.index(enrolled[0])]
+        assert "enrolled as worker" not in other.log_text()
+
+        def refused_once() -> list[Proc]:
+            return [a for a in agents if "another agent is connected with this worker's name" in a.log_text()]
+        second = wait_for(refused_once, 120, 0.2, "one agent refused name_in_use")
+        assert len(second) == 1
+        first = agents[1 - agents.index(second[0])]
+        assert f"connected to {proxy.url} as worker w1" in first.log_text()
+        assert f"connected to {proxy.url} as worker w1" not in second[0].log_text()
+        assert all(a.alive for a in agents)
+        assert [w["name"] for w in cp.call("GET", "/api/workers")["workers"]] == ["w1"]
+    finally:
+        for a in agents:
+            a.stop()
+        proxy.close()
+        cp.stop()
+
+
+# -- systemd units and installing at service start ----------------------------------------------
+def read_unit(name: str) -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment]  # systemd keys are case-sensitive
+    unit.read_string((REPO_ROOT / "deploy" / name).read_text())
+    return unit
+
+
+def seconds(value: str) -> float:
+    assert value.endswith("s") and value[:-1].isdigit(), f"write TimeoutStopSec as plain seconds, got {value!r}"
+    return float(value[:-1])
+
+
+def unit_env(unit: configparser.ConfigParser) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in unit["Service"]["Environment"].split())
+
+
+@pytest.mark.parametrize("name", ["codefyui-agent.service", "codefyui.service"])
+def test_units_never_install_and_do_not_restart_refusals(name: str) -> None:
+    """Both units start through the launcher with installing forbidden, stay attached,
+    and do not restart on exit 2 (refused / bad settings) or 4 (could not start)."""
+    svc = read_unit(name)["Service"]
+    assert unit_env(read_unit(name))["CDUI_NO_INSTALL"] == "1"
+    argv = svc["ExecStart"].split()
+    assert argv[0] == "/opt/codefyui/bin/cdui" and "--foreground" in argv, argv
+    assert svc["Restart"] == "on-failure"
+    assert svc["RestartPreventExitStatus"].split() == ["2", "4"]
+    assert svc["KillMode"] == "mixed"
+    from cdui.cli import build_parser
+    build_parser().parse_args(argv[1:])  # the unit's command line is one cdui accepts
+
+
+def test_agent_unit_waits_longer_than_the_agents_stop_budget() -> None:
+    """systemd must not kill an agent that is still inside its own SIGTERM budget."""
+    from cdui.agent import STOP_BUDGET_S
+    assert seconds(read_unit("codefyui-agent.service")["Service"]["TimeoutStopSec"]) >= STOP_BUDGET_S + 30
+
+
+def test_control_plane_unit_waits_longer_than_the_shutdown_grace() -> None:
+    """The control plane's unit gives a graceful stop more than its grace plus a margin."""
+    unit = read_unit("codefyui.service")
+    grace = float(unit_env(unit)["CODEFYUI_SHUTDOWN_GRACE_S"])
+    assert seconds(unit["Service"]["TimeoutStopSec"]) >= grace + 30
+
+
+@pytest.mark.parametrize("args", [["--version"], ["test", "-q"]])
+def test_no_install_switch_refuses_to_install(tmp_path: Path, args: list[str]) -> None:
+    """With CDUI_NO_INSTALL=1 a launcher whose .venv is missing exits 4 saying how to
+    install, and creates nothing (no venv, no pip)."""
+    root = tmp_path / "install"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy2(LAUNCHER, root / "bin" / "cdui")
+    shutil.copy2(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    r = subprocess.run([str(root / "bin" / "cdui"), *args], env={**env_for(tmp_path / "ud"), "CDUI_NO_INSTALL": "1"},
+                       cwd=str(tmp_path), text=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 4, explain(r)
+    how = (f"install the test extras as this user with: CDUI_NO_INSTALL= {root}/bin/cdui test --co -q"
+           if args[0] == "test" else f"install it as this user with: {root}/bin/cdui install")
+    assert r.stderr == (f"cdui: error: {root}/.venv is not installed or out of date, and CDUI_NO_INSTALL=1 forbids "
+                        f"installing now ({how})\n"), explain(r)
+    assert sorted(p.name for p in root.iterdir()) == ["bin", "pyproject.toml"]
