@@ -115,6 +115,35 @@ def test_start_with_relative_user_data_dir(tmp_path: Path) -> None:
             pass
 
 
+def test_agent_start_with_relative_user_data_dir(tmp_path: Path) -> None:
+    """`CODEFYUI_USER_DATA_DIR=ag bin/cdui agent start` (background) keeps the agent's
+    credential and pidfile in <launch folder>/ag; `bin/cdui agent stop` there stops it."""
+    cp = ServerProc(tmp_path).start()
+    cwd = tmp_path / "launch"
+    cwd.mkdir()
+    env = env_for("ag", "ag-data")
+    ag = cwd / "ag"
+    track_log(ag / "agent.log", "cdui agent start (background, relative user data)")
+    try:
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        r = launch("agent", "start", "--control", cp.url, "--token", tok, "--name", "w1", "--devices", "cpu",
+                   env=env, cwd=cwd)
+        assert r.returncode == 0, explain(r)
+        pid = int((ag / "agent.pid").read_text())
+        assert r.stdout.startswith(f"agent w1 connected to {cp.url} (pid {pid}, log {ag / 'agent.log'})"), explain(r)
+        assert json.loads((ag / "agent" / f"127.0.0.1-{cp.port}.token").read_text())["name"] == "w1"
+        r = launch("agent", "stop", env=env, cwd=cwd)
+        assert r.returncode == 0 and r.stdout == f"agent (pid {pid}) stopped\n", explain(r)
+        assert not (REPO_ROOT / "ag").exists()
+    finally:
+        untrack_log(ag / "agent.log")
+        try:
+            os.killpg(int((ag / "agent.pid").read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        cp.stop()
+
+
 # -- enrollment that a network blip cannot break ------------------------------------------------
 def agent_proc(tmp: Path, control: str, token: str, name: str = "w1", user_data: Path | None = None,
                log_name: str | None = None, env_extra: dict[str, str] | None = None) -> Proc:
