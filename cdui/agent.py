@@ -139,10 +139,15 @@ class Agent:
     def _status(self, state: str, message: str = "") -> None:
         if self.status_file is None:
             return
-        tmp = self.status_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"state": state, "message": message, "pid": os.getpid(),
-                                   "control": self.control, "name": self.name, "at": time.time()}))
-        os.replace(tmp, self.status_file)
+        # A temporary name of this process's own: two agents sharing a user data folder must not
+        # rename each other's file away (that failure used to drop the live connection).
+        tmp = self.status_file.with_name(f"{self.status_file.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"state": state, "message": message, "pid": os.getpid(),
+                                       "control": self.control, "name": self.name, "at": time.time()}))
+            os.replace(tmp, self.status_file)
+        except OSError as exc:  # the status file informs `cdui agent start`; it is no reason to disconnect
+            log.warning("could not write %s: %s", self.status_file, exc)
 
     # -- main loop --------------------------------------------------------------------
     async def run(self) -> int:
