@@ -114,6 +114,7 @@ class WorkerManager:
         self.machine_id = machine_id()
         self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]))
         self.closing = False
+        self._ended = asyncio.Event()
 
     # -- start: adopt what a killed control plane left -------------------------------
     async def adopt(self) -> None:
@@ -160,6 +161,7 @@ class WorkerManager:
 
     async def _on_terminal(self, run_id: str, status: str) -> None:
         self._cancel_timer(run_id)
+        self._ended.set()  # wakes a shutdown waiting for worker runs to end
 
     # -- connection lifecycle --------------------------------------------------------
     def _reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
@@ -252,8 +254,7 @@ class WorkerManager:
                 self.conns.pop(name, None)
                 if self.runs.executors.get(name) is not None and getattr(self.runs.executors[name], "conn", None) is conn:
                     self.runs.executors.pop(name, None)
-                if not self.closing:
-                    await self._worker_gone(name)
+                await self._worker_gone(name)
             await ws.close()
         return ws
 
@@ -357,6 +358,12 @@ class WorkerManager:
         for run_id, (ex, _) in list(self.runs.active.items()):
             if ex != name:
                 continue
+            if self.closing:
+                # Nobody would be left to wait for its return: the server is stopping.
+                await self.runs._finish(run_id, "interrupted",
+                                        f"the server was stopping and worker {name} disconnected before the run "
+                                        f"stopped")
+                continue
             if self.grace <= 0:
                 await self.runs._finish(run_id, "interrupted",
                                         f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
@@ -373,20 +380,33 @@ class WorkerManager:
 
     # -- graceful shutdown (DISC-20, DISC-21) -------------------------------------------
     async def shutdown(self) -> None:
+        """Ask every worker run to stop and wait, up to the grace, for each worker's own ending.
+
+        This runs while the server still reads every socket (see
+        ``server._run_until_signal``), so a worker that stops its run at once
+        has its final events stored and the run ends as it really did."""
         self.closing = True
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
         for run_id, (name, _) in list(self.runs.active.items()):
             if name == "local":
                 continue
             conn = self.conns.get(name)
-            if conn is not None:
+            if conn is not None and not conn.ws.closed:
                 await conn.send(protocol.stop(run_id))
             else:
                 await self.runs._finish(run_id, "interrupted",
                                         "the server stopped while the run's worker was disconnected")
-        deadline = time.monotonic() + grace + 5
-        while time.monotonic() < deadline and any(ex != "local" for ex, _ in self.runs.active.values()):
-            await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace + 5
+        while any(ex != "local" for ex, _ in self.runs.active.values()):
+            self._ended.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._ended.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
         for run_id, (name, _) in list(self.runs.active.items()):
             if name != "local":
                 await self.runs._finish(run_id, "interrupted",
