@@ -351,6 +351,24 @@ class RunService:
         if not self._closing:
             self.spawn(self._apply_retention())
 
+    async def requeue(self, run_id: str, reason: str) -> None:
+        """Put a run whose assignment never reached its executor back in the queue.
+
+        It keeps its ``created_at`` (its place in the queue) and its secrets,
+        which stay in memory until the run really ends. A run whose Stop was
+        asked for meanwhile ends ``cancelled`` instead: it never started."""
+        self.active.pop(run_id, None)
+        run = await self.store.get_run(run_id)
+        if run is None or run["status"] in TERMINAL:
+            return
+        if run["stop_requested"]:
+            await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
+            return
+        if await self.store.requeue(run_id, "waiting for the scheduler"):
+            log.warning("run %s: %s", run_id, reason)
+            await self.record_cp(run_id, "run_warning", {"kind": "requeued", "message": reason})
+        self.wake()
+
     # -- dispatch -------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
         while True:

@@ -295,6 +295,15 @@ class Store:
             return cur.rowcount == 1
         return await self.write(fn)
 
+    async def requeue(self, run_id: str, reason: str) -> bool:
+        """running/disconnected -> queued, placement cleared; ``created_at`` is kept,
+        so first come first served puts it back at its old place."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE runs SET status='queued', worker_id=NULL, slot_device=NULL, started_at=NULL, "
+                             "disconnected_at=NULL, adopted_at=NULL, queue_reason=? "
+                             "WHERE id=? AND status IN ('running', 'disconnected')", (reason, run_id)).rowcount == 1
+        return await self.write(fn)
+
     async def cancel_queued(self, run_id: str) -> bool:
         """queued -> cancelled in one statement; False if the dispatcher claimed it first."""
         def fn(c: sqlite3.Connection) -> bool:

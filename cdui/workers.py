@@ -289,7 +289,17 @@ class WorkerManager:
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
-            if r.get("worker_id") == conn.name and r["id"] not in held:
+            if r.get("worker_id") != conn.name or r["id"] in held:
+                continue
+            self._cancel_timer(r["id"])
+            if await self.store.source_acked(r["id"], src) == 0:
+                # Not one event of it ever arrived: the assignment was lost in
+                # transit (or the agent died before it started the run), so
+                # nothing ran that could be lost by running it again.
+                await self.runs.requeue(r["id"], f"the run was requeued because its assignment never reached "
+                                                 f"worker {conn.name}: it reconnected without the run and had "
+                                                 f"sent no event of it")
+            else:
                 await self.runs._finish(r["id"], "interrupted",
                                         f"worker {conn.name} reconnected without the run (its agent restarted)")
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from procs import ServerProc, edge, graph, node, trig, wait_for, wait_run
+from cdui import __version__, protocol
+from procs import Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
 
 # A node that logs N numbered lines, as fast as the run can write them; with a
 # gate it logs the first `before_gate` lines, then waits for the gate file: a
@@ -138,5 +141,139 @@ def test_events_past_10000_are_all_read_by_http_pages_and_websocket(tmp_path):
         r = s.raw("GET", f"/api/runs/{run['id']}/events?after=24990&limit=5")
         assert [e["seq"] for e in json.loads(r.body)] == list(range(24991, 24996))
         assert r.headers["X-CodefyUI-Next-After"] == "24995"
+    finally:
+        s.stop()
+
+
+# -- assignments lost in transit ------------------------------------------------------
+
+
+class FakeAgent:
+    """An agent that speaks the real protocol and does only what a test tells it."""
+
+    def __init__(self, server: ServerProc, name: str = "w1") -> None:
+        self.server = server
+        self.name = name
+        tok = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        res = server.call("POST", "/api/workers/enroll", {"token": tok, "name": name, "devices": ["cpu"],
+                                                          "version": __version__, "machine_id": "fake-machine"},
+                          expect=201)
+        self.credential = res["credential"]
+
+    async def connect(self, session: aiohttp.ClientSession, held: list[dict[str, Any]] | None = None
+                      ) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any]]:
+        ws = await session.ws_connect(self.server.url.replace("http", "ws") + "/ws/worker",
+                                      headers={"Authorization": f"Bearer {self.credential}"})
+        await ws.send_str(json.dumps(protocol.hello(__version__, self.name, ["cpu"], {}, "fake-machine",
+                                                    held or [])))
+        welcome = await self.next(ws)
+        assert welcome["type"] == "welcome", welcome
+        return ws, welcome
+
+    @staticmethod
+    async def next(ws: aiohttp.ClientWebSocketResponse, kind: str | None = None) -> dict[str, Any]:
+        """The next message (of ``kind``, skipping others such as errors)."""
+        while True:
+            msg = await ws.receive(timeout=120)
+            assert msg.type == aiohttp.WSMsgType.TEXT, msg
+            d = json.loads(msg.data)
+            if kind is None or d.get("type") == kind:
+                return d
+
+
+def real_agent(tmp: Path, server: ServerProc, name: str = "w1") -> Proc:
+    """A real agent enrolled as ``name`` with a reissue token (the fake's credential is superseded)."""
+    tok = server.call("POST", f"/api/workers/{name}/reissue", {"ttl_s": 3600}, expect=201)["token"]
+    a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--name", name,
+              "--devices", "cpu", "--foreground", "--token", tok],
+             env_for(tmp / f"agent-{name}", tmp / f"agent-{name}-data"), tmp / f"agent-{name}.log",
+             name=f"agent-{name}")
+    a.spawn()
+    return a
+
+
+def lost_server(tmp_path: Path) -> ServerProc:
+    # A long resume grace: the run must be requeued or interrupted by the reconnect, never by the grace.
+    s = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_RESUME_GRACE_S": "600"})
+    install_chatter(s.data_dir)
+    return s.start()
+
+
+def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_path):
+    """DISC: the link drops between dispatch and the agent receiving `assign`; the worker
+    comes back without the run and never sent an event of it -> the run is queued again,
+    ahead of a later run, and then succeeds on a real agent."""
+    s = lost_server(tmp_path)
+    fake = FakeAgent(s)
+    agent = None
+    try:
+        async def lose_it() -> tuple[str, str]:
+            async with aiohttp.ClientSession() as session:
+                ws, _ = await fake.connect(session)
+                run = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
+                assign = await fake.next(ws, "assign")
+                assert assign["run_id"] == run["id"]
+                await ws.close()  # the assignment never "arrived": no answer, no event
+                await asyncio.to_thread(wait_run, s, run["id"], {"disconnected"}, 60)
+                later = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
+                # Draining keeps the requeued run off this fake worker once it is back.
+                await asyncio.to_thread(s.call, "POST", "/api/workers/w1/drain", None)
+                ws, welcome = await fake.connect(session, held=[])
+                assert welcome["runs"] == {}
+                await asyncio.to_thread(wait_run, s, run["id"], {"queued"}, 60)
+                await ws.close()
+                return run["id"], later["id"]
+        run_id, later_id = asyncio.run(lose_it())
+
+        r = s.run(run_id)
+        assert (r["status"], r["worker_id"], r["device"], r["started_at"]) == ("queued", None, None, None), r
+        evs = s.events(run_id)
+        requeued = [e for e in evs if e["kind"] == "run_warning" and e["data"].get("kind") == "requeued"]
+        assert len(requeued) == 1
+        assert "assignment never reached worker w1" in requeued[0]["data"]["message"]
+        assert not [e for e in evs if e["kind"] == "status" and e["data"].get("status") == "interrupted"]
+
+        s.call("POST", "/api/workers/w1/undrain")
+        agent = real_agent(tmp_path, s)
+        first = wait_run(s, run_id, timeout=180)
+        assert (first["status"], first["worker_id"]) == ("succeeded", "w1"), first
+        second = wait_run(s, later_id, timeout=180)
+        assert second["status"] == "succeeded", second
+        # First come, first served: the requeued run kept its place ahead of the later one.
+        assert first["started_at"] < second["started_at"], (first, second)
+        lines = chatter_lines(s.events(run_id))
+        assert lines == ["line 0", "line 1", "line 2"]
+    finally:
+        if agent is not None:
+            agent.stop()
+        s.stop()
+
+
+def test_worker_that_reported_on_a_run_and_returns_without_it_interrupts_it(tmp_path):
+    """DISC/NOTE-02: the worker did send events of the run, then reconnects without it ->
+    the run ends `interrupted` at once (it ran; running it again could repeat its effects)."""
+    s = lost_server(tmp_path)
+    fake = FakeAgent(s)
+    try:
+        async def report_then_lose() -> str:
+            async with aiohttp.ClientSession() as session:
+                ws, _ = await fake.connect(session)
+                run = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
+                assign = await fake.next(ws, "assign")
+                await ws.send_str(json.dumps({"type": "events", "run_id": assign["run_id"], "events": [
+                    {"src_seq": 1, "kind": "status", "data": {"status": "running", "pid": 1}, "at": time.time()}]}))
+                ack = await fake.next(ws, "ack")
+                assert ack == {"type": "ack", "run_id": run["id"], "acked": 1}
+                await ws.close()
+                await asyncio.to_thread(wait_run, s, run["id"], {"disconnected"}, 60)
+                ws, _ = await fake.connect(session, held=[])
+                await asyncio.to_thread(wait_run, s, run["id"], {"interrupted"}, 60)
+                await ws.close()
+                return run["id"]
+        run_id = asyncio.run(report_then_lose())
+        r = s.run(run_id)
+        assert r["status"] == "interrupted", r
+        assert r["error"] == "worker w1 reconnected without the run (its agent restarted)", r
+        assert not [e for e in s.events(run_id) if e["data"].get("kind") == "requeued"]
     finally:
         s.stop()
