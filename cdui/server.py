@@ -171,7 +171,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 # -- basic routes ------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "version": __version__})
+    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them."""
+    problems = request.app[STORE].problems()
+    if not problems:
+        return web.json_response({"status": "ok", "version": __version__})
+    return web.json_response({"status": "degraded", "version": __version__, "problems": problems})
 
 
 async def bootstrap(request: web.Request) -> web.Response:

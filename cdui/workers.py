@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
 from cdui.config import machine_id
+from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
@@ -115,6 +116,7 @@ class WorkerManager:
         self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]))
         self.closing = False
         self._ended = asyncio.Event()
+        self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
 
     # -- start: adopt what a killed control plane left -------------------------------
     async def adopt(self) -> None:
@@ -330,6 +332,8 @@ class WorkerManager:
                                                                (conn.last_seen, json.dumps(conn.labels), conn.name)))
                 else:
                     await conn.send(protocol.error("hello was already received"))
+            except DiskFull:
+                pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
             except Exception:  # one bad message must not end the connection
                 log.exception("handling a message from worker %s failed", conn.name)
                 await conn.send(protocol.error("the control plane failed to handle that message; see its log"))
@@ -360,8 +364,28 @@ class WorkerManager:
                     run["late_result"] = late
             await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
-        acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        try:
+            acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        except DiskFull as err:
+            # No ack: the agent keeps the events in its spool. Once there is room the
+            # connection is renewed (see _replay_after_disk_full) and it replays them.
+            if conn.name not in self.unstored:
+                log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
+                await conn.send(protocol.error(f"{err.message}; your events are not acknowledged: keep them in the "
+                                                    f"spool, they are asked for again once there is room"))
+            self.unstored.add(conn.name)
+            return
         await conn.send(protocol.ack(m.run_id, acked))
+
+    async def _replay_after_disk_full(self) -> None:
+        """The disk has room again: renew the connections of workers whose events were not
+        stored, so that each agent replays, in order, everything it kept in its spool."""
+        names, self.unstored = self.unstored, set()
+        for name in names:
+            conn = self.conns.get(name)
+            if conn is not None and not conn.ws.closed:
+                log.warning("worker %s: disk space is back; reconnecting it to replay its unstored events", name)
+                await conn.ws.close(message=b"disk space is back: reconnect and replay")
 
     async def _worker_gone(self, name: str) -> None:
         log.warning("worker %s disconnected", name)
@@ -644,6 +668,7 @@ def attach(app: web.Application) -> WorkerManager:
     m.runs.target_checks = [m.check_target]
     m.runs.before_dispatch.append(m.adopt)
     m.runs.on_shutdown.append(m.shutdown)
+    m.runs.on_disk_recovered.append(m._replay_after_disk_full)
     app[EXTRA]["worker_auth"] = m.worker_auth
     r = app.router
     r.add_get("/api/workers", m.list_workers)
