@@ -38,7 +38,8 @@ class Chatter(Node):
 
     @classmethod
     def define_params(cls):
-        return [Param("lines", "int", 10), Param("before_gate", "int", 0), Param("gate", "string", "")]
+        return [Param("lines", "int", 10), Param("before_gate", "int", 0), Param("gate", "string", ""),
+                Param("token", "secret", "")]
 
     @classmethod
     def define_outputs(cls):
@@ -46,6 +47,8 @@ class Chatter(Node):
 
     def execute(self, inputs, params, ctx):
         n, before, gate = int(params["lines"]), int(params["before_gate"]), str(params["gate"])
+        if params["token"]:
+            ctx.log(f"secret of {len(params['token'])} characters")
         for i in range(n):
             if gate and i == before:
                 while not os.path.exists(gate):
@@ -62,8 +65,9 @@ def install_chatter(data_dir: Path) -> None:
     (data_dir / "custom_nodes" / "chatter.py").write_text(CHATTER)
 
 
-def chatter_graph(lines: int, before_gate: int = 0, gate: str = "") -> dict[str, Any]:
-    return graph([node("start", "Start"), node("chat", "Chatter", lines=lines, before_gate=before_gate, gate=gate),
+def chatter_graph(lines: int, before_gate: int = 0, gate: str = "", token: str = "") -> dict[str, Any]:
+    return graph([node("start", "Start"), node("chat", "Chatter", lines=lines, before_gate=before_gate, gate=gate,
+                                               token=token),
                   node("print", "Print", label="lines")],
                  [trig("start", "chat"), edge("chat", "value", "print", "value")], name=f"chatter {lines}")
 
@@ -210,7 +214,9 @@ def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_p
         async def lose_it() -> tuple[str, str]:
             async with aiohttp.ClientSession() as session:
                 ws, _ = await fake.connect(session)
-                run = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
+                # A secret lives in memory only; a requeued run must still have it when it finally runs.
+                run = await asyncio.to_thread(s.submit, chatter_graph(3, token="s3cret-value-42"),
+                                              {"target": {"worker": "w1"}})
                 assign = await fake.next(ws, "assign")
                 assert assign["run_id"] == run["id"]
                 await ws.close()  # the assignment never "arrived": no answer, no event
@@ -241,8 +247,10 @@ def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_p
         assert second["status"] == "succeeded", second
         # First come, first served: the requeued run kept its place ahead of the later one.
         assert first["started_at"] < second["started_at"], (first, second)
-        lines = chatter_lines(s.events(run_id))
-        assert lines == ["line 0", "line 1", "line 2"]
+        evs = s.events(run_id)
+        assert chatter_lines(evs) == ["line 0", "line 1", "line 2"]
+        assert [e["data"]["message"] for e in evs if e["kind"] == "log"
+                and "secret of" in str(e["data"].get("message"))] == ["secret of 15 characters"]
     finally:
         if agent is not None:
             agent.stop()
