@@ -51,27 +51,59 @@ async def get_run(request: web.Request) -> web.Response:
     return web.json_response(await _runs(request).get(request.match_info["run_id"]))
 
 
-def _after(request: web.Request) -> int:
-    raw = request.query.get("after", "0")
+# Events per answer of the events route (its default and its maximum) and per
+# page of a WebSocket's backlog: one page is read and encoded at a time, so a
+# run of millions of events costs bounded memory per request.
+EVENTS_PAGE = 10000
+
+
+def _int_query(request: web.Request, name: str, default: int, low: int, high: int | None, hint: str) -> int:
+    raw = request.query.get(name, str(default))
     try:
-        after = int(raw)
-        if after < 0:
-            raise ValueError
-        return after
+        value = int(raw)
     except ValueError:
-        raise CduiError("bad_query", f"after={raw!r} is not a non-negative integer",
-                        hint="give the last seq you have, e.g. ?after=42") from None
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"an integer from {low} to {high}" if high is not None else f"an integer of at least {low}"
+        raise CduiError("bad_query", f"{name}={raw!r} is not {bounds}", hint=hint)
+    return value
+
+
+def _after(request: web.Request) -> int:
+    return _int_query(request, "after", 0, 0, None, "give the last seq you have, e.g. ?after=42")
 
 
 async def events(request: web.Request) -> web.Response:
+    """One page of a run's events; a full page says where the next one starts.
+
+    The body stays a JSON array (the contract); the cursor travels in headers:
+    ``X-CodefyUI-Next-After: SEQ`` and ``Link: <...?after=SEQ&limit=N>; rel="next"``,
+    present only when more events follow right now."""
     run_id = request.match_info["run_id"]
     await _runs(request).get(run_id)
-    evs = await _runs(request).store.events(run_id, _after(request))
-    return web.json_response([_event_out(e) for e in evs])
+    after = _after(request)
+    limit = _int_query(request, "limit", EVENTS_PAGE, 1, EVENTS_PAGE,
+                       f"ask for at most {EVENTS_PAGE} events per call and follow X-CodefyUI-Next-After")
+    evs = await _runs(request).store.events(run_id, after, limit + 1)
+    headers = {}
+    if len(evs) > limit:
+        evs = evs[:limit]
+        nxt = evs[-1]["seq"]
+        headers["X-CodefyUI-Next-After"] = str(nxt)
+        headers["Link"] = f'<{request.path}?after={nxt}&limit={limit}>; rel="next"'
+    return web.json_response([_event_out(e) for e in evs], headers=headers)
 
 
 async def stream(request: web.Request) -> web.WebSocketResponse:
-    """Live events: everything after ``?after=SEQ``, then new events as they come."""
+    """Live events: everything after ``?after=SEQ``, then new events as they come.
+
+    Invariant: every event is sent exactly once, in ``seq`` order. The
+    subscription starts before the backlog is read, so nothing stored
+    meanwhile is missed; the backlog is read from the store a page at a time
+    until caught up; a live event at or below what was sent is a duplicate and
+    dropped, and one that skips ahead (two batches broadcast out of order)
+    sends the missing events from the store first. Whatever is broadcast has
+    been committed, with every lower ``seq`` before it."""
     service = _runs(request)
     run_id = request.match_info["run_id"]
     await service.get(run_id)
@@ -79,11 +111,22 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(heartbeat=20)
     await ws.prepare(request)
     q = service.subscribe(run_id)
+    last = after
+
+    async def catch_up(upto: int | None = None) -> None:
+        nonlocal last
+        while upto is None or last < upto:
+            page = await service.store.events(run_id, last, EVENTS_PAGE)
+            for ev in page:
+                if upto is not None and ev["seq"] > upto:
+                    return
+                await ws.send_json(_event_out(ev))
+                last = ev["seq"]
+            if len(page) < EVENTS_PAGE:
+                return
+
     try:
-        last = after
-        for ev in await service.store.events(run_id, after):
-            await ws.send_json(_event_out(ev))
-            last = ev["seq"]
+        await catch_up()
         run = await service.store.get_run(run_id)
         done = run is None or run["status"] in TERMINAL and run["last_seq"] <= last
 
@@ -107,8 +150,11 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             ev = get.result()
             if ev["seq"] <= last:
                 continue
-            await ws.send_json(_event_out(ev))
-            last = ev["seq"]
+            if ev["seq"] > last + 1:
+                await catch_up(ev["seq"])
+            else:
+                await ws.send_json(_event_out(ev))
+                last = ev["seq"]
             if ev["kind"] == "status" and ev["data"].get("status") in TERMINAL:
                 # Give the status row time to land before we say goodbye.
                 run = await service.store.get_run(run_id)

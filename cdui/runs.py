@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from cdui import runner
 from cdui.config import Config
+from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import split_secrets
 from cdui.graph.validate import validate_graph
@@ -80,7 +81,12 @@ class LocalExecutor:
         run_id = run["id"]
 
         async def sink(events: list[dict[str, Any]]) -> None:
-            await self.service.record_events(run_id, "local", events)
+            if run_id in self.service.abandoned:
+                return  # it already ended failed: what it says while stopping is not stored
+            try:
+                await self.service.record_events(run_id, "local", events)
+            except DiskFull as err:
+                await self.service.fail_for_full_disk(run_id, err)
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
         handle = await runner.launch(job, sink, log_path)
@@ -89,6 +95,7 @@ class LocalExecutor:
         async def forget() -> None:
             await handle.wait()
             self.handles.pop(run_id, None)
+            self.service.abandoned.discard(run_id)
         self.service.spawn(forget())
 
     def stop(self, run_id: str, grace: float) -> bool:
@@ -131,6 +138,8 @@ class RunService:
         self.target_checks: list[Any] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
+        self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
+        self.on_disk_recovered: list[Any] = []
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -143,6 +152,8 @@ class RunService:
         self._wake.set()
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
         devices = await asyncio.to_thread(local_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
@@ -180,6 +191,29 @@ class RunService:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _disk_state(self, state: dict[str, Any] | None) -> None:
+        """The store's disk became full (state) or has room again (None)."""
+        if state is None and not self._closing:
+            self.wake()
+            for hook in self.on_disk_recovered:
+                self.spawn(hook())
+
+    async def fail_for_full_disk(self, run_id: str, err: DiskFull) -> None:
+        """A local run whose events cannot be stored ends ``failed`` now, saying why, and is stopped."""
+        if run_id in self.abandoned:
+            return
+        self.abandoned.add(run_id)
+        local = self.executors.get("local")
+        if local is not None:
+            local.stop(run_id, runner.STOP_GRACE_S)
+        log.error("run %s: its events could not be stored (%s); ending it failed", run_id, err.message)
+        try:
+            await self._finish(run_id, "failed", f"{err.message}: the run's events could not be stored, so it was "
+                                                 f"stopped; {err.hint}")
+        except DiskFull:
+            log.error("run %s: even its final status could not be stored; it ends interrupted at the next start",
+                      run_id)
+
     # -- submit ------------------------------------------------------------
     def preset_library(self) -> dict[str, dict[str, Any]]:
         lib: dict[str, dict[str, Any]] = {}
@@ -195,6 +229,9 @@ class RunService:
         return lib
 
     async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
+        if self.store.full:
+            err = self.store.disk_full_error()
+            raise CduiError("disk_full", f"run refused: {err.message}", hint=err.hint, status=507)
         if options is None:
             options = {}
         if not isinstance(options, dict):
@@ -335,21 +372,46 @@ class RunService:
                                        "path": str(path), "relative_path": rel, "size": size, "sha256": digest})
 
     async def _finish(self, run_id: str, status: str, error: str | None, record: bool = True) -> None:
+        """End a run, once: the first ending stored wins (a later one, e.g. the status a
+        run reports while being stopped after it already ended failed, changes nothing).
+        ``record``: also store the final status event (from the control plane)."""
         now = time.time()
-        if record:
-            await self.record_cp(run_id, "status", {"status": status, "error": error})
-        await self.store.update_run(run_id, status=status, error=error, finished_at=now, queue_reason=None)
+        event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
+        ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
+        for ev in stored:
+            for q in list(self.subscribers.get(run_id, ())):
+                q.put_nowait(ev)
         self.active.pop(run_id, None)
         self.secrets.pop(run_id, None)
         self.stop_pending.discard(run_id)
+        if not ended:
+            return
         for hook in self.on_terminal:
             try:
                 await hook(run_id, status)
             except Exception:
                 log.exception("terminal hook failed for run %s", run_id)
         self.wake()
-        if not self._closing:
+        if not self._closing and not self.store.full:
             self.spawn(self._apply_retention())
+
+    async def requeue(self, run_id: str, reason: str) -> None:
+        """Put a run whose assignment never reached its executor back in the queue.
+
+        It keeps its ``created_at`` (its place in the queue) and its secrets,
+        which stay in memory until the run really ends. A run whose Stop was
+        asked for meanwhile ends ``cancelled`` instead: it never started."""
+        self.active.pop(run_id, None)
+        run = await self.store.get_run(run_id)
+        if run is None or run["status"] in TERMINAL:
+            return
+        if run["stop_requested"]:
+            await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
+            return
+        if await self.store.requeue(run_id, "waiting for the scheduler"):
+            log.warning("run %s: %s", run_id, reason)
+            await self.record_cp(run_id, "run_warning", {"kind": "requeued", "message": reason})
+        self.wake()
 
     # -- dispatch -------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
@@ -361,6 +423,8 @@ class RunService:
             self._wake.clear()
             if self._closing:
                 return
+            if self.store.full:
+                continue  # starting a run needs writes; the store wakes us when there is room again
             try:
                 await self.dispatch_once()
             except Exception:  # one bad run must not stop the queue; it is logged and retried

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import signal
 import socket
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -170,7 +171,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 # -- basic routes ------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "version": __version__})
+    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them."""
+    problems = request.app[STORE].problems()
+    if not problems:
+        return web.json_response({"status": "ok", "version": __version__})
+    return web.json_response({"status": "degraded", "version": __version__, "problems": problems})
 
 
 async def bootstrap(request: web.Request) -> web.Response:
@@ -253,5 +258,30 @@ def serve(config: Config, host: str, port: int) -> None:
         log.info("cdui %s listening on http://%s:%d (user data %s)", __version__, host, port, config.user_data)
 
     app.on_startup.append(on_startup)
-    web.run_app(app, host=host, port=port, print=None, access_log=None,
-                shutdown_timeout=config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5, handle_signals=True)
+    asyncio.run(_run_until_signal(app, host, port, config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5))
+
+
+async def _run_until_signal(app: web.Application, host: str, port: int, shutdown_timeout: float) -> None:
+    """Serve until SIGINT/SIGTERM, then stop the runs *before* aiohttp's own shutdown.
+
+    aiohttp's runner begins its shutdown by marking every connection closing,
+    and from then on it discards whatever arrives on them, WebSocket frames
+    included. A worker's final events (its run ``cancelled``) and heartbeats
+    would be dropped unread, the run would wait out the whole grace and end
+    ``interrupted``. So the runs are stopped first, while every socket is still
+    read; only then does the runner close connections and run the cleanups."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await stop.wait()
+        log.info("stopping: asking active runs to stop")
+        await app[RUNS].close()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

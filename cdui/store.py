@@ -16,6 +16,12 @@ Invariants (see docs/architecture.md):
   ``src_seq`` stored, which is what gets acknowledged (after the commit).
 - Schema changes are numbered migrations applied in order; ``PRAGMA
   user_version`` holds the number applied.
+- **A full disk** (see :mod:`cdui.diskfull`) fails the batch's jobs with
+  :class:`~cdui.diskfull.DiskFull`, never silently. While it lasts only
+  *essential* jobs (a run's final status) are tried, with the reserve file
+  given up to make room for them; the rest are refused at once. The writer
+  probes every ``probe_s`` seconds and resumes by itself once there is room.
+  Listeners (``on_disk_state``) hear of both changes, from the writer thread.
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
+
+from cdui.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -165,22 +173,29 @@ def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
 
 
 class _Job:
-    __slots__ = ("fn", "future", "loop")
+    __slots__ = ("fn", "future", "loop", "essential")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None,
-                 loop: asyncio.AbstractEventLoop | None) -> None:
+                 loop: asyncio.AbstractEventLoop | None, essential: bool = False) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
+        self.essential = essential
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, probe_s: float = 2.0) -> None:
         self.path = Path(path)
         self._q: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._local = threading.local()
         self.commits = 0
+        self.reserve = Reserve(self.path.with_name(self.path.name + ".reserve"))
+        self.probe_s = probe_s
+        # Set while the disk is full: {"since": epoch seconds, "detail": sqlite's or the OS's words}.
+        self.full: dict[str, Any] | None = None
+        self.on_disk_state: list[Callable[[dict[str, Any] | None], None]] = []
+        self._last_probe = 0.0
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -188,6 +203,9 @@ class Store:
         conn = _connect(self.path)
         migrate(conn)
         self._writer_conn = conn
+        if not self.reserve.make():
+            log.warning("could not set aside %d bytes next to %s: the disk is (nearly) full", self.reserve.size,
+                        self.path)
         self._thread = threading.Thread(target=self._writer, name="sqlite-writer", daemon=True)
         self._thread.start()
 
@@ -197,10 +215,15 @@ class Store:
             self._thread.join(timeout=10)
             self._thread = None
 
+    # -- the writer --------------------------------------------------------
     def _writer(self) -> None:
         conn = self._writer_conn
         while True:
-            job = self._q.get()
+            try:
+                job = self._q.get(timeout=self.probe_s if self.full else None)
+            except queue.Empty:
+                self._probe()
+                continue
             if job is None:
                 conn.close()
                 return
@@ -215,39 +238,120 @@ class Store:
                     stop = True
                     break
                 jobs.append(nxt)
-            results: list[tuple[_Job, Any, BaseException | None]] = []
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for j in jobs:
-                    conn.execute("SAVEPOINT job")
-                    try:
-                        res = j.fn(conn)
-                        conn.execute("RELEASE job")
-                        results.append((j, res, None))
-                    except BaseException as exc:  # rolled back alone; reported to its caller
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                        results.append((j, None, exc))
-                conn.execute("COMMIT")
-                self.commits += 1
-            except BaseException as exc:  # the commit itself failed: every job in the batch failed
-                log.exception("sqlite commit failed")
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                results = [(j, None, exc) for j in jobs]
-            for j, res, exc in results:
-                if j.future is not None and j.loop is not None:
-                    j.loop.call_soon_threadsafe(_resolve, j.future, res, exc)
+            self._run_jobs(conn, jobs)
             if stop:
                 conn.close()
                 return
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run_jobs(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+        if self.full:
+            self._probe()
+        refused: list[_Job] = []
+        if self.full:
+            # Keep what room there is for the writes that end runs.
+            refused = [j for j in jobs if not j.essential]
+            jobs = [j for j in jobs if j.essential]
+        results, exc = self._batch(conn, jobs) if jobs else ([], None)
+        if exc is not None and is_disk_full(exc, free_bytes(self.path.parent)):
+            self._set_full(exc)
+            essential = [j for j in jobs if j.essential]
+            refused += [j for j in jobs if not j.essential]
+            results, exc = [], None
+            if essential:
+                results, exc = self._batch(conn, essential)
+                if exc is not None and self.reserve.release():
+                    log.warning("disk full: gave up the reserve %s to store %d final status(es)",
+                                self.reserve.path, len(essential))
+                    results, exc = self._batch(conn, essential)
+                if exc is not None:
+                    log.error("disk full: even a run's final status could not be stored: %s", exc)
+                    results = [(j, None, self.disk_full_error()) for j in essential]
+                    exc = None
+        elif exc is not None:
+            log.error("sqlite commit failed: %s", exc, exc_info=exc)
+            results = [(j, None, exc) for j in jobs]
+        err = self.disk_full_error() if refused else None
+        results += [(j, None, err) for j in refused]
+        for j, res, e in results:
+            if j.future is not None and j.loop is not None:
+                j.loop.call_soon_threadsafe(_resolve, j.future, res, e)
+
+    def _batch(self, conn: sqlite3.Connection, jobs: list[_Job]
+               ) -> tuple[list[tuple[_Job, Any, BaseException | None]], BaseException | None]:
+        """One transaction, a savepoint per job; (results, None) or ([], why the batch failed)."""
+        results: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for j in jobs:
+                conn.execute("SAVEPOINT job")
+                try:
+                    res = j.fn(conn)
+                    conn.execute("RELEASE job")
+                    results.append((j, res, None))
+                except BaseException as exc:  # rolled back alone; reported to its caller
+                    if is_disk_full(exc, free_bytes(self.path.parent)):
+                        raise  # the transaction itself cannot go on
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    results.append((j, None, exc))
+            conn.execute("COMMIT")
+            self.commits += 1
+            return results, None
+        except BaseException as exc:  # the commit failed (sqlite rolled back, or we do): every job failed
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            return [], exc
+
+    def disk_full_error(self) -> DiskFull:
+        """The error for writes refused while the disk is full."""
+        return DiskFull(self.path.parent, (self.full or {}).get("detail", "no space left"))
+
+    def _set_full(self, exc: BaseException) -> None:
+        if self.full is None:
+            self.full = {"since": time.time(), "detail": str(exc)}
+            self._last_probe = time.monotonic()
+            log.error("disk full under %s (%s): refusing writes except runs' final statuses until there is "
+                      "room again", self.path.parent, exc)
+            self._tell(self.full)
+
+    def _probe(self) -> None:
+        """Is there room again? The reserve can be allocated and as much again stays free."""
+        now = time.monotonic()
+        if now - self._last_probe < self.probe_s:
+            return
+        self._last_probe = now
+        if not self.reserve.make() or free_bytes(self.path.parent) < self.reserve.size:
+            return
+        log.warning("disk space is back under %s: writes resume", self.path.parent)
+        self.full = None
+        self._tell(None)
+
+    def _tell(self, state: dict[str, Any] | None) -> None:
+        for cb in list(self.on_disk_state):
+            try:
+                cb(state)
+            except Exception:  # a listener must not stop the writer
+                log.exception("disk state listener failed")
+
+    def problems(self) -> list[dict[str, Any]]:
+        """What keeps this store from working normally, as health reports it."""
+        if not self.full:
+            return []
+        err = self.disk_full_error()
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.full["since"]))
+        return [{"code": "disk_full", "message": f"{err.message}, since {since}; new runs are refused and runs "
+                                                 f"whose events could not be stored ended failed",
+                 "hint": err.hint}]
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False) -> T:
+        """Run ``fn`` in the writer's next transaction. ``essential``: tried even while the
+        disk is full, with the reserve given up if needed (for a run's final status)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put(_Job(fn, fut, loop))
+        self._q.put(_Job(fn, fut, loop, essential))
         return await fut
 
     def _reader(self) -> sqlite3.Connection:
@@ -273,7 +377,7 @@ class Store:
             c.execute(f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
         await self.write(fn)
 
-    async def update_run(self, run_id: str, **fields: Any) -> None:
+    async def update_run(self, run_id: str, essential: bool = False, **fields: Any) -> None:
         if not fields:
             return
         for k in ("late_result", "execution_facts", "target", "options"):
@@ -283,7 +387,7 @@ class Store:
 
         def fn(c: sqlite3.Connection) -> None:
             c.execute(f"UPDATE runs SET {sets} WHERE id=?", (*fields.values(), run_id))
-        await self.write(fn)
+        await self.write(fn, essential)
 
     async def claim_queued(self, run_id: str, **fields: Any) -> bool:
         """queued -> running in one statement, unless a stop was asked for meanwhile."""
@@ -293,6 +397,15 @@ class Store:
             cur = c.execute(f"UPDATE runs SET status='running', queue_reason=NULL, {sets} "
                             "WHERE id=? AND status='queued' AND stop_requested=0", (*fields.values(), run_id))
             return cur.rowcount == 1
+        return await self.write(fn)
+
+    async def requeue(self, run_id: str, reason: str) -> bool:
+        """running/disconnected -> queued, placement cleared; ``created_at`` is kept,
+        so first come first served puts it back at its old place."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE runs SET status='queued', worker_id=NULL, slot_device=NULL, started_at=NULL, "
+                             "disconnected_at=NULL, adopted_at=NULL, queue_reason=? "
+                             "WHERE id=? AND status IN ('running', 'disconnected')", (reason, run_id)).rowcount == 1
         return await self.write(fn)
 
     async def cancel_queued(self, run_id: str) -> bool:
@@ -349,38 +462,24 @@ class Store:
 
     # -- events -----------------------------------------------------------
     async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
-                            assign: bool = False) -> tuple[list[dict[str, Any]], int]:
+                            assign: bool = False, essential: bool = False) -> tuple[list[dict[str, Any]], int]:
         """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
 
         ``assign``: the events are born here; number them after what is stored."""
-        def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
-            r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
-            if r is None:
-                raise KeyError(run_id)
-            last = r[0]
-            a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
-            acked = a[0] if a else 0
-            batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
-            stored = []
-            for ev in sorted(batch, key=lambda e: e["src_seq"]):
-                s = int(ev["src_seq"])
-                if s <= acked:
-                    continue  # a replay of something already stored
-                if s != acked + 1:
-                    break  # a gap: refuse the rest; the sender replays from acked + 1
-                last += 1
-                acked = s
-                data = json.dumps(ev.get("data") or {}, default=str)
-                at = float(ev.get("at") or time.time())
-                c.execute("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
-                          (run_id, last, src, s, ev["kind"], data, at))
-                stored.append({"seq": last, "kind": ev["kind"], "data": ev.get("data") or {}, "at": at})
-            if stored:
-                c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
-            c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
-                      "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
-            return stored, acked
-        return await self.write(fn)
+        return await self.write(lambda c: _append(c, run_id, src, events, assign), essential)
+
+    async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
+                         event: dict[str, Any] | None) -> tuple[bool, list[dict[str, Any]]]:
+        """End a run once: status, error and finished_at, plus (if given) its final status
+        event from ``src``, in one essential transaction. Returns (ended now, stored events);
+        a run that had already ended keeps its ending and gets no second final event."""
+        def fn(c: sqlite3.Connection) -> tuple[bool, list[dict[str, Any]]]:
+            cur = c.execute("UPDATE runs SET status=?, error=?, finished_at=?, queue_reason=NULL "
+                            "WHERE id=? AND finished_at IS NULL", (status, error, at, run_id))
+            if cur.rowcount != 1:
+                return False, []
+            return True, (_append(c, run_id, src, [event], True)[0] if event is not None else [])
+        return await self.write(fn, essential=True)
 
     async def source_acked(self, run_id: str, src: str) -> int:
         def fn(c: sqlite3.Connection) -> int:
@@ -429,6 +528,38 @@ class Store:
         def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
             return _row(c.execute("SELECT * FROM uploads WHERE folder=? AND name=?", (folder, name)).fetchone())
         return await self.read(fn)
+
+
+def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
+            assign: bool) -> tuple[list[dict[str, Any]], int]:
+    """The events part of a write job: accept each source's next ``src_seq`` only,
+    give each accepted event the run's next ``seq``."""
+    r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
+    if r is None:
+        raise KeyError(run_id)
+    last = r[0]
+    a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
+    acked = a[0] if a else 0
+    batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
+    stored = []
+    for ev in sorted(batch, key=lambda e: e["src_seq"]):
+        s = int(ev["src_seq"])
+        if s <= acked:
+            continue  # a replay of something already stored
+        if s != acked + 1:
+            break  # a gap: refuse the rest; the sender replays from acked + 1
+        last += 1
+        acked = s
+        data = json.dumps(ev.get("data") or {}, default=str)
+        at = float(ev.get("at") or time.time())
+        c.execute("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
+                  (run_id, last, src, s, ev["kind"], data, at))
+        stored.append({"seq": last, "kind": ev["kind"], "data": ev.get("data") or {}, "at": at})
+    if stored:
+        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
+    c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
+              "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
+    return stored, acked
 
 
 def _resolve(fut: asyncio.Future[Any], res: Any, exc: BaseException | None) -> None:

@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
 from cdui.config import machine_id
+from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
@@ -114,6 +115,8 @@ class WorkerManager:
         self.machine_id = machine_id()
         self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]))
         self.closing = False
+        self._ended = asyncio.Event()
+        self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
 
     # -- start: adopt what a killed control plane left -------------------------------
     async def adopt(self) -> None:
@@ -160,6 +163,7 @@ class WorkerManager:
 
     async def _on_terminal(self, run_id: str, status: str) -> None:
         self._cancel_timer(run_id)
+        self._ended.set()  # wakes a shutdown waiting for worker runs to end
 
     # -- connection lifecycle --------------------------------------------------------
     def _reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
@@ -252,8 +256,7 @@ class WorkerManager:
                 self.conns.pop(name, None)
                 if self.runs.executors.get(name) is not None and getattr(self.runs.executors[name], "conn", None) is conn:
                     self.runs.executors.pop(name, None)
-                if not self.closing:
-                    await self._worker_gone(name)
+                await self._worker_gone(name)
             await ws.close()
         return ws
 
@@ -288,7 +291,17 @@ class WorkerManager:
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
-            if r.get("worker_id") == conn.name and r["id"] not in held:
+            if r.get("worker_id") != conn.name or r["id"] in held:
+                continue
+            self._cancel_timer(r["id"])
+            if await self.store.source_acked(r["id"], src) == 0:
+                # Not one event of it ever arrived: the assignment was lost in
+                # transit (or the agent died before it started the run), so
+                # nothing ran that could be lost by running it again.
+                await self.runs.requeue(r["id"], f"the run was requeued because its assignment never reached "
+                                                 f"worker {conn.name}: it reconnected without the run and had "
+                                                 f"sent no event of it")
+            else:
                 await self.runs._finish(r["id"], "interrupted",
                                         f"worker {conn.name} reconnected without the run (its agent restarted)")
 
@@ -319,6 +332,8 @@ class WorkerManager:
                                                                (conn.last_seen, json.dumps(conn.labels), conn.name)))
                 else:
                     await conn.send(protocol.error("hello was already received"))
+            except DiskFull:
+                pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
             except Exception:  # one bad message must not end the connection
                 log.exception("handling a message from worker %s failed", conn.name)
                 await conn.send(protocol.error("the control plane failed to handle that message; see its log"))
@@ -349,13 +364,39 @@ class WorkerManager:
                     run["late_result"] = late
             await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
-        acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        try:
+            acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        except DiskFull as err:
+            # No ack: the agent keeps the events in its spool. Once there is room the
+            # connection is renewed (see _replay_after_disk_full) and it replays them.
+            if conn.name not in self.unstored:
+                log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
+                await conn.send(protocol.error(f"{err.message}; your events are not acknowledged: keep them in the "
+                                                    f"spool, they are asked for again once there is room"))
+            self.unstored.add(conn.name)
+            return
         await conn.send(protocol.ack(m.run_id, acked))
+
+    async def _replay_after_disk_full(self) -> None:
+        """The disk has room again: renew the connections of workers whose events were not
+        stored, so that each agent replays, in order, everything it kept in its spool."""
+        names, self.unstored = self.unstored, set()
+        for name in names:
+            conn = self.conns.get(name)
+            if conn is not None and not conn.ws.closed:
+                log.warning("worker %s: disk space is back; reconnecting it to replay its unstored events", name)
+                await conn.ws.close(message=b"disk space is back: reconnect and replay")
 
     async def _worker_gone(self, name: str) -> None:
         log.warning("worker %s disconnected", name)
         for run_id, (ex, _) in list(self.runs.active.items()):
             if ex != name:
+                continue
+            if self.closing:
+                # Nobody would be left to wait for its return: the server is stopping.
+                await self.runs._finish(run_id, "interrupted",
+                                        f"the server was stopping and worker {name} disconnected before the run "
+                                        f"stopped")
                 continue
             if self.grace <= 0:
                 await self.runs._finish(run_id, "interrupted",
@@ -373,20 +414,33 @@ class WorkerManager:
 
     # -- graceful shutdown (DISC-20, DISC-21) -------------------------------------------
     async def shutdown(self) -> None:
+        """Ask every worker run to stop and wait, up to the grace, for each worker's own ending.
+
+        This runs while the server still reads every socket (see
+        ``server._run_until_signal``), so a worker that stops its run at once
+        has its final events stored and the run ends as it really did."""
         self.closing = True
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
         for run_id, (name, _) in list(self.runs.active.items()):
             if name == "local":
                 continue
             conn = self.conns.get(name)
-            if conn is not None:
+            if conn is not None and not conn.ws.closed:
                 await conn.send(protocol.stop(run_id))
             else:
                 await self.runs._finish(run_id, "interrupted",
                                         "the server stopped while the run's worker was disconnected")
-        deadline = time.monotonic() + grace + 5
-        while time.monotonic() < deadline and any(ex != "local" for ex, _ in self.runs.active.values()):
-            await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace + 5
+        while any(ex != "local" for ex, _ in self.runs.active.values()):
+            self._ended.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._ended.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
         for run_id, (name, _) in list(self.runs.active.items()):
             if name != "local":
                 await self.runs._finish(run_id, "interrupted",
@@ -614,6 +668,7 @@ def attach(app: web.Application) -> WorkerManager:
     m.runs.target_checks = [m.check_target]
     m.runs.before_dispatch.append(m.adopt)
     m.runs.on_shutdown.append(m.shutdown)
+    m.runs.on_disk_recovered.append(m._replay_after_disk_full)
     app[EXTRA]["worker_auth"] = m.worker_auth
     r = app.router
     r.add_get("/api/workers", m.list_workers)

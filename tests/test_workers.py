@@ -426,19 +426,34 @@ def test_stop_while_offline_survives_restart(tmp_path):
 
 
 def test_graceful_control_plane_stop_stops_worker_runs(tmp_path):
-    """DISC-21: a normal shutdown stops runs on workers, so nothing is left to adopt."""
-    cp = make_server(tmp_path)
+    """DISC-21: a normal shutdown stops runs on workers, so nothing is left to adopt.
+
+    The worker cancels the run at once, so the server must store the worker's own
+    ending (``cancelled``) and exit right after. The shutdown grace is made far
+    longer than the wait below: a server that stopped reading the worker's socket
+    would sit out the whole grace and then record ``interrupted``."""
+    cp = make_server(tmp_path, CODEFYUI_SHUTDOWN_GRACE_S="600")
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
     try:
         wait_online(cp, agent=a)
         run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
         wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
-        assert cp.stop() == 0
+        t0 = time.monotonic()
+        cp.proc.send_signal(signal.SIGTERM)
+        try:
+            code = cp.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the server did not exit within 120 s of SIGTERM:\n{cp.log_tail(30)}") from None
+        print(f"SIGTERM -> exit took {time.monotonic() - t0:.2f} s")
+        assert code == 0, cp.log_tail(30)
         cp.start()
         r = cp.run(run["id"])
-        assert r["status"] in ("cancelled", "interrupted"), r
-        assert not [e for e in cp.events(run["id"]) if e["data"].get("restart")], "nothing was adopted"
+        assert r["status"] == "cancelled", r
+        evs = cp.events(run["id"])
+        final = [e for e in evs if e["kind"] == "status" and e["data"].get("status") in ("cancelled", "interrupted")]
+        assert [e["data"]["status"] for e in final] == ["cancelled"], final
+        assert not [e for e in evs if e["data"].get("restart")], "nothing was adopted"
     finally:
         a.stop()
         cp.stop()
