@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cdui.artifact_files import ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
 from cdui.runs import iso
 from cdui.store import TERMINAL
@@ -152,13 +153,24 @@ async def download_artifact(request: web.Request) -> web.StreamResponse:
     a = await _runs(request).store.artifact(run_id, aid)
     if a is None:
         raise NotFound("artifact", raw, hint=f"list them with GET /api/runs/{run_id}/artifacts")
+    if a["backend"] == "left_on_worker":
+        # The path is the worker's own: shown for the user, never opened here.
+        raise CduiError("not_here", f"artifact {aid} stayed on the worker, at {a['path']} there; "
+                                    f"this server does not have it",
+                        hint="copy it from the worker machine", status=404)
     if not a["path"]:
         raise CduiError("not_here", f"artifact {aid} is not stored on this server ({a['backend']})",
                         hint="it lives on the worker or mount that produced it", status=404)
-    path = Path(a["path"])
+    service = _runs(request)
+    try:
+        # Whatever a row says, only files inside this server's data folders are served.
+        path = confine(a["path"], service.artifact_roots(), [service.config.user_data])
+    except ArtifactRefused as exc:
+        raise CduiError("not_here", f"artifact {aid} is not served: {exc.reason}",
+                        hint="only files inside this server's data folders are downloadable", status=404) from None
     if path.is_dir():
         return await _zip_dir(request, path, a["name"])
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         raise CduiError("gone", f"artifact file {a['path']} no longer exists", status=410)
     return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
 
@@ -171,7 +183,8 @@ async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamR
         fd, tmp = tempfile.mkstemp(suffix=".zip")
         with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
             for p in sorted(folder.rglob("*")):
-                if p.is_file():
+                # Links are never followed out of the folder; FIFOs and devices are not files.
+                if p.is_file() and not p.is_symlink():
                     z.write(p, p.relative_to(folder))
         return tmp
     tmp = await asyncio.to_thread(build)
