@@ -78,6 +78,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
     Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
+    Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
+    Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
     # -- workers (control plane)
     Setting("CODEFYUI_WORKER_RESUME_GRACE_S", 300.0, _float, "seconds a disconnected worker's runs wait for it (0 ends them at once)", "seconds"),
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),

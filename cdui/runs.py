@@ -206,7 +206,8 @@ class RunService:
         if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
         library = self.preset_library()
-        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library)
+        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
+                                               self.config["CODEFYUI_GRAPH_MAX_NODES"])
         if errors:
             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
@@ -224,7 +225,8 @@ class RunService:
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
-                "files": files.to_json(), "has_secrets": bool(secrets)}
+                "files": files.to_json(), "has_secrets": bool(secrets),
+                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"]}
         run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
                "status": "queued", "target": target, "options": opts, "graph": stored_graph,
                "created_at": now, "queue_reason": "waiting for the scheduler"}
@@ -241,7 +243,7 @@ class RunService:
             await check(target, graph, files)
 
     def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
-        usage = analyze(graph, self.registry, library)
+        usage = analyze(graph, self.registry, library, self.config["CODEFYUI_GRAPH_MAX_NODES"])
 
         def lookup(folder: str, name: str) -> tuple[str, int] | None:
             try:
