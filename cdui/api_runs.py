@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ from aiohttp import WSMsgType, web
 
 from cdui.artifact_files import ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
+from cdui.httpjson import read_json
 from cdui.runs import iso
 from cdui.store import TERMINAL
 
@@ -19,12 +19,9 @@ def _runs(request: web.Request):
     return request.app[RUNS]
 
 
-async def read_json(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CduiError("bad_json", f"the request body is not valid JSON: {exc}",
-                        hint="send a JSON object with Content-Type: application/json") from None
+async def _read_graph_body(request: web.Request) -> Any:
+    limit = _runs(request).config["CODEFYUI_MAX_GRAPH_BYTES"]
+    return await read_json(request, limit, "CODEFYUI_MAX_GRAPH_BYTES")
 
 
 def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
@@ -32,7 +29,7 @@ def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
 
 
 async def submit(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body = await _read_graph_body(request)
     if not isinstance(body, dict) or "graph" not in body:
         raise CduiError("bad_request", "the body must be an object with a 'graph' (and optional 'options')",
                         hint='POST {"graph": {...}, "options": {"target": "local"}}')
@@ -208,10 +205,11 @@ async def nodes(request: web.Request) -> web.Response:
 
 async def validate(request: web.Request) -> web.Response:
     from cdui.graph.validate import validate_graph
-    body = await read_json(request)
+    body = await _read_graph_body(request)
     graph = body.get("graph") if isinstance(body, dict) and "graph" in body else body
     service = _runs(request)
-    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library())
+    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library(),
+                                           service.config["CODEFYUI_GRAPH_MAX_NODES"])
     return web.json_response({"valid": not errors, "errors": errors,
                               "nodes": [p.id for p in plan.order] if plan else []})
 
