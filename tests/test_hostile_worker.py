@@ -33,6 +33,7 @@ class FakeAgent:
         self.session: aiohttp.ClientSession | None = None
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.seq = 0
+        self.credential = ""
 
     async def connect(self) -> dict[str, Any]:
         tok = await asyncio.to_thread(self.cp.call, "POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})
@@ -41,9 +42,10 @@ class FakeAgent:
                                                 "version": __version__, "machine_id": "another-machine"},
                                                False)
         assert status == 201, body
+        self.credential = body["credential"]
         self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(f"{self.cp.url}/ws/worker",
-                                                headers={"Authorization": f"Bearer {body['credential']}"})
+        self.ws = await self.session.ws_connect(f"{self.cp.url}/ws/worker", max_msg_size=0,
+                                                headers={"Authorization": f"Bearer {self.credential}"})
         await self.ws.send_str(json.dumps(protocol.hello(__version__, NAME, ["cpu"], {}, "another-machine", [])))
         welcome = await self.receive()
         assert welcome["type"] == "welcome", welcome
@@ -225,3 +227,135 @@ def test_inspect_refuses_what_is_not_a_plain_file(tmp_path):
         inspect(Path("/dev/zero"), 100)
     with pytest.raises(ArtifactRefused, match="link"):
         inspect(root / "dir", 100)
+
+
+def _events_msg(**event: Any) -> str:
+    ev = {"src_seq": 1, "kind": "log", "data": {"message": "hi"}, "at": 1.7e9, **event}
+    return json.dumps({"type": "events", "run_id": "r1", "events": [ev]})
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for _ in range(depth):
+        d = {"x": d}
+    return d
+
+
+MALFORMED = [
+    ("not json", "not JSON"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": NaN}, "at": 1.7e9}]}',
+     "NaN"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": -Infinity}}]}',
+     "Infinity"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {}, "at": 1e999}]}',
+     "out of range"),
+    (_events_msg(at=-1), "UNIX time"),
+    (_events_msg(at="yesterday"), "UNIX time"),
+    (_events_msg(at=True), "UNIX time"),
+    (_events_msg(src_seq=0), "src_seq=0 is out of range"),
+    (_events_msg(src_seq=2 ** 60), "out of range"),
+    (_events_msg(src_seq=True), "type bool"),
+    (_events_msg(kind="k" * 1000), "over the limit"),
+    (_events_msg(data=_nested(40)), "nests deeper"),
+    (_events_msg(data=[1, 2]), "not an object"),
+    (json.dumps({"type": "events", "run_id": "r1", "events": [{"src_seq": i + 1, "kind": "log", "data": {}}
+                                                              for i in range(protocol.MAX_EVENTS + 1)]}),
+     "over the limit"),
+    (json.dumps({"type": "events", "run_id": "r" * 1000, "events": []}), "over the limit"),
+    ("[" * 100000 + "]" * 100000, "nests too deeply"),
+    ('{"type": "surprise"}', "unknown message type"),
+    ('{"type": "heartbeat", "runs": [1, 2]}', "must be a string"),
+    ('{"type": "heartbeat", "labels": {"k": {"nested": 1}}}', "must be a string"),
+    (json.dumps(protocol.hello(__version__, NAME, ["cpu"], {}, "m", [])), "hello was already received"),
+]
+
+
+def test_malformed_worker_messages_get_an_error_and_the_connection_stays_up(cp):
+    """Each malformed message is answered with a protocol error saying what was wrong; the
+    connection handler keeps going and the server keeps serving."""
+
+    async def scenario() -> None:
+        agent = FakeAgent(cp)
+        try:
+            await agent.connect()
+            assert agent.ws is not None
+            for raw, why in MALFORMED:
+                await agent.ws.send_str(raw)
+                answer = await agent.receive_type("error")
+                assert why in answer["message"], (raw[:80], answer)
+            await agent.ws.send_bytes(b"\x00\x01")
+            answer = await agent.receive_type("error")
+            assert "binary frames" in answer["message"], answer
+            # Still the same, working connection: events for a run it does not hold are acknowledged.
+            await agent.ws.send_str(_events_msg(src_seq=3))
+            assert await agent.receive_type("ack") == {"type": "ack", "run_id": "r1", "acked": 3}
+            await asyncio.to_thread(assert_still_serving, cp)
+            w = [x for x in (await asyncio.to_thread(cp.call, "GET", "/api/workers"))["workers"] if x["name"] == NAME]
+            assert w and w[0]["online"], w
+        finally:
+            await agent.close()
+
+    asyncio.run(scenario())
+    assert "sent a malformed message" in cp.log_text()
+
+
+def test_an_oversized_message_closes_only_that_connection(cp):
+    async def scenario() -> None:
+        agent = FakeAgent(cp)
+        try:
+            await agent.connect()
+            assert agent.ws is not None
+            try:
+                await agent.ws.send_str(_events_msg(data={"pad": "x" * (protocol.MAX_MESSAGE + 1)}))
+            except ConnectionError:
+                pass  # the server hung up while the frame was still going out: what we want
+            await agent.ws.receive(timeout=60)  # whatever aiohttp reports for the close
+            assert agent.ws.closed
+            # Only that connection ended: the same worker connects again and is welcomed.
+            async with aiohttp.ClientSession() as s:
+                async with s.ws_connect(f"{cp.url}/ws/worker",
+                                        headers={"Authorization": f"Bearer {agent.credential}"}) as ws:
+                    await ws.send_str(json.dumps(protocol.hello(__version__, NAME, ["cpu"], {}, "m", [])))
+                    assert json.loads((await ws.receive(timeout=60)).data)["type"] == "welcome"
+        finally:
+            await agent.close()
+
+    asyncio.run(scenario())
+    assert_still_serving(cp)
+
+
+def test_rejected_connections_keep_the_latest_50_names(cp):
+    """A worker naming itself anything cannot grow the list of refused connections without end."""
+
+    async def scenario() -> None:
+        agent = FakeAgent(cp)
+        try:
+            await agent.connect()
+            cred = f"Bearer {agent.credential}"
+        finally:
+            await agent.close()
+        async with aiohttp.ClientSession() as s:
+            for i in range(60):
+                async with s.ws_connect(f"{cp.url}/ws/worker", headers={"Authorization": cred}) as ws:
+                    await ws.send_str(json.dumps(protocol.hello(__version__, f"n{i}", ["cpu"], {}, "m", [])))
+                    m = json.loads((await ws.receive(timeout=60)).data)
+                    assert m["type"] == "refused" and m["code"] == "credential_mismatch", m
+
+    asyncio.run(scenario())
+    rejected = cp.call("GET", "/api/workers", expect=200)["rejected"]
+    assert sorted(r["name"] for r in rejected) == sorted(f"n{i}" for i in range(10, 60)), rejected
+
+
+def test_encode_events_splits_by_size_and_keeps_the_sequence():
+    """The agent's side of the message limit: batches split in order, an event too big on its own
+    becomes a warning with the same src_seq, NaN travels as a string; every message parses."""
+    evs = [{"src_seq": i, "kind": "log", "data": {"message": "m" * 500, "v": float("nan")}, "at": 1.7e9}
+           for i in range(1, 301)]
+    evs.append({"src_seq": 301, "kind": "log", "data": {"message": "x" * 40000}, "at": 1.7e9})
+    msgs = protocol.encode_events("r1", evs, limit=20000)
+    assert len(msgs) > 1 and all(len(m.encode()) <= 20000 for m in msgs)
+    parsed = [protocol.parse_agent_message(m) for m in msgs]
+    got = [e for p in parsed for e in p.events]  # type: ignore[union-attr]
+    assert [e["src_seq"] for e in got] == list(range(1, 302))
+    assert got[0]["data"]["v"] == "nan"
+    assert got[-1]["kind"] == "run_warning" and got[-1]["data"]["kind"] == "event_too_large"
