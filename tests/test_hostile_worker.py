@@ -359,3 +359,57 @@ def test_encode_events_splits_by_size_and_keeps_the_sequence():
     assert [e["src_seq"] for e in got] == list(range(1, 302))
     assert got[0]["data"]["v"] == "nan"
     assert got[-1]["kind"] == "run_warning" and got[-1]["data"]["kind"] == "event_too_large"
+
+
+# A node of a local run that reports artifacts at paths it names itself.
+PLANTER = '''
+import os
+from pathlib import Path
+from cdui.nodes.base import Node, Param, Port
+
+
+class Planter(Node):
+    NODE_NAME = "Planter"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("paths", "string", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        for p in params["paths"].split("|"):
+            ctx.emit("artifact", {"kind": "output", "path": p, "name": Path(p).name})
+        return {"value": 1.0}
+'''
+
+
+def test_local_artifacts_are_confined_to_the_data_folders(tmp_path):
+    """Artifacts of a run on the control plane itself: only regular files inside the data folders
+    become rows; /etc/passwd, the user data folder, /dev/zero and a FIFO become warnings."""
+    cp = ServerProc(tmp_path)
+    (cp.data_dir / "custom_nodes").mkdir(parents=True)
+    (cp.data_dir / "custom_nodes" / "planter.py").write_text(PLANTER)
+    (cp.data_dir / "output").mkdir(parents=True)
+    os.mkfifo(cp.data_dir / "output" / "fifo")
+    good = cp.data_dir / "output" / "good.txt"
+    good.write_text("fine")
+    cp.start()
+    try:
+        bad = ["/etc/passwd", str(cp.user_data / "session-token"), "/dev/zero", str(cp.data_dir / "output" / "fifo")]
+        run = cp.submit(start_then("Planter", paths="|".join(bad + [str(good)])))
+        from procs import wait_run
+        assert wait_run(cp, run["id"], timeout=120)["status"] == "succeeded"
+        refused = [e["data"]["path"] for e in cp.events(run["id"])
+                   if e["kind"] == "run_warning" and e["data"].get("kind") == "artifact_refused"]
+        assert refused == bad
+        arts = cp.call("GET", f"/api/runs/{run['id']}/artifacts", expect=200)
+        assert [(a["backend"], a["path"]) for a in arts] == [("local", str(good))], arts
+        r = cp.raw("GET", f"/api/runs/{run['id']}/artifacts/{arts[0]['id']}/download")
+        assert r.status == 200 and r.body == b"fine"
+        assert_still_serving(cp)
+    finally:
+        cp.stop()
