@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +180,13 @@ async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamR
     def build() -> str:
         fd, tmp = tempfile.mkstemp(suffix=".zip")
         with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
-            for p in sorted(folder.rglob("*")):
-                # Links are never followed out of the folder; FIFOs and devices are not files.
-                if p.is_file() and not p.is_symlink():
-                    z.write(p, p.relative_to(folder))
+            # Links are never followed out of the folder (nor into other folders);
+            # FIFOs and devices are not files.
+            for root, _dirs, names in os.walk(folder, followlinks=False):
+                for n in sorted(names):
+                    p = Path(root) / n
+                    if p.is_file() and not p.is_symlink():
+                        z.write(p, p.relative_to(folder))
         return tmp
     tmp = await asyncio.to_thread(build)
     resp = web.StreamResponse(headers={"Content-Type": "application/zip",

@@ -413,3 +413,38 @@ def test_local_artifacts_are_confined_to_the_data_folders(tmp_path):
         assert_still_serving(cp)
     finally:
         cp.stop()
+
+
+def test_a_folder_artifact_downloads_as_a_zip_of_its_regular_files_only(cp):
+    """A mount folder of regular files is recorded; a link planted in it later is left out of the zip."""
+    import io
+    import zipfile
+    tb = cp.data_dir / "output" / "tb"
+    (tb / "sub").mkdir(parents=True)
+    (tb / "a.txt").write_text("a")
+    (tb / "sub" / "b.txt").write_text("b")
+
+    async def scenario() -> str:
+        agent = FakeAgent(cp)
+        try:
+            await agent.connect()
+            run = await asyncio.to_thread(cp.submit, start_then("TensorCreate"), {"target": {"worker": NAME}})
+            await agent.receive_type("assign")
+            await agent.send_events(run["id"], [
+                ("status", {"status": "running"}),
+                ("artifact", {"kind": "tensorboard", "name": "tb", "backend": "mount", "label": "data",
+                              "relative_path": "output/tb"}),
+                ("status", {"status": "succeeded"})])
+            return run["id"]
+        finally:
+            await agent.close()
+
+    run_id = asyncio.run(scenario())
+    arts = cp.call("GET", f"/api/runs/{run_id}/artifacts", expect=200)
+    assert [(a["backend"], a["path"]) for a in arts] == [("mount", str(tb))], arts
+    (tb / "passwd").symlink_to("/etc/passwd")
+    (tb / "etc").symlink_to("/etc")
+    r = cp.raw("GET", f"/api/runs/{run_id}/artifacts/{arts[0]['id']}/download")
+    assert r.status == 200, r.body[:300]
+    with zipfile.ZipFile(io.BytesIO(r.body)) as z:
+        assert sorted(z.namelist()) == ["a.txt", "sub/b.txt"]
