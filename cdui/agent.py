@@ -275,7 +275,12 @@ class Agent:
         if ws is None or ws.closed:
             return False
         try:
-            await ws.send_str(json.dumps(msg, default=str))
+            if msg.get("type") == "events":
+                # Within the control plane's message limit, however big the batch.
+                for text in protocol.encode_events(msg["run_id"], msg["events"]):
+                    await ws.send_str(text)
+            else:
+                await ws.send_str(json.dumps(msg, default=str))
             return True
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             return False

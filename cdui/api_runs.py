@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cdui.artifact_files import ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
+from cdui.httpjson import read_json
 from cdui.runs import iso
 from cdui.store import TERMINAL
 
@@ -18,12 +20,9 @@ def _runs(request: web.Request):
     return request.app[RUNS]
 
 
-async def read_json(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CduiError("bad_json", f"the request body is not valid JSON: {exc}",
-                        hint="send a JSON object with Content-Type: application/json") from None
+async def _read_graph_body(request: web.Request) -> Any:
+    limit = _runs(request).config["CODEFYUI_MAX_GRAPH_BYTES"]
+    return await read_json(request, limit, "CODEFYUI_MAX_GRAPH_BYTES")
 
 
 def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +30,7 @@ def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
 
 
 async def submit(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body = await _read_graph_body(request)
     if not isinstance(body, dict) or "graph" not in body:
         raise CduiError("bad_request", "the body must be an object with a 'graph' (and optional 'options')",
                         hint='POST {"graph": {...}, "options": {"target": "local"}}')
@@ -198,13 +197,24 @@ async def download_artifact(request: web.Request) -> web.StreamResponse:
     a = await _runs(request).store.artifact(run_id, aid)
     if a is None:
         raise NotFound("artifact", raw, hint=f"list them with GET /api/runs/{run_id}/artifacts")
+    if a["backend"] == "left_on_worker":
+        # The path is the worker's own: shown for the user, never opened here.
+        raise CduiError("not_here", f"artifact {aid} stayed on the worker, at {a['path']} there; "
+                                    f"this server does not have it",
+                        hint="copy it from the worker machine", status=404)
     if not a["path"]:
         raise CduiError("not_here", f"artifact {aid} is not stored on this server ({a['backend']})",
                         hint="it lives on the worker or mount that produced it", status=404)
-    path = Path(a["path"])
+    service = _runs(request)
+    try:
+        # Whatever a row says, only files inside this server's data folders are served.
+        path = confine(a["path"], service.artifact_roots(), [service.config.user_data])
+    except ArtifactRefused as exc:
+        raise CduiError("not_here", f"artifact {aid} is not served: {exc.reason}",
+                        hint="only files inside this server's data folders are downloadable", status=404) from None
     if path.is_dir():
         return await _zip_dir(request, path, a["name"])
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         raise CduiError("gone", f"artifact file {a['path']} no longer exists", status=410)
     return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
 
@@ -216,9 +226,13 @@ async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamR
     def build() -> str:
         fd, tmp = tempfile.mkstemp(suffix=".zip")
         with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
-            for p in sorted(folder.rglob("*")):
-                if p.is_file():
-                    z.write(p, p.relative_to(folder))
+            # Links are never followed out of the folder (nor into other folders);
+            # FIFOs and devices are not files.
+            for root, _dirs, names in os.walk(folder, followlinks=False):
+                for n in sorted(names):
+                    p = Path(root) / n
+                    if p.is_file() and not p.is_symlink():
+                        z.write(p, p.relative_to(folder))
         return tmp
     tmp = await asyncio.to_thread(build)
     resp = web.StreamResponse(headers={"Content-Type": "application/zip",
@@ -241,10 +255,11 @@ async def nodes(request: web.Request) -> web.Response:
 
 async def validate(request: web.Request) -> web.Response:
     from cdui.graph.validate import validate_graph
-    body = await read_json(request)
+    body = await _read_graph_body(request)
     graph = body.get("graph") if isinstance(body, dict) and "graph" in body else body
     service = _runs(request)
-    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library())
+    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library(),
+                                           service.config["CODEFYUI_GRAPH_MAX_NODES"])
     return web.json_response({"valid": not errors, "errors": errors,
                               "nodes": [p.id for p in plan.order] if plan else []})
 

@@ -83,6 +83,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
     Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
+    Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
+    Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
     # -- workers (control plane)
     Setting("CODEFYUI_WORKER_RESUME_GRACE_S", 300.0, _float, "seconds a disconnected worker's runs wait for it (0 ends them at once)", "seconds"),
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
@@ -92,7 +94,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
     Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),
     Setting("CODEFYUI_TRANSFER_MAX_INPUT_BYTES", 2 * GiB, _size, "largest total input of one transfer run, in bytes (2 GiB)", "bytes"),
-    Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "enrollment attempts allowed per source address per minute", "an integer"),
+    Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "failed enrollment attempts allowed per source address per minute", "an integer"),
     # -- S3 (later issue: in the table so it is documented; available=False until it exists)
     Setting("CODEFYUI_S3_ENABLED", False, _bool, "move files of unmounted workers through an S3/MinIO bucket", "0 or 1", available=False),
     Setting("CODEFYUI_S3_ENDPOINT_URL", None, _str, "the bucket's API address (empty for AWS)", "a URL", available=False),

@@ -9,17 +9,19 @@
 - A worker credential is a long random secret; only its hash is stored.
   Superseded and revoked credential hashes are kept so that an agent holding
   one is told so (ENR-23, ENR-26) instead of "unknown".
-- Attempts are rate limited per source address (ENR-34).
+- Failed attempts are rate limited per source address (ENR-34); successes are
+  not counted, so agents sharing an address do not lock each other out.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 import sqlite3
 import string
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Callable
 
 from cdui.errors import CduiError
@@ -58,6 +60,26 @@ def parse_token(token: Any) -> tuple[str, str]:
         raise CduiError("bad_token", "the enrollment token is malformed (expected xxxxxx.yyyyyyyyyyyyyyyy)",
                         hint="copy the whole token printed by `cdui workers token`", status=401)
     return m.group(1), m.group(2)
+
+
+MAX_TTL_S = 365 * 86400.0
+MAX_USES = 10000
+
+
+def check_token_request(ttl: Any, uses: Any) -> tuple[float, int]:
+    """The lifetime and number of uses of a new token, or a 400 naming the bad value.
+
+    Checked before anything is stored: an out-of-range lifetime once made a
+    token row whose expiry could not even be shown."""
+    if (not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not math.isfinite(ttl)
+            or ttl <= 0 or ttl > MAX_TTL_S):
+        raise CduiError("bad_request", f"ttl_s={ttl!r} is not a lifetime this server issues",
+                        hint=f"give a number of seconds above 0 and at most {MAX_TTL_S:.0f} (365 days), "
+                             f"e.g. 3600; `cdui workers token --ttl 1h`")
+    if not isinstance(uses, int) or isinstance(uses, bool) or uses < 1 or uses > MAX_USES:
+        raise CduiError("bad_request", f"uses={uses!r} is not a number of uses this server issues",
+                        hint=f"give a whole number from 1 to {MAX_USES}")
+    return float(ttl), uses
 
 
 def issue_token(c: sqlite3.Connection, ttl_s: float, uses: int, worker: str | None, now: float) -> dict[str, Any]:
@@ -129,21 +151,55 @@ def _json(v: Any) -> str:
 
 
 class RateLimiter:
-    """At most ``limit`` attempts per ``window`` seconds per key. Time is a parameter."""
+    """At most ``limit`` failed attempts per ``window`` seconds per key. Time is a parameter.
 
-    def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    Only failures are recorded (:meth:`failure`): many legitimate agents behind
+    one address (a NAT, a SLURM array enrolling at once) never lock each other
+    out, while guessing tokens from one address is still slowed down. The
+    table is bounded: keys whose failures all left the window are pruned, and
+    past ``max_keys`` the least recently failing key is dropped, so a flood of
+    addresses cannot grow it without end.
+    """
+
+    def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 4096) -> None:
         self.limit = limit
         self.window = window
         self.clock = clock
-        self.hits: dict[str, deque[float]] = {}
+        self.max_keys = max_keys
+        self.hits: OrderedDict[str, deque[float]] = OrderedDict()
 
-    def check(self, key: str) -> float | None:
-        """Record an attempt; return None if allowed, else seconds until the next is."""
-        now = self.clock()
-        q = self.hits.setdefault(key, deque())
+    def _recent(self, key: str, now: float) -> deque[float] | None:
+        q = self.hits.get(key)
+        if q is None:
+            return None
         while q and q[0] <= now - self.window:
             q.popleft()
-        if len(q) >= self.limit:
+        if not q:
+            del self.hits[key]
+            return None
+        return q
+
+    def blocked(self, key: str) -> float | None:
+        """None if ``key`` may try now, else the seconds until it may."""
+        now = self.clock()
+        q = self._recent(key, now)
+        if q is not None and len(q) >= self.limit:
             return q[0] + self.window - now
-        q.append(now)
         return None
+
+    def failure(self, key: str) -> None:
+        """Record a failed attempt of ``key``."""
+        now = self.clock()
+        q = self._recent(key, now)
+        if q is None:
+            q = self.hits[key] = deque()
+        q.append(now)
+        while len(q) > self.limit:
+            q.popleft()  # more than ``limit`` entries never changes the answer
+        self.hits.move_to_end(key)
+        if len(self.hits) > self.max_keys:
+            for k in list(self.hits)[: len(self.hits) // 4]:
+                self._recent(k, now)  # drops the key once its failures are old
+            while len(self.hits) > self.max_keys:
+                self.hits.popitem(last=False)

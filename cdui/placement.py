@@ -20,15 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cdui.graph.model import parse
+from cdui.graph.model import DEFAULT_MAX_NODES, parse
 from cdui.nodes.base import FileUsage, file_usage
 from cdui.nodes.registry import Registry
 
 GiB = 1024 ** 3
 
 
-def analyze(graph: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None) -> FileUsage:
-    g, _ = parse(graph, library)
+def analyze(graph: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None,
+            max_nodes: int = DEFAULT_MAX_NODES) -> FileUsage:
+    g, _ = parse(graph, library, max_nodes)
     usage = FileUsage()
     seen_presets: set[str] = set()
     nodes = list(g.nodes.values())
@@ -44,7 +45,8 @@ def analyze(graph: Any, registry: Registry, library: dict[str, dict[str, Any]] |
                 name = name.removeprefix("preset:")
                 if name in g.presets and name not in seen_presets:
                     seen_presets.add(name)
-                    sub, _ = parse({"nodes": [{"id": n.id, "type": "preset:" + name}], "edges": []}, g.presets)
+                    sub, _ = parse({"nodes": [{"id": n.id, "type": "preset:" + name}], "edges": []}, g.presets,
+                                   max_nodes)
                     nodes.extend(sub.nodes.values())
     # The same upload read twice is one input.
     usage.uploads = sorted(set(usage.uploads))

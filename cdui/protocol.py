@@ -24,14 +24,47 @@ control plane -> agent
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_MESSAGE = 64 * 1024 * 1024
+# Bounds on what a worker may send (a worker may be hostile). Events come in
+# batches of at most a few hundred; a message is encoded by :func:`encode_events`
+# on the agent so that it always fits.
+MAX_MESSAGE = 8 * 1024 * 1024     # bytes of one WebSocket message
+MAX_EVENTS = 2000                 # events in one message
+MAX_NAME = 128                    # run ids, names, devices, kinds, label keys, machine ids
+MAX_LABEL_VALUE = 4096            # a label's value may be a path
+MAX_ITEMS = 10000                 # runs in a hello or heartbeat
+MAX_SMALL_LIST = 64               # devices, labels, capabilities
+MAX_DEPTH = 16                    # nesting of an event's ``data``
+MAX_SEQ = 2 ** 53                 # src_seq stays exact in JSON numbers
+# ``at`` is a UNIX time; anything outside 2000-01-01 .. 2100-01-01 is a bug or an attack.
+MIN_AT, MAX_AT = 946684800.0, 4102444800.0
 
 
 class ProtocolError(ValueError):
     """A message that does not fit its shape; the text says what and where."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return v
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and numbers that overflow to them,
+    and turns nesting too deep to parse into a ValueError."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply") from None
 
 
 def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
@@ -47,6 +80,51 @@ def _opt(d: dict[str, Any], key: str, typ: type | tuple[type, ...], default: Any
     if key not in d or d[key] is None:
         return default
     return _req(d, key, typ, where)
+
+
+def _str(v: Any, where: str, limit: int = MAX_NAME) -> str:
+    if not isinstance(v, str):
+        raise ProtocolError(f"{where} must be a string, got {type(v).__name__}")
+    if len(v) > limit:
+        raise ProtocolError(f"{where} is {len(v)} characters long, over the limit of {limit}")
+    return v
+
+
+def _list(v: Any, where: str, limit: int) -> list[Any]:
+    if not isinstance(v, list):
+        raise ProtocolError(f"{where} must be a list, got {type(v).__name__}")
+    if len(v) > limit:
+        raise ProtocolError(f"{where} has {len(v)} items, over the limit of {limit}")
+    return v
+
+
+def _labels(v: Any, where: str) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object, got {type(v).__name__}")
+    if len(v) > MAX_SMALL_LIST:
+        raise ProtocolError(f"{where} has {len(v)} labels, over the limit of {MAX_SMALL_LIST}")
+    return {_str(k, f"{where} key"): _str(val, f"{where}[{k[:40]!r}]", MAX_LABEL_VALUE) for k, val in v.items()}
+
+
+def _int(v: Any, where: str, low: int = 0, high: int = MAX_SEQ) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ProtocolError(f"{where} must be an integer, got {type(v).__name__}")
+    if not low <= v <= high:
+        raise ProtocolError(f"{where}={v} is out of range ({low}..{high})")
+    return v
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse ``data`` nested deeper than MAX_DEPTH (iteratively: no recursion to exhaust)."""
+    stack = [(data, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"{where} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
 
 
 @dataclass
@@ -83,20 +161,40 @@ class Heartbeat:
 
 def peek_version(raw: str) -> str | None:
     """The version of a hello, read before (and without) the rest of the message."""
+    if len(raw) > MAX_MESSAGE:
+        return None
     try:
-        d = json.loads(raw)
+        d = loads(raw)
     except ValueError:
         return None
     if isinstance(d, dict) and isinstance(d.get("version"), str):
-        return d["version"]
+        return d["version"][:MAX_NAME]
     return None
+
+
+def _event(e: Any, where: str) -> dict[str, Any]:
+    if not isinstance(e, dict):
+        raise ProtocolError(f"{where} is not an object")
+    _int(_req(e, "src_seq", int, where), f"{where}.src_seq", 1)
+    _str(_req(e, "kind", str, where), f"{where}.kind")
+    data = e.get("data", {})
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}.data is not an object")
+    _check_depth(data, f"{where}.data")
+    at = e.get("at")
+    if at is not None:
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not MIN_AT <= at <= MAX_AT:
+            raise ProtocolError(f"{where}.at={at!r} is not a UNIX time between 2000 and 2100")
+    return e
 
 
 def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
     try:
-        d = json.loads(raw)
+        d = loads(raw)
     except ValueError as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
     if not isinstance(d, dict):
@@ -104,34 +202,72 @@ def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
     t = d.get("type")
     if t == "hello":
         runs = []
-        for i, r in enumerate(_opt(d, "runs", list, [], "hello")):
+        for i, r in enumerate(_list(_opt(d, "runs", list, [], "hello"), "hello.runs", MAX_ITEMS)):
             if not isinstance(r, dict):
                 raise ProtocolError(f"hello.runs[{i}] is not an object")
-            runs.append(HeldRun(_req(r, "run_id", str, f"hello.runs[{i}]"), bool(r.get("running")),
-                                int(_opt(r, "last_seq", int, 0, f"hello.runs[{i}]"))))
-        devices = _req(d, "devices", list, "hello")
-        if not all(isinstance(x, str) for x in devices):
-            raise ProtocolError("hello: devices must be strings")
-        labels = _opt(d, "labels", dict, {}, "hello")
-        return Hello(_req(d, "version", str, "hello"), _req(d, "name", str, "hello"), devices,
-                     {str(k): str(v) for k, v in labels.items()}, _opt(d, "machine_id", str, "", "hello"), runs,
-                     bool(d.get("one_shot")), _opt(d, "instance", str, None, "hello"),
-                     [str(x) for x in _opt(d, "capabilities", list, [], "hello")])
+            runs.append(HeldRun(_str(_req(r, "run_id", str, f"hello.runs[{i}]"), f"hello.runs[{i}].run_id"),
+                                bool(r.get("running")),
+                                _int(_opt(r, "last_seq", int, 0, f"hello.runs[{i}]"), f"hello.runs[{i}].last_seq")))
+        devices = [_str(x, "hello.devices[]") for x in _list(_req(d, "devices", list, "hello"), "hello.devices",
+                                                              MAX_SMALL_LIST)]
+        labels = _labels(_opt(d, "labels", dict, {}, "hello"), "hello.labels")
+        caps = [_str(x, "hello.capabilities[]") for x in _list(_opt(d, "capabilities", list, [], "hello"),
+                                                               "hello.capabilities", MAX_SMALL_LIST)]
+        instance = _opt(d, "instance", str, None, "hello")
+        return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
+                     _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
+                     _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
+                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps)
     if t == "events":
-        evs = _req(d, "events", list, "events")
+        evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):
-            if not isinstance(e, dict):
-                raise ProtocolError(f"events[{i}] is not an object")
-            _req(e, "src_seq", int, f"events[{i}]")
-            _req(e, "kind", str, f"events[{i}]")
-            if not isinstance(e.get("data", {}), dict):
-                raise ProtocolError(f"events[{i}].data is not an object")
-        return Events(_req(d, "run_id", str, "events"), evs)
+            _event(e, f"events[{i}]")
+        return Events(_str(_req(d, "run_id", str, "events"), "events.run_id"), evs)
     if t == "heartbeat":
-        runs = _opt(d, "runs", list, [], "heartbeat")
+        runs = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"), "heartbeat.runs",
+                                                           MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
-        return Heartbeat([str(r) for r in runs], labels)
-    raise ProtocolError(f"unknown message type {t!r}")
+        return Heartbeat(runs, None if labels is None else _labels(labels, "heartbeat.labels"))
+    raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
+
+
+def _safe(obj: Any) -> Any:
+    """A JSON-able copy without NaN/Infinity (sent as strings, as the run process does)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_safe(v) for v in obj]
+    return obj
+
+
+def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> list[str]:
+    """``events`` messages for the agent to send, each within ``limit`` bytes and MAX_EVENTS events.
+
+    Split by encoded size, in order. An event too big for any message on its own is
+    replaced by a ``run_warning`` with the same src_seq saying so, so that the
+    sequence stays gapless and the control plane can acknowledge past it."""
+    head = len(json.dumps({"type": "events", "run_id": run_id, "events": []}))
+    out: list[str] = []
+    batch: list[str] = []
+    size = head
+    for ev in events:
+        text = json.dumps(_safe(ev), default=str, allow_nan=False)
+        if head + len(text.encode()) + 1 > limit:
+            text = json.dumps({"src_seq": ev.get("src_seq"), "kind": "run_warning", "at": ev.get("at"),
+                               "data": {"kind": "event_too_large",
+                                        "message": f"a {str(ev.get('kind'))[:64]} event of {len(text)} bytes was "
+                                                   f"too large to send and was dropped"}})
+        n = len(text.encode()) + 1
+        if batch and (size + n > limit or len(batch) >= MAX_EVENTS):
+            out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+            batch, size = [], head
+        batch.append(text)
+        size += n
+    if batch:
+        out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+    return out
 
 
 # -- control plane -> agent (built here so both sides agree) -------------------------

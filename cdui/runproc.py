@@ -64,6 +64,7 @@ def main() -> int:
     from cdui.graph.context import RunContext, RunStopped
     from cdui.graph.executor import Executor, NodeFailed
     from cdui.graph.secrets import fill_secrets
+    from cdui.graph.model import DEFAULT_MAX_NODES
     from cdui.graph.validate import validate_graph
     from cdui.layout import Layout
     from cdui.nodes.registry import build_registry
@@ -75,7 +76,8 @@ def main() -> int:
         registry = build_registry(Path(job["custom_nodes_dir"]) if job.get("custom_nodes_dir") else None,
                                   Path(job["plugins_dir"]) if job.get("plugins_dir") else None)
         graph = fill_secrets(job["graph"], job.get("secrets", []))
-        plan, errors = validate_graph(graph, registry)
+        # The limit the control plane checked the graph against, so a raised limit holds here too.
+        plan, errors = validate_graph(graph, registry, max_nodes=int(opts.get("graph_max_nodes") or DEFAULT_MAX_NODES))
         if plan is None:
             msg = "; ".join(e["message"] for e in errors[:5])
             emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cdui import runner
+from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
+from cdui.artifact_files import inspect as inspect_artifact
 from cdui.config import Config
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
@@ -241,7 +243,8 @@ class RunService:
         if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
         library = self.preset_library()
-        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library)
+        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
+                                               self.config["CODEFYUI_GRAPH_MAX_NODES"])
         if errors:
             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
@@ -259,7 +262,8 @@ class RunService:
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
-                "files": files.to_json(), "has_secrets": bool(secrets)}
+                "files": files.to_json(), "has_secrets": bool(secrets),
+                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"]}
         run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
                "status": "queued", "target": target, "options": opts, "graph": stored_graph,
                "created_at": now, "queue_reason": "waiting for the scheduler"}
@@ -276,7 +280,7 @@ class RunService:
             await check(target, graph, files)
 
     def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
-        usage = analyze(graph, self.registry, library)
+        usage = analyze(graph, self.registry, library, self.config["CODEFYUI_GRAPH_MAX_NODES"])
 
         def lookup(folder: str, name: str) -> tuple[str, int] | None:
             try:
@@ -324,52 +328,85 @@ class RunService:
                 await self._finish(run_id, status, data.get("error"), record=False)
 
     async def _record_artifact(self, run_id: str, src: str, data: dict[str, Any]) -> None:
+        """Turn an ``artifact`` event into an artifact row, or into an ``artifact_refused`` warning.
+
+        A worker (``worker:<name>``) may be hostile: its events never name a path
+        here directly. Its rows come from the upload route (``transfer``), from a
+        ``mount`` path resolved under this server's data folder, or are display
+        only (``left_on_worker``: the path is the worker's, never opened here).
+        """
         backend = data.get("backend")
         if src == CP or backend == "transfer":
             return  # transfer rows are made by the upload route when the file arrives
-        if backend == "mount":
-            rel = str(data.get("relative_path") or "")
-            try:
-                here = self.layout.resolve("data/" + rel) if rel else None
-            except CduiError:
-                here = None
-            # The control plane's path only where it sees the same file (STO-12): else null.
-            if here is not None:
-                if here.is_file():
-                    if data.get("sha256") and (await asyncio.to_thread(sha256_file, here))[1] != data["sha256"]:
-                        here = None
-                elif not here.is_dir():
-                    here = None
-            await self.store.add_artifact({
-                "run_id": run_id, "kind": data.get("kind", "output"), "name": data.get("name") or Path(rel).name,
-                "backend": "mount", "path": str(here) if here is not None and here.exists() else None,
-                "relative_path": rel, "label": data.get("label"), "size": data.get("size"),
-                "sha256": data.get("sha256")})
-            return
-        if backend == "left_on_worker":
-            await self.store.add_artifact({
-                "run_id": run_id, "kind": data.get("kind", "output"), "name": data.get("name"),
-                "backend": "transfer", "path": data.get("path"), "relative_path": data.get("relative_path"),
-                "label": None, "size": data.get("size"), "sha256": data.get("sha256")})
+        kind = str(data.get("kind") or "output")[:64]
+        if src != "local":
+            if backend == "mount":
+                await self._record_mount_artifact(run_id, kind, data)
+            elif backend == "left_on_worker":
+                # Shown so the user knows where the file stayed; the download route refuses it.
+                await self.store.add_artifact({
+                    "run_id": run_id, "kind": kind, "name": _text(data.get("name")) or "?",
+                    "backend": "left_on_worker", "path": _text(data.get("path")),
+                    "relative_path": _text(data.get("relative_path")), "label": None,
+                    "size": _size(data.get("size")), "sha256": None})
+            else:
+                await self._refuse_artifact(run_id, data.get("path"), f"a worker's artifact needs backend mount, "
+                                                                      f"transfer or left_on_worker, not {backend!r}")
             return
         await self._record_local_artifact(run_id, data)
 
-    async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
-        path = Path(str(data.get("path", "")))
-        if not path.exists():
-            return
-        if path.is_dir():
-            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-            digest = None
-        else:
-            size, digest = await asyncio.to_thread(sha256_file, path)
+    def artifact_roots(self) -> list[Path]:
+        """The folders whose files may become (and be served as) artifacts."""
+        return [self.layout.data_dir, *self.layout.folders.values()]
+
+    async def _refuse_artifact(self, run_id: str, path: Any, reason: str) -> None:
+        shown = _text(path) or ""
+        log.warning("run %s: artifact %r refused: %s", run_id, shown, reason)
+        await self.record_cp(run_id, "run_warning", {"kind": "artifact_refused", "path": shown,
+                                                     "message": f"artifact {shown!r} was not recorded: {reason}"})
+
+    async def _record_mount_artifact(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        rel = data.get("relative_path")
         try:
-            rel = str(path.resolve().relative_to(self.layout.data_dir.resolve()))
+            if not isinstance(rel, str) or not rel:
+                raise ArtifactRefused(_text(rel) or "", "a mount artifact needs a relative_path")
+            try:
+                here = self.layout.resolve("data/" + rel)
+            except CduiError as exc:
+                raise ArtifactRefused(rel, exc.message) from None
+            here = confine(here, self.artifact_roots(), [self.config.user_data])
+            facts = await asyncio.to_thread(inspect_artifact, here, MAX_HASH_BYTES)
+        except ArtifactRefused as exc:
+            await self._refuse_artifact(run_id, rel, exc.reason)
+            return
+        # The control plane's path only where it sees the same file (STO-12): else null.
+        sha = data.get("sha256") if isinstance(data.get("sha256"), str) else None
+        path = None
+        if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):
+            path = str(facts.path)
+        await self.store.add_artifact({
+            "run_id": run_id, "kind": kind, "name": _text(data.get("name")) or Path(rel).name,
+            "backend": "mount", "path": path, "relative_path": rel, "label": _text(data.get("label")),
+            "size": _size(data.get("size")), "sha256": sha})
+
+    async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
+        raw = data.get("path")
+        try:
+            path = confine(str(raw or ""), self.artifact_roots(), [self.config.user_data])
+            facts = await asyncio.to_thread(inspect_artifact, path, MAX_HASH_BYTES)
+        except ArtifactRefused as exc:
+            await self._refuse_artifact(run_id, raw, exc.reason)
+            return
+        if facts is None:
+            return
+        try:
+            rel = str(path.relative_to(self.layout.data_dir.resolve()))
         except ValueError:
             rel = None
         await self.store.add_artifact({"run_id": run_id, "kind": data.get("kind", "output"),
-                                       "name": data.get("name") or path.name, "backend": "local",
-                                       "path": str(path), "relative_path": rel, "size": size, "sha256": digest})
+                                       "name": _text(data.get("name")) or path.name, "backend": "local",
+                                       "path": str(raw), "relative_path": rel, "size": facts.size,
+                                       "sha256": facts.sha256})
 
     async def _finish(self, run_id: str, status: str, error: str | None, record: bool = True) -> None:
         """End a run, once: the first ending stored wins (a later one, e.g. the status a
@@ -587,3 +624,14 @@ def _uses_preset(graph: Any, name: str) -> bool:
     """Does the graph use preset ``name`` (as a node, or as what a Map runs)?"""
     text = json.dumps(graph)
     return f'"preset:{name}"' in text or f'"{name}"' in text
+
+
+def _text(v: Any, limit: int = 4096) -> str | None:
+    """A display string from an event field (bounded; None stays None)."""
+    if v is None:
+        return None
+    return str(v)[:limit]
+
+
+def _size(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

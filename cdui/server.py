@@ -21,6 +21,7 @@ import re
 import secrets
 import signal
 import socket
+from collections import OrderedDict
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -87,10 +88,14 @@ class HostCheck:
     def __init__(self, port: int, extra: list[str]) -> None:
         self.port = port
         self.extra = {h.lower() for h in extra}
-        self._cache: dict[str, bool] = {}
+        # Host values come from any client: an LRU of the last CACHE_SIZE answers, not one per value ever seen.
+        self._cache: OrderedDict[str, bool] = OrderedDict()
+
+    CACHE_SIZE = 256
 
     def _is_local_ip(self, host: str) -> bool:
         if host in self._cache:
+            self._cache.move_to_end(host)
             return self._cache[host]
         ok = False
         try:
@@ -102,6 +107,8 @@ class HostCheck:
         except (ValueError, OSError):
             ok = False
         self._cache[host] = ok
+        while len(self._cache) > self.CACHE_SIZE:
+            self._cache.popitem(last=False)
         return ok
 
     def allowed(self, host_header: str | None) -> bool:
@@ -203,7 +210,8 @@ def build_app(config: Config, port: int) -> web.Application:
     from cdui import api_files, api_runs
 
     app = web.Application(middlewares=[error_middleware, host_middleware, auth_middleware],
-                          client_max_size=config["CODEFYUI_MAX_UPLOAD_SIZE"] + 1024 * 1024)
+                          # No route reads more than a graph body at once; the upload routes stream their parts.
+                          client_max_size=config["CODEFYUI_MAX_GRAPH_BYTES"] + 64 * 1024)
     app[CONFIG] = config
     app[HOSTS] = HostCheck(port, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
     app[SESSION_TOKEN] = secrets.token_urlsafe(32)

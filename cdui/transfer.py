@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 import tempfile
 
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
+from cdui.protocol import loads
 from cdui.store import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,19 @@ def free_name(target: Path, sha: str) -> tuple[Path, bool]:
         i += 1
 
 
+META_LIMIT = 16 * 1024  # the JSON part that describes an upload; the file part streams
+
+
+async def _read_meta(part: Any) -> Any:
+    raw = bytearray()
+    while chunk := await part.read_chunk(8192):
+        raw += chunk
+        if len(raw) > META_LIMIT:
+            raise CduiError("too_large", f"the upload's meta part is over {META_LIMIT} bytes",
+                            hint="meta is a small JSON object; the file goes in the 'file' part", status=413)
+    return loads(bytes(raw))
+
+
 async def upload_handler(request: web.Request) -> web.Response:
     from cdui.server import CONFIG, RUNS
     service = request.app[RUNS]
@@ -95,7 +109,7 @@ async def upload_handler(request: web.Request) -> web.Response:
     try:
         reader = await request.multipart()
         meta_part = await reader.next()
-        meta = json.loads(await meta_part.text()) if meta_part is not None and meta_part.name == "meta" else None
+        meta = await _read_meta(meta_part) if meta_part is not None and meta_part.name == "meta" else None
         if not isinstance(meta, dict):
             raise ValueError("the first part must be 'meta' (JSON)")
         file_part = await reader.next()

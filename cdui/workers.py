@@ -32,6 +32,7 @@ from cdui import __version__, enroll, protocol
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
+from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
 from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
@@ -39,6 +40,7 @@ from cdui.store import ACTIVE, TERMINAL
 
 log = logging.getLogger(__name__)
 WORKERS = web.AppKey("workers", "WorkerManager")
+MAX_REJECTED = 50  # names kept in the list of refused connections
 
 
 @dataclass
@@ -173,7 +175,15 @@ class WorkerManager:
             if last is not None and now - last < 3600:
                 return
             self._revoked_seen[cred_hash] = now
-        self.rejected[name] = {"name": name, "reason": reason, "address": address, "at": iso(now)}
+        if len(self._revoked_seen) > MAX_REJECTED * 20:
+            self._revoked_seen = {h: t for h, t in self._revoked_seen.items() if now - t < 3600}
+        # The latest refusal per name, for at most MAX_REJECTED names: a flood of
+        # made-up names cannot grow the list (or GET /api/workers) without end.
+        name = name[:protocol.MAX_NAME]
+        self.rejected.pop(name, None)
+        self.rejected[name] = {"name": name, "reason": reason[:500], "address": address, "at": iso(now)}
+        while len(self.rejected) > MAX_REJECTED:
+            del self.rejected[next(iter(self.rejected))]
         log.warning("rejected worker connection %s from %s: %s", name, address, reason)
 
     async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
@@ -483,14 +493,9 @@ class WorkerManager:
         return web.json_response({"workers": out, "rejected": sorted(self.rejected.values(), key=lambda x: x["at"])})
 
     async def create_token(self, request: web.Request) -> web.Response:
-        body = await _body(request)
-        ttl = body.get("ttl_s", 86400)
-        uses = body.get("uses", 1)
+        body = await read_object(request, DEFAULT_LIMIT)
+        ttl, uses = enroll.check_token_request(body.get("ttl_s", 86400), body.get("uses", 1))
         worker = body.get("worker")
-        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl <= 0:
-            raise CduiError("bad_request", f"ttl_s={ttl!r} must be a positive number of seconds")
-        if not isinstance(uses, int) or isinstance(uses, bool) or uses < 1:
-            raise CduiError("bad_request", f"uses={uses!r} must be a positive integer")
         if worker is not None:
             enroll.check_name(worker)
             exists = await self.store.read(lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
@@ -498,7 +503,7 @@ class WorkerManager:
                 raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
                                                       "`cdui workers list`")
         now = time.time()
-        tok = await self.store.write(lambda c: enroll.issue_token(c, float(ttl), uses, worker, now))
+        tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
         return web.json_response(self._token_answer(request, tok), status=201)
 
     def _token_answer(self, request: web.Request, tok: dict[str, Any]) -> dict[str, Any]:
@@ -538,24 +543,41 @@ class WorkerManager:
         return web.json_response({"revoked": tid})
 
     async def enroll_route(self, request: web.Request) -> web.Response:
-        wait = self.limiter.check(request.remote or "?")
+        address = request.remote or "?"
+        wait = self.limiter.blocked(address)
         if wait is not None:
-            raise CduiError("rate_limited", f"too many enrollment attempts from {request.remote}",
-                            hint=f"try again in {wait:.0f} s", status=429)
-        body = await _body(request)
-        devices = body.get("devices") or []
-        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-            raise CduiError("bad_request", f"devices={devices!r} must be a list of strings")
-        version = body.get("version")
-        if version is not None and version != __version__:
-            raise CduiError("version_mismatch", f"version mismatch: worker {version}, control plane {__version__}",
-                            hint=f"install cdui {__version__} on the worker", status=400)
-        now = time.time()
-        res = await self.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"), devices,
-                                                             str(body.get("machine_id") or ""), now))
-        log.info("worker %s enrolled from %s", res["worker"], request.remote)
+            raise CduiError("rate_limited", f"too many failed enrollment attempts from {address}",
+                            hint=f"try again in {max(wait, 1):.0f} s", status=429)
+        try:
+            res = await self._enroll(request)
+        except CduiError:
+            # Only failures count: agents sharing an address must not lock each other out.
+            self.limiter.failure(address)
+            raise
+        log.info("worker %s enrolled from %s", res["worker"], address)
         return web.json_response({"worker": res["worker"], "credential": res["credential"],
                                   "version": __version__}, status=201)
+
+    async def _enroll(self, request: web.Request) -> dict[str, Any]:
+        # Anyone on the network reaches this route: a small body, bounded fields.
+        body = await read_object(request, PUBLIC_LIMIT)
+        devices = body.get("devices") or []
+        if (not isinstance(devices, list) or len(devices) > protocol.MAX_SMALL_LIST
+                or not all(isinstance(d, str) and 0 < len(d) <= protocol.MAX_NAME for d in devices)):
+            raise CduiError("bad_request", f"devices={str(devices)[:200]!r} must be a list of at most "
+                                           f"{protocol.MAX_SMALL_LIST} device names")
+        version = body.get("version")
+        if version is not None and version != __version__:
+            raise CduiError("version_mismatch", f"version mismatch: worker {str(version)[:64]}, "
+                                                f"control plane {__version__}",
+                            hint=f"install cdui {__version__} on the worker", status=400)
+        machine = body.get("machine_id") or ""
+        if not isinstance(machine, str) or len(machine) > protocol.MAX_NAME:
+            raise CduiError("bad_request", f"machine_id={str(machine)[:80]!r} must be a string of at most "
+                                           f"{protocol.MAX_NAME} characters")
+        now = time.time()
+        return await self.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"),
+                                                              devices, machine, now))
 
     async def _worker_or_404(self, name: str) -> dict[str, Any]:
         row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE name=?", (name,)).fetchone())
@@ -577,10 +599,10 @@ class WorkerManager:
     async def reissue(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         await self._worker_or_404(name)
-        body = await _body(request)
-        ttl = body.get("ttl_s", 86400)
+        body = await read_object(request, DEFAULT_LIMIT)
+        ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
         now = time.time()
-        tok = await self.store.write(lambda c: enroll.issue_token(c, float(ttl), 1, name, now))
+        tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
         return web.json_response(self._token_answer(request, tok), status=201)
 
     async def remove(self, request: web.Request) -> web.Response:
@@ -637,18 +659,6 @@ class WorkerManager:
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise CduiError("bad_json", f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise CduiError("bad_request", "the request body must be a JSON object")
-    return body
 
 
 def _own_addresses() -> list[str]:

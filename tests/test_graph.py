@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdui.errors import PathRefused
+from cdui.errors import CduiError, PathRefused
 from cdui.graph.model import MAX_PRESET_DEPTH, parse
 from cdui.graph.secrets import fill_secrets, redact_text, split_secrets
 from cdui.graph.validate import is_compatible, validate_graph
@@ -297,11 +297,13 @@ def test_nested_presets_and_depth_limit(reg: Registry) -> None:
     loop = preset("Loop", [{"id": "again", "type": "preset:Loop", "params": {}}], [])
     g2 = graph([node("start", "Start"), {"id": "x", "type": "preset:Loop", "data": {}}], [trig("start", "x")],
                presets=[loop])
-    parsed, perrs = parse(g2)
-    assert "preset_depth" in codes(perrs)
-    assert str(MAX_PRESET_DEPTH) in [e for e in perrs if e["code"] == "preset_depth"][0]["message"]
-    plan2, errors2 = validate_graph(g2, reg)
-    assert plan2 is None and "preset_depth" in codes(errors2)
+    # Refused before anything is expanded: counting the nesting finds the loop.
+    with pytest.raises(CduiError) as parsed:
+        parse(g2)
+    assert parsed.value.code == "graph_too_large" and f"deeper than {MAX_PRESET_DEPTH} levels" in parsed.value.message
+    with pytest.raises(CduiError) as validated:
+        validate_graph(g2, reg)
+    assert validated.value.code == "graph_too_large"
 
 
 def test_trigger_into_preset_starts_its_entry_nodes(reg: Registry) -> None:

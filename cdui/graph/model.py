@@ -5,6 +5,14 @@ Nodes of type ``note`` (and other canvas-only annotations) are dropped.
 ``preset:<name>`` nodes are replaced by the preset's inner nodes, with ids
 ``<presetNodeId>__<innerId>`` and ``data.internalParams`` overriding inner
 params; nesting is allowed up to :data:`MAX_PRESET_DEPTH` levels.
+
+Size is bounded before anything is expanded: a few KiB of presets nested 8
+wide and 9 deep would expand to 134 million nodes. :func:`expansion_size`
+counts the nodes and edges an expansion would produce from the preset
+definitions alone (memoised per preset, so counting is linear in the size of
+the definitions), and :func:`parse` raises ``graph_too_large`` when the count
+passes ``max_nodes`` (edges: five times that) or presets nest deeper than
+:data:`MAX_PRESET_DEPTH` (a preset that contains itself never ends).
 """
 from __future__ import annotations
 
@@ -12,8 +20,12 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdui.errors import CduiError
+
 ANNOTATION_TYPES = {"note", "group", "comment", "frame"}
 MAX_PRESET_DEPTH = 10
+DEFAULT_MAX_NODES = 20000
+EDGES_PER_NODE = 5
 PRESET_PREFIX = "preset:"
 
 
@@ -69,8 +81,85 @@ def _edge_kind(e: dict[str, Any]) -> str:
     return "data"
 
 
-def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None) -> tuple[Graph, list[dict[str, Any]]]:
-    """Parse and expand a graph; return it with every structural error found."""
+def _is_preset(n: Any) -> bool:
+    return isinstance(n, dict) and isinstance(n.get("type"), str) and n["type"].startswith(PRESET_PREFIX)
+
+
+def expansion_size(top_types: list[str], top_edges: int, presets: dict[str, dict[str, Any]],
+                   stop_at: int) -> tuple[int, int, int, bool]:
+    """(nodes, edges, nesting depth, partial) of the graph once every preset is expanded.
+
+    Counted from the definitions without building anything. Counting stops
+    early once ``stop_at`` nodes are passed; ``partial`` then says the counts
+    are lower bounds.
+    Raises ``graph_too_large`` when presets nest deeper than MAX_PRESET_DEPTH.
+    """
+    memo: dict[str, tuple[int, int, int]] = {}
+    truncated: list[str] = []  # presets whose count stopped early
+
+    def size(name: str, depth: int) -> tuple[int, int, int]:
+        if name in memo:
+            return memo[name]
+        if depth > MAX_PRESET_DEPTH:
+            raise _too_deep()
+        preset = presets.get(name)
+        if preset is None:
+            return 0, 0, 0  # reported as unknown_preset by the expansion
+        inner = preset.get("nodes") if isinstance(preset.get("nodes"), list) else []
+        edges = preset.get("edges") if isinstance(preset.get("edges"), list) else []
+        n_nodes, n_edges, height = 0, len(edges), 0
+        for n in inner:
+            if not (isinstance(n, dict) and "id" in n and "type" in n):
+                continue
+            if _is_preset(n):
+                a, b, h = size(n["type"][len(PRESET_PREFIX):], depth + 1)
+                n_nodes, n_edges, height = n_nodes + a, n_edges + b, max(height, h)
+            else:
+                n_nodes += 1
+            if n_nodes > stop_at:
+                truncated.append(name)
+                break
+        memo[name] = (n_nodes, n_edges, height + 1)
+        return memo[name]
+
+    total_nodes, total_edges, depth = 0, top_edges, 0
+    for t in top_types:
+        if t.startswith(PRESET_PREFIX):
+            a, b, h = size(t[len(PRESET_PREFIX):], 1)
+            total_nodes, total_edges, depth = total_nodes + a, total_edges + b, max(depth, h)
+        else:
+            total_nodes += 1
+    return total_nodes, total_edges, depth, bool(truncated)
+
+
+def _too_deep() -> CduiError:
+    return CduiError("graph_too_large", f"presets nest deeper than {MAX_PRESET_DEPTH} levels (or a preset "
+                                        f"contains itself)",
+                     hint=f"CodefyUI allows {MAX_PRESET_DEPTH} levels of presets inside presets; flatten the "
+                          f"innermost ones")
+
+
+def check_size(top_types: list[str], top_edges: int, presets: dict[str, dict[str, Any]], max_nodes: int) -> None:
+    """Raise ``graph_too_large`` before expanding a graph that would pass ``max_nodes``."""
+    nodes, edges, _, partial = expansion_size(top_types, top_edges, presets, max_nodes)
+    hint = "CODEFYUI_GRAPH_MAX_NODES on the server sets the limit; or split the graph"
+    if nodes > max_nodes:
+        got = f"more than {max_nodes}" if partial else f"{nodes}"
+        raise CduiError("graph_too_large", f"the graph would expand to {got} nodes once its presets are "
+                                           f"expanded, over the limit of {max_nodes}", hint=hint)
+    if edges > max_nodes * EDGES_PER_NODE:
+        raise CduiError("graph_too_large", f"the graph would expand to {edges} edges once its presets are "
+                                           f"expanded, over the limit of {max_nodes * EDGES_PER_NODE} "
+                                           f"({EDGES_PER_NODE} per allowed node)", hint=hint)
+
+
+def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None,
+          max_nodes: int | None = DEFAULT_MAX_NODES) -> tuple[Graph, list[dict[str, Any]]]:
+    """Parse and expand a graph; return it with every structural error found.
+
+    Raises ``graph_too_large`` (a :class:`CduiError`) before expanding past
+    ``max_nodes`` nodes or :data:`MAX_PRESET_DEPTH` levels; ``None`` lifts the
+    node limit (for graphs that were already checked)."""
     errors: list[dict[str, Any]] = []
     g = Graph()
     if not isinstance(raw, dict):
@@ -129,6 +218,8 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None) -> tuple[G
                            "sourceHandle": e.get("sourceHandle") or "", "targetHandle": e.get("targetHandle") or "",
                            "kind": _edge_kind(e)})
 
+    check_size([n["type"] for n in flat_nodes], len(flat_edges), g.presets,
+               max_nodes if max_nodes is not None else 1 << 62)
     # Expand presets, level by level (nested presets appear as inner nodes).
     for depth in range(MAX_PRESET_DEPTH + 1):
         if not any(n["type"].startswith(PRESET_PREFIX) for n in flat_nodes):
@@ -148,7 +239,11 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None) -> tuple[G
 
 def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
                  presets: dict[str, dict[str, Any]], errors: list[dict[str, Any]]):
+    """Expand every preset node of one level; edges are remapped in one pass (linear, not per preset)."""
     out_nodes: list[dict[str, Any]] = []
+    out_edges = list(edges)
+    # preset node id -> (preset name, origin, exposed inputs, exposed outputs, entry nodes)
+    expanded: dict[str, tuple[str, str, dict[Any, Any], dict[Any, Any], set[str]]] = {}
     for n in nodes:
         if not n["type"].startswith(PRESET_PREFIX):
             out_nodes.append(n)
@@ -165,9 +260,8 @@ def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
                   for p in preset.get("exposed_inputs", []) if isinstance(p, dict)}
         outputs = {p.get("name"): (f"{pid}__{p.get('internal_node')}", p.get("internal_port"))
                    for p in preset.get("exposed_outputs", []) if isinstance(p, dict)}
-        for inner in preset.get("nodes", []):
-            if not isinstance(inner, dict) or "id" not in inner or "type" not in inner:
-                continue
+        inner_nodes = [i for i in preset.get("nodes", []) if isinstance(i, dict) and "id" in i and "type" in i]
+        for inner in inner_nodes:
             params = copy.deepcopy(inner.get("params") or (inner.get("data") or {}).get("params") or {})
             params.update(overrides.get(inner["id"], {}) if isinstance(overrides, dict) else {})
             out_nodes.append({"id": f"{pid}__{inner['id']}", "type": inner["type"], "params": params,
@@ -175,28 +269,37 @@ def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
                               "origin": n["origin"]})
         for ie in preset.get("edges", []):
             if isinstance(ie, dict) and "source" in ie and "target" in ie:
-                edges = edges + [{"source": f"{pid}__{ie['source']}", "target": f"{pid}__{ie['target']}",
+                out_edges.append({"source": f"{pid}__{ie['source']}", "target": f"{pid}__{ie['target']}",
                                   "sourceHandle": ie.get("sourceHandle") or "", "targetHandle": ie.get("targetHandle") or "",
-                                  "kind": _edge_kind(ie)}]
-        remapped = []
-        for e in edges:
-            e = dict(e)
-            if e["target"] == pid:
-                if e["kind"] == "trigger":
-                    # A trigger into a preset triggers its entry nodes (those with no inner inputs).
-                    inner_targets = {t for t, _ in inputs.values()} or {f"{pid}__{i['id']}" for i in preset.get("nodes", [])[:1]}
-                    for t in sorted(inner_targets):
-                        remapped.append({**e, "target": t})
-                    continue
-                if e["targetHandle"] not in inputs:
-                    errors.append(err(n["origin"], "bad_port", f"preset {name!r} has no input {e['targetHandle']!r}"))
-                    continue
-                e["target"], e["targetHandle"] = inputs[e["targetHandle"]]
-            if e["source"] == pid:
-                if e["sourceHandle"] not in outputs:
-                    errors.append(err(n["origin"], "bad_port", f"preset {name!r} has no output {e['sourceHandle']!r}"))
-                    continue
-                e["source"], e["sourceHandle"] = outputs[e["sourceHandle"]]
+                                  "kind": _edge_kind(ie)})
+        # A trigger into a preset triggers its entry nodes (those with no inner inputs).
+        entry = {t for t, _ in inputs.values()} or {f"{pid}__{i['id']}" for i in inner_nodes[:1]}
+        expanded[pid] = (name, n["origin"], inputs, outputs, entry)
+    if not expanded:
+        return out_nodes, out_edges
+    remapped = []
+    for e in out_edges:
+        src = expanded.get(e["source"])
+        dst = expanded.get(e["target"])
+        if src is None and dst is None:
             remapped.append(e)
-        edges = remapped
-    return out_nodes, edges
+            continue
+        e = dict(e)
+        if src is not None:
+            name, origin, _, outputs, _ = src
+            if e["sourceHandle"] not in outputs:
+                errors.append(err(origin, "bad_port", f"preset {name!r} has no output {e['sourceHandle']!r}"))
+                continue
+            e["source"], e["sourceHandle"] = outputs[e["sourceHandle"]]
+        if dst is not None:
+            name, origin, inputs, _, entry = dst
+            if e["kind"] == "trigger":
+                for t in sorted(entry):
+                    remapped.append({**e, "target": t})
+                continue
+            if e["targetHandle"] not in inputs:
+                errors.append(err(origin, "bad_port", f"preset {name!r} has no input {e['targetHandle']!r}"))
+                continue
+            e["target"], e["targetHandle"] = inputs[e["targetHandle"]]
+        remapped.append(e)
+    return out_nodes, remapped

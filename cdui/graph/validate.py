@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdui.graph.model import GEdge, Graph, err, parse
+from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
 from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param
 from cdui.nodes.registry import Registry
 
@@ -220,10 +220,12 @@ def _toposort(nodes: dict[str, PlanNode], edges: list[GEdge], errors: list[dict[
     return out
 
 
-def validate_graph(raw: Any, registry: Registry,
-                   library: dict[str, dict[str, Any]] | None = None) -> tuple[Plan | None, list[dict[str, Any]]]:
-    """Parse, expand, prune and validate. Returns (plan, errors); plan is None on errors."""
-    g, errors = parse(raw, library)
+def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None,
+                   max_nodes: int = DEFAULT_MAX_NODES) -> tuple[Plan | None, list[dict[str, Any]]]:
+    """Parse, expand, prune and validate. Returns (plan, errors); plan is None on errors.
+
+    Raises ``graph_too_large`` before expanding past ``max_nodes`` nodes."""
+    g, errors = parse(raw, library, max_nodes)
     if not any(n.type == START_TYPE for n in g.nodes.values()):
         errors.append(err(None, "no_entry_point", "the graph has no Start node, so nothing would run",
                           hint="add a Start node and connect its trigger to the first node"))
