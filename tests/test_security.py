@@ -73,13 +73,13 @@ def test_routes_need_the_session_token(server: ServerProc, method: str, path: st
 
 def test_token_and_open_routes(server: ServerProc) -> None:
     """foundation: /api/health is open; /api/auth/bootstrap gives the session token
-    to loopback clients; the token works as header and as ?token=; the token file
-    is private (0600)."""
+    to loopback clients of the server's own OS user; the token works as header
+    (?token= is tested in test_owner.py); the token file is private (0600)."""
     st, health = server.api("GET", "/api/health", token=False)
     assert st == 200 and health["status"] == "ok" and health["version"]
     st, boot = server.api("GET", "/api/auth/bootstrap", token=False)
     assert st == 200 and boot["token"] == server.token
-    r = server.raw("GET", f"/api/runs?token={boot['token']}", token=False)
+    r = server.raw("GET", "/api/runs", token=boot["token"])
     assert r.status == 200
     mode = stat.S_IMODE((server.user_data / "session-token").stat().st_mode)
     assert mode == 0o600, oct(mode)
