@@ -64,9 +64,10 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from cdui.private import open_private_append, private_dir, restrict_umask
+    restrict_umask()  # the database, logs and tokens of this server are this user's alone
     cfg = _config()
-    ud = cfg.user_data
-    ud.mkdir(parents=True, exist_ok=True)
+    ud = private_dir(cfg.user_data)
     pidfile = ud / "cdui.pid"
     from cdui.client import server_info
     pid = _read_pid(pidfile)
@@ -79,7 +80,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     log_path = ud / "cdui.log"
     cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
     (ud / "server.json").unlink(missing_ok=True)
-    with open(log_path, "ab") as log:
+    with open_private_append(log_path) as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent))
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"

@@ -147,9 +147,10 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
     from cdui.agent import credential_path, detect_devices, hostname
     from cdui.server import write_private
+    from cdui.private import private_dir, restrict_umask
+    restrict_umask()  # the agent's credential, spool and logs are this user's alone
     cfg = config.load()
-    ud = cfg.user_data
-    ud.mkdir(parents=True, exist_ok=True)
+    ud = private_dir(cfg.user_data)
     try:
         control = _check_control(args.control)
     except CduiError as err:
@@ -210,7 +211,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     if args.devices:
         cmd += ["--devices", args.devices]
     log_path = ud / "agent.log"
-    with open(log_path, "ab") as log:
+    from cdui.private import open_private_append
+    with open_private_append(log_path) as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 cwd=str(Path(__file__).resolve().parent.parent))
     deadline = time.monotonic() + 60

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from cdui.graph.secrets import redact_text
+from cdui.private import open_private_append
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ class RunHandle:
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
-        fh = open(self.log_path, "ab") if self.log_path else None
+        # The run log can hold anything the run printed: this user's alone.
+        fh = open_private_append(self.log_path) if self.log_path else None
         try:
             while True:
                 line = await self.proc.stderr.readline()
