@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from cdui.graph.secrets import redact_text
+from cdui.graph.secrets import redact_text, redact_value
 from cdui.private import open_private_append
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,9 @@ class RunHandle:
             if kind == "result":
                 self.result = data
                 continue
-            self.record(kind, data, ev.get("at"))
+            # The run subprocess masks its own events; the parent knows the same
+            # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
+            self.record(kind, redact_value(data, self.secrets), ev.get("at"))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr

@@ -299,3 +299,81 @@ def test_secret_not_leaked_by_a_failing_run(server: ServerProc, webhook_receiver
     assert "500" in run["error"]
     assert len(rec.requests) == 1 and secret in json.dumps(rec.requests[0]["headers"])
     assert_secret_nowhere(server, run["id"], secret)
+
+
+# -- secrets inside presets, at every depth ----------------------------------------------------
+def secret_forms(secret: str) -> list[bytes]:
+    """Every way a secret could sit in a file: raw UTF-8, JSON-escaped (ASCII and not), repr."""
+    forms = {secret.encode(), json.dumps(secret)[1:-1].encode(), json.dumps(secret, ensure_ascii=False)[1:-1].encode(),
+             repr(secret)[1:-1].encode(), secret.encode("unicode_escape")}
+    return sorted(forms)
+
+
+def assert_secret_nowhere_in_any_form(server: ServerProc, run_id: str, secret: str) -> None:
+    db = server.db_path
+    files = [Path(str(db) + s) for s in ("", "-wal", "-shm")]
+    files += [server.log_path, *server.user_data.rglob("*"), *server.data_dir.rglob("*")]
+    for needle in secret_forms(secret):
+        for p in files:
+            if p.is_file() and not p.is_symlink():
+                assert needle not in p.read_bytes(), f"the secret is in {p} (as {needle!r})"
+        for path in (f"/api/runs/{run_id}/events", f"/api/runs/{run_id}", "/api/runs"):
+            assert needle not in server.raw("GET", path).body, f"the secret is in GET {path} (as {needle!r})"
+
+
+def nested_preset_graph(ntype: str, pname: str, url: str, used: str, default: str) -> dict[str, Any]:
+    """Start -> preset "outer" -> preset "inner" -> the webhook node. The inner preset's own
+    params carry ``default``; the outer preset overrides it with ``used`` through its inner
+    preset node's ``internalParams`` (two levels of nesting, all embedded in the graph)."""
+    inner = {"preset_name": "hook-inner", "nodes": [
+        {"id": "hook", "type": ntype, "data": {"params": {"url": url, "message": "nested", pname: default}}}],
+        "edges": []}
+    outer = {"preset_name": "hook-outer", "nodes": [
+        {"id": "mid", "type": "preset:hook-inner", "data": {"params": {}, "internalParams": {"hook": {pname: used}}}}],
+        "edges": []}
+    g = graph([node("start", "Start"),
+               {"id": "p", "type": "preset:hook-outer", "data": {"params": {}, "internalParams": {}}}],
+              [trig("start", "p")], name="nested secret")
+    g["presets"] = [inner, outer]
+    return g
+
+
+def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
+    """A secret two presets deep reaches the webhook, and neither it nor the preset's own
+    (overridden) default is in the database, WAL, logs, files or events, in any encoding."""
+    url, rec = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    used, default = "sk-nest-" + uuid.uuid4().hex, "sk-default-" + uuid.uuid4().hex
+    run = wait_run(server, server.submit(nested_preset_graph(ntype, pname, url + "/nested", used, default))["id"])
+    assert run["status"] == "succeeded", run["error"]
+    assert [r["headers"].get("Authorization") for r in rec.requests] == [f"Bearer {used}"]
+    for secret in (used, default):
+        assert_secret_nowhere_in_any_form(server, run["id"], secret)
+
+
+def test_secret_with_escaped_characters_is_masked(server: ServerProc, webhook_receiver) -> None:
+    """Accents, quotes, a backslash, a tab and a newline change a secret's JSON form; it is
+    masked anyway. A newline cannot go into an HTTP header, so the run fails with an error
+    that would quote the key; the key is masked there too."""
+    url, rec = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    secret = 'sk-é"q\\b\tü\nz-' + uuid.uuid4().hex
+    run = wait_run(server, server.submit(nested_preset_graph(ntype, pname, url + "/x", secret, "sk-d-xyz1"))["id"])
+    assert run["status"] == "failed", run
+    assert "Webhook" in run["error"], run["error"]
+    assert rec.requests == []
+    assert_secret_nowhere_in_any_form(server, run["id"], secret)
+
+
+def test_secret_too_short_to_mask_is_refused_at_submit(server: ServerProc, webhook_receiver) -> None:
+    url, _ = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    before = len(server.call("GET", "/api/runs"))
+    st, body = server.api("POST", "/api/runs", {"graph": nested_preset_graph(ntype, pname, url, "Q7z", "sk-d-xyz1")})
+    assert st == 400, body
+    err = error_of(body)
+    assert err["code"] == "secret_too_short"
+    assert "shorter than 4 characters" in err["message"]
+    assert f"internalParams.hook.{pname}" in err["message"], err["message"]
+    assert "Q7z" not in json.dumps(body)
+    assert len(server.call("GET", "/api/runs")) == before
