@@ -18,6 +18,10 @@ import pytest
 from procs import (ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig,
                    wait_run)
 
+from cdui.graph.secrets import (MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets,
+                                split_secrets)
+from cdui.nodes.registry import build_registry
+
 EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000
 
@@ -377,3 +381,67 @@ def test_secret_too_short_to_mask_is_refused_at_submit(server: ServerProc, webho
     assert f"internalParams.hook.{pname}" in err["message"], err["message"]
     assert "Q7z" not in json.dumps(body)
     assert len(server.call("GET", "/api/runs")) == before
+
+
+# -- split and mask, as pure functions --------------------------------------------------------------
+def hook(nid: str, key: str, **params: Any) -> dict[str, Any]:
+    return {"id": nid, "type": "Webhook", "data": {"params": {"url": "http://127.0.0.1:9/x", "api_key": key, **params}}}
+
+
+def preset_def(name: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"preset_name": name, "nodes": nodes, "edges": []}
+
+
+def test_split_secrets_at_every_depth() -> None:
+    """Every place a secret-typed param can get its value from is blanked in the stored
+    copy, and fill_secrets puts each back at the same place."""
+    reg = build_registry()
+    g = graph([node("start", "Start"),
+               {"id": "top", "type": "preset:L1",
+                "data": {"params": {}, "internalParams": {"mid": {"api_key": "sk-top-override-on-a-preset"}}}},
+               {"id": "lib", "type": "preset:Installed", "data": {"params": {}}}],
+              [trig("start", "top"), trig("start", "lib")])
+    g["presets"] = [
+        preset_def("L3", [hook("h3", "sk-depth-three", message="sk-depth-three")]),  # also in a plain param
+        preset_def("L2", [{"id": "deep", "type": "preset:L3",
+                           "data": {"internalParams": {"h3": {"api_key": "sk-l2-overrides-l3"}}}},
+                          {"id": "h2", "type": "Webhook", "params": {"url": "http://x", "api_key": "sk-bare-params"}}]),
+        preset_def("L1", [{"id": "mid", "type": "preset:L2", "data": {"params": {}, "internalParams": {}}}]),
+    ]
+    library = {"Installed": preset_def("Installed", [hook("hi", "sk-from-an-installed-file")])}
+    stored, found = split_secrets(g, reg, library)
+    text = json.dumps(stored)
+    for secret in ("sk-depth-three", "sk-l2-overrides-l3", "sk-bare-params", "sk-top-override-on-a-preset"):
+        assert secret not in text, secret
+        assert secret in json.dumps(g), "split_secrets changed the caller's graph"
+    assert fill_secrets(stored, found) == g
+    # The installed preset is not part of this copy: its key is masked, never put anywhere.
+    assert ([], "sk-from-an-installed-file") in found
+    assert short_secrets(found) == []
+
+
+@pytest.mark.parametrize("secret", ['sk-é"q\\b\tü\nz-1234', "naïve-ключ-🔑", "it's \"quoted\"", "abcd",
+                                    "line-one-long\nline-two-long"])
+def test_masking_works_on_values_in_every_encoding(secret: str) -> None:
+    secrets = [(["x"], secret)]
+    data = {"message": f"key={secret};", secret: "as a key", "list": [secret, {"deep": secret}]}
+    masked = redact_value(data, secrets)
+    encoded = json.dumps(masked) + json.dumps(masked, ensure_ascii=False)
+    for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]):
+        assert form not in encoded
+    assert masked["message"] == "key=***;" and masked["***"] == "as a key"
+    # Text that already holds an escaped copy (a traceback, an encoded line) is masked too.
+    for text in (json.dumps(data), json.dumps(data, ensure_ascii=False), repr(data), repr(secret.encode())):
+        out = redact_text(text, secrets)
+        assert secret not in out and json.dumps(secret)[1:-1] not in out and repr(secret)[1:-1] not in out, out
+    # A run's stderr is read line by line: each long enough line of a multi-line secret is masked.
+    for line in secret.splitlines():
+        if len(line) >= MIN_SECRET_LEN:
+            assert redact_text(f"printed {line}!", secrets) == "printed ***!"
+
+
+def test_secrets_shorter_than_the_minimum_are_listed_for_refusal() -> None:
+    found = [(["a"], "abc"), (["b"], "abcd"), (["c"], 12)]
+    assert short_secrets(found) == [["a"], ["c"]]
+    # Unmasked below the minimum: masking "abc" would blank it inside every ordinary word.
+    assert redact_text("abc abcd", found) == "abc ***"

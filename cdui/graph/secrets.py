@@ -18,7 +18,8 @@ Where a secret can sit, at every preset depth:
 
 Then, as the guarantee that nothing was missed, the graph is expanded the way
 the run will expand it; every value that lands in a secret param of an
-expanded node is also taken out wherever else it still appears in the copy,
+expanded node, and every value found above, is also taken out wherever else
+it still appears in the copy (a message param that repeats the key),
 and is masked even if it came from somewhere that is not stored (an installed
 preset file).
 
@@ -113,8 +114,9 @@ def split_secrets(graph: Any, registry: Registry,
             for k, inner in enumerate(p.get("nodes") or []):
                 scrub_node(inner, ["presets", j, "nodes", k])
 
-    # The guarantee: whatever the expansion puts into a secret param is gone from the copy.
-    values = _expanded_secret_values(graph, registry, library)
+    # The guarantee: whatever the expansion puts into a secret param, and any
+    # other copy of a secret found above, is gone from the copy.
+    values = _expanded_secret_values(graph, registry, library) | {v for _, v in found if isinstance(v, str)}
     for path, leaf in list(_string_leaves(g, [])):
         if leaf in values:
             _set(g, path, "")
