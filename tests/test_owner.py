@@ -189,6 +189,33 @@ def test_user_data_and_its_files_are_private(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "cdui", "stop"], env=env, capture_output=True, timeout=120)
 
 
+def test_agent_user_data_and_log_are_private(server: ServerProc, tmp_path: Path) -> None:
+    """A daemonised `cdui agent start` under a permissive umask: its folder is 0700 and its
+    log and credential 0600, their folder 0700."""
+    ud = tmp_path / "agent-ud"
+    ud.mkdir(mode=0o755)
+    os.chmod(ud, 0o755)
+    env = env_for(ud, tmp_path / "agent-data")
+    tok = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+    old = os.umask(0o022)
+    try:
+        out = subprocess.run([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--name",
+                              "modes", "--token", tok, "--devices", "cpu"], env=env, capture_output=True, text=True,
+                             timeout=180, cwd=str(tmp_path))
+    finally:
+        os.umask(old)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "connected" in out.stdout, out.stdout + out.stderr
+        assert mode(ud) == 0o700
+        cred = ud / "agent" / f"127.0.0.1-{server.port}.token"
+        assert mode(cred.parent) == 0o700
+        for p in (ud / "agent.log", cred):
+            assert mode(p) == 0o600, (p.name, oct(mode(p)))
+    finally:
+        subprocess.run([sys.executable, "-m", "cdui", "agent", "stop"], env=env, capture_output=True, timeout=120)
+
+
 # -- node file params and the user data folder -------------------------------------------------------
 @pytest.fixture
 def server_in_install(tmp_path: Path) -> Iterator[tuple[ServerProc, str]]:
