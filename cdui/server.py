@@ -152,9 +152,15 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 def is_loopback(request: web.Request) -> bool:
     try:
-        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+        ip = ipaddress.ip_address((request.remote or "").split("%")[0])
     except ValueError:
         return False
+    # A dual-stack socket (IPV6_V6ONLY off, as one handed over by a service
+    # manager can be) sees an IPv4 client as ::ffff:127.0.0.1, which Python
+    # does not call loopback.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def request_token(request: web.Request) -> str | None:

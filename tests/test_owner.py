@@ -120,6 +120,26 @@ def test_bootstrap_only_for_the_servers_os_user(server: ServerProc) -> None:
     assert server.api("GET", "/api/health", token=False)[0] == 200
 
 
+class Ipv6Server(ServerProc):
+    @property
+    def url(self) -> str:
+        return f"http://[::1]:{self.port}"
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and setpriv to act as another OS user")
+def test_bootstrap_over_ipv6(tmp_path: Path) -> None:
+    """Listening on ::1, the client's socket is found in /proc/net/tcp6."""
+    s = Ipv6Server(tmp_path, name="ipv6", host="::1")
+    try:
+        s.start()
+        status, body = get_as(NOBODY, s.url + "/api/auth/bootstrap")
+        assert status == 403 and body["error"]["code"] == "not_owner", body
+        assert get_as(None, s.url + "/api/auth/bootstrap") == (200, {"token": s.token})
+    finally:
+        s.stop()
+
+
 def test_query_token_only_on_websocket_and_download_routes(server: ServerProc) -> None:
     """A URL lands in history and logs: ?token= opens only what a browser cannot call with a header."""
     t = server.token
