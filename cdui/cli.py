@@ -65,7 +65,12 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from cdui.private import open_private_append, private_dir, restrict_umask
-    restrict_umask()  # the database, logs and tokens of this server are this user's alone
+    if args.foreground:
+        # The server's database, logs and tokens are this user's alone. Only the
+        # server process itself narrows its umask (the daemonising parent opens
+        # its files with explicit modes), so it still knows the user's own
+        # umask for its run subprocesses.
+        restrict_umask()
     cfg = _config()
     ud = private_dir(cfg.user_data)
     pidfile = ud / "cdui.pid"

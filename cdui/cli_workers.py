@@ -148,7 +148,11 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui.agent import credential_path, detect_devices, hostname
     from cdui.server import write_private
     from cdui.private import private_dir, restrict_umask
-    restrict_umask()  # the agent's credential, spool and logs are this user's alone
+    if args.foreground:
+        # The agent's credential, spool and logs are this user's alone; the
+        # daemonising parent opens its files with explicit modes instead, so the
+        # agent still knows the user's own umask for its run subprocesses.
+        restrict_umask()
     cfg = config.load()
     ud = private_dir(cfg.user_data)
     try:

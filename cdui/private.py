@@ -11,7 +11,8 @@ machine another local user must not read any of it, so:
   wider bits decides);
 - the server and agent processes set a ``0077`` umask early, so files that
   libraries create behind our back (sqlite's WAL and SHM follow the database's
-  mode too) are private as well.
+  mode too) are private as well. Run subprocesses get the user's own umask
+  back: what they write into the data folders is the user's ordinary files.
 """
 from __future__ import annotations
 
@@ -24,9 +25,29 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
+_user_umask: int | None = None
+
+
 def restrict_umask() -> int:
     """Make every file this process creates private from here on; returns the old umask."""
-    return os.umask(PRIVATE_UMASK)
+    global _user_umask
+    old = os.umask(PRIVATE_UMASK)
+    if _user_umask is None:
+        _user_umask = old
+    return old
+
+
+def user_umask() -> int:
+    """The umask this process was started with, before :func:`restrict_umask`.
+
+    Run subprocesses get it back: what a run writes into the data folders
+    (models, outputs, checkpoints) is the user's ordinary files, as uploads
+    are, not cdui's private state."""
+    if _user_umask is not None:
+        return _user_umask
+    current = os.umask(PRIVATE_UMASK)
+    os.umask(current)
+    return current
 
 
 def private_dir(path: str | os.PathLike[str]) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from cdui.graph.secrets import redact_text, redact_value
-from cdui.private import open_private_append
+from cdui.private import open_private_append, user_umask
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class RunHandle:
             python or sys.executable, "-m", "cdui.runproc",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=run_env(job.get("options") or {}), cwd=str(Path(__file__).resolve().parent.parent),
-            start_new_session=True, limit=16 * 1024 * 1024)
+            start_new_session=True, limit=16 * 1024 * 1024, umask=user_umask())
         self.record("status", {"status": "running", "pid": self.proc.pid,
                                "device": (job.get("options") or {}).get("slot_device", "cpu")})
         assert self.proc.stdin

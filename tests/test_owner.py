@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from procs import REPO_ROOT, ServerProc, csv_print_graph, edge, env_for, graph, node, trig, wait_run
+from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
 
 from cdui.peercred import decode_address, parse_proc_net
 
@@ -179,9 +179,17 @@ def mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
 
 
+def model_saver_graph(path: str) -> dict:
+    layers = next(n for n in load_example()["nodes"] if n["type"] == "SequentialModel")["data"]["params"]["layers"]
+    return graph([node("start", "Start"), node("model", "SequentialModel", layers=layers),
+                  node("save", "ModelSaver", path=path, save_mode="state_dict", format="pytorch")],
+                 [trig("start", "model"), edge("model", "model", "save", "model")])
+
+
 def test_user_data_and_its_files_are_private(tmp_path: Path) -> None:
     """Started by `cdui start` (daemonised) under a permissive umask, after a run:
-    the folder is 0700 and the database, WAL, SHM, server log and run log 0600."""
+    the folder is 0700 and the database, WAL, SHM, server log and run log 0600;
+    the model the run saved keeps the user's umask."""
     ud = tmp_path / "ud"
     ud.mkdir(mode=0o755)
     os.chmod(ud, 0o755)  # an older folder with wide bits gets tightened
@@ -196,8 +204,10 @@ def test_user_data_and_its_files_are_private(tmp_path: Path) -> None:
         os.umask(old)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
-        run = wait_run(s, s.submit(csv_print_graph())["id"])
+        run = wait_run(s, s.submit(model_saver_graph("modes/model.pt"))["id"])
         assert run["status"] == "succeeded", run["error"]
+        # What the run wrote is the user's ordinary file, under the user's own umask.
+        assert mode(data / "models" / "modes" / "model.pt") == 0o644
         run_logs = list((ud / "logs" / "runs").glob("*.log"))
         assert run_logs, "the run wrote no log under logs/runs/"
         assert mode(ud) == 0o700
