@@ -64,9 +64,15 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from cdui.private import open_private_append, private_dir, restrict_umask
+    if args.foreground:
+        # The server's database, logs and tokens are this user's alone. Only the
+        # server process itself narrows its umask (the daemonising parent opens
+        # its files with explicit modes), so it still knows the user's own
+        # umask for its run subprocesses.
+        restrict_umask()
     cfg = _config()
-    ud = cfg.user_data
-    ud.mkdir(parents=True, exist_ok=True)
+    ud = private_dir(cfg.user_data)
     pidfile = ud / "cdui.pid"
     from cdui.client import server_info
     pid = _read_pid(pidfile)
@@ -80,7 +86,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
     (ud / "server.json").unlink(missing_ok=True)
     from cdui.config import absolute_paths
-    with open(log_path, "ab") as log:
+    with open_private_append(log_path) as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 cwd=str(Path(__file__).resolve().parent.parent),
                                 env=absolute_paths(os.environ, Path.cwd()))

@@ -199,9 +199,14 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
                     "yet); use a proxy certificate signed by a CA this machine trusts (https:// is verified "
                     "against the system's CAs), or omit the flag", 2)
+    from cdui.private import private_dir, restrict_umask
+    if args.foreground:
+        # The agent's credential, spool and logs are this user's alone; the
+        # daemonising parent opens its files with explicit modes instead, so the
+        # agent still knows the user's own umask for its run subprocesses.
+        restrict_umask()
     cfg = config.load()
-    ud = cfg.user_data
-    ud.mkdir(parents=True, exist_ok=True)
+    ud = private_dir(cfg.user_data)
     try:
         control = _check_control(args.control)
     except CduiError as err:
@@ -263,7 +268,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     if args.devices:
         cmd += ["--devices", args.devices]
     log_path = ud / "agent.log"
-    with open(log_path, "ab") as log:
+    from cdui.private import open_private_append
+    with open_private_append(log_path) as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 cwd=str(Path(__file__).resolve().parent.parent),
                                 env=config.absolute_paths(os.environ, Path.cwd()))

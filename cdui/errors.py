@@ -43,3 +43,4 @@ class PathRefused(CduiError):
     def __init__(self, value: str, reason: str, hint: str | None = None) -> None:
         super().__init__("path_refused", f"path {value!r} refused: {reason}",
                          hint or "use a relative path inside the folder, without '..'", status=400)
+        self.value, self.reason = value, reason

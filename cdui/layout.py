@@ -6,6 +6,15 @@ A path that starts with ``data/`` always resolves inside the data folders,
 wherever ``CODEFYUI_DATA_DIR`` or a per-folder variable (or, on a worker, the
 run's own folder) puts them. Built-in samples (``data/samples/``) fall back to
 the installation's copy.
+
+No node path may reach the user data folder (credentials, the database, the
+session token), even though the default one, ``<install>/.codefyui_dev``, sits
+inside the installation root that relative paths resolve against. Every
+resolved path is checked after following symlinks against the layout's user
+data folder and the one this process's own settings name (a worker's run
+subprocess knows both). The run's own data folders may lie inside a user data
+folder (a worker's transfer runs live in ``<user-data>/agent-runs/``); what is
+under them is the run's, and stays readable.
 """
 from __future__ import annotations
 
@@ -28,11 +37,23 @@ FOLDER_ENV = {
 }
 
 
+def user_data_from_env(env: Mapping[str, str] | None = None) -> Path:
+    """The user data folder this process's settings name (the default sits inside the installation)."""
+    env = os.environ if env is None else env
+    v = env.get("CODEFYUI_USER_DATA_DIR")
+    return Path(v).expanduser().absolute() if v else INSTALL_ROOT / ".codefyui_dev"
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
 @dataclass
 class Layout:
     install_root: Path
     data_dir: Path
     folders: dict[str, Path] = field(default_factory=dict)
+    user_data: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
@@ -44,23 +65,50 @@ class Layout:
         for name, var in FOLDER_ENV.items():
             if env.get(var):
                 folders[name] = Path(env[var]).expanduser().absolute()
-        return cls(root, data, folders)
+        return cls(root, data, folders, user_data_from_env(env))
 
     @classmethod
-    def for_data_dir(cls, data_dir: Path, install_root: Path | None = None) -> "Layout":
+    def for_data_dir(cls, data_dir: Path, install_root: Path | None = None,
+                     user_data: Path | None = None) -> "Layout":
         """A layout whose every folder sits under ``data_dir`` (a worker's run folder)."""
         data_dir = Path(data_dir).absolute()
         return cls(Path(install_root or INSTALL_ROOT), data_dir,
-                   {name: data_dir / name for name in DATA_FOLDERS})
+                   {name: data_dir / name for name in DATA_FOLDERS},
+                   Path(user_data).absolute() if user_data else user_data_from_env())
 
     def to_json(self) -> dict[str, str]:
-        return {"install_root": str(self.install_root), "data_dir": str(self.data_dir),
-                **{f"folder:{k}": str(v) for k, v in self.folders.items()}}
+        d = {"install_root": str(self.install_root), "data_dir": str(self.data_dir),
+             **{f"folder:{k}": str(v) for k, v in self.folders.items()}}
+        if self.user_data is not None:
+            d["user_data"] = str(self.user_data)
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, str]) -> "Layout":
         folders = {k.split(":", 1)[1]: Path(v) for k, v in d.items() if k.startswith("folder:")}
-        return cls(Path(d["install_root"]), Path(d["data_dir"]), folders)
+        return cls(Path(d["install_root"]), Path(d["data_dir"]), folders,
+                   Path(d["user_data"]) if d.get("user_data") else None)
+
+    def private_roots(self) -> list[Path]:
+        """Folders no node path may reach: this layout's user data and this process's own."""
+        roots = [self.user_data] if self.user_data is not None else []
+        roots.append(user_data_from_env())
+        return roots
+
+    def check_not_private(self, path: Path, value: str) -> Path:
+        """Refuse ``path`` if, symlinks followed, it lies in a user data folder (outside the run's own folders)."""
+        resolved = path.resolve()
+        for root in self.private_roots():
+            r = root.resolve()
+            if not _within(resolved, r):
+                continue
+            own = [f.resolve() for f in (self.data_dir, *self.folders.values())]
+            if any(_within(f, r) and f != r and _within(resolved, f) for f in own):
+                continue
+            raise PathRefused(value, f"it leads into the user data folder {root} (credentials, the database and "
+                                     "the session token live there), which nodes may not read or write",
+                              hint="put the file under data/files/ and give data/files/NAME")
+        return path
 
     def folder(self, name: str) -> Path:
         return self.folders.get(name, self.data_dir / name)
@@ -78,6 +126,30 @@ class Layout:
     # -- resolving node params --------------------------------------------
     def resolve(self, value: str) -> Path:
         """Resolve a relative path from a node param (for reading)."""
+        try:
+            path = self._resolve(value)
+        except PathRefused as exc:
+            # Say the most useful reason, naming the whole value the user gave:
+            # a symlink or '..' that leads into the user data folder says so.
+            naive = self._naive(value)
+            if naive is not None:
+                self.check_not_private(naive, value)
+            if exc.value != value:
+                raise PathRefused(value, exc.reason, exc.hint) from None
+            raise
+        return self.check_not_private(path, value)
+
+    def _naive(self, value: str) -> Path | None:
+        """Where ``value`` would point without any of safe_join's checks (only to word an error)."""
+        if not isinstance(value, str) or "\x00" in value:
+            return None
+        v = value.strip().replace("\\", "/")
+        if v.startswith("data/"):
+            head, _, tail = v[5:].partition("/")
+            return (self.folder(head) / tail) if head in self.folders and tail else self.data_dir / v[5:]
+        return self.install_root / v
+
+    def _resolve(self, value: str) -> Path:
         if not isinstance(value, str) or not value.strip():
             raise PathRefused(repr(value), "empty path", "choose a file")
         v = value.strip().replace("\\", "/")
@@ -99,7 +171,7 @@ class Layout:
         v = value.strip().replace("\\", "/")
         if v.startswith("data/"):
             return self.resolve(v)
-        return safe_join(self.folder(folder), v)
+        return self.check_not_private(safe_join(self.folder(folder), v), value)
 
     def resolve_output(self, folder: str, value: str) -> Path:
         """Resolve a path a node writes, relative to its own folder (``models/``, ``output/``).
@@ -114,4 +186,4 @@ class Layout:
                 raise PathRefused(value, f"nodes may write into data/models, data/output or data/media, not data/{head}",
                                   hint=f"give a path relative to {folder}/")
             return self.resolve(v)
-        return safe_join(self.folder(folder), v)
+        return self.check_not_private(safe_join(self.folder(folder), v), value)

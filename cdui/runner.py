@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from cdui.graph.secrets import redact_text
+from cdui.graph.secrets import redact_text, redact_value
+from cdui.private import open_private_append, user_umask
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,14 @@ class RunHandle:
             if kind == "result":
                 self.result = data
                 continue
-            self.record(kind, data, ev.get("at"))
+            # The run subprocess masks its own events; the parent knows the same
+            # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
+            self.record(kind, redact_value(data, self.secrets), ev.get("at"))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
-        fh = open(self.log_path, "ab") if self.log_path else None
+        # The run log can hold anything the run printed: this user's alone.
+        fh = open_private_append(self.log_path) if self.log_path else None
         try:
             while True:
                 line = await self.proc.stderr.readline()
@@ -147,7 +151,7 @@ class RunHandle:
             python or sys.executable, "-m", "cdui.runproc",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=run_env(job.get("options") or {}), cwd=str(Path(__file__).resolve().parent.parent),
-            start_new_session=True, limit=16 * 1024 * 1024)
+            start_new_session=True, limit=16 * 1024 * 1024, umask=user_umask())
         self.record("status", {"status": "running", "pid": self.proc.pid,
                                "device": (job.get("options") or {}).get("slot_device", "cpu")})
         assert self.proc.stdin

@@ -10,7 +10,8 @@ Protocol with its parent (:mod:`cdui.runner`):
   prints is moved to stderr so it cannot corrupt the event stream.
 - stderr: free text, kept in the run's log.
 
-Every event line has secret values replaced by ``***`` before it leaves.
+Every event has secret values replaced by ``***`` in its decoded data (keys
+included) before it is encoded, so escaping cannot hide a secret from the mask.
 """
 from __future__ import annotations
 
@@ -35,11 +36,14 @@ def main() -> int:
     lock = threading.Lock()
     secrets: list[Any] = []
 
-    from cdui.graph.secrets import redact_text
+    from cdui.graph.secrets import redact_text, redact_value
 
     def emit(kind: str, data: dict[str, Any]) -> None:
         # NaN and infinities are not JSON: they travel as strings ("nan", "inf").
-        line = json.dumps({"kind": kind, "data": _json_safe(data), "at": time.time()}, default=str)
+        # Mask the decoded values first (escaping changes how a secret looks in
+        # the line), then the line too, for what default=str turned into text.
+        safe = redact_value(_json_safe(data), secrets)
+        line = json.dumps({"kind": kind, "data": safe, "at": time.time()}, default=str)
         line = redact_text(line, secrets)
         with lock:
             out.write(line + "\n")

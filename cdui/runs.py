@@ -28,7 +28,7 @@ from cdui.artifact_files import inspect as inspect_artifact
 from cdui.config import Config
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
-from cdui.graph.secrets import split_secrets
+from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
 from cdui.graph.validate import validate_graph
 from cdui.nodes.registry import Registry
 from cdui.paths import sha256_file
@@ -251,14 +251,20 @@ class RunService:
         assert plan is not None
         files = await asyncio.to_thread(self.file_plan, graph, library)
         await self.check_target(target, graph, files)
-        stored_graph, secrets = split_secrets(graph, self.registry)
-        # Embed the installed presets the run uses, so it runs the same anywhere.
-        own = {str(p.get("preset_name") or p.get("name")) for p in stored_graph.get("presets") or []
+        # Embed the installed presets the run uses, so it runs the same anywhere;
+        # then split secrets out of the whole of it, embedded presets included.
+        own = {str(p.get("preset_name") or p.get("name")) for p in graph.get("presets") or []
                if isinstance(p, dict)}
         extra = [p for name, p in library.items() if name not in own and _uses_preset(graph, name)]
-        if extra:
-            stored_graph = dict(stored_graph)
-            stored_graph["presets"] = list(stored_graph.get("presets") or []) + extra
+        full_graph = {**graph, "presets": list(graph.get("presets") or []) + extra} if extra else graph
+        stored_graph, secrets = split_secrets(full_graph, self.registry, library)
+        short = short_secrets(secrets)
+        if short:
+            where = ", ".join(describe_path(full_graph, p) for p in short[:5])
+            raise CduiError("secret_too_short", f"{len(short)} secret param value(s) are shorter than "
+                            f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
+                            "nothing was stored",
+                            hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),

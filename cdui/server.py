@@ -6,9 +6,20 @@ friends; they never write to the database themselves. Middlewares, in order:
 1. errors: every error leaves as ``{"error": {"code", "message", "hint"?}}``;
 2. Host allowlist: ``localhost``, this machine's interface addresses with the
    server's port, and ``CODEFYUI_EXTRA_ALLOWED_HOSTS``; anything else is 421;
-3. auth: the session token (``X-CodefyUI-Token`` header, or ``token`` query
-   parameter for WebSockets and browser downloads) on every route except the
-   public ones below.
+3. auth: the session token (``X-CodefyUI-Token`` header) on every route
+   except the public ones below. A ``?token=`` query parameter is accepted only
+   where a browser cannot send a header (the run event WebSocket and download
+   links): URLs end up in history, proxy logs and ``Referer`` headers, so
+   everywhere else a query token counts as absent. No cookie carries the
+   token: a cookie would be sent by any page that makes the browser call us.
+
+One response hook adds the headers every answer needs: anti-framing and
+``nosniff`` on the page, ``Cache-Control: no-store`` on every ``/api/`` answer
+(the bootstrap token and run data must not stay in a browser or proxy cache).
+
+``/api/auth/bootstrap`` hands the token only to a loopback connection whose
+client socket belongs to the server's own OS user (:mod:`cdui.peercred`):
+on a shared machine every local user can reach loopback.
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ import re
 import secrets
 import signal
 import socket
+import sys
 from collections import OrderedDict
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -31,6 +43,8 @@ from cdui import __version__
 from cdui.config import Config
 from cdui.errors import CduiError
 from cdui.nodes.registry import build_registry
+from cdui.peercred import peer_uid
+from cdui.private import private_dir, restrict_umask
 from cdui.runs import RunService
 from cdui.store import Store
 
@@ -50,6 +64,11 @@ PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favi
 PUBLIC_PREFIXES = ("/web/",)
 # What a worker credential may do over plain HTTP (XFER-06, XFER-19).
 WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
+# Where a browser cannot send a header: the event WebSocket and download links.
+QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/download/.+"
+                                r"|/api/runs/[^/]+/artifacts/[^/]+/download)$")
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
+                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -141,13 +160,24 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 def is_loopback(request: web.Request) -> bool:
     try:
-        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+        ip = ipaddress.ip_address((request.remote or "").split("%")[0])
     except ValueError:
         return False
+    # A dual-stack socket (IPV6_V6ONLY off, as one handed over by a service
+    # manager can be) sees an IPv4 client as ::ffff:127.0.0.1, which Python
+    # does not call loopback.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def request_token(request: web.Request) -> str | None:
-    return request.headers.get("X-CodefyUI-Token") or request.query.get("token") or request.cookies.get("cdui_token")
+    token = request.headers.get("X-CodefyUI-Token")
+    if token:
+        return token
+    if QUERY_TOKEN_ROUTES.match(request.path):
+        return request.query.get("token") or None
+    return None
 
 
 @web.middleware
@@ -171,9 +201,24 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             request["auth"] = "worker"
             request["worker"] = worker
             return await handler(request)
+    if not token and "token" in request.query:
+        raise CduiError("unauthorized", f"{path} does not accept the session token in the URL (?token=)",
+                        hint="send it in the X-CodefyUI-Token header instead; only /ws/runs/{id} and download "
+                             "links take ?token=, because URLs end up in logs and browser history", status=401)
     raise CduiError("unauthorized", "missing or wrong session token" if token else "this route needs the session token",
                     hint="send it in the X-CodefyUI-Token header; `cdui api` does this for you, and the web page "
                          "gets it from /api/auth/bootstrap on this machine", status=401)
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: runs for every answer, errors and static files included."""
+    path = request.path
+    if path.startswith("/api/"):
+        response.headers["Cache-Control"] = "no-store"
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    elif path in ("/", "/index.html") or path.startswith("/web/"):
+        for name, value in PAGE_HEADERS.items():
+            response.headers[name] = value
 
 
 # -- basic routes ------------------------------------------------------------
@@ -188,7 +233,31 @@ async def health(request: web.Request) -> web.Response:
 async def bootstrap(request: web.Request) -> web.Response:
     if not is_loopback(request) or request.app[EXTRA].get("tunnel_listener"):
         raise CduiError("not_found", f"no such path: GET {request.path}", status=404)
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport else None
+    sock = transport.get_extra_info("sockname") if transport else None
+    uid = await asyncio.to_thread(peer_uid, peer[:2], sock[:2]) if peer and sock else None
+    me = os.getuid()
+    if uid is None:
+        raise CduiError("not_owner", "cannot tell which OS user opened this connection, so the session token "
+                        "is not handed out" + ("" if sys.platform.startswith("linux") else
+                                               f" (peer lookup works on Linux only, this is {sys.platform})"),
+                        hint=f"read the token from {request.app[CONFIG].user_data / 'session-token'} as the user "
+                             "that started the server, and send it in the X-CodefyUI-Token header", status=403)
+    if uid != me:
+        raise CduiError("not_owner", f"this connection belongs to OS user {_user_name(uid)} (uid {uid}), but the "
+                        f"server runs as {_user_name(me)} (uid {me}); only that user gets the session token",
+                        hint="run `cdui api` or the browser as the user that started the server, or, if you are "
+                             f"that user, read {request.app[CONFIG].user_data / 'session-token'}", status=403)
     return web.json_response({"token": request.app[SESSION_TOKEN]})
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+        return repr(pwd.getpwuid(uid).pw_name)
+    except (ImportError, KeyError):
+        return f"#{uid}"
 
 
 async def index(request: web.Request) -> web.StreamResponse:
@@ -197,7 +266,8 @@ async def index(request: web.Request) -> web.StreamResponse:
 
 def write_private(path: Path, text: str) -> None:
     """Write a file readable by this OS user only (0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        private_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -216,7 +286,7 @@ def build_app(config: Config, port: int) -> web.Application:
     app[HOSTS] = HostCheck(port, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
     app[SESSION_TOKEN] = secrets.token_urlsafe(32)
     app[EXTRA] = {}
-    config.user_data.mkdir(parents=True, exist_ok=True)
+    private_dir(config.user_data)
     write_private(config.user_data / "session-token", app[SESSION_TOKEN])
     config.layout.ensure()
 
@@ -241,6 +311,7 @@ def build_app(config: Config, port: int) -> web.Application:
         # while the workers' sockets are still open (DISC-21).
         await runs.close()
 
+    app.on_response_prepare.append(security_headers)
     app.cleanup_ctx.append(lifecycle)
     app.on_shutdown.append(on_shutdown)
     app.router.add_get("/api/health", health)
@@ -257,6 +328,7 @@ def build_app(config: Config, port: int) -> web.Application:
 
 def serve(config: Config, host: str, port: int) -> None:
     """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
+    restrict_umask()
     app = build_app(config, port)
 
     async def on_startup(app: web.Application) -> None:

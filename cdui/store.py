@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from cdui.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
+from cdui.private import make_private, private_dir
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -199,7 +200,15 @@ class Store:
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            private_dir(self.path.parent)
+        # sqlite creates the WAL and SHM with the database's own mode, so a
+        # private database (created 0600 here, whatever the umask) keeps all
+        # three private; older files with wider bits are tightened.
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            if suffix == "" or p.exists():
+                make_private(p)
         conn = _connect(self.path)
         migrate(conn)
         self._writer_conn = conn

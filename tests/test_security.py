@@ -18,6 +18,10 @@ import pytest
 from procs import (ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig,
                    wait_run)
 
+from cdui.graph.secrets import (MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets,
+                                split_secrets)
+from cdui.nodes.registry import build_registry
+
 EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000
 
@@ -73,13 +77,13 @@ def test_routes_need_the_session_token(server: ServerProc, method: str, path: st
 
 def test_token_and_open_routes(server: ServerProc) -> None:
     """foundation: /api/health is open; /api/auth/bootstrap gives the session token
-    to loopback clients; the token works as header and as ?token=; the token file
-    is private (0600)."""
+    to loopback clients of the server's own OS user; the token works as header
+    (?token= is tested in test_owner.py); the token file is private (0600)."""
     st, health = server.api("GET", "/api/health", token=False)
     assert st == 200 and health["status"] == "ok" and health["version"]
     st, boot = server.api("GET", "/api/auth/bootstrap", token=False)
     assert st == 200 and boot["token"] == server.token
-    r = server.raw("GET", f"/api/runs?token={boot['token']}", token=False)
+    r = server.raw("GET", "/api/runs", token=boot["token"])
     assert r.status == 200
     mode = stat.S_IMODE((server.user_data / "session-token").stat().st_mode)
     assert mode == 0o600, oct(mode)
@@ -299,3 +303,145 @@ def test_secret_not_leaked_by_a_failing_run(server: ServerProc, webhook_receiver
     assert "500" in run["error"]
     assert len(rec.requests) == 1 and secret in json.dumps(rec.requests[0]["headers"])
     assert_secret_nowhere(server, run["id"], secret)
+
+
+# -- secrets inside presets, at every depth ----------------------------------------------------
+def secret_forms(secret: str) -> list[bytes]:
+    """Every way a secret could sit in a file: raw UTF-8, JSON-escaped (ASCII and not), repr."""
+    forms = {secret.encode(), json.dumps(secret)[1:-1].encode(), json.dumps(secret, ensure_ascii=False)[1:-1].encode(),
+             repr(secret)[1:-1].encode(), secret.encode("unicode_escape")}
+    return sorted(forms)
+
+
+def assert_secret_nowhere_in_any_form(server: ServerProc, run_id: str, secret: str) -> None:
+    db = server.db_path
+    files = [Path(str(db) + s) for s in ("", "-wal", "-shm")]
+    files += [server.log_path, *server.user_data.rglob("*"), *server.data_dir.rglob("*")]
+    for needle in secret_forms(secret):
+        for p in files:
+            if p.is_file() and not p.is_symlink():
+                assert needle not in p.read_bytes(), f"the secret is in {p} (as {needle!r})"
+        for path in (f"/api/runs/{run_id}/events", f"/api/runs/{run_id}", "/api/runs"):
+            assert needle not in server.raw("GET", path).body, f"the secret is in GET {path} (as {needle!r})"
+
+
+def nested_preset_graph(ntype: str, pname: str, url: str, used: str, default: str) -> dict[str, Any]:
+    """Start -> preset "outer" -> preset "inner" -> the webhook node. The inner preset's own
+    params carry ``default``; the outer preset overrides it with ``used`` through its inner
+    preset node's ``internalParams`` (two levels of nesting, all embedded in the graph)."""
+    inner = {"preset_name": "hook-inner", "nodes": [
+        {"id": "hook", "type": ntype, "data": {"params": {"url": url, "message": "nested", pname: default}}}],
+        "edges": []}
+    outer = {"preset_name": "hook-outer", "nodes": [
+        {"id": "mid", "type": "preset:hook-inner", "data": {"params": {}, "internalParams": {"hook": {pname: used}}}}],
+        "edges": []}
+    g = graph([node("start", "Start"),
+               {"id": "p", "type": "preset:hook-outer", "data": {"params": {}, "internalParams": {}}}],
+              [trig("start", "p")], name="nested secret")
+    g["presets"] = [inner, outer]
+    return g
+
+
+def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
+    """A secret two presets deep reaches the webhook, and neither it nor the preset's own
+    (overridden) default is in the database, WAL, logs, files or events, in any encoding."""
+    url, rec = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    used, default = "sk-nest-" + uuid.uuid4().hex, "sk-default-" + uuid.uuid4().hex
+    run = wait_run(server, server.submit(nested_preset_graph(ntype, pname, url + "/nested", used, default))["id"])
+    assert run["status"] == "succeeded", run["error"]
+    assert [r["headers"].get("Authorization") for r in rec.requests] == [f"Bearer {used}"]
+    for secret in (used, default):
+        assert_secret_nowhere_in_any_form(server, run["id"], secret)
+
+
+def test_secret_with_escaped_characters_is_masked(server: ServerProc, webhook_receiver) -> None:
+    """Accents, quotes, a backslash, a tab and a newline change a secret's JSON form; it is
+    masked anyway. A newline cannot go into an HTTP header, so the run fails with an error
+    that would quote the key; the key is masked there too."""
+    url, rec = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    secret = 'sk-é"q\\b\tü\nz-' + uuid.uuid4().hex
+    run = wait_run(server, server.submit(nested_preset_graph(ntype, pname, url + "/x", secret, "sk-d-xyz1"))["id"])
+    assert run["status"] == "failed", run
+    assert "Webhook" in run["error"], run["error"]
+    assert rec.requests == []
+    assert_secret_nowhere_in_any_form(server, run["id"], secret)
+
+
+def test_secret_too_short_to_mask_is_refused_at_submit(server: ServerProc, webhook_receiver) -> None:
+    url, _ = webhook_receiver
+    ntype, pname = secret_node_type(server)
+    before = len(server.call("GET", "/api/runs"))
+    st, body = server.api("POST", "/api/runs", {"graph": nested_preset_graph(ntype, pname, url, "Q7z", "sk-d-xyz1")})
+    assert st == 400, body
+    err = error_of(body)
+    assert err["code"] == "secret_too_short"
+    assert "shorter than 4 characters" in err["message"]
+    assert f"internalParams.hook.{pname}" in err["message"], err["message"]
+    assert "Q7z" not in json.dumps(body)
+    assert len(server.call("GET", "/api/runs")) == before
+
+
+# -- split and mask, as pure functions --------------------------------------------------------------
+def hook(nid: str, key: str, **params: Any) -> dict[str, Any]:
+    return {"id": nid, "type": "Webhook", "data": {"params": {"url": "http://127.0.0.1:9/x", "api_key": key, **params}}}
+
+
+def preset_def(name: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"preset_name": name, "nodes": nodes, "edges": []}
+
+
+def test_split_secrets_at_every_depth() -> None:
+    """Every place a secret-typed param can get its value from is blanked in the stored
+    copy, and fill_secrets puts each back at the same place."""
+    reg = build_registry()
+    g = graph([node("start", "Start"),
+               {"id": "top", "type": "preset:L1",
+                "data": {"params": {}, "internalParams": {"mid": {"api_key": "sk-top-override-on-a-preset"}}}},
+               {"id": "lib", "type": "preset:Installed", "data": {"params": {}}}],
+              [trig("start", "top"), trig("start", "lib")])
+    g["presets"] = [
+        preset_def("L3", [hook("h3", "sk-depth-three", message="sk-depth-three")]),  # also in a plain param
+        preset_def("L2", [{"id": "deep", "type": "preset:L3",
+                           "data": {"internalParams": {"h3": {"api_key": "sk-l2-overrides-l3"}}}},
+                          {"id": "h2", "type": "Webhook", "params": {"url": "http://x", "api_key": "sk-bare-params"}}]),
+        preset_def("L1", [{"id": "mid", "type": "preset:L2", "data": {"params": {}, "internalParams": {}}}]),
+    ]
+    library = {"Installed": preset_def("Installed", [hook("hi", "sk-from-an-installed-file")])}
+    stored, found = split_secrets(g, reg, library)
+    text = json.dumps(stored)
+    for secret in ("sk-depth-three", "sk-l2-overrides-l3", "sk-bare-params", "sk-top-override-on-a-preset"):
+        assert secret not in text, secret
+        assert secret in json.dumps(g), "split_secrets changed the caller's graph"
+    assert fill_secrets(stored, found) == g
+    # The installed preset is not part of this copy: its key is masked, never put anywhere.
+    assert ([], "sk-from-an-installed-file") in found
+    assert short_secrets(found) == []
+
+
+@pytest.mark.parametrize("secret", ['sk-é"q\\b\tü\nz-1234', "naïve-ключ-🔑", "it's \"quoted\"", "abcd",
+                                    "line-one-long\nline-two-long"])
+def test_masking_works_on_values_in_every_encoding(secret: str) -> None:
+    secrets = [(["x"], secret)]
+    data = {"message": f"key={secret};", secret: "as a key", "list": [secret, {"deep": secret}]}
+    masked = redact_value(data, secrets)
+    encoded = json.dumps(masked) + json.dumps(masked, ensure_ascii=False)
+    for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]):
+        assert form not in encoded
+    assert masked["message"] == "key=***;" and masked["***"] == "as a key"
+    # Text that already holds an escaped copy (a traceback, an encoded line) is masked too.
+    for text in (json.dumps(data), json.dumps(data, ensure_ascii=False), repr(data), repr(secret.encode())):
+        out = redact_text(text, secrets)
+        assert secret not in out and json.dumps(secret)[1:-1] not in out and repr(secret)[1:-1] not in out, out
+    # A run's stderr is read line by line: each long enough line of a multi-line secret is masked.
+    for line in secret.splitlines():
+        if len(line) >= MIN_SECRET_LEN:
+            assert redact_text(f"printed {line}!", secrets) == "printed ***!"
+
+
+def test_secrets_shorter_than_the_minimum_are_listed_for_refusal() -> None:
+    found = [(["a"], "abc"), (["b"], "abcd"), (["c"], 12)]
+    assert short_secrets(found) == [["a"], ["c"]]
+    # Unmasked below the minimum: masking "abc" would blank it inside every ordinary word.
+    assert redact_text("abc abcd", found) == "abc ***"

@@ -25,10 +25,20 @@ export function setToken(t) {
 /** Called when the server refuses the token and bootstrap cannot get one. */
 export function onTokenNeeded(fn) { needToken = fn; }
 
-/** Ask the server for its session token (it answers loopback clients only). */
+/** Why the last bootstrap was refused, as the server said it ("" when it was not). */
+export let bootstrapRefusal = "";
+
+/** Ask the server for its session token (it answers only loopback clients of
+ *  the OS user that started it). */
 export async function bootstrap() {
+  bootstrapRefusal = "";
   try {
     const r = await fetch("/api/auth/bootstrap", { cache: "no-store" });
+    if (r.status === 403) {
+      // Another OS user of this machine: say so, instead of a bare token form.
+      const e = ((await r.json().catch(() => null)) || {}).error || {};
+      bootstrapRefusal = [e.message, e.hint].filter(Boolean).join(". ");
+    }
     if (!r.ok) return false;
     const body = await r.json();
     if (!body || !body.token) return false;

@@ -1,5 +1,5 @@
 // cdui web page: runs, run detail with live events, submit, uploads, workers.
-import { api, ApiError, bootstrap, getToken, onTokenNeeded, setToken } from "./api.js";
+import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken } from "./api.js";
 import { $, badge, fill, h, num, size, target, time, TERMINAL } from "./dom.js";
 
 const state = {
@@ -417,7 +417,7 @@ async function start() {
     history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
   }
   api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
-  if (!getToken() && !(await bootstrap())) askToken("");
+  if (!getToken() && !(await bootstrap())) askToken(bootstrapRefusal);
   const m = /^#run=(.+)$/.exec(location.hash);
   await tick();
   if (m) select(decodeURIComponent(m[1]));

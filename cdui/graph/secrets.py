@@ -1,20 +1,53 @@
 """SECRET param values: taken out of every stored copy, put back in memory only.
 
-``split_secrets(graph, registry)`` returns a deep copy of the graph with every
-``secret``-typed param blanked, and the list of ``(path, value)`` pairs that
-were removed. ``fill_secrets(graph, secrets)`` puts them back (in the run
-subprocess, which gets them on its stdin pipe, never argv or environment).
-Secrets in preset ``internalParams`` and in the graph's own ``presets[]`` are
-found too.
+``split_secrets(graph, registry, library)`` returns a deep copy of the graph
+with every value a ``secret``-typed param would get blanked, and the list of
+``(path, value)`` pairs that were removed. ``fill_secrets(graph, secrets)``
+puts them back at the same paths (in the run subprocess, which gets them on
+its stdin pipe, never argv or environment).
+
+Where a secret can sit, at every preset depth:
+
+- a node's ``data.params``;
+- a preset node's ``data.internalParams[<inner id>]`` (it overrides that inner
+  node's params);
+- every preset definition's inner nodes (``params`` or ``data.params``, and, for
+  an inner node that is itself a preset, its ``data.internalParams``). Nested
+  presets are defined in the same ``presets`` list, so walking every
+  definition reaches every depth.
+
+Then, as the guarantee that nothing was missed, the graph is expanded the way
+the run will expand it; every value that lands in a secret param of an
+expanded node, and every value found above, is also taken out wherever else
+it still appears in the copy (a message param that repeats the key),
+and is masked even if it came from somewhere that is not stored (an installed
+preset file).
+
+Masking works on values, never on an encoded line: :func:`redact_value` walks
+decoded event data (keys too) before it is encoded, and :func:`redact_text`
+also replaces the JSON-escaped and ``repr`` forms a value takes inside text
+(quotes, backslashes, tabs, newlines and non-ASCII letters all change when
+escaped). A secret shorter than :data:`MIN_SECRET_LEN` characters cannot be
+masked without blanking ordinary words, so :func:`short_secrets` lists them
+and submit refuses them. Line-oriented text (a run's stderr) is read line by
+line, so a secret that spans lines is also masked piece by piece, for every
+line of it at least :data:`MIN_SECRET_LEN` long.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any
+import json
+from typing import Any, Iterable
 
 from cdui.nodes.registry import Registry
 
 Path_ = list[Any]
+MIN_SECRET_LEN = 4
+MASK = "***"
+PRESET_PREFIX = "preset:"
+# An override for an inner node this code cannot see (unknown preset) is
+# scrubbed by name: better a blank param than a stored key.
+_SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential")
 
 
 def _secret_names(registry: Registry, node_type: str) -> set[str]:
@@ -24,62 +57,190 @@ def _secret_names(registry: Registry, node_type: str) -> set[str]:
     return {p.name for p in cls.define_params() if p.param_type == "secret"}
 
 
-def split_secrets(graph: Any, registry: Registry) -> tuple[Any, list[tuple[Path_, Any]]]:
+def _named_secret(params: Any) -> set[str]:
+    if not isinstance(params, dict):
+        return set()
+    return {k for k in params if isinstance(k, str) and any(w in k.lower() for w in _SECRET_WORDS)}
+
+
+def _preset_name(p: dict[str, Any]) -> str:
+    return str(p.get("preset_name") or p.get("name"))
+
+
+def split_secrets(graph: Any, registry: Registry,
+                  library: dict[str, dict[str, Any]] | None = None) -> tuple[Any, list[tuple[Path_, Any]]]:
     g = copy.deepcopy(graph)
     found: list[tuple[Path_, Any]] = []
     if not isinstance(g, dict):
         return g, found
-    presets = {str(p.get("preset_name") or p.get("name")): p for p in g.get("presets") or []
-               if isinstance(p, dict)}
+    presets: dict[str, dict[str, Any]] = dict(library or {})
+    presets.update({_preset_name(p): p for p in g.get("presets") or [] if isinstance(p, dict)})
 
     def scrub(params: Any, names: set[str], path: Path_) -> None:
         if not isinstance(params, dict):
             return
-        for name in names:
+        for name in sorted(names):
             if params.get(name) not in (None, ""):
                 found.append((path + [name], params[name]))
                 params[name] = ""
 
-    for i, n in enumerate(g.get("nodes") or []):
+    def scrub_internal(internal: Any, preset_type: str, path: Path_) -> None:
+        if not isinstance(internal, dict):
+            return
+        preset = presets.get(preset_type[len(PRESET_PREFIX):])
+        inner_types = {x.get("id"): x.get("type") for x in (preset or {}).get("nodes") or [] if isinstance(x, dict)}
+        for inner_id, params in internal.items():
+            itype = inner_types.get(inner_id)
+            names = _secret_names(registry, itype) if isinstance(itype, str) else set()
+            if not isinstance(itype, str) or itype.startswith(PRESET_PREFIX) or registry.get(itype) is None:
+                names |= _named_secret(params)
+            scrub(params, names, path + [inner_id])
+
+    def scrub_node(n: Any, path: Path_) -> None:
         if not isinstance(n, dict) or not isinstance(n.get("type"), str):
-            continue
+            return
+        names = _secret_names(registry, n["type"])
+        scrub(n.get("params"), names, path + ["params"])
         data = n.get("data")
-        if not isinstance(data, dict):
-            continue
-        scrub(data.get("params"), _secret_names(registry, n["type"]), ["nodes", i, "data", "params"])
-        if n["type"].startswith("preset:") and isinstance(data.get("internalParams"), dict):
-            preset = presets.get(n["type"][7:]) or {}
-            inner_types = {x.get("id"): x.get("type") for x in preset.get("nodes", []) if isinstance(x, dict)}
-            for inner_id, params in data["internalParams"].items():
-                names = _secret_names(registry, str(inner_types.get(inner_id, "")))
-                if not inner_types:  # unknown preset: scrub any param whose name says secret
-                    names = {k for k in (params or {}) if "key" in k.lower() or "secret" in k.lower() or "token" in k.lower()}
-                scrub(params, names, ["nodes", i, "data", "internalParams", inner_id])
+        if isinstance(data, dict):
+            scrub(data.get("params"), names, path + ["data", "params"])
+            if n["type"].startswith(PRESET_PREFIX):
+                scrub_internal(data.get("internalParams"), n["type"], path + ["data", "internalParams"])
+
+    for i, n in enumerate(g.get("nodes") or []):
+        scrub_node(n, ["nodes", i])
     for j, p in enumerate(g.get("presets") or []):
-        if not isinstance(p, dict):
-            continue
-        for k, inner in enumerate(p.get("nodes") or []):
-            if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-                scrub(inner.get("params"), _secret_names(registry, inner["type"]), ["presets", j, "nodes", k, "params"])
+        if isinstance(p, dict):
+            for k, inner in enumerate(p.get("nodes") or []):
+                scrub_node(inner, ["presets", j, "nodes", k])
+
+    # The guarantee: whatever the expansion puts into a secret param, and any
+    # other copy of a secret found above, is gone from the copy.
+    values = _expanded_secret_values(graph, registry, library) | {v for _, v in found if isinstance(v, str)}
+    for path, leaf in list(_string_leaves(g, [])):
+        if leaf in values:
+            _set(g, path, "")
+            found.append((path, leaf))
+    stored = {str(v) for _, v in found}
+    # Values that are not in the stored copy at all (an installed preset file's): masked only.
+    found.extend(([], v) for v in sorted(values - stored))
     return g, found
+
+
+def _expanded_secret_values(graph: Any, registry: Registry,
+                            library: dict[str, dict[str, Any]] | None) -> set[str]:
+    from cdui.graph.model import parse
+    try:
+        expanded, _ = parse(graph, library)
+    except Exception:  # a graph parse refuses is refused at validation; nothing to add here
+        return set()
+    out: set[str] = set()
+    for n in expanded.nodes.values():
+        for name in _secret_names(registry, n.type):
+            v = n.params.get(name)
+            if v not in (None, ""):
+                out.add(str(v))
+    return out
+
+
+def _string_leaves(obj: Any, path: Path_) -> Iterable[tuple[Path_, str]]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _string_leaves(v, path + [k])
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _string_leaves(v, path + [i])
+    elif isinstance(obj, str) and path:
+        yield path, obj
+
+
+def _set(obj: Any, path: Path_, value: Any) -> None:
+    for key in path[:-1]:
+        obj = obj[key]
+    obj[path[-1]] = value
 
 
 def fill_secrets(graph: Any, secrets: list[tuple[Path_, Any]]) -> Any:
     g = copy.deepcopy(graph)
     for path, value in secrets:
-        target = g
+        if not path:
+            continue  # a value that is masked only: it never left its place
         try:
-            for key in path[:-1]:
-                target = target[key]
-            target[path[-1]] = value
+            _set(g, path, value)
         except (KeyError, IndexError, TypeError):
             continue
     return g
 
 
-def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
-    """Blank any secret value that appears in a log line or error message."""
+def describe_path(graph: Any, path: Path_) -> str:
+    """``nodes[0] (id 'hook') data.params.api_key``: where a secret sits, without its value."""
+    out: list[str] = []
+    obj = graph
+    for key in path:
+        try:
+            obj = obj[key]
+        except (KeyError, IndexError, TypeError):
+            obj = None
+        if isinstance(key, int):
+            ident = obj.get("id") if isinstance(obj, dict) else None
+            out[-1] += f"[{key}]" + (f" (id {ident!r})" if ident else "")
+        else:
+            out.append(str(key))
+    return ".".join(out) if out else "(a preset installed in data/presets)"
+
+
+def short_secrets(secrets: list[tuple[Path_, Any]]) -> list[Path_]:
+    """Paths of secrets too short to mask safely (refused at submit)."""
+    return [p for p, v in secrets if len(str(v)) < MIN_SECRET_LEN]
+
+
+def _forms(secrets: Iterable[tuple[Path_, Any]]) -> list[str]:
+    forms: set[str] = set()
     for _, value in secrets:
-        if isinstance(value, str) and len(value) >= 4:
-            text = text.replace(value, "***")
+        v = str(value)
+        if len(v) < MIN_SECRET_LEN:
+            continue
+        forms.add(v)
+        forms.add(json.dumps(v)[1:-1])
+        forms.add(json.dumps(v, ensure_ascii=False)[1:-1])
+        forms.add(repr(v)[1:-1])
+        forms.add(v.encode("unicode_escape").decode("ascii"))
+        # How an exception shows the bytes of a header or body: b'...\xe9...'.
+        for enc in ("utf-8", "latin-1"):
+            try:
+                forms.add(repr(v.encode(enc))[2:-1])
+            except UnicodeEncodeError:
+                pass
+        for line in v.splitlines():
+            if len(line) >= MIN_SECRET_LEN:
+                forms.add(line)
+    # Longest first, so a value is masked whole before any of its pieces.
+    return sorted((f for f in forms if len(f) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
+    """Blank every secret value (and its escaped forms) in a log line or error message."""
+    for form in _forms(secrets):
+        if form in text:
+            text = text.replace(form, MASK)
     return text
+
+
+def redact_value(obj: Any, secrets: list[tuple[Path_, Any]]) -> Any:
+    """Blank secret values in decoded event data: strings, dict keys, nested lists and dicts."""
+    forms = _forms(secrets)
+    if not forms:
+        return obj
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, str):
+            for form in forms:
+                if form in x:
+                    x = x.replace(form, MASK)
+            return x
+        if isinstance(x, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v) for v in x]
+        return x
+    return walk(obj)
