@@ -297,15 +297,15 @@ def test_worker_credential_is_confined(cp, tmp_path):
                        headers={**auth, "Content-Type": f"multipart/form-data; boundary={boundary}"})
             return r.status, r.json() if r.body else None
 
-        for meta in ({"group": "output", "relative_path": "../../evil.txt"},
-                     {"group": "output", "relative_path": "files/evil.txt"},
-                     {"group": "output", "relative_path": "/tmp/evil.txt"},
-                     {"group": "output", "relative_path": "custom_nodes/evil.py"},
-                     {"group": "artifact", "kind": "checkpoint", "name": "../../../evil.txt"},
-                     {"group": "artifact", "kind": "../x", "name": "evil.txt"},
-                     {"group": "artifact", "kind": "checkpoint", "name": "a\x00b"}):
+        for meta, code in (({"group": "output", "relative_path": "../../evil.txt"}, "path_refused"),
+                           ({"group": "output", "relative_path": "files/evil.txt"}, "path_refused"),
+                           ({"group": "output", "relative_path": "/tmp/evil.txt"}, "path_refused"),
+                           ({"group": "output", "relative_path": "custom_nodes/evil.py"}, "path_refused"),
+                           ({"group": "artifact", "kind": "checkpoint", "name": "../../../evil.txt"}, "path_refused"),
+                           ({"group": "artifact", "kind": "../x", "name": "evil.txt"}, "bad_upload"),
+                           ({"group": "artifact", "kind": "checkpoint", "name": "a\x00b"}, "path_refused")):
             status, body = upload(meta)
-            assert 400 <= status < 500, (meta, status, body)
+            assert (status, body["error"]["code"]) == (400, code), (meta, status, body)
         assert not list(tmp_path.rglob("evil*")), "nothing was written for a refused upload"
         status, body = upload({"group": "output", "relative_path": "output/ok.txt"})
         assert status == 201, body
