@@ -284,8 +284,9 @@ def test_drain_remove_revokes(cp, tmp_path):
     cp.call("POST", "/api/workers/w1/drain", expect=200)
     assert worker(cp, "w1")["status"] == "draining"
     queued = cp.submit(ticker_graph(2), {"target": {"worker": "w1"}})
-    wait_for(lambda: "draining" in (cp.run(queued["id"]).get("queue_reason") or ""), 30, 0.2,
-             "a queue_reason that says w1 is draining")
+    draining = "waiting: worker w1 is draining (no new runs)"
+    wait_for(lambda: cp.run(queued["id"])["queue_reason"] == draining, 30, 0.2, f"the queue_reason {draining!r}",
+             detail=lambda: cp.run(queued["id"]))
     cp.call("POST", "/api/workers/w1/undrain", expect=200)
     assert wait_run(cp, queued["id"])["status"] == "succeeded"
     running = cp.submit(ticker_graph(10000, 0.05), {"target": {"worker": "w1"}})
