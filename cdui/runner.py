@@ -11,6 +11,11 @@ Stop: :meth:`RunHandle.stop` writes ``stop`` to the run's stdin and gives it
 (``cancelled`` when it honoured the stop); one still alive after the grace is
 killed and ends ``interrupted``. A run subprocess that dies on its own without
 a result ends ``failed`` with ``run subprocess exited with code N``.
+
+Devices: a run on slot ``cuda:N`` gets ``CUDA_VISIBLE_DEVICES`` set to the one
+card that slot is (see :func:`map_slot_device`) and is told, in the job's
+``options.process_device``, that its card is ``cuda:0``. The slot name
+(``options.slot_device``) is what events and the run object show.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from cdui.errors import CduiError
 from cdui.graph.secrets import redact_text, redact_value
 from cdui.private import open_private_append, user_umask
 
@@ -34,15 +40,69 @@ STOP_GRACE_S = 10.0
 MAX_LOG_LINE = 4000
 
 
-def run_env(options: dict[str, Any]) -> dict[str, str]:
-    env = dict(os.environ)
+def _visible_entries(inherited: str) -> list[str]:
+    """The devices an inherited ``CUDA_VISIBLE_DEVICES`` lists, in order.
+
+    CUDA reads the list up to its first invalid entry and ignores the rest
+    (``-1`` is the usual way to hide every card), so an empty or negative
+    entry ends it here too. Entries are kept as written: an index, a
+    ``GPU-<uuid>`` or a ``MIG-<uuid>`` all select one device."""
+    out: list[str] = []
+    for raw in inherited.split(","):
+        entry = raw.strip()
+        if not entry or entry.startswith("-"):
+            break
+        out.append(entry)
+    return out
+
+
+def map_slot_device(slot: str, inherited: str | None) -> tuple[str, str | None]:
+    """Map a run's slot to what its subprocess needs.
+
+    Returns ``(device, cuda_visible_devices)``: the device the run is told to
+    use inside its own process, and the ``CUDA_VISIBLE_DEVICES`` it gets
+    (``None``: leave the inherited environment as it is).
+
+    Slot numbers count the devices this agent or server sees, and it sees
+    only what its own ``CUDA_VISIBLE_DEVICES`` (set by SLURM, systemd or
+    docker) lists: slot ``cuda:1`` under ``2,3`` is physical card ``3``. The
+    run is given exactly that one card, so inside it the card is ``cuda:0``;
+    telling it ``cuda:1`` would name a device its process does not have.
+    Raises :class:`CduiError` when the slot names a card that is not there."""
+    slot = str(slot or "cpu").strip()
+    kind, _, index_text = slot.partition(":")
+    if kind != "cuda":
+        return slot, None
+    index_text = index_text or "0"
+    if not index_text.isdigit():
+        raise CduiError("bad_device", f"device {slot!r} is not valid: the part after 'cuda:' must be a card number",
+                        hint="use cuda or cuda:N with N = 0, 1, ...")
+    index = int(index_text)
+    if inherited is None:
+        return "cuda:0", str(index)
+    entries = _visible_entries(inherited)
+    if index >= len(entries):
+        seen = f"{len(entries)} card(s): {', '.join(entries)}" if entries else "no card"
+        raise CduiError("device_not_visible",
+                        f"run slot {slot!r} names card {index}, but CUDA_VISIBLE_DEVICES={inherited!r} "
+                        f"leaves this process {seen}",
+                        hint="offer only the cards this process can see (--devices), or start it with a "
+                             "CUDA_VISIBLE_DEVICES that lists the card")
+    return "cuda:0", entries[index]
+
+
+def run_env(options: dict[str, Any], base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """The run subprocess's environment and the device it is told to use.
+
+    ``base`` is the environment inherited (default: this process's)."""
+    env = dict(os.environ if base is None else base)
     # Secrets never travel in the environment; make sure no stray one does.
     env.pop("CODEFYUI_AGENT_TOKEN", None)
     env["PYTHONUNBUFFERED"] = "1"
-    dev = str(options.get("slot_device") or "cpu")
-    if dev.startswith("cuda:"):
-        env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
-    return env
+    device, visible = map_slot_device(str(options.get("slot_device") or "cpu"), env.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return env, device
 
 
 class RunHandle:
@@ -147,15 +207,25 @@ class RunHandle:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.open()
+        options = job.get("options") or {}
+        try:
+            env, device = run_env(options)
+        except CduiError as exc:
+            # A slot this process cannot give (its card is not visible here) fails
+            # the run with the reason, rather than running it on the wrong device.
+            await self._close({"status": "failed", "error": str(exc)})
+            return
         self.proc = await asyncio.create_subprocess_exec(
             python or sys.executable, "-m", "cdui.runproc",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=run_env(job.get("options") or {}), cwd=str(Path(__file__).resolve().parent.parent),
+            env=env, cwd=str(Path(__file__).resolve().parent.parent),
             start_new_session=True, limit=16 * 1024 * 1024, umask=user_umask())
+        # Events and the run keep naming the slot; only the subprocess sees its own numbering.
         self.record("status", {"status": "running", "pid": self.proc.pid,
-                               "device": (job.get("options") or {}).get("slot_device", "cpu")})
+                               "device": options.get("slot_device", "cpu")})
         assert self.proc.stdin
-        self.proc.stdin.write((json.dumps(job) + "\n").encode())
+        sent = {**job, "options": {**options, "process_device": device}}
+        self.proc.stdin.write((json.dumps(sent) + "\n").encode())
         await self.proc.stdin.drain()
         if self.stop_requested:
             # Stop was asked for while the run was being prepared: tell the process at once.

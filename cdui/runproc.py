@@ -4,6 +4,9 @@ Protocol with its parent (:mod:`cdui.runner`):
 
 - stdin, first line: the job as JSON ``{run_id, graph, secrets, options, layout,
   custom_nodes_dir, plugins_dir}``. Secrets arrive only here, on the pipe.
+  ``options.process_device`` is the device nodes use in this process (``cuda:0``
+  for any CUDA slot, see :func:`cdui.runner.map_slot_device`); ``options.slot_device``
+  is the slot's name, used in messages.
   Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
 - fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
   one has kind ``result`` (``{"status", "error"}``). Anything a node or library
@@ -74,7 +77,10 @@ def main() -> int:
     from cdui.nodes.registry import build_registry
 
     opts = job.get("options") or {}
-    device = opts.get("slot_device") or "cpu"
+    # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
+    # own number (cuda:1) may not exist here; process_device is what does.
+    slot = opts.get("slot_device") or "cpu"
+    device = opts.get("process_device") or slot
     try:
         layout = Layout.from_json(job["layout"])
         registry = build_registry(Path(job["custom_nodes_dir"]) if job.get("custom_nodes_dir") else None,
@@ -87,7 +93,8 @@ def main() -> int:
             emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
             return 0
         ctx = RunContext(job["run_id"], layout, emit, device=device, stop_event=stop)
-        emit("log", {"message": f"running {len(plan.order)} nodes on {device}", "level": "info"})
+        where = slot if device == slot else f"{slot} ({device} in the run's process)"
+        emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
         Executor(registry, ctx).run(plan)
     except RunStopped:
         emit("result", {"status": "cancelled", "error": "stopped on request"})

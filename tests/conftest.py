@@ -43,3 +43,43 @@ def _cdui_process_logs_on_failure(request):
         pm.register(LogSectionsPlugin(), "cdui-process-logs")
     yield
 # --- end process helpers
+
+
+# --- leftover processes (tests/procs.py ProcessSweep)
+# Every test, and every module, ends with no process it started still running:
+# whatever it left (a server it forgot to stop, an agent, an orphaned run
+# subprocess) gets SIGTERM, then SIGKILL, and the test's output says what was
+# ended (a warning in the summary). Processes of longer-lived fixtures survive.
+from procs import ProcessSweep, mark_session  # noqa: E402
+
+mark_session()
+
+
+class LeftoverProcessWarning(UserWarning):
+    """A test (or module) left processes running; conftest ended them."""
+
+
+def _end_leftovers(sweep, request, what):
+    import warnings
+    ended = sweep.end_leftovers(float(os.environ.get("CDUI_TEST_LEFTOVER_GRACE_S", "10")))
+    if ended:
+        lines = "\n  ".join(ended)
+        msg = f"{what} {request.node.nodeid} left {len(ended)} process(es) running; ended them:\n  {lines}"
+        warnings.warn(LeftoverProcessWarning(msg), stacklevel=1)
+        import sys
+        print(msg, file=sys.stderr)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _end_module_leftovers(request):
+    sweep = ProcessSweep()
+    yield
+    _end_leftovers(sweep, request, "module")
+
+
+@pytest.fixture(autouse=True)
+def _end_test_leftovers(request):
+    sweep = ProcessSweep()
+    yield
+    _end_leftovers(sweep, request, "test")
+# --- end leftover processes

@@ -11,11 +11,20 @@ real ports, real files.
 
 Every process started here is remembered, so a failing test can show the
 tail of each log (see :class:`LogSectionsPlugin`, registered by conftest).
+
+Leftover processes (see :class:`ProcessSweep`): every process a test session
+starts carries ``CDUI_TEST_SESSION`` in its environment (set by conftest and
+inherited by servers, agents and their run subprocesses), so one left behind
+is found even after its parent died and it was reparented away from pytest;
+a descendant of the pytest process is found by its parent chain. conftest
+ends, after each test (and each module), what that test started and left
+running; processes that a longer-lived fixture owns survive.
 """
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,6 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 _ALL: list["Proc"] = []
 _LOGS: dict[Path, str] = {}  # log files of processes not started here (e.g. `cdui start` in the background)
+SESSION_ENV = "CDUI_TEST_SESSION"
 
 
 def free_port() -> int:
@@ -185,6 +195,157 @@ class Proc:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+# -- leftover processes -------------------------------------------------------------
+def mark_session() -> str:
+    """Give this pytest process (and so everything it starts) a session marker."""
+    value = f"{os.getpid()}-{secrets.token_hex(8)}"
+    os.environ[SESSION_ENV] = value
+    return value
+
+
+ProcKey = tuple[int, int]  # (pid, start time in clock ticks): a pid alone can be reused
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, start time, state) of every process visible in /proc."""
+    table: dict[int, tuple[int, int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        table[int(entry)] = (int(fields[1]), int(fields[19]), fields[0])
+    return table
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return marker in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def session_processes(marker: str | None = None) -> dict[int, tuple[int, int]]:
+    """Live processes of this test session: pid -> (parent pid, start time).
+
+    A process belongs to the session if it carries the session marker or its
+    parent chain leads to this pytest process. Zombies are left out (dead)."""
+    me = os.getpid()
+    mark = f"{SESSION_ENV}={marker or os.environ.get(SESSION_ENV, '')}".encode()
+    table = _proc_table()
+    out: dict[int, tuple[int, int]] = {}
+    for pid, (ppid, start, state) in table.items():
+        if pid == me or state in ("Z", "X"):
+            continue
+        chain, p, hops = False, ppid, 0
+        while p > 1 and hops < 64:
+            if p == me:
+                chain = True
+                break
+            p, hops = table.get(p, (0, 0, ""))[0], hops + 1
+        if chain or _has_marker(pid, mark):
+            out[pid] = (ppid, start)
+    return out
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid}: {cmd[:200]}"
+
+
+class ProcessSweep:
+    """What was running when a scope (a test, a module) began, so that its end
+    can find what the scope started and left running.
+
+    Kept alive at the end: processes that were already running at the start,
+    the current process of every :class:`Proc` created before the start (a
+    module's server that a test restarted), and any descendant of those (a
+    module server's run subprocesses are that server's to end)."""
+
+    def __init__(self) -> None:
+        self.before: set[ProcKey] = {(pid, st) for pid, (_, st) in session_processes().items()}
+        self.procs_before = list(_ALL)
+
+    def leftovers(self) -> dict[int, tuple[int, int]]:
+        now = session_processes()
+        owners = {pid for pid, (_, st) in now.items() if (pid, st) in self.before}
+        owners |= {p.pid for p in self.procs_before if p.alive and p.pid is not None}
+
+        def owned(pid: int) -> bool:
+            hops = 0
+            while pid in now and hops < 64:
+                if pid in owners:
+                    return True
+                pid, hops = now[pid][0], hops + 1
+            return False
+        return {pid: v for pid, v in now.items() if not owned(pid)}
+
+    def end_leftovers(self, timeout: float = 20) -> list[str]:
+        """SIGTERM every leftover, SIGKILL what is still alive after ``timeout``
+        seconds; return a line per process ended, saying how."""
+        left = self.leftovers()
+        if not left:
+            return []
+        names = {pid: _describe(pid) for pid in left}
+        for pid in left:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        alive = set(left)
+        while alive and time.monotonic() < deadline:
+            _reap(alive)
+            alive = {pid for pid in alive if _same_process(pid, left[pid][1])}
+            if alive:
+                time.sleep(0.05)  # polling for their exit, bounded by the deadline above
+        for pid in alive:
+            _signal(pid, signal.SIGKILL)
+        dying, deadline = set(alive), time.monotonic() + 30
+        while dying and time.monotonic() < deadline:
+            dying = {pid for pid in dying if _same_process(pid, left[pid][1])}
+            if dying:
+                time.sleep(0.05)  # SIGKILL takes effect asynchronously; poll, bounded
+        _reap(set(left))
+        return [f"{names[pid]} ({'SIGKILL' if pid in alive else 'SIGTERM'})" for pid in sorted(left)]
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _same_process(pid: int, start: int) -> bool:
+    """``pid`` is still the process that started at ``start`` and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return int(fields[19]) == start and fields[0] not in ("Z", "X")
+
+
+def _reap(pids: set[int]) -> None:
+    """Collect the exit status of those that are our own children, so they do
+    not stay zombies (Proc objects get theirs through Popen)."""
+    by_pid = {p.pid: p for p in _ALL if p.proc is not None}
+    for pid in pids:
+        if pid in by_pid:
+            by_pid[pid].proc.poll()  # type: ignore[union-attr]
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
 
 
 class HttpResult:

@@ -223,7 +223,8 @@ def test_run_json_and_api_body(started: Cli) -> None:
     r = cli("run", str(g), "--json", "--target", "local", "--device", "cpu")
     assert r.returncode == 0, explain(r)
     run = json.loads(r.stdout)
-    assert run["status"] in ("queued", "running") and run["options"]["device"] == "cpu"
+    # Its status at submit races the scheduler; the final status is asserted below.
+    assert run["options"]["device"] == "cpu"
 
     def finished() -> bool:
         a = cli("api", "GET", f"/api/runs/{run['id']}")

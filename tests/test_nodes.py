@@ -330,11 +330,31 @@ def test_training_loop_options(ctx: RunContext, tmp_path: Path) -> None:
     assert out["metrics"]["lr_history"][:3] == [0.05, 0.05, 0.025] and len(out["val_losses"]) > 0
 
 
-def test_training_loop_unavailable_device_falls_back(ctx: RunContext, events: Events) -> None:
+def test_training_loop_on_cuda_uses_the_card_or_falls_back(ctx: RunContext, events: Events) -> None:
+    """Asking for cuda trains on the card where there is one; where there is
+    none, the run falls back to the CPU with a warning instead of failing."""
+    _, out = iris_training(ctx, epochs=1, device="cuda")
+    trained_on = next(out["model"].parameters()).device.type
+    fallbacks = [w for w in events.of("run_warning") if w["kind"] == "device_fallback"]
     if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    iris_training(ctx, epochs=1, device="cuda")
-    assert events.of("run_warning")[0]["kind"] == "device_fallback"
+        assert trained_on == "cuda" and fallbacks == []
+    else:
+        assert trained_on == "cpu"
+        assert fallbacks == [{"node_id": "trainingloop", "kind": "device_fallback",
+                              "message": "device 'cuda' is not available on this machine; using 'cpu'",
+                              "requested": "cuda", "used": "cpu"}]
+
+
+def test_training_loop_on_a_card_this_process_lacks_falls_back(ctx: RunContext, events: Events) -> None:
+    """A run's process sees only its own card, so a graph naming a card number
+    past the ones visible here falls back (on machines with and without CUDA)."""
+    missing = f"cuda:{torch.cuda.device_count()}"
+    _, out = iris_training(ctx, epochs=1, device=missing)
+    assert next(out["model"].parameters()).device.type == "cpu"
+    assert [w for w in events.of("run_warning") if w["kind"] == "device_fallback"] == [
+        {"node_id": "trainingloop", "kind": "device_fallback",
+         "message": f"device {missing!r} is not available on this machine; using 'cpu'",
+         "requested": missing, "used": "cpu"}]
 
 
 def test_inference_and_tensor_dataset(ctx: RunContext) -> None:

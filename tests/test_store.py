@@ -147,6 +147,14 @@ def test_append_events_refuses_gaps(store: Store) -> None:
     run(go())
 
 
+async def writes_queued(store: Store, n: int, timeout: float = 60) -> None:
+    """Wait until ``n`` write jobs wait in the writer's queue (behind a blocker)."""
+    deadline = time.monotonic() + timeout
+    while store._q.qsize() < n:  # the queue's depth is the condition; no public view of it exists
+        assert time.monotonic() < deadline, f"only {store._q.qsize()} of {n} writes were queued after {timeout} s"
+        await asyncio.sleep(0.005)  # polling the condition above, bounded by the deadline
+
+
 def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
     """foundation: many concurrent writes from asyncio tasks all land, and the
     single writer commits jobs queued together in one transaction."""
@@ -163,7 +171,7 @@ def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
             await store.create_run(new_run(f"run-{i:04d}"))
             await store.append_events("c", f"src{i}", [ev(1, i=i)])
         tasks = [asyncio.create_task(one(i)) for i in range(n)]
-        await asyncio.sleep(0.05)  # let every task queue its first write behind the blocker
+        await writes_queued(store, n)  # every task's first write waits behind the blocker
         blocker.release.set()
         await asyncio.gather(block_task, *tasks)
         commits = store.commits - before
@@ -199,7 +207,7 @@ def test_failing_job_rolls_back_only_itself(store: Store) -> None:
         a = asyncio.create_task(store.write(good("a")))
         b = asyncio.create_task(store.write(bad))
         c = asyncio.create_task(store.write(good("c")))
-        await asyncio.sleep(0.05)
+        await writes_queued(store, 3)
         before = store.commits
         blocker.release.set()
         await block_task

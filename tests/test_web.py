@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
-import subprocess
+import shutil
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
+
+from procs import (Proc, ServerProc, csv_print_graph, env_for, graph, load_example, node, trig, wait_for,
+                   wait_run)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -26,18 +25,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 SCREENSHOT = Path("/tmp/cdui-web.png")
 LONG = 180_000  # ms: generous waits for selectors, never a timing assertion
 
-SMALL_GRAPH = {
-    "format_version": 1,
-    "nodes": [
-        {"id": "s", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
-        {"id": "t", "type": "TensorCreate", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
-        {"id": "p", "type": "Print", "position": {"x": 0, "y": 0}, "data": {"params": {"label": "hi"}}},
-    ],
-    "edges": [
-        {"id": "e1", "source": "s", "target": "t", "sourceHandle": "trigger", "type": "trigger"},
-        {"id": "e2", "source": "t", "target": "p", "sourceHandle": "tensor", "targetHandle": "value", "type": "data"},
-    ],
-}
 # Two nodes of types that do not exist: at least two validation errors.
 BAD_GRAPH = {
     "format_version": 1,
@@ -63,65 +50,23 @@ def _playwright():
     return sync_playwright
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _call(base: str, method: str, path: str, token: str | None = None, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method)
-    if token:
-        req.add_header("X-CodefyUI-Token", token)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+@pytest.fixture(scope="module")
+def sync_playwright():
+    return _playwright()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    sync_playwright = _playwright()
-    tmp = tmp_path_factory.mktemp("web")
-    port = _free_port()
-    env = dict(os.environ, CODEFYUI_USER_DATA_DIR=str(tmp / "user"), CODEFYUI_DATA_DIR=str(tmp / "data"))
-    log = open(tmp / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "cdui", "start", "--foreground", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+def server(tmp_path_factory, sync_playwright) -> Iterator[ServerProc]:
+    s = ServerProc(tmp_path_factory.mktemp("web"), name="web-server")
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}: {(tmp / 'server.log').read_text()[-3000:]}")
-            try:
-                if _call(base, "GET", "/api/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server did not answer /api/health: {(tmp / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        status, body = _call(base, "GET", "/api/auth/bootstrap")
-        assert status == 200, body
-        yield {"base": base, "token": body["token"], "tmp": tmp, "sync_playwright": sync_playwright}
+        yield s.start()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        s.stop()
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    with server["sync_playwright"]() as p:
+def browser(sync_playwright):
+    with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             yield b
@@ -137,12 +82,8 @@ def _page(browser, errors: list[str]):
 
 
 def test_runs_detail_submit_errors_upload(server, browser):
-    base, token = server["base"], server["token"]
-    example = ROOT / "examples" / "iris_train.json"
-    graph = json.loads(example.read_text()) if example.is_file() else SMALL_GRAPH
-    status, run = _call(base, "POST", "/api/runs", token, {"graph": graph, "options": {"target": "local"}})
-    assert status == 201, run
-    rid = run["id"]
+    base = server.url
+    rid = server.submit(load_example(), {"target": "local"})["id"]
 
     errors: list[str] = []
     page = _page(browser, errors)
@@ -160,23 +101,20 @@ def test_runs_detail_submit_errors_upload(server, browser):
     page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
     page.wait_for_selector("#log li.ev-node_status:has-text('done')")
     page.wait_for_selector("#log li.ev-log")
-    if graph is SMALL_GRAPH:
-        page.wait_for_selector("#log li.ev-log:has-text('[hi]')")
     # Every stored event is shown exactly once (seq gapless, no duplicates after reconnects).
-    _, evs = _call(base, "GET", f"/api/runs/{rid}/events", token)
+    evs = server.events(rid)
     page.wait_for_selector(f"#log li[data-seq='{evs[-1]['seq']}']")
     shown = page.eval_on_selector_all("#log li", "els => els.map(e => Number(e.dataset.seq))")
     assert shown == [e["seq"] for e in evs]
     assert page.is_disabled("#btn-stop") and page.is_enabled("#btn-delete")
-    _, arts = _call(base, "GET", f"/api/runs/{rid}/artifacts", token)
-    if arts:
-        page.wait_for_selector("#artifacts-body tr a[download]")
-        assert page.locator("#artifacts-body tr").count() == len(arts)
-    else:
-        page.wait_for_selector("#artifacts-empty:not([hidden])")
+    # The iris example saves its model: at least that artifact, each listed once with a link.
+    arts = server.call("GET", f"/api/runs/{rid}/artifacts", expect=200)
+    assert [a for a in arts if a["kind"] == "model"], arts
+    page.wait_for_selector("#artifacts-body tr a[download]")
+    assert page.locator("#artifacts-body tr").count() == len(arts)
 
     # An invalid graph submitted through the form: every validation error is listed.
-    status, bad = _call(base, "POST", "/api/runs", token, {"graph": BAD_GRAPH})
+    status, bad = server.api("POST", "/api/runs", {"graph": BAD_GRAPH})
     assert status == 400, bad
     details = bad["error"]["details"]
     page.fill("#graph-text", json.dumps(BAD_GRAPH, indent=1))
@@ -191,7 +129,7 @@ def test_runs_detail_submit_errors_upload(server, browser):
     assert "ghost1" in text
 
     # Upload: name, sha256 and size come back.
-    up = server["tmp"] / "hello.csv"
+    up = server.tmp / "hello.csv"
     up.write_text("a,b\n1,2\n")
     page.select_option("#upload-kind", "files")
     page.set_input_files("#upload-file", str(up))
@@ -199,8 +137,9 @@ def test_runs_detail_submit_errors_upload(server, browser):
     page.wait_for_selector("#upload-results li:has-text('hello.csv')")
     assert hashlib.sha256(up.read_bytes()).hexdigest() in page.inner_text("#upload-results")
 
-    # Workers: a list, or "No workers" when the server has none (or no workers route yet).
-    page.wait_for_selector("#workers-empty:not([hidden]), #workers-list li")
+    # This server has no workers (the workers section has its own test with a real agent).
+    page.wait_for_selector("#workers-empty:not([hidden])")
+    assert page.locator("#workers-list li").count() == 0
     page.wait_for_selector("#btn-add-worker")
     assert page.is_hidden("#banner"), page.inner_text("#banner")
     page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -218,71 +157,147 @@ def test_token_form_when_bootstrap_is_refused(server, browser):
     page.route("**/api/auth/bootstrap", lambda route: route.fulfill(
         status=404, content_type="application/json",
         body=json.dumps({"error": {"code": "not_found", "message": "no such path"}})))
-    page.goto(server["base"] + "/")
+    rid = server.submit(csv_print_graph(), {"target": "local"})["id"]
+    page.goto(server.url + "/")
     page.wait_for_selector("#token-form:not([hidden])")
     assert "session-token" in page.inner_text("#token-form")
     page.fill("#token-input", "wrong-token")
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("#token-error:has-text('did not accept')")
-    page.fill("#token-input", server["token"])
+    page.fill("#token-input", server.token)
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("#token-form[hidden]", state="attached")
     page.wait_for_selector("#server-status.ok")
-    page.wait_for_selector("#runs-body tr, #runs-empty:not([hidden])")
+    page.wait_for_selector(f"#runs-body tr[data-run-id='{rid}']")
     assert not errors, errors
     context.close()
 
 
-WORKERS = {
-    "workers": [
-        {"name": "gpu-box", "status": "online", "version": "0.1.0",
-         "devices": [{"device": "cuda:0", "slots": 2, "in_use": 1}, {"device": "cpu", "slots": 1, "in_use": 0}],
-         "runs": ["abc123def456"], "last_seen": "2026-01-02T03:04:05Z", "address": "192.0.2.7:51234",
-         "labels": {"data": "/nas/data"}, "unencrypted": True},
-        {"name": "old-box", "status": "draining", "version": "0.1.0", "devices": [], "runs": [],
-         "last_seen": None, "address": None, "labels": [], "unencrypted": False},
-    ],
-    "rejected": [{"name": "stale", "reason": "version 0.0.9 does not match 0.1.0", "address": "192.0.2.9",
-                  "at": "2026-01-02T03:04:05Z"}],
-}
+
+SLEEPER = '''
+"""A node that runs until it is stopped, for the web page's workers test."""
+import time
+
+from cdui.graph.context import RunStopped
+from cdui.nodes.base import Node
 
 
-def test_workers_section(server, browser):
-    """The workers list, rejected connections and actions, against the documented API shape."""
+class WebSleeperNode(Node):
+    NODE_NAME = "WebSleeper"
+
+    def execute(self, inputs, params, ctx):
+        while not ctx.should_stop():
+            time.sleep(0.05)  # the run's work: waiting to be stopped
+        raise RunStopped()
+'''
+
+
+def _install_sleeper(data_dir: Path) -> None:
+    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (data_dir / "custom_nodes" / "sleeper.py").write_text(SLEEPER)
+
+
+def _agent(tmp: Path, control: str, user_data: Path, data_dir: Path, name: str, log: str,
+           token: str | None = None) -> Proc:
+    cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--name", name,
+           "--devices", "cpu", "--mount", f"data={data_dir}", "--foreground"]
+    if token:
+        cmd += ["--token", token]
+    return Proc(cmd, env_for(user_data, data_dir), tmp / log, name=log.rsplit(".", 1)[0])
+
+
+@pytest.fixture
+def worker_setup(tmp_path) -> Iterator[dict[str, Any]]:
+    """A real control plane with worker gpu-box (a real agent) running a run, and a
+    second agent with gpu-box's credential, refused because the name is connected."""
+    cp = ServerProc(tmp_path, name="web-workers-server", extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"})
+    _install_sleeper(cp.data_dir)
+    agent_data = tmp_path / "agent-data"
+    _install_sleeper(agent_data)
+    procs: list[Proc] = [cp]
+    try:
+        cp.start()
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        agent = _agent(tmp_path, cp.url, tmp_path / "agent-ud", agent_data, "gpu-box", "agent-gpu-box.log", tok)
+        procs.append(agent)
+        agent.spawn()
+
+        def online() -> dict[str, Any] | None:
+            assert agent.alive, f"the agent exited with {agent.returncode}:\n{agent.log_tail(30)}"
+            ws = [w for w in cp.call("GET", "/api/workers", expect=200)["workers"] if w["name"] == "gpu-box"]
+            return ws[0] if ws and ws[0]["online"] else None
+        wait_for(online, 120, 0.2, "worker gpu-box online", detail=lambda: agent.log_tail(20))
+        run = cp.submit(graph([node("start", "Start"), node("z", "WebSleeper")], [trig("start", "z")]),
+                        {"target": {"worker": "gpu-box"}})
+        wait_run(cp, run["id"], {"running"}, 120)
+        twin_ud = tmp_path / "twin-ud"
+        shutil.copytree(tmp_path / "agent-ud", twin_ud, ignore=shutil.ignore_patterns("*.pid", "agent-status.json"))
+        twin = _agent(tmp_path, cp.url, twin_ud, agent_data, "gpu-box", "agent-twin.log")
+        procs.append(twin)
+        twin.spawn()
+        wait_for(lambda: [r for r in cp.call("GET", "/api/workers", expect=200)["rejected"]
+                          if r["name"] == "gpu-box" and "already connected" in r["reason"]],
+                 120, 0.2, "the twin agent to be listed under rejected connections")
+        yield {"cp": cp, "agent": agent, "twin": twin, "run": run, "agent_data": agent_data}
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def test_workers_section(worker_setup, browser):
+    """The workers list, rejected connections and actions, against a real server
+    with a real agent: what the page shows is what GET /api/workers says, and its
+    buttons change the real worker."""
+    cp, agent, run = worker_setup["cp"], worker_setup["agent"], worker_setup["run"]
+    api = cp.call("GET", "/api/workers", expect=200)
+    w = api["workers"][0]
+    assert [x["name"] for x in api["workers"]] == ["gpu-box"] and w["status"] == "online"
+    assert w["runs"] == [run["id"]] and w["devices"] == [{"device": "cpu", "slots": 1, "in_use": 1}], w
     errors: list[str] = []
-    calls: list[tuple[str, str]] = []
     page = _page(browser, errors)
-
-    def workers_api(route):
-        req = route.request
-        calls.append((req.method, req.url.split("/api/workers", 1)[1]))
-        if req.method == "GET":
-            return route.fulfill(status=200, content_type="application/json", body=json.dumps(WORKERS))
-        if req.url.endswith("/tokens"):
-            assert json.loads(req.post_data) == {"ttl_s": 86400, "uses": 1}
-            return route.fulfill(status=201, content_type="application/json", body=json.dumps(
-                {"token": "abcdef.0123456789abcdef", "expires_at": "2026-01-03T03:04:05Z",
-                 "command": "cdui agent start --control http://192.0.2.1:8000 --token abcdef.0123456789abcdef"}))
-        return route.fulfill(status=200, content_type="application/json", body="{}")
-
-    page.route("**/api/workers**", workers_api)
-    page.goto(server["base"] + "/")
-    page.wait_for_selector("#workers-list li[data-worker='gpu-box'] .badge.worker-online")
-    card = page.inner_text("#workers-list li[data-worker='gpu-box']")
-    for fact in ("Unencrypted HTTP", "cuda:0 (1/2 in use)", "192.0.2.7:51234", "data=/nas/data", "abc123def456"):
-        assert fact in card
+    page.goto(cp.url + "/")
+    card = "#workers-list li[data-worker='gpu-box']"
+    page.wait_for_selector(f"{card} .badge.worker-online")
+    text = page.inner_text(card)
+    labels = ", ".join(f"{k}={v}" if v else k for k, v in w["labels"].items())
+    for fact in ("cpu (1/1 in use)", w["address"], w["version"], labels, run["id"]):
+        assert fact and fact in text, (fact, text)
+    assert list(w["labels"]) == ["data"], w["labels"]  # the --mount label
+    # Loopback HTTP is not flagged as unencrypted (only a LAN link would be).
+    assert w["unencrypted"] is False and page.locator(f"{card} .mark-warn").count() == 0
     assert page.is_hidden("#workers-empty")
-    page.wait_for_selector("#rejected-list li:has-text('version 0.0.9 does not match')")
+    page.wait_for_selector("#rejected-list li:has-text('gpu-box')")
+    assert "already connected" in page.inner_text("#rejected-list")
+    # Target choices: the three fixed ones and the worker.
+    page.wait_for_function("() => document.querySelectorAll('#target-options option').length === 4")
+    assert page.eval_on_selector_all("#target-options option", "els => els.map(e => e.value)") == [
+        "local", "any", "one-shot", "gpu-box"]
+
+    def status_of() -> str:
+        return [x for x in cp.call("GET", "/api/workers", expect=200)["workers"] if x["name"] == "gpu-box"][0]["status"]
     page.click("button[aria-label='Drain worker gpu-box']")
-    page.click("button[aria-label='Undrain worker old-box']")
-    page.once("dialog", lambda d: d.accept())
-    page.click("button[aria-label='Remove worker old-box']")
+    page.wait_for_selector(f"{card} .badge.worker-draining")
+    assert status_of() == "draining"
+    page.click("button[aria-label='Undrain worker gpu-box']")
+    page.wait_for_selector(f"{card} .badge.worker-online")
+    assert status_of() == "online"
+
     page.click("#btn-add-worker")
-    page.wait_for_selector("#enroll-token:has-text('abcdef.0123456789abcdef')")
-    page.wait_for_selector("#enroll-command:has-text('cdui agent start')")
-    page.wait_for_function("n => document.querySelectorAll('#target-options option').length >= n", arg=5)
-    assert ("POST", "/gpu-box/drain") in calls and ("POST", "/old-box/undrain") in calls
-    assert ("DELETE", "/old-box") in calls and ("POST", "/tokens") in calls
+    page.wait_for_selector("#enroll-token")
+    shown = page.inner_text("#enroll-token").strip()
+    listed = [t["id"] for t in cp.call("GET", "/api/workers/tokens", expect=200)]
+    assert shown.split(".", 1)[0] in listed, (shown, listed)
+    assert f"--token {shown}" in page.inner_text("#enroll-command")
+
+    page.once("dialog", lambda d: d.accept())
+    page.click("button[aria-label='Remove worker gpu-box']")
+    page.wait_for_selector(card, state="detached")
+    page.wait_for_selector("#workers-empty:not([hidden])")
+    assert cp.call("GET", "/api/workers", expect=200)["workers"] == []
+    # Removing revokes the credential: the agent is told and exits 2; its run ends interrupted.
+    wait_for(lambda: not agent.alive, 60, 0.1, "the removed agent to exit")
+    assert agent.returncode == 2, agent.log_tail(20)
+    assert wait_run(cp, run["id"])["status"] == "interrupted"
     page.screenshot(path="/tmp/cdui-web-workers.png", full_page=True)
     assert not errors, errors
     page.close()

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -127,6 +128,36 @@ def progress_ticks(server: ServerProc, run_id: str) -> list[int]:
     return [e["data"]["tick"] for e in server.events(run_id) if e["kind"] == "progress"]
 
 
+def spooled_progress(agent: Agent, run_id: str) -> int:
+    """Progress events the worker has written to its spool for the run (the
+    spool keeps them all until the run ends and everything is acknowledged)."""
+    try:
+        lines = (agent.user_data / "spool" / run_id / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0
+    n = 0
+    for line in lines:
+        try:
+            n += json.loads(line).get("kind") == "progress"
+        except ValueError:
+            continue  # the line being appended right now
+    return n
+
+
+def wait_spooled_beyond(agent: Agent, server: ServerProc, run_id: str, more: int, what: str) -> None:
+    """Wait until the worker has ``more`` progress events that ``server`` has not stored."""
+    stored = len(progress_ticks(server, run_id)) if server.alive else None
+    if stored is None:  # the control plane is down: count from what its database held when it went
+        conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True)
+        try:
+            stored = conn.execute("SELECT COUNT(*) FROM run_events WHERE run_id=? AND kind='progress'",
+                                  (run_id,)).fetchone()[0]
+        finally:
+            conn.close()
+    wait_for(lambda: spooled_progress(agent, run_id) >= stored + more, 120, 0.05, what,
+             detail=lambda: f"{spooled_progress(agent, run_id)} spooled, {stored} stored")
+
+
 def assert_complete_log(server: ServerProc, run_id: str, ticks: int) -> list[dict[str, Any]]:
     evs = server.events(run_id)
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "event seq must be gapless from 1"
@@ -181,9 +212,10 @@ def test_token_refusals_name_taken_and_reissue(cp, tmp_path):
         assert needle in a.log_text(), a.log_tail()
 
     refused("w2", t, "used up")
-    expired = cp.call("POST", "/api/workers/tokens", {"ttl_s": 0.5, "uses": 1}, expect=201)["token"]
-    time.sleep(1.0)
-    refused("w3", expired, "expired")
+    short = cp.call("POST", "/api/workers/tokens", {"ttl_s": 0.5, "uses": 1}, expect=201)
+    wait_for(lambda: [t for t in cp.call("GET", "/api/workers/tokens", expect=200)
+                      if t["id"] == short["id"] and t["expired"]], 30, 0.1, "the short token to be listed as expired")
+    refused("w3", short["token"], "expired")
     revoked = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)
     cp.call("DELETE", f"/api/workers/tokens/{revoked['id']}", expect=200)
     refused("w4", revoked["token"], "revoked")
@@ -252,8 +284,9 @@ def test_drain_remove_revokes(cp, tmp_path):
     cp.call("POST", "/api/workers/w1/drain", expect=200)
     assert worker(cp, "w1")["status"] == "draining"
     queued = cp.submit(ticker_graph(2), {"target": {"worker": "w1"}})
-    wait_for(lambda: "draining" in (cp.run(queued["id"]).get("queue_reason") or ""), 30, 0.2,
-             "a queue_reason that says w1 is draining")
+    draining = "waiting: worker w1 is draining (no new runs)"
+    wait_for(lambda: cp.run(queued["id"])["queue_reason"] == draining, 30, 0.2, f"the queue_reason {draining!r}",
+             detail=lambda: cp.run(queued["id"]))
     cp.call("POST", "/api/workers/w1/undrain", expect=200)
     assert wait_run(cp, queued["id"])["status"] == "succeeded"
     running = cp.submit(ticker_graph(10000, 0.05), {"target": {"worker": "w1"}})
@@ -279,7 +312,7 @@ def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
         proxy.cut()
         r = wait_run(cp, run["id"], {"disconnected"}, 60)
         assert r["worker_status"] and r["worker_status"]["state"] == "disconnected"
-        time.sleep(2)  # ticks go on on the worker while the network is down
+        wait_spooled_beyond(a, cp, run["id"], 10, "the worker to tick on while the network is down")
         proxy.restore()
         assert wait_run(cp, run["id"])["status"] == "succeeded"
         evs = assert_complete_log(cp, run["id"], ticks)
@@ -315,7 +348,7 @@ def test_control_plane_kill9_adopts_worker_run(tmp_path):
         run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
         wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 5, 60, 0.1, "a few ticks")
         cp.kill9()
-        time.sleep(1.5)
+        wait_spooled_beyond(a, cp, run["id"], 5, "the worker to tick on while the control plane is down")
         cp.start()
         done = wait_run(cp, run["id"])
         assert done["status"] == "succeeded", done
@@ -547,7 +580,7 @@ def test_long_outage_replays_thousands_of_events_in_order(tmp_path):
         wait_for(lambda: len(progress_ticks(cp, run["id"])) >= 50, 60, 0.1, "some ticks")
         proxy.cut()
         wait_run(cp, run["id"], {"disconnected"}, 60)
-        time.sleep(3)  # the worker keeps ticking; its events pile up in the spool
+        wait_spooled_beyond(a, cp, run["id"], 1000, "unacknowledged events to pile up in the worker's spool")
         proxy.restore()
         assert wait_run(cp, run["id"], timeout=300)["status"] == "succeeded"
         assert_complete_log(cp, run["id"], ticks)

@@ -96,11 +96,15 @@ def as_list(value: Any) -> list:
 def device_available(device: str) -> bool:
     import torch
 
-    kind = device.split(":", 1)[0]
+    kind, _, index = device.partition(":")
     if kind == "cpu":
         return True
     if kind == "cuda":
-        return torch.cuda.is_available()
+        # A run's process sees only its own card (cuda:0): a graph written for
+        # cuda:1 on a bigger machine must fall back, not fail inside torch.
+        if not torch.cuda.is_available():
+            return False
+        return not index or (index.isdigit() and int(index) < torch.cuda.device_count())
     if kind == "mps":
         mps = getattr(torch.backends, "mps", None)
         return bool(mps and mps.is_available())
