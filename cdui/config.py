@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from cdui.errors import CduiError
 from cdui.layout import INSTALL_ROOT, Layout

@@ -155,7 +155,8 @@ def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
     if isinstance(target, dict) and "worker" in target and not names:
         return f"waiting for worker {target['worker']} to connect (it is offline)"
     if caps.total is not None and running_total >= caps.total:
-        return f"waiting: {running_total} runs are running, the limit is {caps.total} (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)"
+        return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
+                "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     reasons = []
     for name in names:
         ex = executors[name]

@@ -10,7 +10,9 @@ draft and is pruned without complaint.
 """
 from __future__ import annotations
 
+import builtins
 from collections import defaultdict, deque
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,7 @@ def is_compatible(source: str, target: str) -> bool:
 class PlanNode:
     id: str
     type: str
-    cls: type[Node]
+    cls: builtins.type[Node]  # builtins.: the field `type` above shadows the builtin here
     params: dict[str, Any]
     origin: str
     # input port -> (source node id, source port)
@@ -140,7 +142,7 @@ def _reachable(g: Graph) -> set[str]:
 
 def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
                errors: list[dict[str, Any]] | None = None,
-               external_inputs: set[tuple[str, str]] = frozenset()) -> Plan:
+               external_inputs: Set[tuple[str, str]] = frozenset()) -> Plan:
     """Validate ``g`` restricted to ``keep`` and return the plan (errors appended)."""
     errors = [] if errors is None else errors
     keep = set(g.nodes) if keep is None else keep
@@ -149,8 +151,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         n = g.nodes[nid]
         cls = registry.get(n.type)
         if cls is None:
-            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}",
-                              value=n.type, hint="install the plugin or custom node that provides it, or remove the node"))
+            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}", value=n.type,
+                              hint="install the plugin or custom node that provides it, or remove the node"))
             continue
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
 
@@ -177,11 +179,13 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         st, tt = outs[e.source_handle].data_type, ins[e.target_handle].data_type
         if not is_compatible(st, tt):
             errors.append(err(dst.origin, "type_mismatch",
-                              f"{src.origin}.{e.source_handle} ({st}) cannot connect to {dst.origin}.{e.target_handle} ({tt})",
+                              f"{src.origin}.{e.source_handle} ({st}) cannot connect to "
+                              f"{dst.origin}.{e.target_handle} ({tt})",
                               value=[st, tt]))
             continue
         if e.target_handle in dst.inputs:
-            errors.append(err(dst.origin, "bad_port", f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
+            errors.append(err(dst.origin, "bad_port",
+                              f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
             continue
         dst.inputs[e.target_handle] = (e.source, e.source_handle)
 
@@ -190,7 +194,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             if port.data_type == TRIGGER or port.optional:
                 continue
             if port.name not in pn.inputs and (pn.id, port.name) not in external_inputs:
-                errors.append(err(pn.origin, "missing_input", f"{pn.type} {pn.origin!r} needs input {port.name!r} ({port.data_type})",
+                errors.append(err(pn.origin, "missing_input",
+                                  f"{pn.type} {pn.origin!r} needs input {port.name!r} ({port.data_type})",
                                   value=port.name, hint="connect an edge to it"))
 
     order = _toposort(plan_nodes, edges, errors)
