@@ -11,13 +11,23 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (REPO_ROOT, broken_iris, csv_print_graph, env_for, free_port, pid_alive, track_log, untrack_log,
-                   wait_for)
+from procs import (
+    REPO_ROOT,
+    broken_iris,
+    csv_print_graph,
+    env_for,
+    free_port,
+    pid_alive,
+    track_log,
+    untrack_log,
+    wait_for,
+)
 
 VERSION_RE = re.compile(r"^cdui \d+\.\d+\.\d+$")
 
@@ -284,8 +294,8 @@ def test_every_setting_is_read_or_marked_unavailable() -> None:
 def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
     """Starting the server with a setting this version does not implement logs that it has
     no effect, once per setting; the server still starts."""
-    from procs import ServerProc
     from cdui import __version__
+    from procs import ServerProc
     s = ServerProc(tmp_path, extra_env={"CODEFYUI_S3_BUCKET": "my-bucket",
                                         "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}).start()
     try:

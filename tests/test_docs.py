@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -96,7 +96,8 @@ def http_pages(server: ServerProc, run_id: str) -> tuple[list[dict[str, Any]], i
         after = int(nxt)
 
 
-async def ws_read_all(server: ServerProc, run_id: str, after: int = 0, gate: Path | None = None) -> list[dict[str, Any]]:
+async def ws_read_all(server: ServerProc, run_id: str, after: int = 0,
+                      gate: Path | None = None) -> list[dict[str, Any]]:
     """Every message of /ws/runs/{id} until the server closes it; opens ``gate`` once connected."""
     out: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:

@@ -20,7 +20,7 @@ import pytest
 
 from cdui import __version__, protocol
 from cdui.artifact_files import ArtifactRefused, confine, inspect
-from procs import ServerProc, start_then, wait_for
+from procs import ServerProc, start_then
 
 NAME = "evil"
 

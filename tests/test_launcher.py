@@ -21,13 +21,26 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, free_port, graph, node, pid_alive, track_log, trig,
-                   untrack_log, wait_for)
+from procs import (
+    REPO_ROOT,
+    Proc,
+    ServerProc,
+    edge,
+    env_for,
+    free_port,
+    graph,
+    node,
+    pid_alive,
+    track_log,
+    trig,
+    untrack_log,
+    wait_for,
+)
 from tcpproxy import TcpProxy
 
 LAUNCHER = REPO_ROOT / "bin" / "cdui"

@@ -14,14 +14,13 @@ import stat
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
-
 from cdui.peercred import decode_address, parse_proc_net
+from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
 
 NOBODY = 65534
 

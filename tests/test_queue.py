@@ -86,7 +86,8 @@ def test_place_table() -> None:
     # A worker that offers no such device.
     assert "offers no cuda device" in place("local", "cuda", ex, {}, caps, 0, set())
     # Drained / disabled: the executor's reason.
-    assert "draining" in place({"worker": "w1"}, "cpu", execs(Ex("w1", why="worker w1 is draining")), {}, caps, 0, set())
+    draining = execs(Ex("w1", why="worker w1 is draining"))
+    assert "draining" in place({"worker": "w1"}, "cpu", draining, {}, caps, 0, set())
     # ROUTE-17: pool runs wait for a one-shot worker offering the device.
     assert place({"pool": "one-shot"}, "cuda", ex, {}, caps, 0, set()) == \
         "waiting for a one-shot worker that offers cuda"

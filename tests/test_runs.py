@@ -7,13 +7,22 @@ import hashlib
 import sqlite3
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (ServerProc, csv_print_graph, long_training_graph, pid_alive, start_then, wait_event,
-                   wait_for, wait_run)
+from procs import (
+    ServerProc,
+    csv_print_graph,
+    long_training_graph,
+    pid_alive,
+    start_then,
+    wait_event,
+    wait_for,
+    wait_run,
+)
 
 CUSTOM_NODES = textwrap.dedent('''
     """Nodes that misbehave on purpose, for cdui's own tests."""

@@ -10,17 +10,15 @@ import os
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig,
-                   wait_run)
-
-from cdui.graph.secrets import (MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets,
-                                split_secrets)
+from cdui.graph.secrets import MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets, split_secrets
 from cdui.nodes.registry import build_registry
+from procs import ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig, wait_run
 
 EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for,
-                   wait_run)
+from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
 
 # A node that ticks N times, reporting progress, honouring stop: a run whose
