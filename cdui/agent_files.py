@@ -27,11 +27,13 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
 
+from cdui.job import Job, JobFiles
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
 from cdui.placement import human_size
@@ -60,15 +62,14 @@ def describe(path: Path) -> tuple[int, str | None]:
 class RunFiles:
     """The file side of one run on this agent."""
 
-    def __init__(self, run_id: str, job: dict[str, Any], user_data: Path, mounts: dict[str, str],
+    def __init__(self, run_id: str, files: JobFiles, user_data: Path, mounts: dict[str, str],
                  session: aiohttp.ClientSession | None, control: str, credential: str,
                  grace_s: float, record: Callable[[str, dict[str, Any]], None],
                  stop_event: asyncio.Event) -> None:
-        files = job.get("files") or {}
         self.run_id = run_id
-        self.backend: str | None = files.get("backend")
-        self.label: str = files.get("label") or "data"
-        self.inputs: list[dict[str, Any]] = files.get("inputs") or []
+        self.backend: str | None = files.backend
+        self.label: str = files.label or "data"
+        self.inputs: list[dict[str, Any]] = list(files.inputs)
         self.user_data = user_data
         self.mounts = mounts
         self.session = session
@@ -87,10 +88,10 @@ class RunFiles:
         self._retry_deadline: float | None = None
 
     # -- before the run ----------------------------------------------------------
-    def layout_for_job(self, job: dict[str, Any], cfg: Any) -> None:
-        """Set the job's layout (and custom nodes) for this machine, per backend (``cfg``: the agent's config)."""
-        if "layout" in job:
-            return  # an agent on the control plane's own machine: its folders are the control plane's
+    def job_for_this_machine(self, job: Job, cfg: Any) -> Job:
+        """The job with this machine's layout (and custom nodes), per backend (``cfg``: the agent's config)."""
+        if job.layout is not None:
+            return job  # an agent on the control plane's own machine: its folders are the control plane's
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
             if not mount:
@@ -103,9 +104,9 @@ class RunFiles:
             layout.ensure()
         else:
             layout = cfg.layout
-        job["layout"] = layout.to_json()
-        job.setdefault("custom_nodes_dir", str(cfg.custom_nodes_dir))
-        job.setdefault("plugins_dir", str(cfg.plugins_dir))
+        return replace(job, layout=layout.to_json(),
+                       custom_nodes_dir=job.custom_nodes_dir or str(cfg.custom_nodes_dir),
+                       plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
 
     async def fetch_inputs(self) -> bool:
         """Fetch every input (cache first). Returns False if the run was stopped meanwhile."""

@@ -30,6 +30,7 @@ from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
 from cdui.graph.validate import validate_graph
+from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
@@ -55,7 +56,7 @@ class Executor(Protocol):
 
     def unavailable_reason(self) -> str | None: ...
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None: ...
+    async def start(self, run: dict[str, Any], job: Job) -> None: ...
 
     def stop(self, run_id: str, grace: float) -> bool: ...
 
@@ -79,7 +80,7 @@ class LocalExecutor:
     def mounted(self) -> bool:
         return True  # this server's own data folder
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
+    async def start(self, run: dict[str, Any], job: Job) -> None:
         run_id = run["id"]
 
         async def sink(events: list[dict[str, Any]]) -> None:
@@ -509,10 +510,7 @@ class RunService:
                                              started_at=time.time()):
             return
         self.active[run_id] = (where.executor, where.device)
-        job = self.build_job(run, where.device)
-        job["files"] = {"backend": where.backend,
-                        "inputs": FilePlan.from_json(run["options"].get("files")).inputs,
-                        "label": self.config["CODEFYUI_MOUNT_LABEL"]}
+        job = self.build_job(run, where)
         try:
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
@@ -521,10 +519,14 @@ class RunService:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
 
-    def build_job(self, run: dict[str, Any], device: str) -> dict[str, Any]:
-        return {"run_id": run["id"], "graph": run["graph"], "secrets": self.secrets.get(run["id"], []),
-                "options": {**run["options"], "slot_device": device}, "layout": self.layout.to_json(),
-                "custom_nodes_dir": str(self.config.custom_nodes_dir), "plugins_dir": str(self.config.plugins_dir)}
+    def build_job(self, run: dict[str, Any], where: Placement) -> Job:
+        """The run's one job, built here once; executors and agents derive theirs from it."""
+        files = JobFiles(where.backend, tuple(FilePlan.from_json(run["options"].get("files")).inputs),
+                         self.config["CODEFYUI_MOUNT_LABEL"])
+        return Job(run_id=run["id"], graph=run["graph"], options=dict(run["options"]), slot_device=where.device,
+                   layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
+                   plugins_dir=str(self.config.plugins_dir), files=files,
+                   secrets=tuple((tuple(p), v) for p, v in self.secrets.get(run["id"], [])))
 
     # -- stop / delete --------------------------------------------------------
     async def stop(self, run_id: str) -> dict[str, Any]:

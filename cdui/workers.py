@@ -33,6 +33,7 @@ from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
+from cdui.job import Job
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
 from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
@@ -55,12 +56,12 @@ class Conn:
     labels: dict[str, str] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def send(self, msg: dict[str, Any]) -> bool:
+    async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
             return False
         try:
             async with self.lock:
-                await self.ws.send_str(json.dumps(msg))
+                await self.ws.send_str(msg.to_json())
             return True
         except (ConnectionError, RuntimeError):
             return False
@@ -89,16 +90,14 @@ class RemoteExecutor:
             return f"worker {self.name} is draining (no new runs)"
         return None
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
+    async def start(self, run: dict[str, Any], job: Job) -> None:
         if self.conn.hello.machine_id != self.manager.machine_id:
-            # Another machine: it resolves paths in its own installation.
-            for k in ("layout", "custom_nodes_dir", "plugins_dir"):
-                job.pop(k, None)
-        if not await self.conn.send(protocol.assign(run["id"], job)):
+            job = job.without_local_paths()  # another machine resolves paths in its own installation
+        if not await self.conn.send(protocol.Assign(run["id"], job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
     def stop(self, run_id: str, grace: float) -> bool:
-        self.manager.runs.spawn(self.conn.send(protocol.stop(run_id)))
+        self.manager.runs.spawn(self.conn.send(protocol.Stop(run_id)))
         return True
 
 
@@ -195,7 +194,7 @@ class WorkerManager:
         h = enroll.hash_secret(cred) if cred else ""
 
         async def refuse(code: str, message: str) -> web.WebSocketResponse:
-            await ws.send_str(json.dumps(protocol.refused(code, message)))
+            await ws.send_str(protocol.Refused(code, message).to_json())
             await ws.close()
             return ws
 
@@ -273,18 +272,18 @@ class WorkerManager:
     async def _welcome(self, conn: Conn, row: Any) -> None:
         src = f"worker:{conn.name}"
         held = {r.run_id: r for r in conn.hello.runs}
-        answer: dict[str, dict[str, Any]] = {}
+        answer: dict[str, protocol.RunAnswer] = {}
         stops = []
         for run_id, h in held.items():
             run = await self.store.get_run(run_id)
             acked = await self.store.source_acked(run_id, src) if run else 0
             if run is None or run.get("worker_id") != conn.name:
-                answer[run_id] = {"acked": h.last_seq, "action": "drop"}
+                answer[run_id] = protocol.RunAnswer(h.last_seq, "drop")
                 continue
             if run["status"] in TERMINAL:
-                answer[run_id] = {"acked": acked, "action": "stop"}
+                answer[run_id] = protocol.RunAnswer(acked, "stop")
                 continue
-            answer[run_id] = {"acked": acked, "action": "continue"}
+            answer[run_id] = protocol.RunAnswer(acked, "continue")
             self._cancel_timer(run_id)
             self.runs.active[run_id] = (conn.name, run.get("slot_device") or "cpu")
             if run["status"] == "disconnected":
@@ -295,9 +294,9 @@ class WorkerManager:
                     "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
             if run["stop_requested"]:
                 stops.append(run_id)
-        await conn.send(protocol.welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
+        await conn.send(protocol.Welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
         for run_id in stops:
-            await conn.send(protocol.stop(run_id))
+            await conn.send(protocol.Stop(run_id))
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
@@ -321,13 +320,13 @@ class WorkerManager:
             if msg.type != WSMsgType.TEXT:
                 if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                     return
-                await conn.send(protocol.error("binary frames are not part of the protocol"))
+                await conn.send(protocol.Error("binary frames are not part of the protocol"))
                 continue
             try:
                 m = protocol.parse_agent_message(msg.data)
             except protocol.ProtocolError as exc:
                 log.warning("worker %s sent a malformed message: %s", conn.name, exc)
-                await conn.send(protocol.error(f"malformed message: {exc}"))
+                await conn.send(protocol.Error(f"malformed message: {exc}"))
                 continue
             try:
                 if isinstance(m, protocol.Events):
@@ -341,12 +340,12 @@ class WorkerManager:
                     await self.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
                                                                (conn.last_seen, json.dumps(conn.labels), conn.name)))
                 else:
-                    await conn.send(protocol.error("hello was already received"))
+                    await conn.send(protocol.Error("hello was already received"))
             except DiskFull:
                 pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
             except Exception:  # one bad message must not end the connection
                 log.exception("handling a message from worker %s failed", conn.name)
-                await conn.send(protocol.error("the control plane failed to handle that message; see its log"))
+                await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
 
     async def _watchdog(self, conn: Conn) -> None:
         while not conn.ws.closed:
@@ -359,7 +358,7 @@ class WorkerManager:
     async def _events(self, conn: Conn, m: protocol.Events) -> None:
         run = await self.store.get_run(m.run_id)
         if run is None or run.get("worker_id") != conn.name:
-            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
         if run["status"] in TERMINAL:
             # Ended here while the worker was away: keep the log as it is, keep its real ending.
@@ -372,7 +371,7 @@ class WorkerManager:
                     facts["late_result"] = late
                     await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
                     run["late_result"] = late
-            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
         try:
             acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
@@ -381,11 +380,11 @@ class WorkerManager:
             # connection is renewed (see _replay_after_disk_full) and it replays them.
             if conn.name not in self.unstored:
                 log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
-                await conn.send(protocol.error(f"{err.message}; your events are not acknowledged: keep them in the "
+                await conn.send(protocol.Error(f"{err.message}; your events are not acknowledged: keep them in the "
                                                     f"spool, they are asked for again once there is room"))
             self.unstored.add(conn.name)
             return
-        await conn.send(protocol.ack(m.run_id, acked))
+        await conn.send(protocol.Ack(m.run_id, acked))
 
     async def _replay_after_disk_full(self) -> None:
         """The disk has room again: renew the connections of workers whose events were not
@@ -436,7 +435,7 @@ class WorkerManager:
                 continue
             conn = self.conns.get(name)
             if conn is not None and not conn.ws.closed:
-                await conn.send(protocol.stop(run_id))
+                await conn.send(protocol.Stop(run_id))
             else:
                 await self.runs._finish(run_id, "interrupted",
                                         "the server stopped while the run's worker was disconnected")
@@ -620,7 +619,7 @@ class WorkerManager:
         conn = self.conns.pop(name, None)
         self.runs.executors.pop(name, None)
         if conn is not None:
-            await conn.send(protocol.revoked(f"worker {name} was removed from the control plane; its credential "
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
                                              f"is revoked"))
             await conn.ws.close()
         for run_id, (ex, _) in list(self.runs.active.items()):
