@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -37,7 +37,7 @@ from cdui.job import Job
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
 from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
-from cdui.store import ACTIVE, TERMINAL
+from cdui.store import ACTIVE, TERMINAL, Run
 
 log = logging.getLogger(__name__)
 WORKERS = web.AppKey("workers", "WorkerManager")
@@ -90,10 +90,10 @@ class RemoteExecutor:
             return f"worker {self.name} is draining (no new runs)"
         return None
 
-    async def start(self, run: dict[str, Any], job: Job) -> None:
+    async def start(self, run: Run, job: Job) -> None:
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
-        if not await self.conn.send(protocol.Assign(run["id"], job)):
+        if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
     def stop(self, run_id: str, grace: float) -> bool:
@@ -123,21 +123,21 @@ class WorkerManager:
     async def adopt(self) -> None:
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
-            if r.get("worker_id") in (None, "local"):
+            if r.worker_id in (None, "local"):
                 continue
             if self.grace <= 0:
-                await self.runs._finish(r["id"], "interrupted",
+                await self.runs._finish(r.id, "interrupted",
                                         "the server restarted and CODEFYUI_WORKER_RESUME_GRACE_S is 0, "
                                         "so worker runs are not adopted")
                 continue
             now = time.time()
-            self.runs.active[r["id"]] = (r["worker_id"], r.get("slot_device") or "cpu")
-            await self.store.update_run(r["id"], status="disconnected", disconnected_at=now, adopted_at=now)
-            await self.runs.record_cp(r["id"], "run_warning", {
+            self.runs.active[r.id] = (r.worker_id, r.slot_device or "cpu")
+            await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
+            await self.runs.record_cp(r.id, "run_warning", {
                 "kind": "worker_disconnected", "restart": True,
-                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r['worker_id']} "
+                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r.worker_id} "
                            f"to reconnect with the run"})
-            self._start_timer(r["id"], adopted=True)
+            self._start_timer(r.id, adopted=True)
 
     # -- grace timers -------------------------------------------------------------
     def _start_timer(self, run_id: str, adopted: bool) -> None:
@@ -153,13 +153,13 @@ class WorkerManager:
         await asyncio.sleep(self.grace)
         self.timers.pop(run_id, None)
         run = await self.store.get_run(run_id)
-        if run is None or run["status"] != "disconnected":
+        if run is None or run.status != "disconnected":
             return
         g = f"{self.grace:g}"
         if adopted:
             msg = f"it did not reconnect with the run within {g} s after this server restarted"
         else:
-            msg = f"worker {run['worker_id']} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
+            msg = f"worker {run.worker_id} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
         await self.runs._finish(run_id, "interrupted", msg)
 
     async def _on_terminal(self, run_id: str, status: str) -> None:
@@ -277,22 +277,22 @@ class WorkerManager:
         for run_id, h in held.items():
             run = await self.store.get_run(run_id)
             acked = await self.store.source_acked(run_id, src) if run else 0
-            if run is None or run.get("worker_id") != conn.name:
+            if run is None or run.worker_id != conn.name:
                 answer[run_id] = protocol.RunAnswer(h.last_seq, "drop")
                 continue
-            if run["status"] in TERMINAL:
+            if run.status in TERMINAL:
                 answer[run_id] = protocol.RunAnswer(acked, "stop")
                 continue
             answer[run_id] = protocol.RunAnswer(acked, "continue")
             self._cancel_timer(run_id)
-            self.runs.active[run_id] = (conn.name, run.get("slot_device") or "cpu")
-            if run["status"] == "disconnected":
+            self.runs.active[run_id] = (conn.name, run.slot_device or "cpu")
+            if run.status == "disconnected":
                 await self.store.update_run(run_id, status="running", disconnected_at=None)
-                away = time.time() - (run.get("disconnected_at") or time.time())
+                away = time.time() - (run.disconnected_at or time.time())
                 await self.runs.record_cp(run_id, "run_warning", {
                     "kind": "worker_reconnected",
                     "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
-            if run["stop_requested"]:
+            if run.stop_requested:
                 stops.append(run_id)
         await conn.send(protocol.Welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
         for run_id in stops:
@@ -300,18 +300,18 @@ class WorkerManager:
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
-            if r.get("worker_id") != conn.name or r["id"] in held:
+            if r.worker_id != conn.name or r.id in held:
                 continue
-            self._cancel_timer(r["id"])
-            if await self.store.source_acked(r["id"], src) == 0:
+            self._cancel_timer(r.id)
+            if await self.store.source_acked(r.id, src) == 0:
                 # Not one event of it ever arrived: the assignment was lost in
                 # transit (or the agent died before it started the run), so
                 # nothing ran that could be lost by running it again.
-                await self.runs.requeue(r["id"], f"the run was requeued because its assignment never reached "
+                await self.runs.requeue(r.id, f"the run was requeued because its assignment never reached "
                                                  f"worker {conn.name}: it reconnected without the run and had "
                                                  f"sent no event of it")
             else:
-                await self.runs._finish(r["id"], "interrupted",
+                await self.runs._finish(r.id, "interrupted",
                                         f"worker {conn.name} reconnected without the run (its agent restarted)")
 
     async def _serve(self, conn: Conn) -> None:
@@ -357,20 +357,20 @@ class WorkerManager:
 
     async def _events(self, conn: Conn, m: protocol.Events) -> None:
         run = await self.store.get_run(m.run_id)
-        if run is None or run.get("worker_id") != conn.name:
+        if run is None or run.worker_id != conn.name:
             await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
-        if run["status"] in TERMINAL:
+        if run.status in TERMINAL:
             # Ended here while the worker was away: keep the log as it is, keep its real ending.
             for e in m.events:
                 d = e.get("data") or {}
-                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.get("late_result"):
+                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result:
                     late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
                             "at": iso(e.get("at") or time.time())}
-                    facts = dict(run.get("execution_facts") or {})
+                    facts = dict(run.execution_facts or {})
                     facts["late_result"] = late
                     await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
-                    run["late_result"] = late
+                    run = replace(run, late_result=late)
             await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
         try:
@@ -412,7 +412,7 @@ class WorkerManager:
                                         f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
                 continue
             run = await self.store.get_run(run_id)
-            if run is None or run["status"] != "running":
+            if run is None or run.status != "running":
                 continue
             now = time.time()
             await self.store.update_run(run_id, status="disconnected", disconnected_at=now)
@@ -626,11 +626,11 @@ class WorkerManager:
             if ex == name:
                 await self.runs._finish(run_id, "interrupted", f"worker {name} was removed")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
-            if r["target"] == {"worker": name}:
-                await self.runs._finish(r["id"], "failed", f"worker {name} was removed before the run started")
+            if r.target == {"worker": name}:
+                await self.runs._finish(r.id, "failed", f"worker {name} was removed before the run started")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
-            if r.get("worker_id") == name:
-                await self.runs._finish(r["id"], "interrupted", f"worker {name} was removed")
+            if r.worker_id == name:
+                await self.runs._finish(r.id, "interrupted", f"worker {name} was removed")
         return web.json_response({"removed": name})
 
     async def worker_auth(self, request: web.Request) -> str | None:
