@@ -25,8 +25,9 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -171,7 +172,7 @@ class Agent:
                         return EXIT_REFUSED
                     log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
                     self._status("connecting", str(exc))
-                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
                     self._status("connecting", f"unreachable: {exc}")
                 finally:
@@ -184,7 +185,7 @@ class Agent:
                 log.info("reconnecting in %.1f s", delay)
                 try:
                     await asyncio.wait_for(self._stop_event.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             await self._drain_on_shutdown(session)
         return self.exit_code
@@ -342,7 +343,7 @@ class Agent:
                 await self._send(protocol.Events(run_id, events))
 
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
-        handle = runner.RunHandle(run_id, sink, log_path, list(job.secrets))
+        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs())
         r.handle = handle
         if run_id in self._early_stops:
             self._early_stops.discard(run_id)
@@ -430,7 +431,7 @@ class Agent:
         while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
             try:
                 await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Refused):
+            except (TimeoutError, aiohttp.ClientError, OSError, Refused):
                 await asyncio.sleep(1)
 
     async def _deliver_once(self, session: aiohttp.ClientSession) -> None:

@@ -27,9 +27,10 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -165,7 +166,7 @@ class RunFiles:
                                        f"the file changed on the control plane since the run was queued")
                 os.replace(tmp, dest)
                 return True
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Unreachable) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, Unreachable) as exc:
                 tmp.unlink(missing_ok=True)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"could not download {folder}/{name}: {exc}") from None
@@ -173,7 +174,7 @@ class RunFiles:
                 try:
                     await asyncio.wait_for(self.stop_event.wait(), next(delays))
                     return False
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     # -- during the run ----------------------------------------------------------
@@ -195,10 +196,10 @@ class RunFiles:
             return data
         out = {**data, "backend": "transfer"}
         try:
-            rel = path.resolve().relative_to(self.data_dir.resolve())
+            inside = path.resolve().relative_to(self.data_dir.resolve())
         except ValueError:
             return out
-        if rel.parts and rel.parts[0] in OUTPUT_FOLDERS:
+        if inside.parts and inside.parts[0] in OUTPUT_FOLDERS:
             return out  # uploaded after the run, to the same relative path (second group)
         kind = str(data.get("kind") or "output")
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -266,7 +267,7 @@ class RunFiles:
                         except Exception:
                             msg = f"HTTP {resp.status}"
                         raise Refused(msg)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
                 raise Unreachable(str(exc) or type(exc).__name__) from None
 
     # -- after the run -------------------------------------------------------------

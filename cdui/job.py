@@ -86,6 +86,10 @@ class Job:
     files: JobFiles = field(default_factory=JobFiles)
     secrets: tuple[Secret, ...] = field(default=(), repr=False)
 
+    def secret_pairs(self) -> list[tuple[list[Any], Any]]:
+        """The secrets in the form the masking and filling functions take."""
+        return [(list(p), v) for p, v in self.secrets]
+
     @property
     def graph_max_nodes(self) -> int | None:
         v = self.options.get("graph_max_nodes")

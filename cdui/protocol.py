@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from cdui.job import Job, JobError
 
@@ -201,9 +201,8 @@ def peek_version(raw: str) -> str | None:
         d = loads(raw)
     except ValueError:
         return None
-    if isinstance(d, dict) and isinstance(d.get("version"), str):
-        return d["version"][:MAX_NAME]
-    return None
+    version = d.get("version") if isinstance(d, dict) else None
+    return version[:MAX_NAME] if isinstance(version, str) else None
 
 
 def _event(e: Any, where: str) -> dict[str, Any]:
@@ -224,7 +223,7 @@ def _event(e: Any, where: str) -> dict[str, Any]:
     return e
 
 
-def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
+def parse_agent_message(raw: str) -> AgentMessage:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
     try:
@@ -258,10 +257,10 @@ def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
             _event(e, f"events[{i}]")
         return Events(_str(_req(d, "run_id", str, "events"), "events.run_id"), evs)
     if t == "heartbeat":
-        runs = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"), "heartbeat.runs",
-                                                           MAX_ITEMS)]
+        running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
+                                                              "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
-        return Heartbeat(runs, None if labels is None else _labels(labels, "heartbeat.labels"))
+        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
@@ -394,8 +393,8 @@ class Error:
         return json.dumps({"type": self.type, "message": self.message})
 
 
-ServerMessage = Union[Welcome, Refused, Assign, Ack, Stop, Revoked, Error]
-AgentMessage = Union[Hello, Events, Heartbeat]
+ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error
+AgentMessage = Hello | Events | Heartbeat
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -467,4 +466,6 @@ def hello(version: str, name: str, devices: list[str], labels: dict[str, str], m
     """A hello as a plain object, for tests and tools that write raw frames
     (some of them on purpose not quite right); the agent sends :class:`Hello`."""
     held = [HeldRun(r["run_id"], bool(r.get("running")), int(r.get("last_seq", 0))) for r in runs]
-    return json.loads(Hello(version, name, devices, labels, machine_id, held, one_shot, instance).to_json())
+    obj: dict[str, Any] = json.loads(Hello(version, name, devices, labels, machine_id, held, one_shot,
+                                           instance).to_json())
+    return obj

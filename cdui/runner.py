@@ -26,13 +26,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from cdui.errors import CduiError
-from cdui.job import Job
 from cdui.graph.secrets import redact_text, redact_value
+from cdui.job import Job
 from cdui.private import open_private_append, user_umask
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,7 @@ class RunHandle:
         assert self.proc
         rc = await self.proc.wait()
         await asyncio.gather(*self._readers, return_exceptions=True)
+        final: dict[str, Any]
         if self.killed:
             final = {"status": "interrupted",
                      "error": f"the run did not stop within {STOP_GRACE_S:.0f} s and was killed"}
@@ -308,6 +310,6 @@ class RunHandle:
 
 async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
                  first_seq: int = 1) -> RunHandle:
-    handle = RunHandle(job.run_id, on_events, log_path, list(job.secrets), first_seq)
+    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq)
     await handle.start(job)
     return handle

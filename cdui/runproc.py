@@ -61,7 +61,7 @@ def main() -> int:
     except JobError as exc:
         emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
         return 0
-    secrets.extend(job.secrets)
+    secrets.extend(job.secret_pairs())
     stop = threading.Event()
 
     def watch_stdin() -> None:
@@ -75,8 +75,8 @@ def main() -> int:
 
     from cdui.graph.context import RunContext, RunStopped
     from cdui.graph.executor import Executor, NodeFailed
-    from cdui.graph.secrets import fill_secrets
     from cdui.graph.model import DEFAULT_MAX_NODES
+    from cdui.graph.secrets import fill_secrets
     from cdui.graph.validate import validate_graph
     from cdui.layout import Layout
     from cdui.nodes.registry import build_registry
@@ -91,7 +91,7 @@ def main() -> int:
         layout = Layout.from_json(job.layout)
         registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
                                   Path(job.plugins_dir) if job.plugins_dir else None)
-        graph = fill_secrets(job.graph, list(job.secrets))
+        graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES)
         if plan is None:

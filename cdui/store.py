@@ -32,9 +32,10 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from cdui.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 from cdui.private import make_private, private_dir
