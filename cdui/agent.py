@@ -205,7 +205,8 @@ class Agent:
         # WebSocket pings every heartbeat: a connection that went silent (a dead
         # route, not a closed socket) is noticed and replaced.
         async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
-                                      max_msg_size=protocol.MAX_MESSAGE, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+                                      max_msg_size=protocol.MAX_MESSAGE,
+                                      timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
             await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
             if first.type != aiohttp.WSMsgType.TEXT:
@@ -365,7 +366,8 @@ class Agent:
             fetched = await files.fetch_inputs()
         except Exception as exc:  # a failed download or a missing mount fails this run only
             log.warning("run %s: preparing its files failed: %s", run_id, exc)
-            await handle.finish_without_process({"status": "failed", "error": f"preparing the run's files failed: {exc}"})
+            await handle.finish_without_process({"status": "failed",
+                                                 "error": f"preparing the run's files failed: {exc}"})
             return
         if not fetched:
             await handle.finish_without_process({"status": "cancelled",

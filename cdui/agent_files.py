@@ -271,6 +271,10 @@ class RunFiles:
                 raise Unreachable(str(exc) or type(exc).__name__) from None
 
     # -- after the run -------------------------------------------------------------
+    @staticmethod
+    async def _sha(path: Path) -> str:
+        return (await asyncio.to_thread(sha256_file, path))[1]
+
     async def finish(self, final: dict[str, Any], handle: Any) -> dict[str, Any]:
         """The second and third groups, then what stays on the worker. Runs before the end is reported.
 
@@ -292,12 +296,12 @@ class RunFiles:
                 for p in sorted(root.rglob("*")):
                     if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
                         rel = str(p.relative_to(self.data_dir))
-                        if rel in self.input_shas and (await asyncio.to_thread(sha256_file, p))[1] == self.input_shas[rel]:
+                        if rel in self.input_shas and await self._sha(p) == self.input_shas[rel]:
                             continue  # an input, unchanged
                         outputs.append((p, {"group": "output", "relative_path": rel}))
         for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
             p = self.data_dir / rel
-            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and (await asyncio.to_thread(sha256_file, p))[1] != sha:
+            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await self._sha(p) != sha:
                 outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
         pending = outputs + self._held_last
         for i, (path, meta) in enumerate(pending):
@@ -312,8 +316,9 @@ class RunFiles:
             await self._upload_or_leave(path, meta)
         for path, meta, why in self._left:
             size = path.stat().st_size if path.exists() else None
+            inside = path.is_relative_to(self.data_dir)
             self.record("artifact", {"kind": meta.get("kind", "output"), "name": path.name, "path": str(path),
-                                     "relative_path": str(path.relative_to(self.data_dir)) if path.is_relative_to(self.data_dir) else None,
+                                     "relative_path": str(path.relative_to(self.data_dir)) if inside else None,
                                      "backend": "left_on_worker", "size": size})
             if why != "stopped during the final uploads":
                 self.record("run_warning", {"kind": "transfer_failed", "file": str(path),

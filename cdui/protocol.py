@@ -294,13 +294,18 @@ def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_ME
                                                    f"too large to send and was dropped"}})
         n = len(text.encode()) + 1
         if batch and (size + n > limit or len(batch) >= MAX_EVENTS):
-            out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+            out.append(_events_text(run_id, batch))
             batch, size = [], head
         batch.append(text)
         size += n
     if batch:
-        out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+        out.append(_events_text(run_id, batch))
     return out
+
+
+def _events_text(run_id: str, encoded: list[str]) -> str:
+    """An events message around events already encoded (their size was counted as encoded)."""
+    return f'{{"type": "events", "run_id": {json.dumps(run_id)}, "events": [{",".join(encoded)}]}}'
 
 
 # -- control plane -> agent ------------------------------------------------------------

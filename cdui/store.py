@@ -535,8 +535,8 @@ class Store:
     async def add_artifact(self, a: dict[str, Any]) -> int:
         def fn(c: sqlite3.Connection) -> int:
             cur = c.execute(
-                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (a["run_id"], a["kind"], a["name"], a.get("backend", "local"), a.get("path"), a.get("relative_path"),
                  a.get("label"), a.get("size"), a.get("sha256"), time.time()))
             return int(cur.lastrowid or 0)
