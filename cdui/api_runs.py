@@ -127,7 +127,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
     try:
         await catch_up()
         run = await service.store.get_run(run_id)
-        done = run is None or run["status"] in TERMINAL and run["last_seq"] <= last
+        done = run is None or run.status in TERMINAL and run.last_seq <= last
 
         async def reader() -> None:
             async for msg in ws:
@@ -143,7 +143,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             if get not in finished:
                 get.cancel()
                 run = await service.store.get_run(run_id)
-                if run is None or (run["status"] in TERMINAL and run["last_seq"] <= last):
+                if run is None or (run.status in TERMINAL and run.last_seq <= last):
                     break
                 continue
             ev = get.result()
@@ -157,7 +157,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             if ev["kind"] == "status" and ev["data"].get("status") in TERMINAL:
                 # Give the status row time to land before we say goodbye.
                 run = await service.store.get_run(run_id)
-                done = run is None or run["status"] in TERMINAL
+                done = run is None or run.status in TERMINAL
         rtask.cancel()
     finally:
         service.unsubscribe(run_id, q)

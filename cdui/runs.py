@@ -31,11 +31,12 @@ from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
 from cdui.graph.validate import validate_graph
+from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import Placement, candidates, device_kind, normalize_target, parse_caps, place
-from cdui.store import ACTIVE, TERMINAL, Store
+from cdui.store import ACTIVE, TERMINAL, Run, Store
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -75,7 +76,7 @@ class Executor(Protocol):
 
     def unavailable_reason(self) -> str | None: ...
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None: ...
+    async def start(self, run: Run, job: Job) -> None: ...
 
     def stop(self, run_id: str, grace: float) -> bool: ...
 
@@ -99,8 +100,8 @@ class LocalExecutor:
     def mounted(self) -> bool:
         return True  # this server's own data folder
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
-        run_id = run["id"]
+    async def start(self, run: Run, job: Job) -> None:
+        run_id = run.id
 
         async def sink(events: list[dict[str, Any]]) -> None:
             if run_id in self.service.abandoned:
@@ -188,8 +189,8 @@ class RunService:
         queued runs stay queued (NOTES.md); worker runs are left to adoption."""
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
-            if r.get("worker_id") in (None, "local"):
-                await self._finish(r["id"], "interrupted",
+            if r.worker_id in (None, "local"):
+                await self._finish(r.id, "interrupted",
                                    "the server restarted while the run was executing on it")
 
     async def close(self) -> None:
@@ -296,9 +297,9 @@ class RunService:
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
                 "files": files.to_json(), "has_secrets": bool(secrets),
                 "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"]}
-        run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
-               "status": "queued", "target": target, "options": opts, "graph": stored_graph,
-               "created_at": now, "queue_reason": "waiting for the scheduler"}
+        run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
+                  status="queued", target=target, options=opts, graph=stored_graph,
+                  created_at=now, queue_reason="waiting for the scheduler")
         await self.store.create_run(run)
         if secrets:
             self.secrets[run_id] = secrets
@@ -472,9 +473,9 @@ class RunService:
         asked for meanwhile ends ``cancelled`` instead: it never started."""
         self.active.pop(run_id, None)
         run = await self.store.get_run(run_id)
-        if run is None or run["status"] in TERMINAL:
+        if run is None or run.status in TERMINAL:
             return
-        if run["stop_requested"]:
+        if run.stop_requested:
             await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
             return
         if await self.store.requeue(run_id, "waiting for the scheduler"):
@@ -506,26 +507,26 @@ class RunService:
             used[(ex, dev)] = used.get((ex, dev), 0) + 1
         blocked: set[tuple[str, str]] = set()
         for run in queued:
-            if run["stop_requested"]:
+            if run.stop_requested:
                 continue
-            wanted = run["options"].get("device")
-            fp = FilePlan.from_json(run["options"].get("files"))
+            wanted = run.options.get("device")
+            fp = FilePlan.from_json(run.options.get("files"))
             needs = "none" if not fp.uses_files else ("transfer" if fp.transfer_ok else "mount")
-            decision = place(run["target"], wanted, self.executors, used, self.caps, len(self.active), blocked,
+            decision = place(run.target, wanted, self.executors, used, self.caps, len(self.active), blocked,
                              needs)
             if isinstance(decision, Placement):
                 used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
                 await self._start(run, decision)
             else:
                 kind = device_kind(wanted)
-                for name in candidates(run["target"], self.executors):
+                for name in candidates(run.target, self.executors):
                     blocked.add((name, kind))
-                if decision != run.get("queue_reason"):
-                    await self.store.update_run(run["id"], queue_reason=decision)
+                if decision != run.queue_reason:
+                    await self.store.update_run(run.id, queue_reason=decision)
 
-    async def _start(self, run: dict[str, Any], where: Placement) -> None:
-        run_id = run["id"]
-        if run["options"].get("has_secrets") and run_id not in self.secrets:
+    async def _start(self, run: Run, where: Placement) -> None:
+        run_id = run.id
+        if run.options.get("has_secrets") and run_id not in self.secrets:
             # Secret values live in memory only (NOTES.md); a restart while queued loses them.
             await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
                                                  "when the server restarted before it started; submit it again")
@@ -535,10 +536,7 @@ class RunService:
                                              started_at=time.time()):
             return
         self.active[run_id] = (where.executor, where.device)
-        job = self.build_job(run, where.device)
-        job["files"] = {"backend": where.backend,
-                        "inputs": FilePlan.from_json(run["options"].get("files")).inputs,
-                        "label": self.config["CODEFYUI_MOUNT_LABEL"]}
+        job = self.build_job(run, where)
         try:
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
@@ -547,24 +545,30 @@ class RunService:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
 
-    def build_job(self, run: dict[str, Any], device: str) -> dict[str, Any]:
-        return {"run_id": run["id"], "graph": run["graph"], "secrets": self.secrets.get(run["id"], []),
-                "options": {**run["options"], "slot_device": device}, "layout": self.layout.to_json(),
-                "custom_nodes_dir": str(self.config.custom_nodes_dir), "plugins_dir": str(self.config.plugins_dir)}
+    def build_job(self, run: Run, where: Placement) -> Job:
+        """The run's one job, built here once; executors and agents derive theirs from it."""
+        files = JobFiles(where.backend, tuple(FilePlan.from_json(run.options.get("files")).inputs),
+                         self.config["CODEFYUI_MOUNT_LABEL"])
+        if run.graph is None:
+            raise ValueError(f"run {run.id} was read without its graph; a job needs it")
+        return Job(run_id=run.id, graph=run.graph, options=dict(run.options), slot_device=where.device,
+                   layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
+                   plugins_dir=str(self.config.plugins_dir), files=files,
+                   secrets=tuple((tuple(p), v) for p, v in self.secrets.get(run.id, [])))
 
     # -- stop / delete --------------------------------------------------------
     async def stop(self, run_id: str) -> dict[str, Any]:
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
-        if run["status"] in TERMINAL:
+        if run.status in TERMINAL:
             return await self.get(run_id)
         await self.store.update_run(run_id, stop_requested=1)
-        if run["status"] == "queued" and await self.store.cancel_queued(run_id):
+        if run.status == "queued" and await self.store.cancel_queued(run_id):
             await self._finish(run_id, "cancelled", "stopped before it started")
         else:
             self.stop_pending.add(run_id)  # for an executor still setting the run up
-            ex_name = (self.active.get(run_id) or (run.get("worker_id"), None))[0]
+            ex_name = (self.active.get(run_id) or (run.worker_id, None))[0]
             ex = self.executors.get(ex_name or "")
             if ex is not None:
                 ex.stop(run_id, runner.STOP_GRACE_S)
@@ -575,10 +579,10 @@ class RunService:
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
-        if run["status"] not in TERMINAL:
-            raise CduiError("run_active", f"run {run_id} is {run['status']}; it cannot be deleted yet",
+        if run.status not in TERMINAL:
+            raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
-        await asyncio.to_thread(self._remove_run_folder, run_id, run["status"] == "interrupted")
+        await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
         await self.store.delete_run(run_id)
 
     def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
@@ -602,30 +606,30 @@ class RunService:
         if not keep or keep <= 0:
             return
         runs = await self.store.list_runs(limit=100000)
-        finished = [r for r in runs if r["status"] in TERMINAL]
+        finished = [r for r in runs if r.status in TERMINAL]
         for r in finished[keep:]:
             try:
-                await self.delete(r["id"])
+                await self.delete(r.id)
             except CduiError:
                 pass
 
     # -- reading -------------------------------------------------------------
-    def to_api(self, run: dict[str, Any]) -> dict[str, Any]:
+    def to_api(self, run: Run) -> dict[str, Any]:
         out = {
-            "id": run["id"], "name": run.get("name"), "status": run["status"], "target": run["target"],
-            "device": run.get("slot_device"), "options": run.get("options"),
-            "worker_id": run.get("worker_id"), "worker_status": None,
-            "queue_reason": run.get("queue_reason") if run["status"] == "queued" else None,
-            "error": run.get("error"), "late_result": run.get("late_result"),
-            "execution_facts": run.get("execution_facts") or {},
-            "stop_requested": bool(run.get("stop_requested")),
-            "last_seq": run.get("last_seq"),
-            "created_at": iso(run.get("created_at")), "started_at": iso(run.get("started_at")),
-            "finished_at": iso(run.get("finished_at")),
+            "id": run.id, "name": run.name, "status": run.status, "target": run.target,
+            "device": run.slot_device, "options": run.options,
+            "worker_id": run.worker_id, "worker_status": None,
+            "queue_reason": run.queue_reason if run.status == "queued" else None,
+            "error": run.error, "late_result": run.late_result,
+            "execution_facts": run.execution_facts or {},
+            "stop_requested": bool(run.stop_requested),
+            "last_seq": run.last_seq,
+            "created_at": iso(run.created_at), "started_at": iso(run.started_at),
+            "finished_at": iso(run.finished_at),
         }
-        if run.get("disconnected_at") and run["status"] == "disconnected":
-            since = time.time() - run["disconnected_at"]
-            out["worker_status"] = {"state": "disconnected", "since": iso(run["disconnected_at"]),
+        if run.disconnected_at and run.status == "disconnected":
+            since = time.time() - run.disconnected_at
+            out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
                                     "disconnected_s": round(since, 1),
                                     "text": f"worker disconnected {since:.0f} s ago"}
         return out

@@ -99,11 +99,11 @@ async def upload_handler(request: web.Request) -> web.Response:
         raise CduiError("forbidden", "artifact uploads come from workers, with their worker credential",
                         hint="send Authorization: Bearer <worker credential>", status=403)
     run = await service.store.get_run(run_id)
-    if run is None or run.get("worker_id") != worker:
+    if run is None or run.worker_id != worker:
         log.warning("worker %s tried to upload into run %s, which is not its run", worker, run_id)
         raise CduiError("forbidden", f"run {run_id} is not a run of worker {worker}", status=403)
-    if run["status"] not in ACTIVE:
-        raise CduiError("run_ended", f"run {run_id} is {run['status']}; its files are no longer accepted",
+    if run.status not in ACTIVE:
+        raise CduiError("run_ended", f"run {run_id} is {run.status}; its files are no longer accepted",
                         hint="the file stays on the worker", status=409)
     limit = cfg["CODEFYUI_MAX_UPLOAD_SIZE"]
     try:
@@ -181,9 +181,9 @@ async def worker_may_download(request: web.Request, folder: str, name: str) -> b
     worker = request.get("worker")
     rows = await asyncio.to_thread(service.store.runs_in_status_sync, ACTIVE)
     for r in rows:
-        if r.get("worker_id") != worker:
+        if r.worker_id != worker:
             continue
-        for inp in ((r.get("options") or {}).get("files") or {}).get("inputs") or []:
+        for inp in ((r.options or {}).get("files") or {}).get("inputs") or []:
             if inp.get("folder") == folder and inp.get("name") == name:
                 return True
     return False

@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -33,11 +33,12 @@ from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
+from cdui.job import Job
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
 from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
 from cdui.loopback import is_loopback
-from cdui.store import ACTIVE, TERMINAL
+from cdui.store import ACTIVE, TERMINAL, Run
 
 log = logging.getLogger(__name__)
 MAX_REJECTED = 50  # names kept in the list of refused connections
@@ -55,12 +56,12 @@ class Conn:
     labels: dict[str, str] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def send(self, msg: dict[str, Any]) -> bool:
+    async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
             return False
         try:
             async with self.lock:
-                await self.ws.send_str(json.dumps(msg))
+                await self.ws.send_str(msg.to_json())
             return True
         except (ConnectionError, RuntimeError):
             return False
@@ -89,16 +90,14 @@ class RemoteExecutor:
             return f"worker {self.name} is draining (no new runs)"
         return None
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
+    async def start(self, run: Run, job: Job) -> None:
         if self.conn.hello.machine_id != self.manager.machine_id:
-            # Another machine: it resolves paths in its own installation.
-            for k in ("layout", "custom_nodes_dir", "plugins_dir"):
-                job.pop(k, None)
-        if not await self.conn.send(protocol.assign(run["id"], job)):
+            job = job.without_local_paths()  # another machine resolves paths in its own installation
+        if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
     def stop(self, run_id: str, grace: float) -> bool:
-        self.manager.runs.spawn(self.conn.send(protocol.stop(run_id)))
+        self.manager.runs.spawn(self.conn.send(protocol.Stop(run_id)))
         return True
 
 
@@ -125,21 +124,21 @@ class WorkerManager:
     async def before_dispatch(self) -> None:
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
-            if r.get("worker_id") in (None, "local"):
+            if r.worker_id in (None, "local"):
                 continue
             if self.grace <= 0:
-                await self.runs._finish(r["id"], "interrupted",
+                await self.runs._finish(r.id, "interrupted",
                                         "the server restarted and CODEFYUI_WORKER_RESUME_GRACE_S is 0, "
                                         "so worker runs are not adopted")
                 continue
             now = time.time()
-            self.runs.active[r["id"]] = (r["worker_id"], r.get("slot_device") or "cpu")
-            await self.store.update_run(r["id"], status="disconnected", disconnected_at=now, adopted_at=now)
-            await self.runs.record_cp(r["id"], "run_warning", {
+            self.runs.active[r.id] = (r.worker_id, r.slot_device or "cpu")
+            await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
+            await self.runs.record_cp(r.id, "run_warning", {
                 "kind": "worker_disconnected", "restart": True,
-                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r['worker_id']} "
+                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r.worker_id} "
                            f"to reconnect with the run"})
-            self._start_timer(r["id"], adopted=True)
+            self._start_timer(r.id, adopted=True)
 
     # -- grace timers -------------------------------------------------------------
     def _start_timer(self, run_id: str, adopted: bool) -> None:
@@ -155,13 +154,13 @@ class WorkerManager:
         await asyncio.sleep(self.grace)
         self.timers.pop(run_id, None)
         run = await self.store.get_run(run_id)
-        if run is None or run["status"] != "disconnected":
+        if run is None or run.status != "disconnected":
             return
         g = f"{self.grace:g}"
         if adopted:
             msg = f"it did not reconnect with the run within {g} s after this server restarted"
         else:
-            msg = f"worker {run['worker_id']} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
+            msg = f"worker {run.worker_id} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
         await self.runs._finish(run_id, "interrupted", msg)
 
     async def on_terminal(self, run_id: str, status: str) -> None:
@@ -196,7 +195,7 @@ class WorkerManager:
         h = enroll.hash_secret(cred) if cred else ""
 
         async def refuse(code: str, message: str) -> web.WebSocketResponse:
-            await ws.send_str(json.dumps(protocol.refused(code, message)))
+            await ws.send_str(protocol.Refused(code, message).to_json())
             await ws.close()
             return ws
 
@@ -274,46 +273,46 @@ class WorkerManager:
     async def _welcome(self, conn: Conn, row: Any) -> None:
         src = f"worker:{conn.name}"
         held = {r.run_id: r for r in conn.hello.runs}
-        answer: dict[str, dict[str, Any]] = {}
+        answer: dict[str, protocol.RunAnswer] = {}
         stops = []
         for run_id, h in held.items():
             run = await self.store.get_run(run_id)
             acked = await self.store.source_acked(run_id, src) if run else 0
-            if run is None or run.get("worker_id") != conn.name:
-                answer[run_id] = {"acked": h.last_seq, "action": "drop"}
+            if run is None or run.worker_id != conn.name:
+                answer[run_id] = protocol.RunAnswer(h.last_seq, "drop")
                 continue
-            if run["status"] in TERMINAL:
-                answer[run_id] = {"acked": acked, "action": "stop"}
+            if run.status in TERMINAL:
+                answer[run_id] = protocol.RunAnswer(acked, "stop")
                 continue
-            answer[run_id] = {"acked": acked, "action": "continue"}
+            answer[run_id] = protocol.RunAnswer(acked, "continue")
             self._cancel_timer(run_id)
-            self.runs.active[run_id] = (conn.name, run.get("slot_device") or "cpu")
-            if run["status"] == "disconnected":
+            self.runs.active[run_id] = (conn.name, run.slot_device or "cpu")
+            if run.status == "disconnected":
                 await self.store.update_run(run_id, status="running", disconnected_at=None)
-                away = time.time() - (run.get("disconnected_at") or time.time())
+                away = time.time() - (run.disconnected_at or time.time())
                 await self.runs.record_cp(run_id, "run_warning", {
                     "kind": "worker_reconnected",
                     "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
-            if run["stop_requested"]:
+            if run.stop_requested:
                 stops.append(run_id)
-        await conn.send(protocol.welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
+        await conn.send(protocol.Welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
         for run_id in stops:
-            await conn.send(protocol.stop(run_id))
+            await conn.send(protocol.Stop(run_id))
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
-            if r.get("worker_id") != conn.name or r["id"] in held:
+            if r.worker_id != conn.name or r.id in held:
                 continue
-            self._cancel_timer(r["id"])
-            if await self.store.source_acked(r["id"], src) == 0:
+            self._cancel_timer(r.id)
+            if await self.store.source_acked(r.id, src) == 0:
                 # Not one event of it ever arrived: the assignment was lost in
                 # transit (or the agent died before it started the run), so
                 # nothing ran that could be lost by running it again.
-                await self.runs.requeue(r["id"], f"the run was requeued because its assignment never reached "
+                await self.runs.requeue(r.id, f"the run was requeued because its assignment never reached "
                                                  f"worker {conn.name}: it reconnected without the run and had "
                                                  f"sent no event of it")
             else:
-                await self.runs._finish(r["id"], "interrupted",
+                await self.runs._finish(r.id, "interrupted",
                                         f"worker {conn.name} reconnected without the run (its agent restarted)")
 
     async def _serve(self, conn: Conn) -> None:
@@ -322,13 +321,13 @@ class WorkerManager:
             if msg.type != WSMsgType.TEXT:
                 if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                     return
-                await conn.send(protocol.error("binary frames are not part of the protocol"))
+                await conn.send(protocol.Error("binary frames are not part of the protocol"))
                 continue
             try:
                 m = protocol.parse_agent_message(msg.data)
             except protocol.ProtocolError as exc:
                 log.warning("worker %s sent a malformed message: %s", conn.name, exc)
-                await conn.send(protocol.error(f"malformed message: {exc}"))
+                await conn.send(protocol.Error(f"malformed message: {exc}"))
                 continue
             try:
                 if isinstance(m, protocol.Events):
@@ -342,12 +341,12 @@ class WorkerManager:
                     await self.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
                                                                (conn.last_seen, json.dumps(conn.labels), conn.name)))
                 else:
-                    await conn.send(protocol.error("hello was already received"))
+                    await conn.send(protocol.Error("hello was already received"))
             except DiskFull:
                 pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
             except Exception:  # one bad message must not end the connection
                 log.exception("handling a message from worker %s failed", conn.name)
-                await conn.send(protocol.error("the control plane failed to handle that message; see its log"))
+                await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
 
     async def _watchdog(self, conn: Conn) -> None:
         while not conn.ws.closed:
@@ -359,21 +358,21 @@ class WorkerManager:
 
     async def _events(self, conn: Conn, m: protocol.Events) -> None:
         run = await self.store.get_run(m.run_id)
-        if run is None or run.get("worker_id") != conn.name:
-            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+        if run is None or run.worker_id != conn.name:
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
-        if run["status"] in TERMINAL:
+        if run.status in TERMINAL:
             # Ended here while the worker was away: keep the log as it is, keep its real ending.
             for e in m.events:
                 d = e.get("data") or {}
-                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.get("late_result"):
+                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result:
                     late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
                             "at": iso(e.get("at") or time.time())}
-                    facts = dict(run.get("execution_facts") or {})
+                    facts = dict(run.execution_facts or {})
                     facts["late_result"] = late
                     await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
-                    run["late_result"] = late
-            await conn.send(protocol.ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+                    run = replace(run, late_result=late)
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
             return
         try:
             acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
@@ -382,11 +381,11 @@ class WorkerManager:
             # connection is renewed (see on_disk_recovered) and it replays them.
             if conn.name not in self.unstored:
                 log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
-                await conn.send(protocol.error(f"{err.message}; your events are not acknowledged: keep them in the "
+                await conn.send(protocol.Error(f"{err.message}; your events are not acknowledged: keep them in the "
                                                     f"spool, they are asked for again once there is room"))
             self.unstored.add(conn.name)
             return
-        await conn.send(protocol.ack(m.run_id, acked))
+        await conn.send(protocol.Ack(m.run_id, acked))
 
     async def on_disk_recovered(self) -> None:
         """The disk has room again: renew the connections of workers whose events were not
@@ -414,7 +413,7 @@ class WorkerManager:
                                         f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
                 continue
             run = await self.store.get_run(run_id)
-            if run is None or run["status"] != "running":
+            if run is None or run.status != "running":
                 continue
             now = time.time()
             await self.store.update_run(run_id, status="disconnected", disconnected_at=now)
@@ -437,7 +436,7 @@ class WorkerManager:
                 continue
             conn = self.conns.get(name)
             if conn is not None and not conn.ws.closed:
-                await conn.send(protocol.stop(run_id))
+                await conn.send(protocol.Stop(run_id))
             else:
                 await self.runs._finish(run_id, "interrupted",
                                         "the server stopped while the run's worker was disconnected")
@@ -626,18 +625,18 @@ class WorkerManager:
         conn = self.conns.pop(name, None)
         self.runs.executors.pop(name, None)
         if conn is not None:
-            await conn.send(protocol.revoked(f"worker {name} was removed from the control plane; its credential "
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
                                              f"is revoked"))
             await conn.ws.close()
         for run_id, (ex, _) in list(self.runs.active.items()):
             if ex == name:
                 await self.runs._finish(run_id, "interrupted", f"worker {name} was removed")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
-            if r["target"] == {"worker": name}:
-                await self.runs._finish(r["id"], "failed", f"worker {name} was removed before the run started")
+            if r.target == {"worker": name}:
+                await self.runs._finish(r.id, "failed", f"worker {name} was removed before the run started")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
-            if r.get("worker_id") == name:
-                await self.runs._finish(r["id"], "interrupted", f"worker {name} was removed")
+            if r.worker_id == name:
+                await self.runs._finish(r.id, "interrupted", f"worker {name} was removed")
         return web.json_response({"removed": name})
 
     async def worker_auth(self, request: web.Request) -> str | None:

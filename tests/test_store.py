@@ -6,12 +6,13 @@ import asyncio
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdui.store import MIGRATIONS, Store
+from cdui.store import MIGRATIONS, Run, Store
 
 
 def run(coro: Any) -> Any:
@@ -28,11 +29,9 @@ def store(tmp_path: Path):
         s.close()
 
 
-def new_run(run_id: str, **over: Any) -> dict[str, Any]:
-    d = {"id": run_id, "name": run_id, "status": "queued", "target": "local",
-         "options": {"target": "local"}, "graph": {"nodes": []}, "created_at": time.time()}
-    d.update(over)
-    return d
+def new_run(run_id: str, **over: Any) -> Run:
+    return replace(Run(id=run_id, name=run_id, status="queued", target="local", options={"target": "local"},
+                       graph={"nodes": []}, created_at=time.time()), **over)
 
 
 def ev(src_seq: int, kind: str = "log", **data: Any) -> dict[str, Any]:
@@ -91,7 +90,7 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
     s2 = Store(path)
     s2.open()
     try:
-        assert run(s2.get_run("keep"))["id"] == "keep"
+        assert run(s2.get_run("keep")).id == "keep"
         assert s2.read_sync(lambda c: c.execute("PRAGMA user_version").fetchone()[0]) == len(MIGRATIONS)
     finally:
         s2.close()
@@ -124,7 +123,7 @@ def test_append_events_idempotent_and_gapless(store: Store) -> None:
         evs = await store.events("r")
         assert [e["seq"] for e in evs] == list(range(1, 7))
         assert await store.source_acked("r", "local") == 5
-        assert (await store.get_run("r"))["last_seq"] == 6
+        assert (await store.get_run("r")).last_seq == 6
         assert [e["seq"] for e in await store.events("r", after=4)] == [5, 6]
     run(go())
 
@@ -223,7 +222,7 @@ def test_failing_job_rolls_back_only_itself(store: Store) -> None:
             await store.create_run(new_run("dup"))
             await store.create_run(new_run("dup"))
         await store.create_run(new_run("after"))
-        assert (await store.get_run("after"))["status"] == "queued"
+        assert (await store.get_run("after")).status == "queued"
     run(go())
 
 
