@@ -305,9 +305,10 @@ class FakeAgent:
         await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))
 
     async def drop(self) -> None:
-        """Close the connection (a network cut as the agent sees it)."""
-        if self.ws is not None:
-            await self.ws.close()
+        """Cut the connection as a network failure does: the TCP connection ends
+        without a WebSocket close handshake (the session's connections are dropped)."""
+        await self._session.close()
+        self._session = aiohttp.ClientSession()
         if self._reader is not None:
             await self._reader
 
