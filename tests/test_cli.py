@@ -19,6 +19,9 @@ import pytest
 from procs import (REPO_ROOT, broken_iris, csv_print_graph, env_for, free_port, pid_alive, track_log, untrack_log,
                    wait_for)
 
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 VERSION_RE = re.compile(r"^cdui \d+\.\d+\.\d+$")
 
 

@@ -30,6 +30,9 @@ from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, free_port, graph,
                    untrack_log, wait_for)
 from tcpproxy import TcpProxy
 
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 LAUNCHER = REPO_ROOT / "bin" / "cdui"
 
 
