@@ -15,6 +15,9 @@ import pytest
 from procs import (ServerProc, csv_print_graph, long_training_graph, pid_alive, start_then, wait_event,
                    wait_for, wait_run)
 
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 CUSTOM_NODES = textwrap.dedent('''
     """Nodes that misbehave on purpose, for cdui's own tests."""
     import os
