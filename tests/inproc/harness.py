@@ -222,8 +222,11 @@ class FakeAgent:
     async def connect(self, held: list[str] | None = None) -> dict[str, Any]:
         """Connect, say hello holding ``held`` runs (with what was spooled of them), return the welcome."""
         runs = [{"run_id": r, "running": True, "last_seq": len(self.spool.get(r, []))} for r in held or []]
+        # autoclose off: when the control plane closes the socket (a missed-heartbeat verdict),
+        # the agent drops the link instead of completing the close handshake, as a dead link does.
         self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
-                                                 headers={"Authorization": f"Bearer {self.credential}"})
+                                                 headers={"Authorization": f"Bearer {self.credential}"},
+                                                 autoclose=False)
         await self.ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, {},
                                                          "fake-machine", runs)))
         msg = await self.ws.receive(timeout=30)
@@ -237,6 +240,9 @@ class FakeAgent:
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.CLOSE:
+                await self._cut()
+                break
             if msg.type != aiohttp.WSMsgType.TEXT:
                 continue
             d = json.loads(msg.data)
@@ -307,10 +313,13 @@ class FakeAgent:
     async def drop(self) -> None:
         """Cut the connection as a network failure does: the TCP connection ends
         without a WebSocket close handshake (the session's connections are dropped)."""
-        await self._session.close()
-        self._session = aiohttp.ClientSession()
-        if self._reader is not None:
+        await self._cut()
+        if self._reader is not None and self._reader is not asyncio.current_task():
             await self._reader
+
+    async def _cut(self) -> None:
+        session, self._session = self._session, aiohttp.ClientSession()
+        await session.close()
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
