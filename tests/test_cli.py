@@ -29,6 +29,9 @@ from procs import (
     wait_for,
 )
 
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 VERSION_RE = re.compile(r"^cdui \d+\.\d+\.\d+$")
 
 

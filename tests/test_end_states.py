@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from cdui import __version__, protocol
 from procs import Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
+
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
 
 # A node that logs N numbered lines, as fast as the run can write them; with a
 # gate it logs the first `before_gate` lines, then waits for the gate file: a

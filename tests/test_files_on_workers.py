@@ -17,6 +17,9 @@ import pytest
 from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, load_example, node, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
 
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
+
 WRITER = '''
 import time
 from cdui.nodes.base import Node, Param, Port

@@ -43,6 +43,9 @@ from procs import (
 )
 from tcpproxy import TcpProxy
 
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 LAUNCHER = REPO_ROOT / "bin" / "cdui"
 
 

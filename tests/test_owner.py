@@ -22,6 +22,10 @@ import pytest
 from cdui.peercred import decode_address, parse_proc_net
 from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
 
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 NOBODY = 65534
 
 # -- the /proc/net/tcp parser, as a table ---------------------------------------------------------

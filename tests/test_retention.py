@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 from procs import ServerProc, start_then, wait_for, wait_run
+import pytest
+
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 
 
 def test_retention_keeps_the_newest_finished_runs(tmp_path):

@@ -24,6 +24,9 @@ from procs import (
     wait_run,
 )
 
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 CUSTOM_NODES = textwrap.dedent('''
     """Nodes that misbehave on purpose, for cdui's own tests."""
     import os

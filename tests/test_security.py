@@ -115,6 +115,7 @@ def test_host_allowlist(server: ServerProc, host: str, ok: bool) -> None:
 # -- paths --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "data/files/../../../etc/passwd",
                                   "data/../../etc/passwd"])
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
     """foundation (one safe-join for every outside path): a CSVReader reading outside
     the installation fails with a clear 'refused' error and never reads the file."""
@@ -131,6 +132,7 @@ def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
     assert "root:" not in json.dumps(evs)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_writer_path_traversal_refused(server: ServerProc) -> None:
     """foundation: ModelSaver writing outside its models folder fails with
     'refused' and creates no file outside the data folder."""
@@ -270,6 +272,7 @@ def assert_secret_nowhere(server: ServerProc, run_id: str, secret: str) -> None:
         assert secret not in server.raw("GET", path).body.decode(), f"the secret is in GET {path}"
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
     """TRUST-23, foundation (secrets): the webhook node's secret reaches the
     webhook's request header, but appears nowhere in the sqlite files (db, -wal,
@@ -290,6 +293,7 @@ def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver
     assert_secret_nowhere(server, run["id"], secret)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_not_leaked_by_a_failing_run(server: ServerProc, webhook_receiver) -> None:
     """TRUST-23, foundation (secrets): when the webhook answers 500 the run fails
     with an error that names the problem, and the secret is still nowhere."""
@@ -342,6 +346,7 @@ def nested_preset_graph(ntype: str, pname: str, url: str, used: str, default: st
     return g
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
     """A secret two presets deep reaches the webhook, and neither it nor the preset's own
     (overridden) default is in the database, WAL, logs, files or events, in any encoding."""
@@ -355,6 +360,7 @@ def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, 
         assert_secret_nowhere_in_any_form(server, run["id"], secret)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_with_escaped_characters_is_masked(server: ServerProc, webhook_receiver) -> None:
     """Accents, quotes, a backslash, a tab and a newline change a secret's JSON form; it is
     masked anyway. A newline cannot go into an HTTP header, so the run fails with an error

@@ -18,6 +18,9 @@ import pytest
 
 from procs import Proc, ServerProc, csv_print_graph, env_for, graph, load_example, node, trig, wait_for, wait_run
 
+# The web page in a real browser against a real server and agent: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

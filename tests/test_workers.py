@@ -23,6 +23,9 @@ import pytest
 from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
 
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
+
 # A node that ticks N times, reporting progress, honouring stop: a run whose
 # every event we can count, long enough to cut its connection mid-way.
 TICKER = '''
