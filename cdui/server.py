@@ -42,6 +42,7 @@ from aiohttp import web
 from cdui import __version__
 from cdui.config import Config
 from cdui.errors import CduiError
+from cdui.layout import WEB_DIR
 from cdui.nodes.registry import build_registry
 from cdui.peercred import peer_uid
 from cdui.private import private_dir, restrict_umask
@@ -49,7 +50,6 @@ from cdui.runs import RunService
 from cdui.store import Store
 
 log = logging.getLogger(__name__)
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 CONFIG = web.AppKey("config", Config)
 STORE = web.AppKey("store", Store)
