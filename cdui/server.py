@@ -40,6 +40,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from cdui import __version__
+from cdui.atomic import write_private
 from cdui.config import Config
 from cdui.errors import CduiError
 from cdui.layout import WEB_DIR
@@ -262,18 +263,6 @@ def _user_name(uid: int) -> str:
 
 async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(WEB_DIR / "index.html")
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file readable by this OS user only (0600), atomically."""
-    if not path.parent.exists():
-        private_dir(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
 
 
 def build_app(config: Config, port: int) -> web.Application:
