@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui import __version__, protocol, runner
+from cdui.atomic import atomic_write
 from cdui.job import Job
 from cdui.spool import RunSpool, spooled_runs
 
@@ -141,13 +142,12 @@ class Agent:
     def _status(self, state: str, message: str = "") -> None:
         if self.status_file is None:
             return
-        # A temporary name of this process's own: two agents sharing a user data folder must not
-        # rename each other's file away (that failure used to drop the live connection).
-        tmp = self.status_file.with_name(f"{self.status_file.name}.{os.getpid()}.tmp")
+        # atomic_write's temporary name is this process's own: two agents sharing a user data folder
+        # must not rename each other's file away (that failure used to drop the live connection).
         try:
-            tmp.write_text(json.dumps({"state": state, "message": message, "pid": os.getpid(),
-                                       "control": self.control, "name": self.name, "at": time.time()}))
-            os.replace(tmp, self.status_file)
+            atomic_write(self.status_file, json.dumps({"state": state, "message": message, "pid": os.getpid(),
+                                                       "control": self.control, "name": self.name,
+                                                       "at": time.time()}))
         except OSError as exc:  # the status file informs `cdui agent start`; it is no reason to disconnect
             log.warning("could not write %s: %s", self.status_file, exc)
 

@@ -42,6 +42,8 @@ from cdui.placement import human_size
 log = logging.getLogger("cdui.agent")
 RETRY_STATUSES = {502, 503, 504}
 OUTPUT_FOLDERS = ("models", "media", "output")
+# why a file stayed on the worker when a Stop came during the final uploads (it already has its warning)
+STOPPED_DURING_FINAL = "stopped during the final uploads"
 
 
 class Unreachable(Exception):
@@ -283,47 +285,57 @@ class RunFiles:
         if self.backend != "transfer" or self.data_dir is None:
             return final
         stops_before = handle.stop_count
-
-        def stopped() -> bool:
-            return handle.stop_count > stops_before
         self._queue.put_nowait(None)
         if self._uploader is not None:
             await self._uploader
+        outputs = await self._changed_outputs(self.data_dir)
+        await self._upload_final(outputs + self._held_last, lambda: handle.stop_count > stops_before)
+        self._record_left(self.data_dir)
+        return final
+
+    async def _changed_outputs(self, data_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+        """Files the run wrote: everything new in the output folders, and inputs it overwrote."""
         outputs: list[tuple[Path, dict[str, Any]]] = []
         for folder in OUTPUT_FOLDERS:
-            root = self.data_dir / folder
+            root = data_dir / folder
             if root.is_dir():
                 for p in sorted(root.rglob("*")):
                     if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
-                        rel = str(p.relative_to(self.data_dir))
+                        rel = str(p.relative_to(data_dir))
                         if rel in self.input_shas and await self._sha(p) == self.input_shas[rel]:
                             continue  # an input, unchanged
                         outputs.append((p, {"group": "output", "relative_path": rel}))
         for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
-            p = self.data_dir / rel
+            p = data_dir / rel
             if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await self._sha(p) != sha:
                 outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
-        pending = outputs + self._held_last
+        return outputs
+
+    async def _upload_final(self, pending: list[tuple[Path, dict[str, Any]]],
+                            stopped: Callable[[], bool]) -> None:
+        """Upload ``pending`` in order; once a Stop arrives, the rest stays on the worker."""
         for i, (path, meta) in enumerate(pending):
             if stopped():
                 rest = pending[i:]
                 for p, m in rest:
-                    self._left.append((p, m, "stopped during the final uploads"))
+                    self._left.append((p, m, STOPPED_DURING_FINAL))
                 self.record("run_warning", {"kind": "transfer_failed", "count": len(rest),
                                             "message": f"{len(rest)} file(s) were not uploaded because the run was "
                                                        f"stopped; they stay on the worker under {self.data_dir}"})
                 break
             await self._upload_or_leave(path, meta)
+
+    def _record_left(self, data_dir: Path) -> None:
+        """An artifact event for each file left on the worker, and a warning saying why (a Stop already had one)."""
         for path, meta, why in self._left:
             size = path.stat().st_size if path.exists() else None
-            inside = path.is_relative_to(self.data_dir)
+            inside = path.is_relative_to(data_dir)
             self.record("artifact", {"kind": meta.get("kind", "output"), "name": path.name, "path": str(path),
-                                     "relative_path": str(path.relative_to(self.data_dir)) if inside else None,
+                                     "relative_path": str(path.relative_to(data_dir)) if inside else None,
                                      "backend": "left_on_worker", "size": size})
-            if why != "stopped during the final uploads":
+            if why != STOPPED_DURING_FINAL:
                 self.record("run_warning", {"kind": "transfer_failed", "file": str(path),
                                             "message": f"{path.name} stays on the worker at {path}: {why}"})
-        return final
 
 
 def _delays(start: float = 1.0, cap: float = 60.0):

@@ -193,7 +193,7 @@ def _labels_fn(user_data: Path):
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
     from cdui.agent import credential_path, detect_devices, hostname
-    from cdui.server import write_private
+    from cdui.atomic import write_private
     if args.ca_fingerprint is not None:
         # Accepting a pin that is never checked would promise a protection that is not there.
         return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.errors import CduiError
-from cdui.layout import INSTALL_ROOT, Layout
+from cdui.layout import Layout, install_root_from_env
 
 GiB = 1024 ** 3
 MB = 1000 ** 2
@@ -71,6 +71,7 @@ class Setting:
 
 SETTINGS: list[Setting] = [
     # -- paths
+    Setting("CODEFYUI_INSTALL_ROOT", None, _str, "the installation root: relative node paths resolve against it, data/ sits in it (default: the checkout cdui runs from, else ~/CodefyUI)", "a folder", path=True),
     Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder", path=True),
     Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder", path=True),
     Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder", path=True),
@@ -191,7 +192,7 @@ def absolute_paths(env: Mapping[str, str], cwd: Path) -> dict[str, str]:
 def user_data_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     v = env.get("CODEFYUI_USER_DATA_DIR")
-    return Path(v).expanduser().absolute() if v else INSTALL_ROOT / ".codefyui_dev"
+    return Path(v).expanduser().absolute() if v else install_root_from_env(env) / ".codefyui_dev"
 
 
 def load(env: Mapping[str, str] | None = None) -> Config:

@@ -30,6 +30,7 @@ from cdui.config import Config
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
+from cdui.graph.uses import presets_used
 from cdui.graph.validate import validate_graph
 from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
@@ -282,7 +283,8 @@ class RunService:
         # then split secrets out of the whole of it, embedded presets included.
         own = {str(p.get("preset_name") or p.get("name")) for p in graph.get("presets") or []
                if isinstance(p, dict)}
-        extra = [p for name, p in library.items() if name not in own and _uses_preset(graph, name)]
+        used = presets_used(graph, library)
+        extra = [p for name, p in library.items() if name not in own and name in used]
         full_graph = {**graph, "presets": list(graph.get("presets") or []) + extra} if extra else graph
         stored_graph, secrets = split_secrets(full_graph, self.registry, library)
         short = short_secrets(secrets)
@@ -654,12 +656,6 @@ class RunService:
             s.discard(q)
             if not s:
                 self.subscribers.pop(run_id, None)
-
-
-def _uses_preset(graph: Any, name: str) -> bool:
-    """Does the graph use preset ``name`` (as a node, or as what a Map runs)?"""
-    text = json.dumps(graph)
-    return f'"preset:{name}"' in text or f'"{name}"' in text
 
 
 def _text(v: Any, limit: int = 4096) -> str | None:

@@ -42,8 +42,10 @@ from aiohttp import web
 from cdui import __version__, api_files, api_runs, transfer, workers
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
 from cdui.clock import Clock, SystemClock
+from cdui.atomic import write_private
 from cdui.config import Config
 from cdui.errors import CduiError
+from cdui.layout import WEB_DIR
 from cdui.nodes.registry import build_registry
 from cdui.loopback import is_loopback
 from cdui.peercred import peer_uid
@@ -52,7 +54,6 @@ from cdui.runs import RunService
 from cdui.store import Store
 
 log = logging.getLogger(__name__)
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 # Routes that need no session token. Worker routes check their own credential.
 PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
@@ -254,18 +255,6 @@ def _user_name(uid: int) -> str:
 
 async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(WEB_DIR / "index.html")
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file readable by this OS user only (0600), atomically."""
-    if not path.parent.exists():
-        private_dir(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
 
 
 def build_app(config: Config, clock: Clock) -> web.Application:

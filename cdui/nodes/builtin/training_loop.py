@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdui.atomic import replacing
 from cdui.graph.context import RunStopped
 from cdui.nodes.base import ANY, DATALOADER, LOSS_FN, MODEL, OPTIMIZER, SCALAR, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device, to_device
@@ -66,9 +66,8 @@ def write_checkpoint(payload: dict[str, Any], path: Path) -> Path:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        torch.save(payload, str(tmp))
     return path
 
 
