@@ -60,7 +60,8 @@ async def upload(request: web.Request) -> web.Response:
     name = check_name(Path(field.filename.replace("\\", "/")).name if "/" in field.filename or "\\" in field.filename
                       else field.filename)
     if field.filename != name:
-        raise CduiError("path_refused", f"file name {field.filename!r} refused: it must be a plain name without folders",
+        raise CduiError("path_refused",
+                        f"file name {field.filename!r} refused: it must be a plain name without folders",
                         hint="rename the file, e.g. to " + repr(name))
     folder.mkdir(parents=True, exist_ok=True)
     target = safe_join(folder, name)
@@ -89,7 +90,8 @@ async def upload(request: web.Request) -> web.Response:
 
 
 def _too_large(limit: int, size: int) -> CduiError:
-    return CduiError("too_large", f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
+    return CduiError("too_large",
+                     f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
                      hint="raise CODEFYUI_MAX_UPLOAD_SIZE on the server, or upload a smaller file", status=413)
 
 

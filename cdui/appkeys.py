@@ -8,7 +8,8 @@ checker only, which is all ``AppKey`` needs them for.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 

@@ -10,9 +10,9 @@ A failed write removes its temporary file and leaves the target as it was.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cdui.private import private_dir
 

@@ -113,8 +113,9 @@ def _tail(path: Path, n: int) -> str:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     import logging
-    from cdui.server import serve
+
     from cdui.config import warn_unavailable
+    from cdui.server import serve
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unavailable(logging.getLogger("cdui.server"))
     pidfile = cfg.user_data / "cdui.pid"

@@ -20,15 +20,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from cdui import __version__
 from cdui.cli import _die, _read_pid
 from cdui.errors import CduiError
-
-
 
 
 def parse_duration(v: str) -> float:
@@ -223,7 +222,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
             return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
         running = _read_pid(pidfile)
         if running and not args.foreground_child:
-            return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
+            return _die(f"an agent is running (pid {running}); "
+                        "stop it with `cdui agent stop` before changing --mount", 4)
         mounts = _mounts(ud)
         if path:
             mounts[label] = str(Path(path).expanduser().absolute())

@@ -22,7 +22,8 @@ import sqlite3
 import string
 import time
 from collections import OrderedDict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cdui.errors import CduiError
 
@@ -107,7 +108,8 @@ def consume_token(c: sqlite3.Connection, token: str, name: str | None, now: floa
         raise CduiError("token_expired", f"enrollment token {tid}.… expired",
                         hint="make a new token with `cdui workers token` (--ttl sets its lifetime)", status=401)
     if r["uses_left"] <= 0:
-        raise CduiError("token_used_up", f"enrollment token {tid}.… is used up ({r['uses_total']} of {r['uses_total']} uses)",
+        raise CduiError("token_used_up",
+                        f"enrollment token {tid}.… is used up ({r['uses_total']} of {r['uses_total']} uses)",
                         hint="make a new token with `cdui workers token` (--uses sets how many agents may use it)",
                         status=401)
     bound = r["worker"]

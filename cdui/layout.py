@@ -27,10 +27,10 @@ so a wheel serves the UI with no checkout at all.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
 
 from cdui.errors import PathRefused
 from cdui.paths import safe_join
@@ -90,7 +90,7 @@ class Layout:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
-                 install_root: Path | None = None) -> "Layout":
+                 install_root: Path | None = None) -> Layout:
         env = os.environ if env is None else env
         root = Path(install_root or install_root_from_env(env))
         data = Path(env.get("CODEFYUI_DATA_DIR") or root / "data").expanduser().absolute()
@@ -102,7 +102,7 @@ class Layout:
 
     @classmethod
     def for_data_dir(cls, data_dir: Path, install_root: Path | None = None,
-                     user_data: Path | None = None) -> "Layout":
+                     user_data: Path | None = None) -> Layout:
         """A layout whose every folder sits under ``data_dir`` (a worker's run folder)."""
         data_dir = Path(data_dir).absolute()
         return cls(Path(install_root or install_root_from_env()), data_dir,
@@ -117,7 +117,7 @@ class Layout:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, str]) -> "Layout":
+    def from_json(cls, d: Mapping[str, str]) -> Layout:
         folders = {k.split(":", 1)[1]: Path(v) for k, v in d.items() if k.startswith("folder:")}
         return cls(Path(d["install_root"]), Path(d["data_dir"]), folders,
                    Path(d["user_data"]) if d.get("user_data") else None)
@@ -218,7 +218,8 @@ class Layout:
         if v.startswith("data/"):
             head = v[5:].partition("/")[0]
             if head not in ("models", "output", "media"):
-                raise PathRefused(value, f"nodes may write into data/models, data/output or data/media, not data/{head}",
+                raise PathRefused(value,
+                                  f"nodes may write into data/models, data/output or data/media, not data/{head}",
                                   hint=f"give a path relative to {folder}/")
             return self.resolve(v)
         return self.check_not_private(safe_join(self.folder(folder), v), value)

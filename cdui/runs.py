@@ -18,7 +18,7 @@ import logging
 import shutil
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ CP = "cp"  # the source name of events born on the control plane
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 
@@ -87,7 +87,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, service: "RunService", devices: list[str]) -> None:
+    def __init__(self, service: RunService, devices: list[str]) -> None:
         self.service = service
         self._devices = devices
         self.handles: dict[str, runner.RunHandle] = {}
@@ -209,13 +209,13 @@ class RunService:
         waits = [listener.on_shutdown() for listener in self.listeners]
         local = self.executors.get("local")
         if isinstance(local, LocalExecutor):
-            for run_id, h in list(local.handles.items()):
+            for h in list(local.handles.values()):
                 h.stop(grace)
                 waits.append(h.wait())
         if waits:
             try:
                 await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.error("runs did not stop within the shutdown grace")
         for t in list(self._tasks):
             t.cancel()
@@ -490,7 +490,7 @@ class RunService:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             if self._closing:

@@ -34,20 +34,19 @@ import signal
 import socket
 import sys
 from collections import OrderedDict
-from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
 from cdui import __version__, api_files, api_runs, transfer, workers
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
-from cdui.clock import Clock, SystemClock
 from cdui.atomic import write_private
+from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.errors import CduiError
 from cdui.layout import WEB_DIR
-from cdui.nodes.registry import build_registry
 from cdui.loopback import is_loopback
+from cdui.nodes.registry import build_registry
 from cdui.peercred import peer_uid
 from cdui.private import private_dir, restrict_umask
 from cdui.runs import RunService

@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import tempfile
-
 from pathlib import Path
 from typing import Any
 

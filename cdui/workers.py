@@ -29,15 +29,15 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
+from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.job import Job
+from cdui.loopback import is_loopback
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
-from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
-from cdui.loopback import is_loopback
 from cdui.store import ACTIVE, TERMINAL, Run
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class Conn:
 class RemoteExecutor:
     """A connected worker, as the run queue sees it."""
 
-    def __init__(self, manager: "WorkerManager", conn: Conn) -> None:
+    def __init__(self, manager: WorkerManager, conn: Conn) -> None:
         self.manager = manager
         self.conn = conn
         self.name = conn.name
@@ -199,8 +199,8 @@ class WorkerManager:
             await ws.close()
             return ws
 
-        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone()
-                                    if h else None)
+        row = await self.store.read(
+            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
         if row is None:
             old = await self.store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
                                                             (h,)).fetchone() if h else None)
@@ -213,7 +213,7 @@ class WorkerManager:
         name = row["name"]
         try:
             first = await ws.receive(timeout=30)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return await refuse("bad_hello", "no hello within 30 s")
         if first.type != WSMsgType.TEXT:
             return await refuse("bad_hello", "the first message must be a JSON text hello")
@@ -264,7 +264,8 @@ class WorkerManager:
         finally:
             if self.conns.get(name) is conn:
                 self.conns.pop(name, None)
-                if self.runs.executors.get(name) is not None and getattr(self.runs.executors[name], "conn", None) is conn:
+                current = self.runs.executors.get(name)
+                if current is not None and getattr(current, "conn", None) is conn:
                     self.runs.executors.pop(name, None)
                 await self._worker_gone(name)
             await ws.close()
@@ -449,7 +450,7 @@ class WorkerManager:
                 break
             try:
                 await asyncio.wait_for(self._ended.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         for run_id, (name, _) in list(self.runs.active.items()):
             if name != "local":
@@ -478,7 +479,7 @@ class WorkerManager:
             devices = json.loads(r["devices"] or "[]") if not online else conn.hello.devices
             runs_here = [rid for rid, (ex, _) in self.runs.active.items() if ex == r["name"]]
             used: dict[str, int] = {}
-            for rid, (ex, dev) in self.runs.active.items():
+            for ex, dev in self.runs.active.values():
                 if ex == r["name"]:
                     used[dev] = used.get(dev, 0) + 1
             status = "disabled" if r["disabled"] else ("draining" if r["drained"] and online else
@@ -503,7 +504,8 @@ class WorkerManager:
         worker = body.get("worker")
         if worker is not None:
             enroll.check_name(worker)
-            exists = await self.store.read(lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
+            exists = await self.store.read(
+                lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
             if not exists:
                 raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
                                                       "`cdui workers list`")
@@ -542,7 +544,8 @@ class WorkerManager:
 
     async def delete_token(self, request: web.Request) -> web.Response:
         tid = request.match_info["token_id"]
-        n = await self.store.write(lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
+        n = await self.store.write(
+            lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
         if not n:
             raise NotFound("enrollment token", tid)
         return web.json_response({"revoked": tid})
@@ -617,7 +620,8 @@ class WorkerManager:
 
         def fn(c: Any) -> None:
             if row["credential_hash"]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
+                          "VALUES (?,?,?,?)",
                           (row["credential_hash"], name, "removed", now))
             c.execute("DELETE FROM workers WHERE name=?", (name,))
             c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))

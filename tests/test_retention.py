@@ -1,10 +1,12 @@
 """Run retention (CFG-30, XFER-25): only the newest N finished runs are kept, with their folders."""
 from __future__ import annotations
 
-from procs import ServerProc, start_then, wait_for, wait_run
 import pytest
 
-# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what they do on the machine: the e2e tier.
+from procs import ServerProc, start_then, wait_for, wait_run
+
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
 pytestmark = pytest.mark.e2e
 
 

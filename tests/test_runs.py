@@ -24,7 +24,8 @@ from procs import (
     wait_run,
 )
 
-# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what they do on the machine: the e2e tier.
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
 pytestmark = pytest.mark.e2e
 
 CUSTOM_NODES = textwrap.dedent('''

@@ -71,7 +71,8 @@ def test_wheel_outside_checkout_serves_ui_and_runs_iris(tmp_path: Path) -> None:
     elsewhere.mkdir()
     home.mkdir()
     probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import json, cdui, cdui.layout as l; print(json.dumps([cdui.__file__, str(l.INSTALL_ROOT)]))"],
+                            "import json, cdui, cdui.layout as l; "
+                            "print(json.dumps([cdui.__file__, str(l.INSTALL_ROOT)]))"],
                            cwd=elsewhere, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                            check=True, capture_output=True, text=True)
     module, root = json.loads(probe.stdout)

@@ -8,7 +8,8 @@ along. A name that merely appears somewhere (a label, a file name) is no use.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from cdui.graph.model import PRESET_PREFIX
 

@@ -76,7 +76,7 @@ class AmpPolicy:
     """fp32: nothing. bf16: autocast. fp16: autocast + GradScaler. A device
     that cannot honour the request trains in fp32 and the run says so."""
 
-    def __init__(self, requested: Any, device: str, ctx: "RunContext") -> None:
+    def __init__(self, requested: Any, device: str, ctx: RunContext) -> None:
         import torch
 
         self.requested = str(requested or "fp32").lower()
@@ -163,16 +163,16 @@ class ScalarLog:
 
 
 # -- optimizer binding --------------------------------------------------------------
-def bind_optimizer(optimizer: Any, model: Any, ctx: "RunContext") -> Any:
+def bind_optimizer(optimizer: Any, model: Any, ctx: RunContext) -> Any:
     """Make ``optimizer`` drive ``model``'s current parameters, keeping its state
     whenever the parameters still line up (a resume must not lose Adam's moments)."""
     params = list(model.parameters())
     tracked = [p for g in optimizer.param_groups for p in g["params"]]
-    if len(tracked) == len(params) and all(a is b for a, b in zip(tracked, params)):
+    if len(tracked) == len(params) and all(a is b for a, b in zip(tracked, params, strict=True)):
         # Same tensors; a device move may still have stranded the state.
         optimizer.load_state_dict(optimizer.state_dict())
         return optimizer
-    if len(tracked) == len(params) and all(a.shape == b.shape for a, b in zip(tracked, params)):
+    if len(tracked) == len(params) and all(a.shape == b.shape for a, b in zip(tracked, params, strict=True)):
         saved = optimizer.state_dict()
         offset = 0
         for group in optimizer.param_groups:
@@ -189,7 +189,7 @@ def bind_optimizer(optimizer: Any, model: Any, ctx: "RunContext") -> Any:
     return type(optimizer)(model.parameters(), **kwargs)
 
 
-def _start_epoch(value: Any, ctx: "RunContext") -> int:
+def _start_epoch(value: Any, ctx: RunContext) -> int:
     if value is None:
         return 0
     try:
@@ -267,7 +267,7 @@ class TrainingLoopNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         log = None
         if as_bool(params.get("tensorboard"), False):
             log = ScalarLog(ctx.run_dir() / "tensorboard", ctx.now)
@@ -279,7 +279,7 @@ class TrainingLoopNode(Node):
                 log.close()
                 ctx.artifact("tensorboard", log.folder, "tensorboard")
 
-    def _train(self, inputs: dict[str, Any], params: dict[str, Any], ctx: "RunContext",
+    def _train(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext,
                log: ScalarLog | None) -> dict[str, Any]:
         import torch
         import torch.nn as nn
