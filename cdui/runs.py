@@ -18,6 +18,7 @@ import logging
 import shutil
 import time
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +37,7 @@ from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
-from cdui.queue import Placement, candidates, device_kind, normalize_target, parse_caps, place
+from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
 from cdui.store import ACTIVE, TERMINAL, Run, Store
 
 log = logging.getLogger(__name__)
@@ -70,12 +71,9 @@ class RunListener(Protocol):
         """The store's disk has room again."""
 
 
-class Executor(Protocol):
-    name: str
-
-    def devices(self) -> list[str]: ...
-
-    def unavailable_reason(self) -> str | None: ...
+class Executor(ExecutorView, Protocol):
+    """What placement reads of an executor (name, devices, unavailable_reason, mounted), and the
+    starting and stopping of runs."""
 
     async def start(self, run: Run, job: Job) -> None: ...
 
@@ -206,7 +204,7 @@ class RunService:
     async def _close(self) -> None:
         self._closing = True
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
-        waits = [listener.on_shutdown() for listener in self.listeners]
+        waits: list[Awaitable[object]] = [listener.on_shutdown() for listener in self.listeners]
         local = self.executors.get("local")
         if isinstance(local, LocalExecutor):
             for h in list(local.handles.values()):

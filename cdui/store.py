@@ -230,7 +230,7 @@ class Store:
         self.probe_s = probe_s
         # Set while the disk is full: {"since": epoch seconds, "detail": sqlite's or the OS's words}.
         self.full: dict[str, Any] | None = None
-        self.on_disk_state: list[Callable[[dict[str, Any] | None], None]] = []
+        self.on_disk_state: list[Callable[[dict[str, Any] | None], object]] = []  # results are ignored
         self._last_probe = 0.0
 
     # -- lifecycle -------------------------------------------------------

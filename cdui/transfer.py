@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, PathRefused
@@ -108,11 +108,12 @@ async def upload_handler(request: web.Request) -> web.Response:
     try:
         reader = await request.multipart()
         meta_part = await reader.next()
-        meta = await _read_meta(meta_part) if meta_part is not None and meta_part.name == "meta" else None
+        is_meta = isinstance(meta_part, BodyPartReader) and meta_part.name == "meta"
+        meta = await _read_meta(meta_part) if is_meta else None
         if not isinstance(meta, dict):
             raise ValueError("the first part must be 'meta' (JSON)")
         file_part = await reader.next()
-        if file_part is None or file_part.name != "file":
+        if not isinstance(file_part, BodyPartReader) or file_part.name != "file":
             raise ValueError("the second part must be 'file'")
     except (ValueError, AssertionError, KeyError) as exc:
         raise CduiError("bad_upload", f"malformed artifact upload: {exc}") from None

@@ -475,8 +475,10 @@ class WorkerManager:
         out = []
         for r in rows:
             conn = self.conns.get(r["name"])
-            online = conn is not None and not conn.ws.closed
-            devices = json.loads(r["devices"] or "[]") if not online else conn.hello.devices
+            if conn is not None and conn.ws.closed:
+                conn = None  # its socket closed: offline, even before its handler has removed it
+            online = conn is not None
+            devices = conn.hello.devices if conn is not None else json.loads(r["devices"] or "[]")
             runs_here = [rid for rid, (ex, _) in self.runs.active.items() if ex == r["name"]]
             used: dict[str, int] = {}
             for ex, dev in self.runs.active.values():
@@ -489,12 +491,12 @@ class WorkerManager:
                 "drained": bool(r["drained"]), "disabled": bool(r["disabled"]),
                 "devices": [{"device": d, "slots": self.runs.caps.slots(r["name"], d), "in_use": used.get(d, 0)}
                             for d in devices],
-                "runs": runs_here, "last_seen": iso(conn.last_seen if online else r["last_seen"]),
-                "address": conn.address if online else r["address"],
-                "labels": conn.labels if online else json.loads(r["labels"] or "{}"),
-                "unencrypted": bool(conn.unencrypted) if online else False,
+                "runs": runs_here, "last_seen": iso(conn.last_seen if conn is not None else r["last_seen"]),
+                "address": conn.address if conn is not None else r["address"],
+                "labels": conn.labels if conn is not None else json.loads(r["labels"] or "{}"),
+                "unencrypted": bool(conn.unencrypted) if conn is not None else False,
                 "same_machine": (r["machine_id"] == self.machine_id),
-                "connected_at": iso(conn.connected_at) if online else None,
+                "connected_at": iso(conn.connected_at) if conn is not None else None,
             })
         return web.json_response({"workers": out, "rejected": sorted(self.rejected.values(), key=lambda x: x["at"])})
 
@@ -677,7 +679,8 @@ def _own_addresses() -> list[str]:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
     except OSError:
         return []
-    return sorted({i[4][0] for i in infos if not i[4][0].startswith("127.")})
+    addresses = {str(i[4][0]) for i in infos}  # AF_INET: each sockaddr is (address, port)
+    return sorted(a for a in addresses if not a.startswith("127."))
 
 
 def setup(app: web.Application) -> None:
