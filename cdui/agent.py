@@ -388,7 +388,8 @@ class Agent:
             self._prune_run_folders()
 
     def _prune_run_folders(self) -> None:
-        """The agent's own run retention (XFER-28): keep the newest run folders, never a live run's."""
+        """The agent's own run retention (CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST): keep the newest run
+        folders, never a live run's."""
         keep = int(self.config["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
         root = self.user_data / "agent-runs"
         if keep <= 0 or not root.is_dir():

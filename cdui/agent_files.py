@@ -4,19 +4,19 @@ For each assigned run the agent picks the run's data folder from the job's
 ``files.backend``:
 
 - ``None`` (the run uses no files): the agent's own installation layout;
-- ``mount``: the folder the agent declared with ``--mount data=PATH`` (STO-09);
+- ``mount``: the folder the agent declared with ``--mount data=PATH``;
   artifacts are reported relative to it (``backend: "mount"``);
 - ``transfer``: ``<user-data>/agent-runs/<run id>/data``. Inputs are fetched by
   sha256 into ``<user-data>/agent-cache/<sha256>`` (kept; deleting it is safe)
-  and copied under the names the graph uses (XFER-05..09). What the run
+  and copied under the names the graph uses. What the run
   records is uploaded while it runs; what it wrote under ``models/ media/
   output/`` (and inputs it overwrote) after it ends; the interrupt checkpoint
-  last (XFER-11..14). The run's end is reported only after that.
+  last. The run's end is reported only after that.
 
 Unreachable control plane (connection errors, 502/503/504): retry with growing
 backoff for up to the resume grace, shared by the run's files, then one last
-try each (XFER-21/22). Files the control plane refuses stay on the worker,
-listed with their worker path and a ``transfer_failed`` warning (XFER-23/24).
+try each. Files the control plane refuses stay on the worker,
+listed with their worker path and a ``transfer_failed`` warning (docs/remote-workers.md#the-transfer-backend).
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ class RunFiles:
                     return False
             dest = safe_join(self.data_dir / folder, name)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            # A copy, never a link: a node that overwrites its input cannot alter the cache (XFER-09).
+            # A copy, never a link: a node that overwrites its input cannot alter the cache.
             await asyncio.to_thread(shutil.copyfile, cached, dest)
             self.input_shas[f"{folder}/{name}"] = sha
             self.record("run_warning", {"kind": "transfer_progress", "file": name, "how": how,
@@ -281,7 +281,7 @@ class RunFiles:
         """The second and third groups, then what stays on the worker. Runs before the end is reported.
 
         A Stop that ended the run came before this and does not count; a Stop pressed
-        during these uploads leaves the rest on the worker (XFER-24)."""
+        during these uploads leaves the rest on the worker."""
         if self.backend != "transfer" or self.data_dir is None:
             return final
         stops_before = handle.stop_count

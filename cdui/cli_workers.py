@@ -184,7 +184,7 @@ def _labels_fn(user_data: Path):
     mounts = _mounts(user_data)
 
     def labels() -> dict[str, str]:
-        # A mount whose folder is missing is not offered until it appears (STO-15).
+        # A mount whose folder is missing is not offered until it appears, so no run is placed on an empty folder.
         return {k: v for k, v in mounts.items() if Path(v).is_dir()}
     return labels
 
@@ -215,7 +215,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
-    # Mounts: saved in agent.json; changing them while an agent runs is refused (STO-16).
+    # Mounts: saved in agent.json; changing them while an agent runs is refused: its runs
+    # were placed by the mounts it declared.
     if args.mount is not None:
         label, sep, path = args.mount.partition("=")
         if not sep or not label:
@@ -319,7 +320,7 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
         print("no agent is running")
         return 0
     os.kill(pid, signal.SIGTERM)
-    # Runs get 10 s to stop, then their last events and files go out (CLI-21); margin for the final uploads.
+    # Runs get 10 s to stop, then their last events and files go out; margin for the final uploads.
     from cdui.agent import STOP_BUDGET_S
     limit = STOP_BUDGET_S + 30
     deadline = time.monotonic() + limit

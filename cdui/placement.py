@@ -1,4 +1,5 @@
-"""Which runs use files, and whether the transfer backend can carry them (STO-05, XFER-29).
+"""Which runs use files, and whether the transfer backend can carry them
+(docs/remote-workers.md#which-runs-use-files).
 
 Pure functions: :func:`analyze` reads node declarations (after expanding
 presets and the presets a Map runs) into a :class:`~cdui.nodes.base.FileUsage`;

@@ -255,7 +255,8 @@ class RunHandle:
 
     async def _close(self, final: dict[str, Any]) -> None:
         if self.before_final is not None:
-            # e.g. the agent's final uploads: the end is reported only after them (XFER-11).
+            # e.g. the agent's final uploads: the end is reported only after them,
+            # so a finished run's files are all there.
             try:
                 final = await self.before_final(final)
             except Exception:

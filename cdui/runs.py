@@ -412,7 +412,7 @@ class RunService:
         except ArtifactRefused as exc:
             await self._refuse_artifact(run_id, rel, exc.reason)
             return
-        # The control plane's path only where it sees the same file (STO-12): else null.
+        # The control plane's path only where it sees the same file (a mounted worker's shared folder): else null.
         sha = data.get("sha256") if isinstance(data.get("sha256"), str) else None
         path = None
         if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
                 "/api/workers/enroll", "/ws/worker"}
 PUBLIC_PREFIXES = ("/web/",)
-# What a worker credential may do over plain HTTP (XFER-06, XFER-19).
+# What a worker credential may do over plain HTTP: its own runs' inputs and results, nothing of the user's API.
 WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
 # Where a browser cannot send a header: the event WebSocket and download links.
 QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/download/.+"
@@ -98,7 +98,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 class HostCheck:
-    """Which HTTP Host values this server answers to (CONN-04..06)."""
+    """Which HTTP Host values this server answers to: a page on another host name cannot reach the API
+    (DNS rebinding)."""
 
     def __init__(self, port: int | None, extra: list[str]) -> None:
         # None: the port is the one the request arrived on (its local socket's),

@@ -1,4 +1,4 @@
-"""The transfer backend, control-plane side: the control plane as a run's file store (XFER).
+"""The transfer backend, control-plane side: the control plane as a run's file store.
 
 A worker without the ``data`` mount downloads the run's inputs from the
 ordinary download routes (with its worker credential, only that run's
@@ -58,7 +58,8 @@ def output_target(layout: Layout, relative_path: str) -> Path:
 
 
 def free_name(target: Path, sha: str) -> tuple[Path, bool]:
-    """Where a file with content ``sha`` goes when ``target`` may exist (XFER-15).
+    """Where a file with content ``sha`` goes when ``target`` may exist: an existing different
+    file is kept, never overwritten.
 
     Returns (path, already_there): an identical file is reused; a different
     one is kept and the new file gets the first free ``-N`` suffix."""
@@ -176,7 +177,7 @@ async def upload_handler(request: web.Request) -> web.Response:
 
 
 async def worker_may_download(request: web.Request, folder: str, name: str) -> bool:
-    """A worker credential downloads only inputs of its own active runs (XFER-06)."""
+    """A worker credential downloads only inputs of its own active runs: a worker sees no other run's data."""
     service = request.app[RUNS]
     worker = request.get("worker")
     rows = await asyncio.to_thread(service.store.runs_in_status_sync, ACTIVE)

@@ -1,5 +1,5 @@
 """Remote workers on the control plane: enrollment routes, ``/ws/worker``,
-remote executors, disconnects, resume and adoption (ENR, CONN, DISC, ROUTE).
+remote executors, disconnects, resume and adoption (docs/remote-workers.md).
 
 The wire shapes are in :mod:`cdui.protocol`, token policy in
 :mod:`cdui.enroll`; this module is the loop that ties them to the run service.
@@ -423,7 +423,7 @@ class WorkerManager:
                 "message": f"worker {name} disconnected; the run keeps its slot for up to {self.grace:g} s"})
             self._start_timer(run_id, adopted=False)
 
-    # -- graceful shutdown (DISC-20, DISC-21) -------------------------------------------
+    # -- graceful shutdown: runs on workers are stopped, not left to adopt ----------------
     async def on_shutdown(self) -> None:
         """Ask every worker run to stop and wait, up to the grace, for each worker's own ending.
 
@@ -524,7 +524,7 @@ class WorkerManager:
                "worker": tok.get("worker"), "command": cmd}
         host = request.host.rsplit(":", 1)[0].strip("[]")
         if host in ("127.0.0.1", "localhost", "::1"):
-            # ENR-06: a loopback address reaches this machine only.
+            # A loopback address reaches this machine only, so it is no address to give a worker.
             others = _own_addresses()
             out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
                            "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"

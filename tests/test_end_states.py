@@ -263,7 +263,8 @@ def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_p
 
 
 def test_worker_that_reported_on_a_run_and_returns_without_it_interrupts_it(tmp_path):
-    """DISC/NOTE-02: the worker did send events of the run, then reconnects without it ->
+    """An adopted run (docs/remote-workers.md#when-the-control-plane-restarts): the worker did send
+    events of the run, then reconnects without it ->
     the run ends `interrupted` at once (it ran; running it again could repeat its effects)."""
     s = lost_server(tmp_path)
     fake = FakeAgent(s)

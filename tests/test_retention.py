@@ -1,4 +1,4 @@
-"""Run retention (CFG-30, XFER-25): only the newest N finished runs are kept, with their folders."""
+"""Run retention (CODEFYUI_RUN_RETENTION_KEEP_LAST): only the newest N finished runs are kept, with their folders."""
 from __future__ import annotations
 
 import pytest

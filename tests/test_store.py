@@ -1,5 +1,5 @@
 """The sqlite store on a real file: pragmas, migrations, event recording, the
-single writer with group commit (foundation: store invariants of NOTES.md)."""
+single writer with group commit (the store invariants of docs/architecture.md)."""
 from __future__ import annotations
 
 import asyncio
@@ -53,7 +53,7 @@ class Blocker:
 
 
 def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
-    """foundation: WAL on, user_version == number of migrations, foreign keys on
+    """WAL on, user_version == number of migrations, foreign keys on
     (checked on a fresh connection of the store and by an actual cascade)."""
     jm = store.read_sync(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert jm.lower() == "wal"
@@ -81,7 +81,7 @@ def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
 
 
 def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
-    """foundation: migrations are applied once; a database from a newer cdui is refused."""
+    """Migrations are applied once; a database from a newer cdui is refused."""
     path = tmp_path / "db.sqlite3"
     s = Store(path)
     s.open()
@@ -103,7 +103,7 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
 
 
 def test_append_events_idempotent_and_gapless(store: Store) -> None:
-    """foundation: (run, src, src_seq) stored once; replays are no-ops; seq is
+    """(run, src, src_seq) stored once; replays are no-ops; seq is
     gapless from 1 across sources; the returned ack is the highest contiguous src_seq."""
     async def go() -> None:
         await store.create_run(new_run("r"))
@@ -129,7 +129,7 @@ def test_append_events_idempotent_and_gapless(store: Store) -> None:
 
 
 def test_append_events_refuses_gaps(store: Store) -> None:
-    """foundation: an event is accepted only as the next src_seq of its source;
+    """An event is accepted only as the next src_seq of its source;
     after a gap the rest of the batch is refused until the sender replays."""
     async def go() -> None:
         await store.create_run(new_run("g"))
@@ -155,7 +155,7 @@ async def writes_queued(store: Store, n: int, timeout: float = 60) -> None:
 
 
 def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
-    """foundation: many concurrent writes from asyncio tasks all land, and the
+    """Many concurrent writes from asyncio tasks all land, and the
     single writer commits jobs queued together in one transaction."""
     n = 400
 
@@ -185,7 +185,7 @@ def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
 
 
 def test_failing_job_rolls_back_only_itself(store: Store) -> None:
-    """foundation: a failing write job in a batch is rolled back alone; the
+    """A failing write job in a batch is rolled back alone; the
     others in the same transaction commit, and the caller gets its exception."""
     async def go() -> None:
         blocker = Blocker(store)

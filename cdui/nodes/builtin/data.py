@@ -65,7 +65,7 @@ class CSVReaderNode(Node):
 
     @classmethod
     def define_params(cls) -> list[Param]:
-        # An upload field (STO-06, XFER-03: "the data-file fields of CSVReader"):
+        # An upload field (the data-file fields of CSVReader decide whether a run uses files):
         # a name in data/files (`train.csv`), or a data/... path such as the
         # built-in sample data/samples/iris.csv, which every installation has.
         return [
