@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
+from cdui import worker_admission as admission
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
@@ -189,6 +190,15 @@ class WorkerManager:
             del self.rejected[next(iter(self.rejected))]
         log.warning("rejected worker connection %s from %s: %s", name, address, reason)
 
+    async def _first_message(self, ws: web.WebSocketResponse) -> str | admission.NoHello:
+        try:
+            first = await ws.receive(timeout=30)
+        except asyncio.TimeoutError:
+            return admission.NoHello("no hello within 30 s")
+        if first.type != WSMsgType.TEXT:
+            return admission.NoHello("the first message must be a JSON text hello")
+        return str(first.data)
+
     async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
         await ws.prepare(request)
@@ -197,49 +207,26 @@ class WorkerManager:
         cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         h = enroll.hash_secret(cred) if cred else ""
 
-        async def refuse(code: str, message: str) -> web.WebSocketResponse:
-            await ws.send_str(protocol.Refused(code, message).to_json())
-            await ws.close()
-            return ws
-
         row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone()
                                     if h else None)
+        old = None
+        first: str | admission.NoHello | None = None
         if row is None:
             old = await self.store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
                                                             (h,)).fetchone() if h else None)
-            if old is not None:
-                what = "was removed" if old["reason"] == "removed" else "was superseded by a reissue"
-                self._reject(old["worker"], f"revoked credential ({what})", address, h)
-                return await refuse("revoked", f"the credential of worker {old['worker']} {what}; "
-                                               f"this agent can no longer connect")
-            return await refuse("unknown_credential", "this control plane does not know the agent's credential")
-        name = row["name"]
-        try:
-            first = await ws.receive(timeout=30)
-        except asyncio.TimeoutError:
-            return await refuse("bad_hello", "no hello within 30 s")
-        if first.type != WSMsgType.TEXT:
-            return await refuse("bad_hello", "the first message must be a JSON text hello")
-        version = protocol.peek_version(first.data)
-        if version != __version__:
-            msg = f"version mismatch: worker {version or 'unknown'}, control plane {__version__}"
-            self._reject(name, msg, address)
-            return await refuse("version_mismatch", msg)
-        try:
-            hello = protocol.parse_agent_message(first.data)
-            if not isinstance(hello, protocol.Hello):
-                raise protocol.ProtocolError("the first message must be a hello")
-        except protocol.ProtocolError as exc:
-            self._reject(name, f"bad hello: {exc}", address)
-            return await refuse("bad_hello", str(exc))
-        if hello.name != name:
-            self._reject(hello.name, f"its credential belongs to worker {name}", address)
-            return await refuse("credential_mismatch", f"this credential belongs to worker {name}, not {hello.name}")
-        existing = self.conns.get(name)
-        if existing is not None and not existing.ws.closed:
-            self._reject(name, f"worker {name} is already connected from {existing.address}", address)
-            return await refuse("name_in_use", f"worker {name} is already connected from {existing.address}; "
-                                               f"stop the other agent first")
+        else:
+            first = await self._first_message(ws)
+        existing = self.conns.get(row["name"]) if row is not None else None
+        decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
+                                    else None, __version__, h)
+        if isinstance(decision, admission.Refuse):
+            if decision.listed_name is not None:
+                self._reject(decision.listed_name, decision.listed_reason or decision.code, address,
+                             decision.listed_once_per)
+            await ws.send_str(protocol.Refused(decision.code, decision.message).to_json())
+            await ws.close()
+            return ws
+        name, hello = decision.name, decision.hello
         labels = dict(hello.labels)
         if hello.machine_id and hello.machine_id == self.machine_id:
             labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
