@@ -118,6 +118,7 @@ class RunHandle:
         self.next_seq = first_seq
         self.proc: asyncio.subprocess.Process | None = None
         self.stop_requested = False
+        self.stop_grace = STOP_GRACE_S  # the grace the stop was asked with (CODEFYUI_STOP_GRACE_S)
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
@@ -232,7 +233,7 @@ class RunHandle:
             # Stop was asked for while the run was being prepared: tell the process at once.
             self.proc.stdin.write(b"stop\n")
             await self.proc.stdin.drain()
-            self._stop_task = asyncio.create_task(self._kill_after(STOP_GRACE_S))
+            self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
         self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
         self._tasks.extend(self._readers)
         self._tasks.append(asyncio.create_task(self._finish()))
@@ -244,7 +245,7 @@ class RunHandle:
         final: dict[str, Any]
         if self.killed:
             final = {"status": "interrupted",
-                     "error": f"the run did not stop within {STOP_GRACE_S:.0f} s and was killed"}
+                     "error": f"the run did not stop within {self.stop_grace:.0f} s and was killed"}
         elif self.result is not None:
             final = {"status": self.result.get("status", "failed"), "error": self.result.get("error")}
         else:
@@ -288,6 +289,7 @@ class RunHandle:
         self.stop_count += 1
         if self.stop_requested:
             return
+        self.stop_grace = grace
         self.stop_requested = True
         self.stop_event.set()
         if not self.proc:

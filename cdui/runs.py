@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -143,6 +142,7 @@ class RunService:
     def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
+        self.stop_grace = float(config["CODEFYUI_STOP_GRACE_S"])
         self.store = store
         self.registry = registry
         self.layout = config.layout
@@ -211,9 +211,12 @@ class RunService:
                 h.stop(grace)
                 waits.append(h.wait())
         if waits:
-            try:
-                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
-            except TimeoutError:
+            stopped = asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True))
+            timer = asyncio.ensure_future(self.clock.sleep(grace + 15))
+            await asyncio.wait({stopped, timer}, return_when=asyncio.FIRST_COMPLETED)
+            timer.cancel()
+            if not stopped.done():
+                stopped.cancel()
                 log.error("runs did not stop within the shutdown grace")
         for t in list(self._tasks):
             t.cancel()
@@ -233,7 +236,7 @@ class RunService:
         self.abandoned.add(run_id)
         local = self.executors.get("local")
         if local is not None:
-            local.stop(run_id, runner.STOP_GRACE_S)
+            local.stop(run_id, self.stop_grace)
         log.error("run %s: its events could not be stored (%s); ending it failed", run_id, err.message)
         try:
             await self._finish(run_id, "failed", f"{err.message}: the run's events could not be stored, so it was "
@@ -292,7 +295,7 @@ class RunService:
                             f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
                             "nothing was stored",
                             hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
-        now = time.time()
+        now = self.clock.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
                 "files": files.to_json(), "has_secrets": bool(secrets),
@@ -333,7 +336,7 @@ class RunService:
     def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         # The control plane is the recorder of its own events; their src_seq
         # continues from what is stored (looked up lazily in record_cp).
-        return {"kind": kind, "data": data, "at": time.time()}
+        return {"kind": kind, "data": data, "at": self.clock.time()}
 
     async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
@@ -445,7 +448,7 @@ class RunService:
         """End a run, once: the first ending stored wins (a later one, e.g. the status a
         run reports while being stopped after it already ended failed, changes nothing).
         ``record``: also store the final status event (from the control plane)."""
-        now = time.time()
+        now = self.clock.time()
         event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
         ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
         for ev in stored:
@@ -464,6 +467,39 @@ class RunService:
         self.wake()
         if not self._closing and not self.store.full:
             self.spawn(self._apply_retention())
+
+    # -- the port for executors' owners (the worker manager) ---------------------
+    async def finish(self, run_id: str, status: str, error: str | None) -> None:
+        """End a run now (the first ending stored wins) and free its slot."""
+        await self._finish(run_id, status, error)
+
+    def adopt(self, run_id: str, executor: str, device: str) -> None:
+        """Count ``run_id`` as running on ``executor``/``device`` (it holds that slot)."""
+        self.active[run_id] = (executor, device)
+
+    def release(self, run_id: str) -> None:
+        """Free a run's slot without ending it."""
+        self.active.pop(run_id, None)
+        self.wake()
+
+    def attach_executor(self, executor: Executor) -> None:
+        """An executor came (a worker connected): the queue may place runs on it."""
+        self.executors[executor.name] = executor
+        self.wake()
+
+    def detach_executor(self, name: str, executor: Executor | None = None) -> None:
+        """The executor ``name`` is gone; with ``executor``, only if it is still that one
+        (a reconnect may have attached a newer one under the same name)."""
+        if executor is None or self.executors.get(name) is executor:
+            self.executors.pop(name, None)
+
+    def executor(self, name: str) -> Executor | None:
+        return self.executors.get(name)
+
+    def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]:
+        """(run id, executor, device) of every run holding a slot, on ``executor`` or on any."""
+        return [(rid, ex, dev) for rid, (ex, dev) in list(self.active.items())
+                if executor is None or ex == executor]
 
     async def requeue(self, run_id: str, reason: str) -> None:
         """Put a run whose assignment never reached its executor back in the queue.
@@ -533,14 +569,14 @@ class RunService:
             return
         # Claim it atomically: a Stop that landed since the queue was read wins.
         if not await self.store.claim_queued(run_id, worker_id=where.executor, slot_device=where.device,
-                                             started_at=time.time()):
+                                             started_at=self.clock.time()):
             return
         self.active[run_id] = (where.executor, where.device)
         job = self.build_job(run, where)
         try:
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
-                self.executors[where.executor].stop(run_id, runner.STOP_GRACE_S)
+                self.executors[where.executor].stop(run_id, self.stop_grace)
         except Exception as exc:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
@@ -571,7 +607,7 @@ class RunService:
             ex_name = (self.active.get(run_id) or (run.worker_id, None))[0]
             ex = self.executors.get(ex_name or "")
             if ex is not None:
-                ex.stop(run_id, runner.STOP_GRACE_S)
+                ex.stop(run_id, self.stop_grace)
             await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
         return await self.get(run_id)
 
@@ -628,7 +664,7 @@ class RunService:
             "finished_at": iso(run.finished_at),
         }
         if run.disconnected_at and run.status == "disconnected":
-            since = time.time() - run.disconnected_at
+            since = self.clock.time() - run.disconnected_at
             out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
                                     "disconnected_s": round(since, 1),
                                     "text": f"worker disconnected {since:.0f} s ago"}

@@ -22,14 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
-from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
+from cdui import worker_admission as admission
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
@@ -38,6 +37,8 @@ from cdui.job import Job
 from cdui.loopback import is_loopback
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
+from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
+from cdui.loopback import is_loopback
 from cdui.store import ACTIVE, TERMINAL, Run
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,12 @@ class Conn:
     hello: protocol.Hello
     address: str
     unencrypted: bool
-    connected_at: float = field(default_factory=time.time)
-    last_seen: float = field(default_factory=time.time)
+    # Wall time, shown and stored (the server's clock sets both).
+    connected_at: float = 0.0
+    last_seen: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
+    # When it last spoke, on the monotonic clock: liveness must not jump with the wall clock.
+    alive_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
@@ -115,7 +119,8 @@ class WorkerManager:
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
-        self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]))
+        self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
+                                         clock=self.clock.monotonic)
         self.closing = False
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
@@ -127,12 +132,12 @@ class WorkerManager:
             if r.worker_id in (None, "local"):
                 continue
             if self.grace <= 0:
-                await self.runs._finish(r.id, "interrupted",
+                await self.runs.finish(r.id, "interrupted",
                                         "the server restarted and CODEFYUI_WORKER_RESUME_GRACE_S is 0, "
                                         "so worker runs are not adopted")
                 continue
-            now = time.time()
-            self.runs.active[r.id] = (r.worker_id, r.slot_device or "cpu")
+            now = self.clock.time()
+            self.runs.adopt(r.id, r.worker_id, r.slot_device or "cpu")
             await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
             await self.runs.record_cp(r.id, "run_warning", {
                 "kind": "worker_disconnected", "restart": True,
@@ -151,7 +156,7 @@ class WorkerManager:
             t.cancel()
 
     async def _grace_expiry(self, run_id: str, adopted: bool) -> None:
-        await asyncio.sleep(self.grace)
+        await self.clock.sleep(self.grace)
         self.timers.pop(run_id, None)
         run = await self.store.get_run(run_id)
         if run is None or run.status != "disconnected":
@@ -161,7 +166,7 @@ class WorkerManager:
             msg = f"it did not reconnect with the run within {g} s after this server restarted"
         else:
             msg = f"worker {run.worker_id} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
-        await self.runs._finish(run_id, "interrupted", msg)
+        await self.runs.finish(run_id, "interrupted", msg)
 
     async def on_terminal(self, run_id: str, status: str) -> None:
         self._cancel_timer(run_id)
@@ -169,7 +174,7 @@ class WorkerManager:
 
     # -- connection lifecycle --------------------------------------------------------
     def _reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
-        now = time.time()
+        now = self.clock.time()
         if cred_hash is not None:
             last = self._revoked_seen.get(cred_hash)
             if last is not None and now - last < 3600:
@@ -186,6 +191,15 @@ class WorkerManager:
             del self.rejected[next(iter(self.rejected))]
         log.warning("rejected worker connection %s from %s: %s", name, address, reason)
 
+    async def _first_message(self, ws: web.WebSocketResponse) -> str | admission.NoHello:
+        try:
+            first = await ws.receive(timeout=30)
+        except asyncio.TimeoutError:
+            return admission.NoHello("no hello within 30 s")
+        if first.type != WSMsgType.TEXT:
+            return admission.NoHello("the first message must be a JSON text hello")
+        return str(first.data)
+
     async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
         await ws.prepare(request)
@@ -194,68 +208,46 @@ class WorkerManager:
         cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         h = enroll.hash_secret(cred) if cred else ""
 
-        async def refuse(code: str, message: str) -> web.WebSocketResponse:
-            await ws.send_str(protocol.Refused(code, message).to_json())
-            await ws.close()
-            return ws
-
-        row = await self.store.read(
-            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
+        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone()
+                                    if h else None)
+        old = None
+        first: str | admission.NoHello | None = None
         if row is None:
             old = await self.store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
                                                             (h,)).fetchone() if h else None)
-            if old is not None:
-                what = "was removed" if old["reason"] == "removed" else "was superseded by a reissue"
-                self._reject(old["worker"], f"revoked credential ({what})", address, h)
-                return await refuse("revoked", f"the credential of worker {old['worker']} {what}; "
-                                               f"this agent can no longer connect")
-            return await refuse("unknown_credential", "this control plane does not know the agent's credential")
-        name = row["name"]
-        try:
-            first = await ws.receive(timeout=30)
-        except TimeoutError:
-            return await refuse("bad_hello", "no hello within 30 s")
-        if first.type != WSMsgType.TEXT:
-            return await refuse("bad_hello", "the first message must be a JSON text hello")
-        version = protocol.peek_version(first.data)
-        if version != __version__:
-            msg = f"version mismatch: worker {version or 'unknown'}, control plane {__version__}"
-            self._reject(name, msg, address)
-            return await refuse("version_mismatch", msg)
-        try:
-            hello = protocol.parse_agent_message(first.data)
-            if not isinstance(hello, protocol.Hello):
-                raise protocol.ProtocolError("the first message must be a hello")
-        except protocol.ProtocolError as exc:
-            self._reject(name, f"bad hello: {exc}", address)
-            return await refuse("bad_hello", str(exc))
-        if hello.name != name:
-            self._reject(hello.name, f"its credential belongs to worker {name}", address)
-            return await refuse("credential_mismatch", f"this credential belongs to worker {name}, not {hello.name}")
-        existing = self.conns.get(name)
-        if existing is not None and not existing.ws.closed:
-            self._reject(name, f"worker {name} is already connected from {existing.address}", address)
-            return await refuse("name_in_use", f"worker {name} is already connected from {existing.address}; "
-                                               f"stop the other agent first")
+        else:
+            first = await self._first_message(ws)
+        existing = self.conns.get(row["name"]) if row is not None else None
+        decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
+                                    else None, __version__, h)
+        if isinstance(decision, admission.Refuse):
+            if decision.listed_name is not None:
+                self._reject(decision.listed_name, decision.listed_reason or decision.code, address,
+                             decision.listed_once_per)
+            await ws.send_str(protocol.Refused(decision.code, decision.message).to_json())
+            await ws.close()
+            return ws
+        name, hello = decision.name, decision.hello
         labels = dict(hello.labels)
         if hello.machine_id and hello.machine_id == self.machine_id:
             labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
         scheme_plain = request.scheme == "http" and not is_loopback(request)
-        conn = Conn(name, ws, hello, address, scheme_plain, labels=labels)
+        now = self.clock.time()
+        conn = Conn(name, ws, hello, address, scheme_plain, connected_at=now, last_seen=now, labels=labels,
+                    alive_at=self.clock.monotonic())
         self.conns[name] = conn
         self.rejected.pop(name, None)
         await self.store.write(lambda c: c.execute(
             "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
-            (hello.version, json.dumps(hello.devices), json.dumps(labels), time.time(), address,
+            (hello.version, json.dumps(hello.devices), json.dumps(labels), self.clock.time(), address,
              hello.machine_id, name)))
         log.info("worker %s connected from %s (devices %s)", name, address, ",".join(hello.devices))
+        executor = RemoteExecutor(self, conn)
         try:
             await self._welcome(conn, row)
-            executor = RemoteExecutor(self, conn)
             executor.drained = bool(row["drained"])
             executor.disabled = bool(row["disabled"])
-            self.runs.executors[name] = executor
-            self.runs.wake()
+            self.runs.attach_executor(executor)
             watchdog = self.runs.spawn(self._watchdog(conn))
             try:
                 await self._serve(conn)
@@ -264,9 +256,7 @@ class WorkerManager:
         finally:
             if self.conns.get(name) is conn:
                 self.conns.pop(name, None)
-                current = self.runs.executors.get(name)
-                if current is not None and getattr(current, "conn", None) is conn:
-                    self.runs.executors.pop(name, None)
+                self.runs.detach_executor(name, executor)
                 await self._worker_gone(name)
             await ws.close()
         return ws
@@ -287,10 +277,10 @@ class WorkerManager:
                 continue
             answer[run_id] = protocol.RunAnswer(acked, "continue")
             self._cancel_timer(run_id)
-            self.runs.active[run_id] = (conn.name, run.slot_device or "cpu")
+            self.runs.adopt(run_id, conn.name, run.slot_device or "cpu")
             if run.status == "disconnected":
                 await self.store.update_run(run_id, status="running", disconnected_at=None)
-                away = time.time() - (run.disconnected_at or time.time())
+                away = self.clock.time() - (run.disconnected_at or self.clock.time())
                 await self.runs.record_cp(run_id, "run_warning", {
                     "kind": "worker_reconnected",
                     "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
@@ -313,12 +303,13 @@ class WorkerManager:
                                                  f"worker {conn.name}: it reconnected without the run and had "
                                                  f"sent no event of it")
             else:
-                await self.runs._finish(r.id, "interrupted",
+                await self.runs.finish(r.id, "interrupted",
                                         f"worker {conn.name} reconnected without the run (its agent restarted)")
 
     async def _serve(self, conn: Conn) -> None:
         async for msg in conn.ws:
-            conn.last_seen = time.time()
+            conn.last_seen = self.clock.time()
+            conn.alive_at = self.clock.monotonic()
             if msg.type != WSMsgType.TEXT:
                 if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                     return
@@ -351,8 +342,8 @@ class WorkerManager:
 
     async def _watchdog(self, conn: Conn) -> None:
         while not conn.ws.closed:
-            await asyncio.sleep(self.heartbeat)
-            if time.time() - conn.last_seen > 3 * self.heartbeat:
+            await self.clock.sleep(self.heartbeat)
+            if self.clock.monotonic() - conn.alive_at > 3 * self.heartbeat:
                 log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
                 await conn.ws.close()
                 return
@@ -368,7 +359,7 @@ class WorkerManager:
                 d = e.get("data") or {}
                 if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result:
                     late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
-                            "at": iso(e.get("at") or time.time())}
+                            "at": iso(e.get("at") or self.clock.time())}
                     facts = dict(run.execution_facts or {})
                     facts["late_result"] = late
                     await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
@@ -400,23 +391,21 @@ class WorkerManager:
 
     async def _worker_gone(self, name: str) -> None:
         log.warning("worker %s disconnected", name)
-        for run_id, (ex, _) in list(self.runs.active.items()):
-            if ex != name:
-                continue
+        for run_id, _, _ in self.runs.runs_on(name):
             if self.closing:
                 # Nobody would be left to wait for its return: the server is stopping.
-                await self.runs._finish(run_id, "interrupted",
+                await self.runs.finish(run_id, "interrupted",
                                         f"the server was stopping and worker {name} disconnected before the run "
                                         f"stopped")
                 continue
             if self.grace <= 0:
-                await self.runs._finish(run_id, "interrupted",
+                await self.runs.finish(run_id, "interrupted",
                                         f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
                 continue
             run = await self.store.get_run(run_id)
             if run is None or run.status != "running":
                 continue
-            now = time.time()
+            now = self.clock.time()
             await self.store.update_run(run_id, status="disconnected", disconnected_at=now)
             await self.runs.record_cp(run_id, "run_warning", {
                 "kind": "worker_disconnected",
@@ -432,31 +421,39 @@ class WorkerManager:
         has its final events stored and the run ends as it really did."""
         self.closing = True
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
-        for run_id, (name, _) in list(self.runs.active.items()):
+        for run_id, name, _ in self.runs.runs_on():
             if name == "local":
                 continue
             conn = self.conns.get(name)
             if conn is not None and not conn.ws.closed:
                 await conn.send(protocol.Stop(run_id))
             else:
-                await self.runs._finish(run_id, "interrupted",
+                await self.runs.finish(run_id, "interrupted",
                                         "the server stopped while the run's worker was disconnected")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace + 5
-        while any(ex != "local" for ex, _ in self.runs.active.values()):
+        deadline = self.clock.monotonic() + grace + 5
+        while any(ex != "local" for _, ex, _ in self.runs.runs_on()):
             self._ended.clear()
-            remaining = deadline - loop.time()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 break
-            try:
-                await asyncio.wait_for(self._ended.wait(), remaining)
-            except TimeoutError:
+            if not await self._ended_within(remaining):
                 break
-        for run_id, (name, _) in list(self.runs.active.items()):
+        for run_id, name, _ in self.runs.runs_on():
             if name != "local":
-                await self.runs._finish(run_id, "interrupted",
+                await self.runs.finish(run_id, "interrupted",
                                         f"the server stopped and the run did not stop within {grace:g} s")
         await self.close()
+
+    async def _ended_within(self, seconds: float) -> bool:
+        """Wait until a run ends or ``seconds`` pass on the clock; True if one ended."""
+        ended = asyncio.ensure_future(self._ended.wait())
+        timer = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait({ended, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            ended.cancel()
+        return self._ended.is_set()
 
     async def close(self) -> None:
         """Let go of every connection and grace timer (the app's cleanup; idempotent)."""
@@ -479,11 +476,11 @@ class WorkerManager:
                 conn = None  # its socket closed: offline, even before its handler has removed it
             online = conn is not None
             devices = conn.hello.devices if conn is not None else json.loads(r["devices"] or "[]")
-            runs_here = [rid for rid, (ex, _) in self.runs.active.items() if ex == r["name"]]
+            here = self.runs.runs_on(r["name"])
+            runs_here = [rid for rid, _, _ in here]
             used: dict[str, int] = {}
-            for ex, dev in self.runs.active.values():
-                if ex == r["name"]:
-                    used[dev] = used.get(dev, 0) + 1
+            for _, _, dev in here:
+                used[dev] = used.get(dev, 0) + 1
             status = "disabled" if r["disabled"] else ("draining" if r["drained"] and online else
                                                         ("online" if online else "offline"))
             out.append({
@@ -511,7 +508,7 @@ class WorkerManager:
             if not exists:
                 raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
                                                       "`cdui workers list`")
-        now = time.time()
+        now = self.clock.time()
         tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
         return web.json_response(self._token_answer(request, tok), status=201)
 
@@ -536,7 +533,7 @@ class WorkerManager:
         rows = await self.store.read(lambda c: [dict(r) for r in c.execute(
             "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
             "WHERE revoked=0 ORDER BY created_at")])
-        now = time.time()
+        now = self.clock.time()
         for r in rows:
             r["expired"] = r["expires_at"] <= now
             r["used_up"] = r["uses_left"] <= 0
@@ -585,7 +582,7 @@ class WorkerManager:
         if not isinstance(machine, str) or len(machine) > protocol.MAX_NAME:
             raise CduiError("bad_request", f"machine_id={str(machine)[:80]!r} must be a string of at most "
                                            f"{protocol.MAX_NAME} characters")
-        now = time.time()
+        now = self.clock.time()
         return await self.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"),
                                                               devices, machine, now))
 
@@ -600,7 +597,7 @@ class WorkerManager:
         await self._worker_or_404(name)
         drain = request.path.endswith("/drain")
         await self.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
-        ex = self.runs.executors.get(name)
+        ex = self.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
             ex.drained = drain
         self.runs.wake()
@@ -611,14 +608,14 @@ class WorkerManager:
         await self._worker_or_404(name)
         body = await read_object(request, DEFAULT_LIMIT)
         ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
-        now = time.time()
+        now = self.clock.time()
         tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
         return web.json_response(self._token_answer(request, tok), status=201)
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         row = await self._worker_or_404(name)
-        now = time.time()
+        now = self.clock.time()
 
         def fn(c: Any) -> None:
             if row["credential_hash"]:
@@ -629,20 +626,19 @@ class WorkerManager:
             c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
         await self.store.write(fn)
         conn = self.conns.pop(name, None)
-        self.runs.executors.pop(name, None)
+        self.runs.detach_executor(name)
         if conn is not None:
             await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
                                              f"is revoked"))
             await conn.ws.close()
-        for run_id, (ex, _) in list(self.runs.active.items()):
-            if ex == name:
-                await self.runs._finish(run_id, "interrupted", f"worker {name} was removed")
+        for run_id, _, _ in self.runs.runs_on(name):
+            await self.runs.finish(run_id, "interrupted", f"worker {name} was removed")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
             if r.target == {"worker": name}:
-                await self.runs._finish(r.id, "failed", f"worker {name} was removed before the run started")
+                await self.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
             if r.worker_id == name:
-                await self.runs._finish(r.id, "interrupted", f"worker {name} was removed")
+                await self.runs.finish(r.id, "interrupted", f"worker {name} was removed")
         return web.json_response({"removed": name})
 
     async def worker_auth(self, request: web.Request) -> str | None:
