@@ -306,6 +306,9 @@ class FakeAgent:
     async def status(self, run_id: str, status: str, **data: Any) -> int:
         return await self.send(run_id, "status", status=status, **data)
 
+    async def log(self, run_id: str, message: str) -> int:
+        return await self.send(run_id, "log", message=message, stream="stdout")
+
     async def heartbeat(self, runs: list[str]) -> None:
         assert self.ws is not None
         await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))

@@ -45,12 +45,14 @@ async def test_run_on_worker_succeeds_with_every_event(tmp_path):
             assert (await cp.worker("w1"))["online"] is True
             run_id = await _start_run(cp, agent, 3)
             assert (await cp.run(run_id))["status"] == "running"
+            await agent.log(run_id, "hello from w1")
             await agent.status(run_id, "succeeded")
             r = await cp.run(run_id)
             assert (r["status"], r["worker_id"]) == ("succeeded", "w1")
             evs = await cp.events(run_id)
             assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
             assert _ticks(evs) == [1, 2, 3]
+            assert [e["data"]["message"] for e in evs if e["kind"] == "log"] == ["hello from w1"]
         finally:
             await agent.close()
 
