@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, NotFound
 from cdui.paths import check_name, safe_join
 
@@ -23,7 +24,6 @@ FOLDERS = {"files": "files", "images": "images", "models": "models"}
 
 
 def _folder(request: web.Request) -> tuple[str, Path]:
-    from cdui.server import CONFIG
     kind = request.match_info["kind"]
     if kind not in FOLDERS:
         raise CduiError("not_found", f"no such upload folder {kind!r}", hint="use files, images or models", status=404)
@@ -31,7 +31,6 @@ def _folder(request: web.Request) -> tuple[str, Path]:
 
 
 async def upload(request: web.Request) -> web.Response:
-    from cdui.server import CONFIG, RUNS
     kind, folder = _folder(request)
     limit = request.app[CONFIG]["CODEFYUI_MAX_UPLOAD_SIZE"]
     if request.content_length and request.content_length > limit + 1024 * 1024:

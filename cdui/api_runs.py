@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cdui.appkeys import RUNS
 from cdui.artifact_files import ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import read_json
@@ -16,7 +17,6 @@ from cdui.store import TERMINAL
 
 
 def _runs(request: web.Request):
-    from cdui.server import RUNS
     return request.app[RUNS]
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from cdui import runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
+from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
@@ -46,6 +47,25 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+
+
+class RunListener(Protocol):
+    """What the run service tells an executor's owner (the worker manager) and asks of it."""
+
+    async def on_terminal(self, run_id: str, status: str) -> None:
+        """A run ended (its final status is stored)."""
+
+    async def before_dispatch(self) -> None:
+        """At start, after local recovery and before the first dispatch (adoption)."""
+
+    async def on_shutdown(self) -> None:
+        """Graceful stop: stop the listener's runs and wait for their ending."""
+
+    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+        """Raise :class:`CduiError` at submit if the target can never run the graph."""
+
+    async def on_disk_recovered(self) -> None:
+        """The store's disk has room again."""
 
 
 class Executor(Protocol):
@@ -120,8 +140,9 @@ def local_devices() -> list[str]:
 
 
 class RunService:
-    def __init__(self, config: Config, store: Store, registry: Registry) -> None:
+    def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock: Clock = clock or SystemClock()
         self.store = store
         self.registry = registry
         self.layout = config.layout
@@ -133,15 +154,14 @@ class RunService:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        # Hooks for the worker manager (remote executors, adoption).
-        self.on_terminal: list[Any] = []
-        self.before_dispatch: list[Any] = []
-        self.on_shutdown: list[Any] = []
-        self.target_checks: list[Any] = []
+        self._closed: asyncio.Task[None] | None = None
+        self.listeners: list[RunListener] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
-        self.on_disk_recovered: list[Any] = []
+
+    def add_listener(self, listener: RunListener) -> None:
+        self.listeners.append(listener)
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -159,8 +179,8 @@ class RunService:
         devices = await asyncio.to_thread(local_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
-        for hook in self.before_dispatch:
-            await hook()
+        for listener in self.listeners:
+            await listener.before_dispatch()
         self.spawn(self._dispatch_loop())
 
     async def _recover(self) -> None:
@@ -172,13 +192,19 @@ class RunService:
                 await self._finish(r["id"], "interrupted",
                                    "the server restarted while the run was executing on it")
 
-    async def close(self, grace: float | None = None) -> None:
-        """Graceful shutdown: stop every active run, give them ``grace`` seconds."""
-        if self._closing:
-            return
+    async def close(self) -> None:
+        """Graceful shutdown: stop every active run, give them the shutdown grace.
+
+        Its body runs once: a second call (the cleanup after a stop by signal)
+        waits for the first one's end."""
+        if self._closed is None:
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
         self._closing = True
-        grace = self.config["CODEFYUI_SHUTDOWN_GRACE_S"] if grace is None else grace
-        waits = [hook() for hook in self.on_shutdown]
+        grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
+        waits = [listener.on_shutdown() for listener in self.listeners]
         local = self.executors.get("local")
         if isinstance(local, LocalExecutor):
             for run_id, h in list(local.handles.items()):
@@ -197,8 +223,8 @@ class RunService:
         """The store's disk became full (state) or has room again (None)."""
         if state is None and not self._closing:
             self.wake()
-            for hook in self.on_disk_recovered:
-                self.spawn(hook())
+            for listener in self.listeners:
+                self.spawn(listener.on_disk_recovered())
 
     async def fail_for_full_disk(self, run_id: str, err: DiskFull) -> None:
         """A local run whose events cannot be stored ends ``failed`` now, saying why, and is stopped."""
@@ -282,8 +308,8 @@ class RunService:
 
     async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
         """Refuse at submit what can never run (unknown worker, no way to move its files)."""
-        for check in self.target_checks:
-            await check(target, graph, files)
+        for listener in self.listeners:
+            await listener.check_target(target, graph, files)
 
     def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
         usage = analyze(graph, self.registry, library, self.config["CODEFYUI_GRAPH_MAX_NODES"])
@@ -429,9 +455,9 @@ class RunService:
         self.stop_pending.discard(run_id)
         if not ended:
             return
-        for hook in self.on_terminal:
+        for listener in self.listeners:
             try:
-                await hook(run_id, status)
+                await listener.on_terminal(run_id, status)
             except Exception:
                 log.exception("terminal hook failed for run %s", run_id)
         self.wake()

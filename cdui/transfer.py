@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
@@ -90,7 +91,6 @@ async def _read_meta(part: Any) -> Any:
 
 
 async def upload_handler(request: web.Request) -> web.Response:
-    from cdui.server import CONFIG, RUNS
     service = request.app[RUNS]
     cfg = request.app[CONFIG]
     run_id = request.match_info["run_id"]
@@ -177,7 +177,6 @@ async def upload_handler(request: web.Request) -> web.Response:
 
 async def worker_may_download(request: web.Request, folder: str, name: str) -> bool:
     """A worker credential downloads only inputs of its own active runs (XFER-06)."""
-    from cdui.server import RUNS
     service = request.app[RUNS]
     worker = request.get("worker")
     rows = await asyncio.to_thread(service.store.runs_in_status_sync, ACTIVE)

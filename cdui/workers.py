@@ -35,11 +35,11 @@ from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
-from cdui.server import CONFIG, EXTRA, RUNS, is_loopback
+from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
+from cdui.loopback import is_loopback
 from cdui.store import ACTIVE, TERMINAL
 
 log = logging.getLogger(__name__)
-WORKERS = web.AppKey("workers", "WorkerManager")
 MAX_REJECTED = 50  # names kept in the list of refused connections
 
 
@@ -106,6 +106,7 @@ class WorkerManager:
     def __init__(self, app: web.Application) -> None:
         self.app = app
         self.config = app[CONFIG]
+        self.clock = app[CLOCK]
         self.runs: RunService = app[RUNS]
         self.store = self.runs.store
         self.conns: dict[str, Conn] = {}
@@ -121,7 +122,7 @@ class WorkerManager:
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
 
     # -- start: adopt what a killed control plane left -------------------------------
-    async def adopt(self) -> None:
+    async def before_dispatch(self) -> None:
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
             if r.get("worker_id") in (None, "local"):
@@ -163,7 +164,7 @@ class WorkerManager:
             msg = f"worker {run['worker_id']} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
         await self.runs._finish(run_id, "interrupted", msg)
 
-    async def _on_terminal(self, run_id: str, status: str) -> None:
+    async def on_terminal(self, run_id: str, status: str) -> None:
         self._cancel_timer(run_id)
         self._ended.set()  # wakes a shutdown waiting for worker runs to end
 
@@ -378,7 +379,7 @@ class WorkerManager:
             acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
         except DiskFull as err:
             # No ack: the agent keeps the events in its spool. Once there is room the
-            # connection is renewed (see _replay_after_disk_full) and it replays them.
+            # connection is renewed (see on_disk_recovered) and it replays them.
             if conn.name not in self.unstored:
                 log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
                 await conn.send(protocol.error(f"{err.message}; your events are not acknowledged: keep them in the "
@@ -387,7 +388,7 @@ class WorkerManager:
             return
         await conn.send(protocol.ack(m.run_id, acked))
 
-    async def _replay_after_disk_full(self) -> None:
+    async def on_disk_recovered(self) -> None:
         """The disk has room again: renew the connections of workers whose events were not
         stored, so that each agent replays, in order, everything it kept in its spool."""
         names, self.unstored = self.unstored, set()
@@ -423,7 +424,7 @@ class WorkerManager:
             self._start_timer(run_id, adopted=False)
 
     # -- graceful shutdown (DISC-20, DISC-21) -------------------------------------------
-    async def shutdown(self) -> None:
+    async def on_shutdown(self) -> None:
         """Ask every worker run to stop and wait, up to the grace, for each worker's own ending.
 
         This runs while the server still reads every socket (see
@@ -455,6 +456,11 @@ class WorkerManager:
             if name != "local":
                 await self.runs._finish(run_id, "interrupted",
                                         f"the server stopped and the run did not stop within {grace:g} s")
+        await self.close()
+
+    async def close(self) -> None:
+        """Let go of every connection and grace timer (the app's cleanup; idempotent)."""
+        self.closing = True
         for conn in list(self.conns.values()):
             await conn.ws.close()
         for t in list(self.timers.values()):
@@ -671,15 +677,9 @@ def _own_addresses() -> list[str]:
     return sorted({i[4][0] for i in infos if not i[4][0].startswith("127.")})
 
 
-def attach(app: web.Application) -> WorkerManager:
-    m = WorkerManager(app)
-    app[EXTRA]["workers"] = m
-    m.runs.on_terminal.append(m._on_terminal)
-    m.runs.target_checks = [m.check_target]
-    m.runs.before_dispatch.append(m.adopt)
-    m.runs.on_shutdown.append(m.shutdown)
-    m.runs.on_disk_recovered.append(m._replay_after_disk_full)
-    app[EXTRA]["worker_auth"] = m.worker_auth
+def setup(app: web.Application) -> None:
+    """Add the worker routes; the manager is ``app[WORKERS]`` (made by ``build_app``)."""
+    m = app[WORKERS]
     r = app.router
     r.add_get("/api/workers", m.list_workers)
     r.add_post("/api/workers/tokens", m.create_token)
@@ -691,4 +691,3 @@ def attach(app: web.Application) -> WorkerManager:
     r.add_post("/api/workers/{name}/drain", m.set_drain)
     r.add_post("/api/workers/{name}/undrain", m.set_drain)
     r.add_post("/api/workers/{name}/reissue", m.reissue)
-    return m
