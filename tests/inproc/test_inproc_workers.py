@@ -117,7 +117,8 @@ async def test_past_grace_interrupted_then_late_result(tmp_path):
 async def test_restart_adopts_the_worker_run_and_it_completes(tmp_path):
     """The control plane is killed mid-run; a second one on its database adopts the run,
     the worker returns with it and replays; the log is complete and says the server restarted."""
-    async with _plane(tmp_path) as cp:
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
         agent = FakeAgent(cp)
         await agent.enroll()
         await agent.connect()
@@ -141,6 +142,7 @@ async def test_restart_adopts_the_worker_run_and_it_completes(tmp_path):
             assert _ticks(evs) == [1, 2, 3, 4, 5]
             restarts = [e for e in evs if e["kind"] == "run_warning" and e["data"].get("restart")]
             assert len(restarts) == 1 and "server restarted" in restarts[0]["data"]["message"]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
     finally:
         await agent.close()
 
@@ -207,7 +209,8 @@ async def test_heartbeats_keep_a_quiet_run_connected(tmp_path):
 async def test_stop_while_offline_survives_restart(tmp_path):
     """Stop pressed while the worker is offline is kept across a restart and delivered
     when the worker reconnects; the run ends as the worker stopped it."""
-    async with _plane(tmp_path) as cp:
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
         agent = FakeAgent(cp)
         await agent.enroll()
         await agent.connect()
@@ -224,6 +227,7 @@ async def test_stop_while_offline_survives_restart(tmp_path):
             done = await cp2.wait_status(run_id, "cancelled", "interrupted", "failed", "succeeded")
             assert done["status"] == "cancelled", done
             assert agent.stops == [run_id]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
     finally:
         await agent.close()
 
