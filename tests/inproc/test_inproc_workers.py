@@ -45,12 +45,14 @@ async def test_run_on_worker_succeeds_with_every_event(tmp_path):
             assert (await cp.worker("w1"))["online"] is True
             run_id = await _start_run(cp, agent, 3)
             assert (await cp.run(run_id))["status"] == "running"
+            await agent.log(run_id, "hello from w1")
             await agent.status(run_id, "succeeded")
             r = await cp.run(run_id)
             assert (r["status"], r["worker_id"]) == ("succeeded", "w1")
             evs = await cp.events(run_id)
             assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
             assert _ticks(evs) == [1, 2, 3]
+            assert [e["data"]["message"] for e in evs if e["kind"] == "log"] == ["hello from w1"]
         finally:
             await agent.close()
 
@@ -115,7 +117,8 @@ async def test_past_grace_interrupted_then_late_result(tmp_path):
 async def test_restart_adopts_the_worker_run_and_it_completes(tmp_path):
     """The control plane is killed mid-run; a second one on its database adopts the run,
     the worker returns with it and replays; the log is complete and says the server restarted."""
-    async with _plane(tmp_path) as cp:
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
         agent = FakeAgent(cp)
         await agent.enroll()
         await agent.connect()
@@ -139,6 +142,7 @@ async def test_restart_adopts_the_worker_run_and_it_completes(tmp_path):
             assert _ticks(evs) == [1, 2, 3, 4, 5]
             restarts = [e for e in evs if e["kind"] == "run_warning" and e["data"].get("restart")]
             assert len(restarts) == 1 and "server restarted" in restarts[0]["data"]["message"]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
     finally:
         await agent.close()
 
@@ -205,7 +209,8 @@ async def test_heartbeats_keep_a_quiet_run_connected(tmp_path):
 async def test_stop_while_offline_survives_restart(tmp_path):
     """Stop pressed while the worker is offline is kept across a restart and delivered
     when the worker reconnects; the run ends as the worker stopped it."""
-    async with _plane(tmp_path) as cp:
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
         agent = FakeAgent(cp)
         await agent.enroll()
         await agent.connect()
@@ -222,6 +227,7 @@ async def test_stop_while_offline_survives_restart(tmp_path):
             done = await cp2.wait_status(run_id, "cancelled", "interrupted", "failed", "succeeded")
             assert done["status"] == "cancelled", done
             assert agent.stops == [run_id]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
     finally:
         await agent.close()
 
