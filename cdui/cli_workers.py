@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit
 from cdui import __version__
 from cdui.cli import _die, _read_pid
 from cdui.errors import CduiError
+from cdui.netaddr import is_loopback_host
 
 
 
@@ -99,15 +99,6 @@ def _check_control(url: str) -> str:
         raise CduiError("bad_usage", f"--control {url!r} is not an http:// or https:// URL",
                         hint="e.g. --control http://192.168.1.5:8000")
     return url.rstrip("/")
-
-
-def _is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_credential(path: Path) -> dict[str, Any] | None:
@@ -212,7 +203,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     except CduiError as err:
         return _die(str(err), 2)
     u = urlsplit(control)
-    if u.scheme == "http" and not _is_loopback_host(u.hostname or ""):
+    if u.scheme == "http" and not is_loopback_host(u.hostname or ""):
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"

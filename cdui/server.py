@@ -44,6 +44,7 @@ from cdui.atomic import write_private
 from cdui.config import Config
 from cdui.errors import CduiError
 from cdui.layout import WEB_DIR
+from cdui.netaddr import is_loopback_host
 from cdui.nodes.registry import build_registry
 from cdui.peercred import peer_uid
 from cdui.private import private_dir, restrict_umask
@@ -160,16 +161,7 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def is_loopback(request: web.Request) -> bool:
-    try:
-        ip = ipaddress.ip_address((request.remote or "").split("%")[0])
-    except ValueError:
-        return False
-    # A dual-stack socket (IPV6_V6ONLY off, as one handed over by a service
-    # manager can be) sees an IPv4 client as ::ffff:127.0.0.1, which Python
-    # does not call loopback.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+    return is_loopback_host(request.remote or "")
 
 
 def request_token(request: web.Request) -> str | None:
