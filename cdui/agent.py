@@ -78,16 +78,6 @@ def ws_url(control: str) -> str:
     return f"{scheme}://{u.netloc}{u.path}/ws/worker"
 
 
-def detect_devices() -> list[str]:
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    except Exception:  # no torch or a broken CUDA: offer the CPU
-        pass
-    return ["cpu"]
-
-
 class AgentRun:
     def __init__(self, run_id: str, spool: RunSpool) -> None:
         self.run_id = run_id

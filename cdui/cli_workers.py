@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 from cdui import __version__
 from cdui.cli import _die, _read_pid
 from cdui.errors import CduiError
+from cdui.netaddr import is_loopback_host
 
 
 def parse_duration(v: str) -> float:
@@ -98,15 +98,6 @@ def _check_control(url: str) -> str:
         raise CduiError("bad_usage", f"--control {url!r} is not an http:// or https:// URL",
                         hint="e.g. --control http://192.168.1.5:8000")
     return url.rstrip("/")
-
-
-def _is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_credential(path: Path) -> dict[str, Any] | None:
@@ -191,7 +182,8 @@ def _labels_fn(user_data: Path):
 
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
-    from cdui.agent import credential_path, detect_devices, hostname
+    from cdui.agent import credential_path, hostname
+    from cdui.devices import detect_devices
     from cdui.atomic import write_private
     if args.ca_fingerprint is not None:
         # Accepting a pin that is never checked would promise a protection that is not there.
@@ -211,7 +203,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     except CduiError as err:
         return _die(str(err), 2)
     u = urlsplit(control)
-    if u.scheme == "http" and not _is_loopback_host(u.hostname or ""):
+    if u.scheme == "http" and not is_loopback_host(u.hostname or ""):
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
@@ -294,7 +286,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
     from cdui import config
-    from cdui.agent import Agent, detect_devices
+    from cdui.agent import Agent
+    from cdui.devices import detect_devices
     from cdui.config import machine_id
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data

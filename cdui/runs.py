@@ -27,6 +27,7 @@ from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.clock import Clock, SystemClock
 from cdui.config import Config
+from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
@@ -127,17 +128,6 @@ class LocalExecutor:
         return True
 
 
-def local_devices() -> list[str]:
-    devs = ["cpu"]
-    try:
-        import torch
-        if torch.cuda.is_available():
-            devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())] + devs
-    except Exception:  # torch missing or broken: this server still runs CPU graphs it can
-        pass
-    return devs
-
-
 class RunService:
     def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
         self.config = config
@@ -176,7 +166,7 @@ class RunService:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
-        devices = await asyncio.to_thread(local_devices)
+        devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
         for listener in self.listeners:

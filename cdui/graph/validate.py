@@ -14,7 +14,7 @@ import builtins
 from collections import defaultdict, deque
 from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
 from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param
@@ -55,39 +55,49 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
 
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError
+    return int(float(value)) if isinstance(value, str) and value.strip() else int(value)
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError
+    return float(value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError
+
+
+# How a declared param type turns a JSON value into the value a node gets; each raises
+# TypeError/ValueError for a value that is not of the type. Types not here pass through
+# (select is checked against its options, not converted).
+COERCE: dict[str, Callable[[Any], Any]] = {"int": _to_int, "float": _to_float, "bool": _to_bool}
+
+
 def coerce_param(p: Param, value: Any, node_id: str, errors: list[dict[str, Any]]) -> Any:
     """Coerce one param value to its declared type; record an error if impossible."""
     t = p.param_type
+    if value is None:
+        return value
+    if t == "select":
+        if p.options and str(value) not in [str(o) for o in p.options]:
+            errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not one of {p.options}",
+                              param=p.name, value=value))
+        return value
+    convert = COERCE.get(t)
+    if convert is None:
+        return value
     try:
-        if value is None:
-            return value
-        if t == "int":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            v: Any = int(float(value)) if isinstance(value, str) and value.strip() else int(value)
-        elif t == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            v = float(value)
-        elif t == "bool":
-            if isinstance(value, bool):
-                v = value
-            elif isinstance(value, (int, float)):
-                v = bool(value)
-            elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-                v = value.strip().lower() in _TRUE
-            else:
-                raise ValueError
-        elif t == "select":
-            v = value
-            if p.options and str(value) not in [str(o) for o in p.options]:
-                errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not one of {p.options}",
-                                  param=p.name, value=value))
-                return value
-        else:
-            return value
+        v = convert(value)
     except (TypeError, ValueError):
         errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not a valid {t}",
                           param=p.name, value=value, hint=f"give a {t} value"))

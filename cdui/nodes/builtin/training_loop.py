@@ -206,6 +206,53 @@ def _split_batch(batch: Any, device: str) -> tuple[Any, Any]:
     return to_device(batch, device), None
 
 
+def _validate(model: Any, val_loader: Any, loss_fn: Any, policy: AmpPolicy, device: str,
+              classification: bool, ctx: "RunContext", on_stop: Any) -> tuple[float, float | None]:
+    """One pass over the validation data: (mean loss, accuracy or None). ``on_stop`` raises."""
+    import torch
+
+    model.eval()
+    v_total, v_count, correct, seen = 0.0, 0, 0, 0
+    with torch.no_grad():
+        for batch in val_loader:
+            if ctx.should_stop():
+                on_stop()
+            data, targets = _split_batch(batch, device)
+            with policy.autocast():
+                outputs = model(data)
+                vloss = loss_fn(outputs, targets) if targets is not None else loss_fn(outputs)
+            v_total, v_count = v_total + float(vloss.item()), v_count + 1
+            if classification and targets is not None:
+                correct += int((outputs.argmax(dim=1) == targets).sum().item())
+                seen += int(targets.numel())
+    return v_total / max(v_count, 1), (correct / seen if classification and seen else None)
+
+
+def _report_epoch(ctx: "RunContext", log: ScalarLog | None, step_no: int, epochs: int, avg: float, lr: float,
+                  val_loss: float | None, val_acc: float | None, early: dict[str, Any]) -> None:
+    """An epoch's metrics (and TensorBoard scalars), progress event and log line."""
+    series: dict[str, Any] = {"train_loss": avg, "lr": lr}
+    if val_loss is not None:
+        series["val_loss"] = val_loss
+    if val_acc is not None:
+        series["val_accuracy"] = val_acc
+    series.update(early)
+    for tag, value in series.items():
+        ctx.metric(tag, value, step=step_no)
+        if log is not None:
+            log.add(tag, value, step_no)
+    progress: dict[str, Any] = {"event": "epoch", "epoch": step_no, "epochs": epochs, "loss": round(avg, 6),
+                                "lr": lr}
+    if val_loss is not None:
+        progress["val_loss"] = round(val_loss, 6)
+    if val_acc is not None:
+        progress["val_accuracy"] = round(val_acc, 6)
+    ctx.progress(**progress)
+    ctx.log(f"Epoch {step_no}/{epochs} - loss {avg:.4f}"
+            + (f" - val_loss {val_loss:.4f}" if val_loss is not None else "")
+            + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
+
+
 class TrainingLoopNode(Node):
     NODE_NAME = "TrainingLoop"
     CATEGORY = "Training"
@@ -395,24 +442,10 @@ class TrainingLoopNode(Node):
 
             val_loss = val_acc = None
             if val_loader is not None:
-                model.eval()
-                v_total, v_count, correct, seen = 0.0, 0, 0, 0
-                with torch.no_grad():
-                    for batch in val_loader:
-                        if ctx.should_stop():
-                            stop(epoch + 1)  # this epoch's training is complete
-                        data, targets = _split_batch(batch, device)
-                        with policy.autocast():
-                            outputs = model(data)
-                            vloss = loss_fn(outputs, targets) if targets is not None else loss_fn(outputs)
-                        v_total, v_count = v_total + float(vloss.item()), v_count + 1
-                        if classification and targets is not None:
-                            correct += int((outputs.argmax(dim=1) == targets).sum().item())
-                            seen += int(targets.numel())
-                val_loss = v_total / max(v_count, 1)
+                # a stop during validation keeps this epoch: its training is complete
+                val_loss, val_acc = _validate(model, val_loader, loss_fn, policy, device, classification,
+                                              ctx, lambda: stop(epoch + 1))
                 val_losses.append(val_loss)
-                if classification and seen:
-                    val_acc = correct / seen
 
             if scheduler is not None and hasattr(scheduler, "step"):
                 if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -433,27 +466,8 @@ class TrainingLoopNode(Node):
                 stopped_early = bad_epochs >= patience
 
             step_no = epoch + 1
-            series = {"train_loss": avg, "lr": lr}
-            if val_loss is not None:
-                series["val_loss"] = val_loss
-            if val_acc is not None:
-                series["val_accuracy"] = val_acc
-            if patience > 0:
-                series.update(patience_counter=bad_epochs, best_epoch=best_epoch)
-            for tag, value in series.items():
-                ctx.metric(tag, value, step=step_no)
-                if log is not None:
-                    log.add(tag, value, step_no)
-            progress = {"event": "epoch", "epoch": step_no, "epochs": epochs, "loss": round(avg, 6),
-                        "lr": lr}
-            if val_loss is not None:
-                progress["val_loss"] = round(val_loss, 6)
-            if val_acc is not None:
-                progress["val_accuracy"] = round(val_acc, 6)
-            ctx.progress(**progress)
-            ctx.log(f"Epoch {step_no}/{epochs} - loss {avg:.4f}"
-                    + (f" - val_loss {val_loss:.4f}" if val_loss is not None else "")
-                    + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
+            _report_epoch(ctx, log, step_no, epochs, avg, lr, val_loss, val_acc,
+                          {"patience_counter": bad_epochs, "best_epoch": best_epoch} if patience > 0 else {})
 
             if every_epochs and step_no % every_epochs == 0:
                 save(f"epoch-{step_no}.pt", step_no)
