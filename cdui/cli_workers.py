@@ -183,8 +183,8 @@ def _labels_fn(user_data: Path):
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
     from cdui.agent import credential_path, hostname
-    from cdui.devices import detect_devices
     from cdui.atomic import write_private
+    from cdui.devices import detect_devices
     if args.ca_fingerprint is not None:
         # Accepting a pin that is never checked would promise a protection that is not there.
         return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
@@ -287,8 +287,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
     from cdui import config
     from cdui.agent import Agent
-    from cdui.devices import detect_devices
     from cdui.config import machine_id
+    from cdui.devices import detect_devices
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent"))

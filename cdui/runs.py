@@ -203,7 +203,8 @@ class RunService:
         if waits:
             stopped = asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True))
             timer = asyncio.ensure_future(self.clock.sleep(grace + 15))
-            await asyncio.wait({stopped, timer}, return_when=asyncio.FIRST_COMPLETED)
+            either: list[asyncio.Future[Any]] = [stopped, timer]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             timer.cancel()
             if not stopped.done():
                 stopped.cancel()

@@ -8,8 +8,9 @@ and ``tests/test_worker_refusal.py`` checks every row of it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cdui import protocol
 

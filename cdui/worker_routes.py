@@ -33,8 +33,10 @@ class WorkerRoutes:
         out = []
         for r in rows:
             conn = self.m.conns.get(r["name"])
-            online = conn is not None and not conn.ws.closed
-            devices = json.loads(r["devices"] or "[]") if not online else conn.hello.devices
+            if conn is not None and conn.ws.closed:
+                conn = None  # its socket closed: offline, even before its handler has removed it
+            online = conn is not None
+            devices = conn.hello.devices if conn is not None else json.loads(r["devices"] or "[]")
             here = self.m.runs.runs_on(r["name"])
             runs_here = [rid for rid, _, _ in here]
             used: dict[str, int] = {}
@@ -47,12 +49,12 @@ class WorkerRoutes:
                 "drained": bool(r["drained"]), "disabled": bool(r["disabled"]),
                 "devices": [{"device": d, "slots": self.m.runs.caps.slots(r["name"], d), "in_use": used.get(d, 0)}
                             for d in devices],
-                "runs": runs_here, "last_seen": iso(conn.last_seen if online else r["last_seen"]),
-                "address": conn.address if online else r["address"],
-                "labels": conn.labels if online else json.loads(r["labels"] or "{}"),
-                "unencrypted": bool(conn.unencrypted) if online else False,
+                "runs": runs_here, "last_seen": iso(conn.last_seen if conn is not None else r["last_seen"]),
+                "address": conn.address if conn is not None else r["address"],
+                "labels": conn.labels if conn is not None else json.loads(r["labels"] or "{}"),
+                "unencrypted": bool(conn.unencrypted) if conn is not None else False,
                 "same_machine": (r["machine_id"] == self.m.machine_id),
-                "connected_at": iso(conn.connected_at) if online else None,
+                "connected_at": iso(conn.connected_at) if conn is not None else None,
             })
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
@@ -62,7 +64,8 @@ class WorkerRoutes:
         worker = body.get("worker")
         if worker is not None:
             enroll.check_name(worker)
-            exists = await self.m.store.read(lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
+            exists = await self.m.store.read(
+                lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
             if not exists:
                 raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
                                                       "`cdui workers list`")
@@ -101,7 +104,8 @@ class WorkerRoutes:
 
     async def delete_token(self, request: web.Request) -> web.Response:
         tid = request.match_info["token_id"]
-        n = await self.m.store.write(lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
+        n = await self.m.store.write(
+            lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
         if not n:
             raise NotFound("enrollment token", tid)
         return web.json_response({"revoked": tid})
@@ -176,7 +180,8 @@ class WorkerRoutes:
 
         def fn(c: Any) -> None:
             if row["credential_hash"]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
+                          "VALUES (?,?,?,?)",
                           (row["credential_hash"], name, "removed", now))
             c.execute("DELETE FROM workers WHERE name=?", (name,))
             c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
@@ -184,17 +189,17 @@ class WorkerRoutes:
         conn = self.m.conns.pop(name, None)
         self.m.runs.detach_executor(name)
         if conn is not None:
-            await conn.send(protocol.revoked(f"worker {name} was removed from the control plane; its credential "
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
                                              f"is revoked"))
             await conn.ws.close()
         for run_id, _, _ in self.m.runs.runs_on(name):
             await self.m.runs.finish(run_id, "interrupted", f"worker {name} was removed")
         for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, {"queued"}):
-            if r["target"] == {"worker": name}:
-                await self.m.runs.finish(r["id"], "failed", f"worker {name} was removed before the run started")
+            if r.target == {"worker": name}:
+                await self.m.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
         for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, ACTIVE):
-            if r.get("worker_id") == name:
-                await self.m.runs.finish(r["id"], "interrupted", f"worker {name} was removed")
+            if r.worker_id == name:
+                await self.m.runs.finish(r.id, "interrupted", f"worker {name} was removed")
         return web.json_response({"removed": name})
 
 
@@ -205,7 +210,8 @@ def _own_addresses() -> list[str]:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
     except OSError:
         return []
-    return sorted({i[4][0] for i in infos if not i[4][0].startswith("127.")})
+    addresses = {str(i[4][0]) for i in infos}  # AF_INET: each sockaddr is (address, port)
+    return sorted(a for a in addresses if not a.startswith("127."))
 
 
 def setup(app: web.Application) -> None:

@@ -31,14 +31,14 @@ from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
 from cdui import worker_admission as admission
+from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError
 from cdui.job import Job
+from cdui.loopback import is_loopback
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
-from cdui.appkeys import CLOCK, CONFIG, RUNS
-from cdui.loopback import is_loopback
 from cdui.store import ACTIVE, TERMINAL, Run
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class WorkerManager:
     async def _first_message(self, ws: web.WebSocketResponse) -> str | admission.NoHello:
         try:
             first = await ws.receive(timeout=30)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return admission.NoHello("no hello within 30 s")
         if first.type != WSMsgType.TEXT:
             return admission.NoHello("the first message must be a JSON text hello")
@@ -208,8 +208,8 @@ class WorkerManager:
         cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         h = enroll.hash_secret(cred) if cred else ""
 
-        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone()
-                                    if h else None)
+        row = await self.store.read(
+            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
         old = None
         first: str | admission.NoHello | None = None
         if row is None:
@@ -228,6 +228,7 @@ class WorkerManager:
             await ws.close()
             return ws
         name, hello = decision.name, decision.hello
+        assert row is not None  # admitted: only a known credential's row is admitted
         labels = dict(hello.labels)
         if hello.machine_id and hello.machine_id == self.machine_id:
             labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)

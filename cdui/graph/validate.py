@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict, deque
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
 from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param

@@ -28,12 +28,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from cdui import __version__, protocol, server
+from cdui import appkeys as _keys
 from cdui.clock import FakeClock
 from cdui.config import load
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
-
-from cdui import appkeys as _keys
 
 # Whether the worker manager's timers (resume grace, heartbeat watchdog) sleep on
 # the injected clock. build_app takes the clock now, but until those timers use

@@ -24,6 +24,7 @@ accumulation, a step budget, periodic checkpoints, TensorBoard), plus cdui's
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,7 +208,7 @@ def _split_batch(batch: Any, device: str) -> tuple[Any, Any]:
 
 
 def _validate(model: Any, val_loader: Any, loss_fn: Any, policy: AmpPolicy, device: str,
-              classification: bool, ctx: "RunContext", on_stop: Any) -> tuple[float, float | None]:
+              classification: bool, ctx: RunContext, on_stop: Any) -> tuple[float, float | None]:
     """One pass over the validation data: (mean loss, accuracy or None). ``on_stop`` raises."""
     import torch
 
@@ -228,7 +229,7 @@ def _validate(model: Any, val_loader: Any, loss_fn: Any, policy: AmpPolicy, devi
     return v_total / max(v_count, 1), (correct / seen if classification and seen else None)
 
 
-def _report_epoch(ctx: "RunContext", log: ScalarLog | None, step_no: int, epochs: int, avg: float, lr: float,
+def _report_epoch(ctx: RunContext, log: ScalarLog | None, step_no: int, epochs: int, avg: float, lr: float,
                   val_loss: float | None, val_acc: float | None, early: dict[str, Any]) -> None:
     """An epoch's metrics (and TensorBoard scalars), progress event and log line."""
     series: dict[str, Any] = {"train_loss": avg, "lr": lr}
@@ -444,7 +445,7 @@ class TrainingLoopNode(Node):
             if val_loader is not None:
                 # a stop during validation keeps this epoch: its training is complete
                 val_loss, val_acc = _validate(model, val_loader, loss_fn, policy, device, classification,
-                                              ctx, lambda: stop(epoch + 1))
+                                              ctx, functools.partial(stop, epoch + 1))
                 val_losses.append(val_loss)
 
             if scheduler is not None and hasattr(scheduler, "step"):
