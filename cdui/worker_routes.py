@@ -82,7 +82,7 @@ class WorkerRoutes:
                "worker": tok.get("worker"), "command": cmd}
         host = request.host.rsplit(":", 1)[0].strip("[]")
         if host in ("127.0.0.1", "localhost", "::1"):
-            # ENR-06: a loopback address reaches this machine only.
+            # A loopback address reaches this machine only, so it is no address to give a worker.
             others = _own_addresses()
             out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
                            "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"
