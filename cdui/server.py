@@ -39,7 +39,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from cdui import __version__, api_files, api_runs, transfer, workers
+from cdui import __version__, api_files, api_runs, transfer, worker_routes, workers
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
 from cdui.clock import Clock, SystemClock
 from cdui.config import Config
@@ -304,7 +304,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app.router.add_get("/", index)
     if WEB_DIR.is_dir():
         app.router.add_static("/web/", WEB_DIR)
-    workers.setup(app)
+    worker_routes.setup(app)
     transfer.setup(app)
     api_runs.setup(app)
     api_files.setup(app)

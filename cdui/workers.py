@@ -1,5 +1,7 @@
-"""Remote workers on the control plane: enrollment routes, ``/ws/worker``,
-remote executors, disconnects, resume and adoption (ENR, CONN, DISC, ROUTE).
+"""Remote workers on the control plane: ``/ws/worker``, remote executors,
+disconnects, resume and adoption. The plain HTTP routes (enrollment, tokens,
+drain, reissue, remove) are in :mod:`cdui.worker_routes`; who may connect is
+decided by :func:`cdui.worker_admission.decide`.
 
 The wire shapes are in :mod:`cdui.protocol`, token policy in
 :mod:`cdui.enroll`; this module is the loop that ties them to the run service.
@@ -31,12 +33,11 @@ from cdui import __version__, enroll, protocol
 from cdui import worker_admission as admission
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
-from cdui.errors import CduiError, NotFound
-from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
+from cdui.errors import CduiError
 from cdui.job import Job
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
-from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
+from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.loopback import is_loopback
 from cdui.store import ACTIVE, TERMINAL, Run
 
@@ -466,175 +467,6 @@ class WorkerManager:
     async def worker_rows(self) -> list[dict[str, Any]]:
         return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM workers ORDER BY name")])
 
-    async def list_workers(self, request: web.Request) -> web.Response:
-        rows = await self.worker_rows()
-        out = []
-        for r in rows:
-            conn = self.conns.get(r["name"])
-            online = conn is not None and not conn.ws.closed
-            devices = json.loads(r["devices"] or "[]") if not online else conn.hello.devices
-            here = self.runs.runs_on(r["name"])
-            runs_here = [rid for rid, _, _ in here]
-            used: dict[str, int] = {}
-            for _, _, dev in here:
-                used[dev] = used.get(dev, 0) + 1
-            status = "disabled" if r["disabled"] else ("draining" if r["drained"] and online else
-                                                        ("online" if online else "offline"))
-            out.append({
-                "name": r["name"], "status": status, "online": online, "version": r["version"],
-                "drained": bool(r["drained"]), "disabled": bool(r["disabled"]),
-                "devices": [{"device": d, "slots": self.runs.caps.slots(r["name"], d), "in_use": used.get(d, 0)}
-                            for d in devices],
-                "runs": runs_here, "last_seen": iso(conn.last_seen if online else r["last_seen"]),
-                "address": conn.address if online else r["address"],
-                "labels": conn.labels if online else json.loads(r["labels"] or "{}"),
-                "unencrypted": bool(conn.unencrypted) if online else False,
-                "same_machine": (r["machine_id"] == self.machine_id),
-                "connected_at": iso(conn.connected_at) if online else None,
-            })
-        return web.json_response({"workers": out, "rejected": sorted(self.rejected.values(), key=lambda x: x["at"])})
-
-    async def create_token(self, request: web.Request) -> web.Response:
-        body = await read_object(request, DEFAULT_LIMIT)
-        ttl, uses = enroll.check_token_request(body.get("ttl_s", 86400), body.get("uses", 1))
-        worker = body.get("worker")
-        if worker is not None:
-            enroll.check_name(worker)
-            exists = await self.store.read(lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
-            if not exists:
-                raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
-                                                      "`cdui workers list`")
-        now = self.clock.time()
-        tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
-        return web.json_response(self._token_answer(request, tok), status=201)
-
-    def _token_answer(self, request: web.Request, tok: dict[str, Any]) -> dict[str, Any]:
-        control = f"{request.scheme}://{request.host}"
-        cmd = f"cdui agent start --control {control} --token {tok['token']}"
-        if tok.get("worker"):
-            cmd += f" --name {tok['worker']}"
-        out = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
-               "worker": tok.get("worker"), "command": cmd}
-        host = request.host.rsplit(":", 1)[0].strip("[]")
-        if host in ("127.0.0.1", "localhost", "::1"):
-            # ENR-06: a loopback address reaches this machine only.
-            others = _own_addresses()
-            out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
-                           "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"
-                           + (f", e.g. {', '.join(others)}" if others else ""))
-            out["other_addresses"] = others
-        return out
-
-    async def list_tokens(self, request: web.Request) -> web.Response:
-        rows = await self.store.read(lambda c: [dict(r) for r in c.execute(
-            "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
-            "WHERE revoked=0 ORDER BY created_at")])
-        now = self.clock.time()
-        for r in rows:
-            r["expired"] = r["expires_at"] <= now
-            r["used_up"] = r["uses_left"] <= 0
-            r["expires_at"] = iso(r["expires_at"])
-            r["created_at"] = iso(r["created_at"])
-        return web.json_response(rows)
-
-    async def delete_token(self, request: web.Request) -> web.Response:
-        tid = request.match_info["token_id"]
-        n = await self.store.write(lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
-        if not n:
-            raise NotFound("enrollment token", tid)
-        return web.json_response({"revoked": tid})
-
-    async def enroll_route(self, request: web.Request) -> web.Response:
-        address = request.remote or "?"
-        wait = self.limiter.blocked(address)
-        if wait is not None:
-            raise CduiError("rate_limited", f"too many failed enrollment attempts from {address}",
-                            hint=f"try again in {max(wait, 1):.0f} s", status=429)
-        try:
-            res = await self._enroll(request)
-        except CduiError:
-            # Only failures count: agents sharing an address must not lock each other out.
-            self.limiter.failure(address)
-            raise
-        log.info("worker %s enrolled from %s", res["worker"], address)
-        return web.json_response({"worker": res["worker"], "credential": res["credential"],
-                                  "version": __version__}, status=201)
-
-    async def _enroll(self, request: web.Request) -> dict[str, Any]:
-        # Anyone on the network reaches this route: a small body, bounded fields.
-        body = await read_object(request, PUBLIC_LIMIT)
-        devices = body.get("devices") or []
-        if (not isinstance(devices, list) or len(devices) > protocol.MAX_SMALL_LIST
-                or not all(isinstance(d, str) and 0 < len(d) <= protocol.MAX_NAME for d in devices)):
-            raise CduiError("bad_request", f"devices={str(devices)[:200]!r} must be a list of at most "
-                                           f"{protocol.MAX_SMALL_LIST} device names")
-        version = body.get("version")
-        if version is not None and version != __version__:
-            raise CduiError("version_mismatch", f"version mismatch: worker {str(version)[:64]}, "
-                                                f"control plane {__version__}",
-                            hint=f"install cdui {__version__} on the worker", status=400)
-        machine = body.get("machine_id") or ""
-        if not isinstance(machine, str) or len(machine) > protocol.MAX_NAME:
-            raise CduiError("bad_request", f"machine_id={str(machine)[:80]!r} must be a string of at most "
-                                           f"{protocol.MAX_NAME} characters")
-        now = self.clock.time()
-        return await self.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"),
-                                                              devices, machine, now))
-
-    async def _worker_or_404(self, name: str) -> dict[str, Any]:
-        row = await self.store.read(lambda c: c.execute("SELECT * FROM workers WHERE name=?", (name,)).fetchone())
-        if row is None:
-            raise NotFound("worker", name, hint="list workers with `cdui workers list`")
-        return dict(row)
-
-    async def set_drain(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        await self._worker_or_404(name)
-        drain = request.path.endswith("/drain")
-        await self.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
-        ex = self.runs.executor(name)
-        if isinstance(ex, RemoteExecutor):
-            ex.drained = drain
-        self.runs.wake()
-        return web.json_response({"name": name, "drained": drain})
-
-    async def reissue(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        await self._worker_or_404(name)
-        body = await read_object(request, DEFAULT_LIMIT)
-        ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
-        now = self.clock.time()
-        tok = await self.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
-        return web.json_response(self._token_answer(request, tok), status=201)
-
-    async def remove(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        row = await self._worker_or_404(name)
-        now = self.clock.time()
-
-        def fn(c: Any) -> None:
-            if row["credential_hash"]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
-                          (row["credential_hash"], name, "removed", now))
-            c.execute("DELETE FROM workers WHERE name=?", (name,))
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
-        await self.store.write(fn)
-        conn = self.conns.pop(name, None)
-        self.runs.detach_executor(name)
-        if conn is not None:
-            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
-                                             f"is revoked"))
-            await conn.ws.close()
-        for run_id, _, _ in self.runs.runs_on(name):
-            await self.runs.finish(run_id, "interrupted", f"worker {name} was removed")
-        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
-            if r.target == {"worker": name}:
-                await self.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
-        for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
-            if r.worker_id == name:
-                await self.runs.finish(r.id, "interrupted", f"worker {name} was removed")
-        return web.json_response({"removed": name})
-
     async def worker_auth(self, request: web.Request) -> str | None:
         auth = request.headers.get("Authorization", "")
         cred = auth[7:].strip()
@@ -660,29 +492,3 @@ class WorkerManager:
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)
-
-
-def _own_addresses() -> list[str]:
-    """This machine's non-loopback IPv4 addresses, as far as its host name tells."""
-    import socket
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        return []
-    return sorted({i[4][0] for i in infos if not i[4][0].startswith("127.")})
-
-
-def setup(app: web.Application) -> None:
-    """Add the worker routes; the manager is ``app[WORKERS]`` (made by ``build_app``)."""
-    m = app[WORKERS]
-    r = app.router
-    r.add_get("/api/workers", m.list_workers)
-    r.add_post("/api/workers/tokens", m.create_token)
-    r.add_get("/api/workers/tokens", m.list_tokens)
-    r.add_delete("/api/workers/tokens/{token_id}", m.delete_token)
-    r.add_post("/api/workers/enroll", m.enroll_route)
-    r.add_get("/ws/worker", m.ws_handler)
-    r.add_delete("/api/workers/{name}", m.remove)
-    r.add_post("/api/workers/{name}/drain", m.set_drain)
-    r.add_post("/api/workers/{name}/undrain", m.set_drain)
-    r.add_post("/api/workers/{name}/reissue", m.reissue)
