@@ -207,22 +207,10 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
-    # Mounts: saved in agent.json; changing them while an agent runs is refused: its runs
-    # were placed by the mounts it declared.
     if args.mount is not None:
-        label, sep, path = args.mount.partition("=")
-        if not sep or not label:
-            return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
-        running = _read_pid(pidfile)
-        if running and not args.foreground_child:
-            return _die(f"an agent is running (pid {running}); "
-                        "stop it with `cdui agent stop` before changing --mount", 4)
-        mounts = _mounts(ud)
-        if path:
-            mounts[label] = str(Path(path).expanduser().absolute())
-        else:
-            mounts.pop(label, None)
-        write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
+        refused = _save_mount(args, ud, pidfile)
+        if refused is not None:
+            return refused
     cred_path = credential_path(ud, control)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     # Agents started together from one user data folder enroll one at a time: the first uses
@@ -255,6 +243,32 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
         return 0
+    return _spawn_and_wait(args, ud, control, cred)
+
+
+def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
+    """Record ``--mount LABEL=PATH`` in agent.json; an exit code if refused, else None.
+
+    Changing mounts while an agent runs is refused: the running agent would go on using the old ones."""
+    from cdui.atomic import write_private
+    label, sep, path = args.mount.partition("=")
+    if not sep or not label:
+        return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
+    running = _read_pid(pidfile)
+    if running and not args.foreground_child:
+        return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
+    mounts = _mounts(ud)
+    if path:
+        mounts[label] = str(Path(path).expanduser().absolute())
+    else:
+        mounts.pop(label, None)
+    write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
+    return None
+
+
+def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict[str, Any]) -> int:
+    """Start the agent in the background and wait (60 s at most) until it says it connected or stopped."""
+    from cdui import config
     status_file = ud / "agent-status.json"
     status_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--foreground", "--_child"]

@@ -19,10 +19,8 @@ The agent side lives in :mod:`cdui.agent_files`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import tempfile
+
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
 from cdui.protocol import loads
+from cdui.receive import receive
 from cdui.store import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -131,33 +130,20 @@ async def upload_handler(request: web.Request) -> web.Response:
     except CduiError as err:
         log.warning("refused upload from worker %s for run %s: %s", worker, run_id, err.message)
         raise
-    target.parent.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
-    size = 0
-    fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=target.parent)
+    def too_large(size: int) -> CduiError:
+        return CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
+                                      f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker", status=413)
+    got = await receive(file_part, target.parent, limit, too_large)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            while chunk := await file_part.read_chunk(1 << 20):
-                size += len(chunk)
-                if size > limit:
-                    raise CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
-                                                 f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker",
-                                    status=413)
-                h.update(chunk)
-                fh.write(chunk)
-        digest = h.hexdigest()
+        digest, size = got.sha256, got.size
         if meta.get("sha256") and meta["sha256"] != digest:
             raise CduiError("bad_upload", f"{target.name} arrived with sha256 {digest}, expected {meta['sha256']}",
                             hint="the agent retries the upload", status=400)
         final, existed = await asyncio.to_thread(free_name, target, digest)
-        if existed:
-            os.unlink(tmp)
-        else:
-            os.chmod(tmp, 0o644)  # mkstemp made it private; outputs are ordinary files of the user
-            os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if not existed:
+            got.commit(final)
+    finally:
+        got.discard()  # also the copy of a file stored once already
     try:
         rel = str(final.resolve().relative_to(cfg.layout.data_dir.resolve()))
     except ValueError:
