@@ -13,9 +13,10 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from cdui.errors import CduiError
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
 from pathlib import Path
 from typing import Any
 
