@@ -25,13 +25,16 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from cdui import __version__, protocol, runner
+from cdui.atomic import atomic_write
+from cdui.job import Job
 from cdui.spool import RunSpool, spooled_runs
 
 log = logging.getLogger("cdui.agent")
@@ -73,16 +76,6 @@ def ws_url(control: str) -> str:
     u = urlsplit(control.rstrip("/"))
     scheme = "wss" if u.scheme == "https" else "ws"
     return f"{scheme}://{u.netloc}{u.path}/ws/worker"
-
-
-def detect_devices() -> list[str]:
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    except Exception:  # no torch or a broken CUDA: offer the CPU
-        pass
-    return ["cpu"]
 
 
 class AgentRun:
@@ -139,13 +132,12 @@ class Agent:
     def _status(self, state: str, message: str = "") -> None:
         if self.status_file is None:
             return
-        # A temporary name of this process's own: two agents sharing a user data folder must not
-        # rename each other's file away (that failure used to drop the live connection).
-        tmp = self.status_file.with_name(f"{self.status_file.name}.{os.getpid()}.tmp")
+        # atomic_write's temporary name is this process's own: two agents sharing a user data folder
+        # must not rename each other's file away (that failure used to drop the live connection).
         try:
-            tmp.write_text(json.dumps({"state": state, "message": message, "pid": os.getpid(),
-                                       "control": self.control, "name": self.name, "at": time.time()}))
-            os.replace(tmp, self.status_file)
+            atomic_write(self.status_file, json.dumps({"state": state, "message": message, "pid": os.getpid(),
+                                                       "control": self.control, "name": self.name,
+                                                       "at": time.time()}))
         except OSError as exc:  # the status file informs `cdui agent start`; it is no reason to disconnect
             log.warning("could not write %s: %s", self.status_file, exc)
 
@@ -170,7 +162,7 @@ class Agent:
                         return EXIT_REFUSED
                     log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
                     self._status("connecting", str(exc))
-                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
                     self._status("connecting", f"unreachable: {exc}")
                 finally:
@@ -183,7 +175,7 @@ class Agent:
                 log.info("reconnecting in %.1f s", delay)
                 try:
                     await asyncio.wait_for(self._stop_event.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             await self._drain_on_shutdown(session)
         return self.exit_code
@@ -203,29 +195,31 @@ class Agent:
         # WebSocket pings every heartbeat: a connection that went silent (a dead
         # route, not a closed socket) is noticed and replaced.
         async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
-                                      max_msg_size=protocol.MAX_MESSAGE, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+                                      max_msg_size=protocol.MAX_MESSAGE,
+                                      timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
             await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
             if first.type != aiohttp.WSMsgType.TEXT:
                 raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
-            msg = json.loads(first.data)
-            if msg.get("type") == "refused":
-                raise Refused(msg.get("code", "refused"), msg.get("message", ""))
-            if msg.get("type") != "welcome":
-                raise aiohttp.ClientError(f"expected a welcome, got {msg.get('type')!r}")
-            self.heartbeat_s = float(msg.get("heartbeat_s", 10))
-            self.grace_s = float(msg.get("resume_grace_s", 300))
+            welcome = self._welcome(first.data)
+            self.heartbeat_s = welcome.heartbeat_s
+            self.grace_s = welcome.resume_grace_s
             self.ws = ws
             log.info("connected to %s as worker %s", self.control, self.name)
             self._status("connected")
-            await self._resume(msg.get("runs") or {})
+            await self._resume(welcome.runs)
             hb = asyncio.create_task(self._heartbeats(ws))
             try:
                 async for m in ws:
                     if m.type != aiohttp.WSMsgType.TEXT:
                         break
                     try:
-                        await self._handle(json.loads(m.data))
+                        msg = protocol.parse_server_message(m.data)
+                    except protocol.ProtocolError as exc:
+                        log.warning("ignoring a malformed message from the control plane: %s", exc)
+                        continue
+                    try:
+                        await self._handle(msg)
                     except Refused:
                         raise
                     except Exception:  # a message we fail on must not drop the connection
@@ -235,17 +229,30 @@ class Agent:
             log.warning("connection to %s closed", self.control)
 
     def _hello(self) -> str:
-        held = [{"run_id": r.run_id, "running": r.running, "last_seq": r.spool.last_seq} for r in self.runs.values()]
-        return json.dumps(protocol.hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held))
+        held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
+        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held).to_json()
 
-    async def _resume(self, answer: dict[str, dict[str, Any]]) -> None:
+    @staticmethod
+    def _welcome(raw: str) -> protocol.Welcome:
+        """The control plane's first answer: a welcome, or the refusal it raises."""
+        try:
+            msg = protocol.parse_server_message(raw)
+        except protocol.ProtocolError as exc:
+            raise aiohttp.ClientError(f"the control plane's first message does not fit the protocol: {exc}") from None
+        if isinstance(msg, protocol.Refused):
+            raise Refused(msg.code, msg.message)
+        if not isinstance(msg, protocol.Welcome):
+            raise aiohttp.ClientError(f"expected a welcome, got {msg.type!r}")
+        return msg
+
+    async def _resume(self, answer: dict[str, protocol.RunAnswer]) -> None:
         for run_id, r in list(self.runs.items()):
             a = answer.get(run_id)
             if a is None:
                 continue
-            action = a.get("action")
+            action = a.action
             async with r.lock:
-                r.spool.ack(int(a.get("acked", 0)))
+                r.spool.ack(a.acked)
                 if action == "drop":
                     if r.handle:
                         r.handle.stop()
@@ -258,60 +265,56 @@ class Agent:
                 pending = r.spool.unacked()
                 # In order, in bounded messages: a long outage can leave many events behind.
                 for i in range(0, len(pending), REPLAY_CHUNK):
-                    await self._send({"type": "events", "run_id": run_id, "events": pending[i:i + REPLAY_CHUNK]})
+                    await self._send(protocol.Events(run_id, pending[i:i + REPLAY_CHUNK]))
             self._maybe_forget(r)
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:
             await asyncio.sleep(self.heartbeat_s)
             try:
-                await ws.send_str(json.dumps({"type": "heartbeat", "labels": self.labels(),
-                                              "runs": [r.run_id for r in self.runs.values() if r.running]}))
+                await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
+                                                     self.labels()).to_json())
             except (ConnectionError, RuntimeError):
                 return
 
-    async def _send(self, msg: dict[str, Any]) -> bool:
+    async def _send(self, msg: protocol.Events) -> bool:
         ws = self.ws
         if ws is None or ws.closed:
             return False
         try:
-            if msg.get("type") == "events":
-                # Within the control plane's message limit, however big the batch.
-                for text in protocol.encode_events(msg["run_id"], msg["events"]):
-                    await ws.send_str(text)
-            else:
-                await ws.send_str(json.dumps(msg, default=str))
+            # Within the control plane's message limit, however big the batch.
+            for text in protocol.encode_events(msg.run_id, msg.events):
+                await ws.send_str(text)
             return True
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             return False
 
-    async def _handle(self, msg: dict[str, Any]) -> None:
-        t = msg.get("type")
-        if t == "assign":
+    async def _handle(self, msg: protocol.ServerMessage) -> None:
+        if isinstance(msg, protocol.Assign):
             # In the background: fetching inputs can take long, and stops and acks must get through meanwhile.
-            task = asyncio.create_task(self._start_run(msg["run_id"], msg["job"]))
+            task = asyncio.create_task(self._start_run(msg.run_id, msg.job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif t == "ack":
-            r = self.runs.get(msg.get("run_id", ""))
+        elif isinstance(msg, protocol.Ack):
+            r = self.runs.get(msg.run_id)
             if r is not None:
-                r.spool.ack(int(msg.get("acked", 0)))
+                r.spool.ack(msg.acked)
                 self._maybe_forget(r)
-        elif t == "stop":
-            r = self.runs.get(msg.get("run_id", ""))
+        elif isinstance(msg, protocol.Stop):
+            r = self.runs.get(msg.run_id)
             if r is not None and r.handle is not None:
                 log.info("run %s: stop requested by the control plane", r.run_id)
                 r.handle.stop()
             else:  # its assignment is still being set up: stop it as soon as it exists
-                self._early_stops.add(msg.get("run_id", ""))
-        elif t == "revoked":
-            raise Refused("revoked", msg.get("message", "the credential was revoked"))
-        elif t == "error":
-            log.warning("the control plane reported: %s", msg.get("message"))
-        else:
-            log.warning("unknown message type %r from the control plane", t)
+                self._early_stops.add(msg.run_id)
+        elif isinstance(msg, protocol.Revoked):
+            raise Refused("revoked", msg.message)
+        elif isinstance(msg, protocol.Error):
+            log.warning("the control plane reported: %s", msg.message)
+        else:  # a welcome or refusal comes first or not at all
+            log.warning("unexpected %r message from the control plane after the welcome", msg.type)
 
-    async def _start_run(self, run_id: str, job: dict[str, Any]) -> None:
+    async def _start_run(self, run_id: str, job: Job) -> None:
         if run_id in self.runs:
             log.warning("run %s assigned twice; ignoring the second assignment", run_id)
             return
@@ -328,15 +331,15 @@ class Agent:
                     ev["data"] = await files.on_artifact(ev["data"])
             async with r.lock:
                 await asyncio.to_thread(r.spool.append, events)
-                await self._send({"type": "events", "run_id": run_id, "events": events})
+                await self._send(protocol.Events(run_id, events))
 
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
-        handle = runner.RunHandle(run_id, sink, log_path, job.get("secrets", []))
+        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs())
         r.handle = handle
         if run_id in self._early_stops:
             self._early_stops.discard(run_id)
             handle.stop()
-        files = RunFiles(run_id, job, self.user_data, self.labels(), getattr(self, "session", None), self.control,
+        files = RunFiles(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None), self.control,
                          self.credential, self.grace_s, handle.record, handle.stop_event)
         handle.open()
 
@@ -348,11 +351,13 @@ class Agent:
             self._maybe_forget(r)
         asyncio.create_task(on_done())
         try:
-            files.layout_for_job(job, self.config)
+            # This machine's folders: the job as assigned stays as it was.
+            local = files.job_for_this_machine(job, self.config)
             fetched = await files.fetch_inputs()
         except Exception as exc:  # a failed download or a missing mount fails this run only
             log.warning("run %s: preparing its files failed: %s", run_id, exc)
-            await handle.finish_without_process({"status": "failed", "error": f"preparing the run's files failed: {exc}"})
+            await handle.finish_without_process({"status": "failed",
+                                                 "error": f"preparing the run's files failed: {exc}"})
             return
         if not fetched:
             await handle.finish_without_process({"status": "cancelled",
@@ -363,11 +368,8 @@ class Agent:
             return
         files.start()
         handle.before_final = lambda final: files.finish(final, handle)
-        log.info("run %s: starting on %s (files: %s)", run_id, (job.get("options") or {}).get("slot_device"),
-                 files.backend or "none")
-        await handle.start(job)
-        # Drop the job (and its secrets) from memory as soon as the run has it.
-        job.clear()
+        log.info("run %s: starting on %s (files: %s)", run_id, local.slot_device, files.backend or "none")
+        await handle.start(local)
 
     def _maybe_forget(self, r: AgentRun) -> None:
         if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:
@@ -376,7 +378,8 @@ class Agent:
             self._prune_run_folders()
 
     def _prune_run_folders(self) -> None:
-        """The agent's own run retention (XFER-28): keep the newest run folders, never a live run's."""
+        """The agent's own run retention (CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST): keep the newest run
+        folders, never a live run's."""
         keep = int(self.config["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
         root = self.user_data / "agent-runs"
         if keep <= 0 or not root.is_dir():
@@ -421,24 +424,28 @@ class Agent:
         while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
             try:
                 await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Refused):
+            except (TimeoutError, aiohttp.ClientError, OSError, Refused):
                 await asyncio.sleep(1)
 
     async def _deliver_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
         async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None) as ws:
             await ws.send_str(self._hello())
-            first = json.loads((await ws.receive(timeout=30)).data)
-            if first.get("type") != "welcome":
-                raise Refused(first.get("code", "refused"), first.get("message", ""))
+            first = await ws.receive(timeout=30)
+            if first.type != aiohttp.WSMsgType.TEXT:
+                raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
+            welcome = self._welcome(first.data)
             self.ws = ws
-            await self._resume(first.get("runs") or {})
+            await self._resume(welcome.runs)
             while any(r.spool.unacked() for r in self.runs.values()):
                 m = await ws.receive(timeout=10)
                 if m.type != aiohttp.WSMsgType.TEXT:
                     return
-                msg = json.loads(m.data)
-                if msg.get("type") == "ack":
+                try:
+                    msg = protocol.parse_server_message(m.data)
+                except protocol.ProtocolError:
+                    continue
+                if isinstance(msg, protocol.Ack):
                     await self._handle(msg)
             self.ws = None
 

@@ -4,19 +4,19 @@ For each assigned run the agent picks the run's data folder from the job's
 ``files.backend``:
 
 - ``None`` (the run uses no files): the agent's own installation layout;
-- ``mount``: the folder the agent declared with ``--mount data=PATH`` (STO-09);
+- ``mount``: the folder the agent declared with ``--mount data=PATH``;
   artifacts are reported relative to it (``backend: "mount"``);
 - ``transfer``: ``<user-data>/agent-runs/<run id>/data``. Inputs are fetched by
   sha256 into ``<user-data>/agent-cache/<sha256>`` (kept; deleting it is safe)
-  and copied under the names the graph uses (XFER-05..09). What the run
+  and copied under the names the graph uses. What the run
   records is uploaded while it runs; what it wrote under ``models/ media/
   output/`` (and inputs it overwrote) after it ends; the interrupt checkpoint
-  last (XFER-11..14). The run's end is reported only after that.
+  last. The run's end is reported only after that.
 
 Unreachable control plane (connection errors, 502/503/504): retry with growing
 backoff for up to the resume grace, shared by the run's files, then one last
-try each (XFER-21/22). Files the control plane refuses stay on the worker,
-listed with their worker path and a ``transfer_failed`` warning (XFER-23/24).
+try each. Files the control plane refuses stay on the worker,
+listed with their worker path and a ``transfer_failed`` warning (docs/remote-workers.md#the-transfer-backend).
 """
 from __future__ import annotations
 
@@ -27,11 +27,14 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
+from cdui.job import Job, JobFiles
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
 from cdui.placement import human_size
@@ -39,6 +42,8 @@ from cdui.placement import human_size
 log = logging.getLogger("cdui.agent")
 RETRY_STATUSES = {502, 503, 504}
 OUTPUT_FOLDERS = ("models", "media", "output")
+# why a file stayed on the worker when a Stop came during the final uploads (it already has its warning)
+STOPPED_DURING_FINAL = "stopped during the final uploads"
 
 
 class Unreachable(Exception):
@@ -60,15 +65,14 @@ def describe(path: Path) -> tuple[int, str | None]:
 class RunFiles:
     """The file side of one run on this agent."""
 
-    def __init__(self, run_id: str, job: dict[str, Any], user_data: Path, mounts: dict[str, str],
+    def __init__(self, run_id: str, files: JobFiles, user_data: Path, mounts: dict[str, str],
                  session: aiohttp.ClientSession | None, control: str, credential: str,
                  grace_s: float, record: Callable[[str, dict[str, Any]], None],
                  stop_event: asyncio.Event) -> None:
-        files = job.get("files") or {}
         self.run_id = run_id
-        self.backend: str | None = files.get("backend")
-        self.label: str = files.get("label") or "data"
-        self.inputs: list[dict[str, Any]] = files.get("inputs") or []
+        self.backend: str | None = files.backend
+        self.label: str = files.label or "data"
+        self.inputs: list[dict[str, Any]] = list(files.inputs)
         self.user_data = user_data
         self.mounts = mounts
         self.session = session
@@ -87,10 +91,10 @@ class RunFiles:
         self._retry_deadline: float | None = None
 
     # -- before the run ----------------------------------------------------------
-    def layout_for_job(self, job: dict[str, Any], cfg: Any) -> None:
-        """Set the job's layout (and custom nodes) for this machine, per backend (``cfg``: the agent's config)."""
-        if "layout" in job:
-            return  # an agent on the control plane's own machine: its folders are the control plane's
+    def job_for_this_machine(self, job: Job, cfg: Any) -> Job:
+        """The job with this machine's layout (and custom nodes), per backend (``cfg``: the agent's config)."""
+        if job.layout is not None:
+            return job  # an agent on the control plane's own machine: its folders are the control plane's
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
             if not mount:
@@ -103,9 +107,9 @@ class RunFiles:
             layout.ensure()
         else:
             layout = cfg.layout
-        job["layout"] = layout.to_json()
-        job.setdefault("custom_nodes_dir", str(cfg.custom_nodes_dir))
-        job.setdefault("plugins_dir", str(cfg.plugins_dir))
+        return replace(job, layout=layout.to_json(),
+                       custom_nodes_dir=job.custom_nodes_dir or str(cfg.custom_nodes_dir),
+                       plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
 
     async def fetch_inputs(self) -> bool:
         """Fetch every input (cache first). Returns False if the run was stopped meanwhile."""
@@ -128,7 +132,7 @@ class RunFiles:
                     return False
             dest = safe_join(self.data_dir / folder, name)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            # A copy, never a link: a node that overwrites its input cannot alter the cache (XFER-09).
+            # A copy, never a link: a node that overwrites its input cannot alter the cache.
             await asyncio.to_thread(shutil.copyfile, cached, dest)
             self.input_shas[f"{folder}/{name}"] = sha
             self.record("run_warning", {"kind": "transfer_progress", "file": name, "how": how,
@@ -164,7 +168,7 @@ class RunFiles:
                                        f"the file changed on the control plane since the run was queued")
                 os.replace(tmp, dest)
                 return True
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, Unreachable) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, Unreachable) as exc:
                 tmp.unlink(missing_ok=True)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"could not download {folder}/{name}: {exc}") from None
@@ -172,7 +176,7 @@ class RunFiles:
                 try:
                     await asyncio.wait_for(self.stop_event.wait(), next(delays))
                     return False
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     # -- during the run ----------------------------------------------------------
@@ -194,10 +198,10 @@ class RunFiles:
             return data
         out = {**data, "backend": "transfer"}
         try:
-            rel = path.resolve().relative_to(self.data_dir.resolve())
+            inside = path.resolve().relative_to(self.data_dir.resolve())
         except ValueError:
             return out
-        if rel.parts and rel.parts[0] in OUTPUT_FOLDERS:
+        if inside.parts and inside.parts[0] in OUTPUT_FOLDERS:
             return out  # uploaded after the run, to the same relative path (second group)
         kind = str(data.get("kind") or "output")
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -265,58 +269,73 @@ class RunFiles:
                         except Exception:
                             msg = f"HTTP {resp.status}"
                         raise Refused(msg)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
                 raise Unreachable(str(exc) or type(exc).__name__) from None
 
     # -- after the run -------------------------------------------------------------
+    @staticmethod
+    async def _sha(path: Path) -> str:
+        return (await asyncio.to_thread(sha256_file, path))[1]
+
     async def finish(self, final: dict[str, Any], handle: Any) -> dict[str, Any]:
         """The second and third groups, then what stays on the worker. Runs before the end is reported.
 
         A Stop that ended the run came before this and does not count; a Stop pressed
-        during these uploads leaves the rest on the worker (XFER-24)."""
+        during these uploads leaves the rest on the worker."""
         if self.backend != "transfer" or self.data_dir is None:
             return final
         stops_before = handle.stop_count
-
-        def stopped() -> bool:
-            return handle.stop_count > stops_before
         self._queue.put_nowait(None)
         if self._uploader is not None:
             await self._uploader
+        outputs = await self._changed_outputs(self.data_dir)
+        await self._upload_final(outputs + self._held_last, lambda: handle.stop_count > stops_before)
+        self._record_left(self.data_dir)
+        return final
+
+    async def _changed_outputs(self, data_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+        """Files the run wrote: everything new in the output folders, and inputs it overwrote."""
         outputs: list[tuple[Path, dict[str, Any]]] = []
         for folder in OUTPUT_FOLDERS:
-            root = self.data_dir / folder
+            root = data_dir / folder
             if root.is_dir():
                 for p in sorted(root.rglob("*")):
                     if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
-                        rel = str(p.relative_to(self.data_dir))
-                        if rel in self.input_shas and (await asyncio.to_thread(sha256_file, p))[1] == self.input_shas[rel]:
+                        rel = str(p.relative_to(data_dir))
+                        if rel in self.input_shas and await self._sha(p) == self.input_shas[rel]:
                             continue  # an input, unchanged
                         outputs.append((p, {"group": "output", "relative_path": rel}))
         for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
-            p = self.data_dir / rel
-            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and (await asyncio.to_thread(sha256_file, p))[1] != sha:
+            p = data_dir / rel
+            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await self._sha(p) != sha:
                 outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
-        pending = outputs + self._held_last
+        return outputs
+
+    async def _upload_final(self, pending: list[tuple[Path, dict[str, Any]]],
+                            stopped: Callable[[], bool]) -> None:
+        """Upload ``pending`` in order; once a Stop arrives, the rest stays on the worker."""
         for i, (path, meta) in enumerate(pending):
             if stopped():
                 rest = pending[i:]
                 for p, m in rest:
-                    self._left.append((p, m, "stopped during the final uploads"))
+                    self._left.append((p, m, STOPPED_DURING_FINAL))
                 self.record("run_warning", {"kind": "transfer_failed", "count": len(rest),
                                             "message": f"{len(rest)} file(s) were not uploaded because the run was "
                                                        f"stopped; they stay on the worker under {self.data_dir}"})
                 break
             await self._upload_or_leave(path, meta)
+
+    def _record_left(self, data_dir: Path) -> None:
+        """An artifact event for each file left on the worker, and a warning saying why (a Stop already had one)."""
         for path, meta, why in self._left:
             size = path.stat().st_size if path.exists() else None
+            inside = path.is_relative_to(data_dir)
             self.record("artifact", {"kind": meta.get("kind", "output"), "name": path.name, "path": str(path),
-                                     "relative_path": str(path.relative_to(self.data_dir)) if path.is_relative_to(self.data_dir) else None,
+                                     "relative_path": str(path.relative_to(data_dir)) if inside else None,
                                      "backend": "left_on_worker", "size": size})
-            if why != "stopped during the final uploads":
+            if why != STOPPED_DURING_FINAL:
                 self.record("run_warning", {"kind": "transfer_failed", "file": str(path),
                                             "message": f"{path.name} stays on the worker at {path}: {why}"})
-        return final
 
 
 def _delays(start: float = 1.0, cap: float = 60.0):

@@ -7,23 +7,21 @@ existing file of the same name is replaced only when the upload completed.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, NotFound
 from cdui.paths import check_name, safe_join
+from cdui.receive import TEMP_PREFIX, receive, sweep_stale
 
 FOLDERS = {"files": "files", "images": "images", "models": "models"}
 
 
 def _folder(request: web.Request) -> tuple[str, Path]:
-    from cdui.server import CONFIG
     kind = request.match_info["kind"]
     if kind not in FOLDERS:
         raise CduiError("not_found", f"no such upload folder {kind!r}", hint="use files, images or models", status=404)
@@ -31,7 +29,6 @@ def _folder(request: web.Request) -> tuple[str, Path]:
 
 
 async def upload(request: web.Request) -> web.Response:
-    from cdui.server import CONFIG, RUNS
     kind, folder = _folder(request)
     limit = request.app[CONFIG]["CODEFYUI_MAX_UPLOAD_SIZE"]
     if request.content_length and request.content_length > limit + 1024 * 1024:
@@ -61,36 +58,24 @@ async def upload(request: web.Request) -> web.Response:
     name = check_name(Path(field.filename.replace("\\", "/")).name if "/" in field.filename or "\\" in field.filename
                       else field.filename)
     if field.filename != name:
-        raise CduiError("path_refused", f"file name {field.filename!r} refused: it must be a plain name without folders",
+        raise CduiError("path_refused",
+                        f"file name {field.filename!r} refused: it must be a plain name without folders",
                         hint="rename the file, e.g. to " + repr(name))
     folder.mkdir(parents=True, exist_ok=True)
     target = safe_join(folder, name)
-    h = hashlib.sha256()
-    size = 0
-    fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=folder)
+    got = await receive(field, folder, limit, lambda size: _too_large(limit, size))
     try:
-        with os.fdopen(fd, "wb") as fh:
-            while True:
-                chunk = await field.read_chunk(1 << 20)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(limit, size)
-                h.update(chunk)
-                fh.write(chunk)
-        os.chmod(tmp, 0o644)  # mkstemp made it private; uploads are ordinary files of the user
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    digest = h.hexdigest()
+        got.commit(target)
+    finally:
+        got.discard()
+    digest, size = got.sha256, got.size
     await request.app[RUNS].store.record_upload(kind, name, digest, size)
     return web.json_response({"name": name, "sha256": digest, "size": size, "path": f"data/{kind}/{name}"}, status=201)
 
 
 def _too_large(limit: int, size: int) -> CduiError:
-    return CduiError("too_large", f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
+    return CduiError("too_large",
+                     f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
                      hint="raise CODEFYUI_MAX_UPLOAD_SIZE on the server, or upload a smaller file", status=413)
 
 
@@ -113,12 +98,20 @@ async def listing(request: web.Request) -> web.Response:
     out = []
     if folder.is_dir():
         for p in sorted(folder.rglob("*")):
-            if p.is_file() and not p.name.startswith(".upload-"):
+            if p.is_file() and not p.name.startswith(TEMP_PREFIX):
                 out.append({"name": str(p.relative_to(folder)), "size": p.stat().st_size})
     return web.json_response(out)
 
 
+async def _sweep_stale(app: web.Application) -> None:
+    from cdui.server import CONFIG
+    layout = app[CONFIG].layout
+    # the upload folders and the folders workers' outputs arrive in (transfer.py)
+    sweep_stale({layout.folder(f) for f in ("files", "images", "models", "media", "output")} | {layout.runs_dir()})
+
+
 def setup(app: web.Application) -> None:
+    app.on_startup.append(_sweep_stale)
     app.router.add_post("/api/{kind}/upload", upload)
     app.router.add_get("/api/{kind}/download/{name:.+}", download)
     app.router.add_get("/api/{kind:files|images|models}", listing)

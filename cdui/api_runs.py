@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cdui.appkeys import RUNS
 from cdui.artifact_files import ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import read_json
@@ -16,7 +17,6 @@ from cdui.store import TERMINAL
 
 
 def _runs(request: web.Request):
-    from cdui.server import RUNS
     return request.app[RUNS]
 
 
@@ -127,7 +127,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
     try:
         await catch_up()
         run = await service.store.get_run(run_id)
-        done = run is None or run["status"] in TERMINAL and run["last_seq"] <= last
+        done = run is None or run.status in TERMINAL and run.last_seq <= last
 
         async def reader() -> None:
             async for msg in ws:
@@ -143,7 +143,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             if get not in finished:
                 get.cancel()
                 run = await service.store.get_run(run_id)
-                if run is None or (run["status"] in TERMINAL and run["last_seq"] <= last):
+                if run is None or (run.status in TERMINAL and run.last_seq <= last):
                     break
                 continue
             ev = get.result()
@@ -157,7 +157,7 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             if ev["kind"] == "status" and ev["data"].get("status") in TERMINAL:
                 # Give the status row time to land before we say goodbye.
                 run = await service.store.get_run(run_id)
-                done = run is None or run["status"] in TERMINAL
+                done = run is None or run.status in TERMINAL
         rtask.cancel()
     finally:
         service.unsubscribe(run_id, q)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 MAX_FOLDER_FILES = 10000
 # Bigger files are recorded with their size but not hashed: reading many GiB

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cdui import __version__
 from cdui.errors import CduiError
@@ -26,7 +26,7 @@ def _die(msg: str, code: int = 1) -> int:
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, with the usage hint
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, with the usage hint
         self.exit(2, f"cdui: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -96,8 +96,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         if proc.poll() is not None:
             tail = _tail(log_path, 5)
             return _die(f"the server exited during start (code {proc.returncode}); last log lines:\n{tail}")
-        info = server_info(ud)
-        if info and info.get("pid") == proc.pid and _health(url):
+        ready = server_info(ud)
+        if ready and ready.get("pid") == proc.pid and _health(url):
             print(f"cdui {__version__} running at {url} (pid {proc.pid}, log {log_path})")
             return 0
         time.sleep(0.2)
@@ -113,8 +113,9 @@ def _tail(path: Path, n: int) -> str:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     import logging
-    from cdui.server import serve
+
     from cdui.config import warn_unavailable
+    from cdui.server import serve
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unavailable(logging.getLogger("cdui.server"))
     pidfile = cfg.user_data / "cdui.pid"

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import json
 import logging
 import os
@@ -20,15 +19,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from cdui import __version__
 from cdui.cli import _die, _read_pid
 from cdui.errors import CduiError
-
-
+from cdui.netaddr import is_loopback_host
 
 
 def parse_duration(v: str) -> float:
@@ -99,15 +98,6 @@ def _check_control(url: str) -> str:
         raise CduiError("bad_usage", f"--control {url!r} is not an http:// or https:// URL",
                         hint="e.g. --control http://192.168.1.5:8000")
     return url.rstrip("/")
-
-
-def _is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_credential(path: Path) -> dict[str, Any] | None:
@@ -185,15 +175,16 @@ def _labels_fn(user_data: Path):
     mounts = _mounts(user_data)
 
     def labels() -> dict[str, str]:
-        # A mount whose folder is missing is not offered until it appears (STO-15).
+        # A mount whose folder is missing is not offered until it appears, so no run is placed on an empty folder.
         return {k: v for k, v in mounts.items() if Path(v).is_dir()}
     return labels
 
 
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
-    from cdui.agent import credential_path, detect_devices, hostname
-    from cdui.server import write_private
+    from cdui.agent import credential_path, hostname
+    from cdui.atomic import write_private
+    from cdui.devices import detect_devices
     if args.ca_fingerprint is not None:
         # Accepting a pin that is never checked would promise a protection that is not there.
         return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
@@ -212,24 +203,14 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     except CduiError as err:
         return _die(str(err), 2)
     u = urlsplit(control)
-    if u.scheme == "http" and not _is_loopback_host(u.hostname or ""):
+    if u.scheme == "http" and not is_loopback_host(u.hostname or ""):
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
-    # Mounts: saved in agent.json; changing them while an agent runs is refused (STO-16).
     if args.mount is not None:
-        label, sep, path = args.mount.partition("=")
-        if not sep or not label:
-            return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
-        running = _read_pid(pidfile)
-        if running and not args.foreground_child:
-            return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
-        mounts = _mounts(ud)
-        if path:
-            mounts[label] = str(Path(path).expanduser().absolute())
-        else:
-            mounts.pop(label, None)
-        write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
+        refused = _save_mount(args, ud, pidfile)
+        if refused is not None:
+            return refused
     cred_path = credential_path(ud, control)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     # Agents started together from one user data folder enroll one at a time: the first uses
@@ -262,6 +243,32 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
         return 0
+    return _spawn_and_wait(args, ud, control, cred)
+
+
+def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
+    """Record ``--mount LABEL=PATH`` in agent.json; an exit code if refused, else None.
+
+    Changing mounts while an agent runs is refused: the running agent would go on using the old ones."""
+    from cdui.atomic import write_private
+    label, sep, path = args.mount.partition("=")
+    if not sep or not label:
+        return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
+    running = _read_pid(pidfile)
+    if running and not args.foreground_child:
+        return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
+    mounts = _mounts(ud)
+    if path:
+        mounts[label] = str(Path(path).expanduser().absolute())
+    else:
+        mounts.pop(label, None)
+    write_private(_agent_json(ud), json.dumps({"mounts": mounts}, indent=2))
+    return None
+
+
+def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict[str, Any]) -> int:
+    """Start the agent in the background and wait (60 s at most) until it says it connected or stopped."""
+    from cdui import config
     status_file = ud / "agent-status.json"
     status_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--foreground", "--_child"]
@@ -293,8 +300,9 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
     from cdui import config
-    from cdui.agent import Agent, detect_devices
+    from cdui.agent import Agent
     from cdui.config import machine_id
+    from cdui.devices import detect_devices
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent"))
@@ -319,7 +327,7 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
         print("no agent is running")
         return 0
     os.kill(pid, signal.SIGTERM)
-    # Runs get 10 s to stop, then their last events and files go out (CLI-21); margin for the final uploads.
+    # Runs get 10 s to stop, then their last events and files go out; margin for the final uploads.
     from cdui.agent import STOP_BUDGET_S
     limit = STOP_BUDGET_S + 30
     deadline = time.monotonic() + limit

@@ -28,7 +28,7 @@ class Client:
         self.timeout = timeout
 
     @classmethod
-    def for_user_data(cls, user_data: Path, control: str | None = None) -> "Client":
+    def for_user_data(cls, user_data: Path, control: str | None = None) -> Client:
         info = server_info(user_data)
         url = control or (info or {}).get("url")
         if not url:

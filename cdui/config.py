@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from cdui.errors import CduiError
-from cdui.layout import INSTALL_ROOT, Layout
+from cdui.layout import Layout, install_root_from_env
 
 GiB = 1024 ** 3
 MB = 1000 ** 2
@@ -70,6 +71,7 @@ class Setting:
 
 SETTINGS: list[Setting] = [
     # -- paths
+    Setting("CODEFYUI_INSTALL_ROOT", None, _str, "the installation root: relative node paths resolve against it, data/ sits in it (default: the checkout cdui runs from, else ~/CodefyUI)", "a folder", path=True),
     Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder", path=True),
     Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder", path=True),
     Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder", path=True),
@@ -83,6 +85,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
     Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
+    Setting("CODEFYUI_STOP_GRACE_S", 10.0, _float, "seconds a stopped run has to end before it is killed", "seconds"),
     Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
     Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
     # -- workers (control plane)
@@ -190,7 +193,7 @@ def absolute_paths(env: Mapping[str, str], cwd: Path) -> dict[str, str]:
 def user_data_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     v = env.get("CODEFYUI_USER_DATA_DIR")
-    return Path(v).expanduser().absolute() if v else INSTALL_ROOT / ".codefyui_dev"
+    return Path(v).expanduser().absolute() if v else install_root_from_env(env) / ".codefyui_dev"
 
 
 def load(env: Mapping[str, str] | None = None) -> Config:

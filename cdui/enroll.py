@@ -1,4 +1,4 @@
-"""Enrollment tokens and worker credentials (ENR-*): pure policy plus store calls.
+"""Enrollment tokens and worker credentials: pure policy plus store calls.
 
 - An enrollment token looks like ``abcdef.0123456789abcdef``: a public id and a
   secret. Only ``sha256(secret)`` is stored; the token is shown once.
@@ -8,8 +8,8 @@
 - Refusals say which case applies: unknown, revoked, expired, used up.
 - A worker credential is a long random secret; only its hash is stored.
   Superseded and revoked credential hashes are kept so that an agent holding
-  one is told so (ENR-23, ENR-26) instead of "unknown".
-- Failed attempts are rate limited per source address (ENR-34); successes are
+  one is told so (docs/remote-workers.md#managing-workers) instead of "unknown".
+- Failed attempts are rate limited per source address; successes are
   not counted, so agents sharing an address do not lock each other out.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ import sqlite3
 import string
 import time
 from collections import OrderedDict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cdui.errors import CduiError
 
@@ -107,7 +108,8 @@ def consume_token(c: sqlite3.Connection, token: str, name: str | None, now: floa
         raise CduiError("token_expired", f"enrollment token {tid}.… expired",
                         hint="make a new token with `cdui workers token` (--ttl sets its lifetime)", status=401)
     if r["uses_left"] <= 0:
-        raise CduiError("token_used_up", f"enrollment token {tid}.… is used up ({r['uses_total']} of {r['uses_total']} uses)",
+        raise CduiError("token_used_up",
+                        f"enrollment token {tid}.… is used up ({r['uses_total']} of {r['uses_total']} uses)",
                         hint="make a new token with `cdui workers token` (--uses sets how many agents may use it)",
                         status=401)
     bound = r["worker"]

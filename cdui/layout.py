@@ -15,18 +15,51 @@ data folder and the one this process's own settings name (a worker's run
 subprocess knows both). The run's own data folders may lie inside a user data
 folder (a worker's transfer runs live in ``<user-data>/agent-runs/``); what is
 under them is the run's, and stays readable.
+
+The installation root is configuration (``CODEFYUI_INSTALL_ROOT``). Without
+it, a package imported from a checkout (``pyproject.toml`` and ``bin/cdui``
+beside it) uses the checkout, and an installed wheel uses ``~/CodefyUI``,
+the spec's installation folder: a wheel's parent folder is ``site-packages``,
+which is no place for data. The web page and the built-in samples are package
+data (``cdui/web/``, ``cdui/samples/``), read from wherever the package is,
+so a wheel serves the UI with no checkout at all.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Mapping
 
 from cdui.errors import PathRefused
 from cdui.paths import safe_join
 
-INSTALL_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
+def _default_install_root() -> Path:
+    if (_PACKAGE_PARENT / "pyproject.toml").is_file() and (_PACKAGE_PARENT / "bin" / "cdui").is_file():
+        return _PACKAGE_PARENT
+    return Path.home() / "CodefyUI"
+
+
+def install_root_from_env(env: Mapping[str, str] | None = None) -> Path:
+    """The installation root this process's settings name (see the module docstring for the default)."""
+    env = os.environ if env is None else env
+    v = env.get("CODEFYUI_INSTALL_ROOT")
+    return Path(v).expanduser().absolute() if v else _default_install_root()
+
+
+def package_dir(name: str) -> Path:
+    """A folder of package data (``web``, ``samples``) as a real path: aiohttp serves
+    static files from a directory, so the package must be installed unzipped, as pip does."""
+    return Path(str(resources.files("cdui").joinpath(name)))
+
+
+INSTALL_ROOT = install_root_from_env()
+WEB_DIR = package_dir("web")
+SAMPLES_DIR = package_dir("samples")
 DATA_FOLDERS = ("files", "images", "models", "media", "output", "graphs", "presets",
                 "samples", "custom_nodes")
 FOLDER_ENV = {
@@ -41,7 +74,7 @@ def user_data_from_env(env: Mapping[str, str] | None = None) -> Path:
     """The user data folder this process's settings name (the default sits inside the installation)."""
     env = os.environ if env is None else env
     v = env.get("CODEFYUI_USER_DATA_DIR")
-    return Path(v).expanduser().absolute() if v else INSTALL_ROOT / ".codefyui_dev"
+    return Path(v).expanduser().absolute() if v else install_root_from_env(env) / ".codefyui_dev"
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -57,9 +90,9 @@ class Layout:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
-                 install_root: Path | None = None) -> "Layout":
+                 install_root: Path | None = None) -> Layout:
         env = os.environ if env is None else env
-        root = Path(install_root or INSTALL_ROOT)
+        root = Path(install_root or install_root_from_env(env))
         data = Path(env.get("CODEFYUI_DATA_DIR") or root / "data").expanduser().absolute()
         folders = {name: data / name for name in DATA_FOLDERS}
         for name, var in FOLDER_ENV.items():
@@ -69,10 +102,10 @@ class Layout:
 
     @classmethod
     def for_data_dir(cls, data_dir: Path, install_root: Path | None = None,
-                     user_data: Path | None = None) -> "Layout":
+                     user_data: Path | None = None) -> Layout:
         """A layout whose every folder sits under ``data_dir`` (a worker's run folder)."""
         data_dir = Path(data_dir).absolute()
-        return cls(Path(install_root or INSTALL_ROOT), data_dir,
+        return cls(Path(install_root or install_root_from_env()), data_dir,
                    {name: data_dir / name for name in DATA_FOLDERS},
                    Path(user_data).absolute() if user_data else user_data_from_env())
 
@@ -84,7 +117,7 @@ class Layout:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, str]) -> "Layout":
+    def from_json(cls, d: Mapping[str, str]) -> Layout:
         folders = {k.split(":", 1)[1]: Path(v) for k, v in d.items() if k.startswith("folder:")}
         return cls(Path(d["install_root"]), Path(d["data_dir"]), folders,
                    Path(d["user_data"]) if d.get("user_data") else None)
@@ -159,9 +192,11 @@ class Layout:
             if head in self.folders and tail:
                 p = safe_join(self.folder(head), tail)
                 if head == "samples" and not p.exists():
-                    builtin = safe_join(self.install_root / "data" / "samples", tail)
-                    if builtin.exists():
-                        return builtin
+                    # the installation's own samples, else the ones shipped in the package
+                    for base in (self.install_root / "data" / "samples", SAMPLES_DIR):
+                        builtin = safe_join(base, tail)
+                        if builtin.exists():
+                            return builtin
                 return p
             return safe_join(self.data_dir, rest, allow_empty=True)
         return safe_join(self.install_root, v)
@@ -183,7 +218,8 @@ class Layout:
         if v.startswith("data/"):
             head = v[5:].partition("/")[0]
             if head not in ("models", "output", "media"):
-                raise PathRefused(value, f"nodes may write into data/models, data/output or data/media, not data/{head}",
+                raise PathRefused(value,
+                                  f"nodes may write into data/models, data/output or data/media, not data/{head}",
                                   hint=f"give a path relative to {folder}/")
             return self.resolve(v)
         return self.check_not_private(safe_join(self.folder(folder), v), value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 IpAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 PROC_FILES = ("/proc/net/tcp", "/proc/net/tcp6")

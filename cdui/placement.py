@@ -1,4 +1,5 @@
-"""Which runs use files, and whether the transfer backend can carry them (STO-05, XFER-29).
+"""Which runs use files, and whether the transfer backend can carry them
+(docs/remote-workers.md#which-runs-use-files).
 
 Pure functions: :func:`analyze` reads node declarations (after expanding
 presets and the presets a Map runs) into a :class:`~cdui.nodes.base.FileUsage`;
@@ -17,8 +18,9 @@ The placement matrix:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from cdui.graph.model import DEFAULT_MAX_NODES, parse
 from cdui.nodes.base import FileUsage, file_usage
@@ -74,7 +76,7 @@ class FilePlan:
                 "inputs": self.inputs, "writes": self.writes}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any] | None) -> "FilePlan":
+    def from_json(cls, d: dict[str, Any] | None) -> FilePlan:
         d = d or {}
         return cls(bool(d.get("uses_files")), bool(d.get("transfer_ok", True)), d.get("reason"),
                    list(d.get("inputs") or []), bool(d.get("writes")))
@@ -90,7 +92,8 @@ def transfer_verdict(usage: FileUsage, lookup: Callable[[str, str], tuple[str, i
     if not enabled:
         reasons.append("the transfer backend is off (CODEFYUI_TRANSFER_ENABLED=0)")
     if usage.plain_paths:
-        reasons.append(f"a node reads the plain path {usage.plain_paths[0]!r} instead of an upload chosen in a file field")
+        reasons.append(f"a node reads the plain path {usage.plain_paths[0]!r} "
+                       "instead of an upload chosen in a file field")
     total = 0
     for folder, name in usage.uploads:
         found = lookup(folder, name)

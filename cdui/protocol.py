@@ -12,21 +12,30 @@ agent -> control plane
   heartbeat  {runs: [run ids still running], labels}
 control plane -> agent
   welcome    {version, worker, heartbeat_s, resume_grace_s, runs: {run_id: {acked, action}}}
-             action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here)
+             action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here),
+             "drop" (not this worker's run: forget it)
   refused    {code, message}  then close. Codes: version_mismatch, revoked, unknown_credential,
              name_in_use, bad_hello
-  assign     {run_id, job}
+  assign     {run_id, job}  (the job's shape: :class:`cdui.job.Job`)
   ack        {run_id, acked}
   stop       {run_id}
   revoked    {message}  (the worker was removed or its credential superseded; exit 2)
   error      {message}  (a malformed message; the connection stays up)
+
+Each message is a dataclass below with one ``to_json()`` for the way out; the
+way in is :func:`parse_agent_message` on the control plane and
+:func:`parse_server_message` on the agent, which check every field and bound
+(sizes, NaN and infinities, nesting) once, at the edge, so that the code behind
+them handles typed values only.
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from cdui.job import Job, JobError
 
 # Bounds on what a worker may send (a worker may be hostile). Events come in
 # batches of at most a few hundred; a message is encoded by :func:`encode_events`
@@ -127,7 +136,7 @@ def _check_depth(data: Any, where: str) -> None:
             stack.extend((x, depth + 1) for x in v)
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeldRun:
     run_id: str
     running: bool
@@ -145,18 +154,43 @@ class Hello:
     one_shot: bool = False
     instance: str | None = None
     capabilities: list[str] = field(default_factory=list)
+    type: ClassVar[str] = "hello"
+
+    def to_json(self) -> str:
+        # version first: the control plane reads it before anything else, so that an
+        # agent of another version with other fields still gets a readable refusal.
+        return json.dumps({"version": self.version, "type": self.type, "name": self.name, "devices": self.devices,
+                           "labels": self.labels, "machine_id": self.machine_id,
+                           "runs": [{"run_id": r.run_id, "running": r.running, "last_seq": r.last_seq}
+                                    for r in self.runs],
+                           "one_shot": self.one_shot, "instance": self.instance,
+                           "capabilities": self.capabilities})
 
 
 @dataclass
 class Events:
     run_id: str
     events: list[dict[str, Any]]
+    type: ClassVar[str] = "events"
+
+    def to_json(self) -> str:
+        """One message, however big; the agent sends :func:`encode_events` instead,
+        which splits a batch to fit the control plane's limit."""
+        return json.dumps({"type": self.type, "run_id": self.run_id, "events": [_safe(e) for e in self.events]},
+                          default=str, allow_nan=False)
 
 
 @dataclass
 class Heartbeat:
     runs: list[str]
     labels: dict[str, str] | None = None
+    type: ClassVar[str] = "heartbeat"
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {"type": self.type, "runs": self.runs}
+        if self.labels is not None:
+            d["labels"] = self.labels
+        return json.dumps(d)
 
 
 def peek_version(raw: str) -> str | None:
@@ -167,9 +201,8 @@ def peek_version(raw: str) -> str | None:
         d = loads(raw)
     except ValueError:
         return None
-    if isinstance(d, dict) and isinstance(d.get("version"), str):
-        return d["version"][:MAX_NAME]
-    return None
+    version = d.get("version") if isinstance(d, dict) else None
+    return version[:MAX_NAME] if isinstance(version, str) else None
 
 
 def _event(e: Any, where: str) -> dict[str, Any]:
@@ -190,7 +223,7 @@ def _event(e: Any, where: str) -> dict[str, Any]:
     return e
 
 
-def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
+def parse_agent_message(raw: str) -> AgentMessage:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
     try:
@@ -224,10 +257,10 @@ def parse_agent_message(raw: str) -> Hello | Events | Heartbeat:
             _event(e, f"events[{i}]")
         return Events(_str(_req(d, "run_id", str, "events"), "events.run_id"), evs)
     if t == "heartbeat":
-        runs = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"), "heartbeat.runs",
-                                                           MAX_ITEMS)]
+        running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
+                                                              "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
-        return Heartbeat(runs, None if labels is None else _labels(labels, "heartbeat.labels"))
+        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
@@ -261,49 +294,183 @@ def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_ME
                                                    f"too large to send and was dropped"}})
         n = len(text.encode()) + 1
         if batch and (size + n > limit or len(batch) >= MAX_EVENTS):
-            out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+            out.append(_events_text(run_id, batch))
             batch, size = [], head
         batch.append(text)
         size += n
     if batch:
-        out.append('{"type": "events", "run_id": %s, "events": [%s]}' % (json.dumps(run_id), ",".join(batch)))
+        out.append(_events_text(run_id, batch))
     return out
 
 
-# -- control plane -> agent (built here so both sides agree) -------------------------
-def welcome(version: str, worker: str, heartbeat_s: float, grace_s: float,
-            runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "welcome", "version": version, "worker": worker, "heartbeat_s": heartbeat_s,
-            "resume_grace_s": grace_s, "runs": runs}
+def _events_text(run_id: str, encoded: list[str]) -> str:
+    """An events message around events already encoded (their size was counted as encoded)."""
+    return f'{{"type": "events", "run_id": {json.dumps(run_id)}, "events": [{",".join(encoded)}]}}'
 
 
-def refused(code: str, message: str) -> dict[str, Any]:
-    return {"type": "refused", "code": code, "message": message}
+# -- control plane -> agent ------------------------------------------------------------
+ACTIONS = ("continue", "stop", "drop")
+MAX_TEXT = 64 * 1024  # an error's or refusal's message
 
 
-def assign(run_id: str, job: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "assign", "run_id": run_id, "job": job}
+@dataclass(frozen=True)
+class RunAnswer:
+    """The welcome's word on one run the agent said it holds: ``acked`` is the last
+    event the control plane has; ``action`` ``continue`` (replay what follows),
+    ``stop`` (it ended here: stop it now) or ``drop`` (not this worker's: forget it)."""
+
+    acked: int
+    action: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"acked": self.acked, "action": self.action}
 
 
-def ack(run_id: str, acked: int) -> dict[str, Any]:
-    return {"type": "ack", "run_id": run_id, "acked": acked}
+@dataclass(frozen=True)
+class Welcome:
+    version: str
+    worker: str
+    heartbeat_s: float
+    resume_grace_s: float
+    runs: dict[str, RunAnswer] = field(default_factory=dict)
+    type: ClassVar[str] = "welcome"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "version": self.version, "worker": self.worker,
+                           "heartbeat_s": self.heartbeat_s, "resume_grace_s": self.resume_grace_s,
+                           "runs": {k: v.to_dict() for k, v in self.runs.items()}})
 
 
-def stop(run_id: str) -> dict[str, Any]:
-    return {"type": "stop", "run_id": run_id}
+@dataclass(frozen=True)
+class Refused:
+    code: str
+    message: str
+    type: ClassVar[str] = "refused"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "code": self.code, "message": self.message})
 
 
-def revoked(message: str) -> dict[str, Any]:
-    return {"type": "revoked", "message": message}
+@dataclass(frozen=True)
+class Assign:
+    run_id: str
+    job: Job
+    type: ClassVar[str] = "assign"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "job": self.job.to_dict()}, allow_nan=False)
 
 
-def error(message: str) -> dict[str, Any]:
-    return {"type": "error", "message": message}
+@dataclass(frozen=True)
+class Ack:
+    run_id: str
+    acked: int
+    type: ClassVar[str] = "ack"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "acked": self.acked})
+
+
+@dataclass(frozen=True)
+class Stop:
+    run_id: str
+    type: ClassVar[str] = "stop"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id})
+
+
+@dataclass(frozen=True)
+class Revoked:
+    message: str
+    type: ClassVar[str] = "revoked"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "message": self.message})
+
+
+@dataclass(frozen=True)
+class Error:
+    message: str
+    type: ClassVar[str] = "error"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "message": self.message})
+
+
+ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error
+AgentMessage = Hello | Events | Heartbeat
+
+
+def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
+    v = _req(d, key, (int, float), where)
+    if isinstance(v, bool) or not low <= v <= high:
+        raise ProtocolError(f"{where}: {key}={v!r} is out of range ({low}..{high})")
+    return float(v)
+
+
+def parse_server_message(raw: str | bytes) -> ServerMessage:
+    """The control plane's message, checked once at the agent's edge.
+
+    The control plane is trusted more than a worker, but a proxy, a wrong URL or
+    a control plane of another version can still send what does not fit: the
+    text of the error says what, so the agent can log it and go on."""
+    if len(raw) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
+    try:
+        d = loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(d).__name__}")
+    t = d.get("type")
+    if t == "welcome":
+        runs: dict[str, RunAnswer] = {}
+        raw_runs = _opt(d, "runs", dict, {}, "welcome")
+        if len(raw_runs) > MAX_ITEMS:
+            raise ProtocolError(f"welcome.runs has {len(raw_runs)} items, over the limit of {MAX_ITEMS}")
+        for run_id, a in raw_runs.items():
+            where = f"welcome.runs[{run_id[:40]!r}]"
+            _str(run_id, f"{where} key")
+            if not isinstance(a, dict):
+                raise ProtocolError(f"{where} is not an object")
+            action = _str(_req(a, "action", str, where), f"{where}.action")
+            if action not in ACTIONS:
+                raise ProtocolError(f"{where}.action={action!r} is not one of {', '.join(ACTIONS)}")
+            runs[run_id] = RunAnswer(_int(_opt(a, "acked", int, 0, where), f"{where}.acked"), action)
+        return Welcome(_str(_req(d, "version", str, "welcome"), "welcome.version"),
+                       _str(_req(d, "worker", str, "welcome"), "welcome.worker"),
+                       _number(d, "heartbeat_s", "welcome", 0.01, 86400.0),
+                       _number(d, "resume_grace_s", "welcome", 0.0, 30 * 86400.0), runs)
+    if t == "refused":
+        return Refused(_str(_req(d, "code", str, "refused"), "refused.code"),
+                       _str(_opt(d, "message", str, "", "refused"), "refused.message", MAX_TEXT))
+    if t == "assign":
+        run_id = _str(_req(d, "run_id", str, "assign"), "assign.run_id")
+        try:
+            job = Job.from_dict(_req(d, "job", dict, "assign"))
+        except JobError as exc:
+            raise ProtocolError(f"assign: {exc}") from None
+        if job.run_id != run_id:
+            raise ProtocolError(f"assign: the job is for run {job.run_id[:64]!r}, the message for {run_id!r}")
+        return Assign(run_id, job)
+    if t == "ack":
+        return Ack(_str(_req(d, "run_id", str, "ack"), "ack.run_id"), _int(_req(d, "acked", int, "ack"), "ack.acked"))
+    if t == "stop":
+        return Stop(_str(_req(d, "run_id", str, "stop"), "stop.run_id"))
+    if t == "revoked":
+        return Revoked(_str(_opt(d, "message", str, "the credential was revoked", "revoked"), "revoked.message",
+                            MAX_TEXT))
+    if t == "error":
+        return Error(_str(_opt(d, "message", str, "", "error"), "error.message", MAX_TEXT))
+    raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
 def hello(version: str, name: str, devices: list[str], labels: dict[str, str], machine_id: str,
           runs: list[dict[str, Any]], one_shot: bool = False, instance: str | None = None) -> dict[str, Any]:
-    # version first: the control plane reads it before anything else (SYNC-06).
-    return {"version": version, "type": "hello", "name": name, "devices": devices, "labels": labels,
-            "machine_id": machine_id, "runs": runs, "one_shot": one_shot, "instance": instance,
-            "capabilities": []}
+    """A hello as a plain object, for tests and tools that write raw frames
+    (some of them on purpose not quite right); the agent sends :class:`Hello`."""
+    held = [HeldRun(r["run_id"], bool(r.get("running")), int(r.get("last_seq", 0))) for r in runs]
+    obj: dict[str, Any] = json.loads(Hello(version, name, devices, labels, machine_id, held, one_shot,
+                                           instance).to_json())
+    return obj

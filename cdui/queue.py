@@ -15,6 +15,7 @@ Pure functions only; :mod:`cdui.runs` calls them from its dispatch loop.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -127,7 +128,7 @@ def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, st
     return None
 
 
-def candidates(target: Any, executors: dict[str, ExecutorView]) -> list[str]:
+def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
@@ -138,7 +139,7 @@ def candidates(target: Any, executors: dict[str, ExecutorView]) -> list[str]:
     return []
 
 
-def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
+def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
           blocked: set[tuple[str, str]], needs: str = "none") -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
@@ -155,7 +156,8 @@ def place(target: Any, wanted: str | None, executors: dict[str, ExecutorView],
     if isinstance(target, dict) and "worker" in target and not names:
         return f"waiting for worker {target['worker']} to connect (it is offline)"
     if caps.total is not None and running_total >= caps.total:
-        return f"waiting: {running_total} runs are running, the limit is {caps.total} (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)"
+        return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
+                "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     reasons = []
     for name in names:
         ex = executors[name]

@@ -14,8 +14,8 @@ a result ends ``failed`` with ``run subprocess exited with code N``.
 
 Devices: a run on slot ``cuda:N`` gets ``CUDA_VISIBLE_DEVICES`` set to the one
 card that slot is (see :func:`map_slot_device`) and is told, in the job's
-``options.process_device``, that its card is ``cuda:0``. The slot name
-(``options.slot_device``) is what events and the run object show.
+``process_device``, that its card is ``cuda:0``. The slot name
+(``slot_device``) is what events and the run object show.
 """
 from __future__ import annotations
 
@@ -26,11 +26,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from cdui.errors import CduiError
 from cdui.graph.secrets import redact_text, redact_value
+from cdui.job import Job
 from cdui.private import open_private_append, user_umask
 
 log = logging.getLogger(__name__)
@@ -91,7 +94,7 @@ def map_slot_device(slot: str, inherited: str | None) -> tuple[str, str | None]:
     return "cuda:0", entries[index]
 
 
-def run_env(options: dict[str, Any], base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
     """The run subprocess's environment and the device it is told to use.
 
     ``base`` is the environment inherited (default: this process's)."""
@@ -99,7 +102,7 @@ def run_env(options: dict[str, Any], base: dict[str, str] | None = None) -> tupl
     # Secrets never travel in the environment; make sure no stray one does.
     env.pop("CODEFYUI_AGENT_TOKEN", None)
     env["PYTHONUNBUFFERED"] = "1"
-    device, visible = map_slot_device(str(options.get("slot_device") or "cpu"), env.get("CUDA_VISIBLE_DEVICES"))
+    device, visible = map_slot_device(slot or "cpu", env.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env, device
@@ -115,6 +118,7 @@ class RunHandle:
         self.next_seq = first_seq
         self.proc: asyncio.subprocess.Process | None = None
         self.stop_requested = False
+        self.stop_grace = STOP_GRACE_S  # the grace the stop was asked with (CODEFYUI_STOP_GRACE_S)
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
@@ -203,13 +207,12 @@ class RunHandle:
         if not self._tasks:
             self._tasks.append(asyncio.create_task(self._deliver()))
 
-    async def start(self, job: dict[str, Any], python: str | None = None) -> None:
+    async def start(self, job: Job, python: str | None = None) -> None:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.open()
-        options = job.get("options") or {}
         try:
-            env, device = run_env(options)
+            env, device = run_env(job.slot_device)
         except CduiError as exc:
             # A slot this process cannot give (its card is not visible here) fails
             # the run with the reason, rather than running it on the wrong device.
@@ -221,17 +224,16 @@ class RunHandle:
             env=env, cwd=str(Path(__file__).resolve().parent.parent),
             start_new_session=True, limit=16 * 1024 * 1024, umask=user_umask())
         # Events and the run keep naming the slot; only the subprocess sees its own numbering.
-        self.record("status", {"status": "running", "pid": self.proc.pid,
-                               "device": options.get("slot_device", "cpu")})
+        self.record("status", {"status": "running", "pid": self.proc.pid, "device": job.slot_device})
         assert self.proc.stdin
-        sent = {**job, "options": {**options, "process_device": device}}
-        self.proc.stdin.write((json.dumps(sent) + "\n").encode())
+        # The job goes on the pipe, secrets included: they are never in argv or the environment.
+        self.proc.stdin.write((replace(job, process_device=device).to_json() + "\n").encode())
         await self.proc.stdin.drain()
         if self.stop_requested:
             # Stop was asked for while the run was being prepared: tell the process at once.
             self.proc.stdin.write(b"stop\n")
             await self.proc.stdin.drain()
-            self._stop_task = asyncio.create_task(self._kill_after(STOP_GRACE_S))
+            self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
         self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
         self._tasks.extend(self._readers)
         self._tasks.append(asyncio.create_task(self._finish()))
@@ -240,9 +242,10 @@ class RunHandle:
         assert self.proc
         rc = await self.proc.wait()
         await asyncio.gather(*self._readers, return_exceptions=True)
+        final: dict[str, Any]
         if self.killed:
             final = {"status": "interrupted",
-                     "error": f"the run did not stop within {STOP_GRACE_S:.0f} s and was killed"}
+                     "error": f"the run did not stop within {self.stop_grace:.0f} s and was killed"}
         elif self.result is not None:
             final = {"status": self.result.get("status", "failed"), "error": self.result.get("error")}
         else:
@@ -253,7 +256,8 @@ class RunHandle:
 
     async def _close(self, final: dict[str, Any]) -> None:
         if self.before_final is not None:
-            # e.g. the agent's final uploads: the end is reported only after them (XFER-11).
+            # e.g. the agent's final uploads: the end is reported only after them,
+            # so a finished run's files are all there.
             try:
                 final = await self.before_final(final)
             except Exception:
@@ -285,6 +289,7 @@ class RunHandle:
         self.stop_count += 1
         if self.stop_requested:
             return
+        self.stop_grace = grace
         self.stop_requested = True
         self.stop_event.set()
         if not self.proc:
@@ -306,8 +311,8 @@ class RunHandle:
                 pass
 
 
-async def launch(job: dict[str, Any], on_events: EventSink, log_path: Path | None = None,
+async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
                  first_seq: int = 1) -> RunHandle:
-    handle = RunHandle(job["run_id"], on_events, log_path, job.get("secrets", []), first_seq)
+    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq)
     await handle.start(job)
     return handle

@@ -2,10 +2,10 @@
 
 Protocol with its parent (:mod:`cdui.runner`):
 
-- stdin, first line: the job as JSON ``{run_id, graph, secrets, options, layout,
-  custom_nodes_dir, plugins_dir}``. Secrets arrive only here, on the pipe.
-  ``options.process_device`` is the device nodes use in this process (``cuda:0``
-  for any CUDA slot, see :func:`cdui.runner.map_slot_device`); ``options.slot_device``
+- stdin, first line: the job as JSON (:class:`cdui.job.Job`, read back by
+  ``Job.from_json``). Secrets arrive only here, on the pipe.
+  ``process_device`` is the device nodes use in this process (``cuda:0``
+  for any CUDA slot, see :func:`cdui.runner.map_slot_device`); ``slot_device``
   is the slot's name, used in messages.
   Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
 - fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
@@ -55,8 +55,13 @@ def main() -> int:
     first = sys.stdin.readline()
     if not first:
         return 2
-    job = json.loads(first)
-    secrets.extend((p, v) for p, v in job.get("secrets", []))
+    from cdui.job import Job, JobError
+    try:
+        job = Job.from_json(first)
+    except JobError as exc:
+        emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
+        return 0
+    secrets.extend(job.secret_pairs())
     stop = threading.Event()
 
     def watch_stdin() -> None:
@@ -70,29 +75,30 @@ def main() -> int:
 
     from cdui.graph.context import RunContext, RunStopped
     from cdui.graph.executor import Executor, NodeFailed
-    from cdui.graph.secrets import fill_secrets
     from cdui.graph.model import DEFAULT_MAX_NODES
+    from cdui.graph.secrets import fill_secrets
     from cdui.graph.validate import validate_graph
     from cdui.layout import Layout
     from cdui.nodes.registry import build_registry
 
-    opts = job.get("options") or {}
     # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
     # own number (cuda:1) may not exist here; process_device is what does.
-    slot = opts.get("slot_device") or "cpu"
-    device = opts.get("process_device") or slot
+    slot = job.slot_device or "cpu"
+    device = job.process_device or slot
     try:
-        layout = Layout.from_json(job["layout"])
-        registry = build_registry(Path(job["custom_nodes_dir"]) if job.get("custom_nodes_dir") else None,
-                                  Path(job["plugins_dir"]) if job.get("plugins_dir") else None)
-        graph = fill_secrets(job["graph"], job.get("secrets", []))
+        if job.layout is None:
+            raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
+        layout = Layout.from_json(job.layout)
+        registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
+                                  Path(job.plugins_dir) if job.plugins_dir else None)
+        graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
-        plan, errors = validate_graph(graph, registry, max_nodes=int(opts.get("graph_max_nodes") or DEFAULT_MAX_NODES))
+        plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES)
         if plan is None:
             msg = "; ".join(e["message"] for e in errors[:5])
             emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
             return 0
-        ctx = RunContext(job["run_id"], layout, emit, device=device, stop_event=stop)
+        ctx = RunContext(job.run_id, layout, emit, device=device, stop_event=stop)
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
         Executor(registry, ctx).run(plan)

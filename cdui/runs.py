@@ -16,25 +16,29 @@ import asyncio
 import json
 import logging
 import shutil
-import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Awaitable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from cdui import runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
+from cdui.clock import Clock, SystemClock
 from cdui.config import Config
+from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
+from cdui.graph.uses import presets_used
 from cdui.graph.validate import validate_graph
+from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
-from cdui.queue import Placement, candidates, device_kind, normalize_target, parse_caps, place
-from cdui.store import ACTIVE, TERMINAL, Store
+from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
+from cdui.store import ACTIVE, TERMINAL, Run, Store
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -43,19 +47,35 @@ CP = "cp"  # the source name of events born on the control plane
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 
 
-class Executor(Protocol):
-    name: str
+class RunListener(Protocol):
+    """What the run service tells an executor's owner (the worker manager) and asks of it."""
 
-    def devices(self) -> list[str]: ...
+    async def on_terminal(self, run_id: str, status: str) -> None:
+        """A run ended (its final status is stored)."""
 
-    def unavailable_reason(self) -> str | None: ...
+    async def before_dispatch(self) -> None:
+        """At start, after local recovery and before the first dispatch (adoption)."""
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None: ...
+    async def on_shutdown(self) -> None:
+        """Graceful stop: stop the listener's runs and wait for their ending."""
+
+    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+        """Raise :class:`CduiError` at submit if the target can never run the graph."""
+
+    async def on_disk_recovered(self) -> None:
+        """The store's disk has room again."""
+
+
+class Executor(ExecutorView, Protocol):
+    """What placement reads of an executor (name, devices, unavailable_reason, mounted), and the
+    starting and stopping of runs."""
+
+    async def start(self, run: Run, job: Job) -> None: ...
 
     def stop(self, run_id: str, grace: float) -> bool: ...
 
@@ -65,7 +85,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, service: "RunService", devices: list[str]) -> None:
+    def __init__(self, service: RunService, devices: list[str]) -> None:
         self.service = service
         self._devices = devices
         self.handles: dict[str, runner.RunHandle] = {}
@@ -79,8 +99,8 @@ class LocalExecutor:
     def mounted(self) -> bool:
         return True  # this server's own data folder
 
-    async def start(self, run: dict[str, Any], job: dict[str, Any]) -> None:
-        run_id = run["id"]
+    async def start(self, run: Run, job: Job) -> None:
+        run_id = run.id
 
         async def sink(events: list[dict[str, Any]]) -> None:
             if run_id in self.service.abandoned:
@@ -108,20 +128,11 @@ class LocalExecutor:
         return True
 
 
-def local_devices() -> list[str]:
-    devs = ["cpu"]
-    try:
-        import torch
-        if torch.cuda.is_available():
-            devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())] + devs
-    except Exception:  # torch missing or broken: this server still runs CPU graphs it can
-        pass
-    return devs
-
-
 class RunService:
-    def __init__(self, config: Config, store: Store, registry: Registry) -> None:
+    def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.stop_grace = float(config["CODEFYUI_STOP_GRACE_S"])
         self.store = store
         self.registry = registry
         self.layout = config.layout
@@ -133,15 +144,14 @@ class RunService:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        # Hooks for the worker manager (remote executors, adoption).
-        self.on_terminal: list[Any] = []
-        self.before_dispatch: list[Any] = []
-        self.on_shutdown: list[Any] = []
-        self.target_checks: list[Any] = []
+        self._closed: asyncio.Task[None] | None = None
+        self.listeners: list[RunListener] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
-        self.on_disk_recovered: list[Any] = []
+
+    def add_listener(self, listener: RunListener) -> None:
+        self.listeners.append(listener)
 
     # -- background tasks --------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -156,11 +166,11 @@ class RunService:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
-        devices = await asyncio.to_thread(local_devices)
+        devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
-        for hook in self.before_dispatch:
-            await hook()
+        for listener in self.listeners:
+            await listener.before_dispatch()
         self.spawn(self._dispatch_loop())
 
     async def _recover(self) -> None:
@@ -168,26 +178,36 @@ class RunService:
         queued runs stay queued (NOTES.md); worker runs are left to adoption."""
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
-            if r.get("worker_id") in (None, "local"):
-                await self._finish(r["id"], "interrupted",
+            if r.worker_id in (None, "local"):
+                await self._finish(r.id, "interrupted",
                                    "the server restarted while the run was executing on it")
 
-    async def close(self, grace: float | None = None) -> None:
-        """Graceful shutdown: stop every active run, give them ``grace`` seconds."""
-        if self._closing:
-            return
+    async def close(self) -> None:
+        """Graceful shutdown: stop every active run, give them the shutdown grace.
+
+        Its body runs once: a second call (the cleanup after a stop by signal)
+        waits for the first one's end."""
+        if self._closed is None:
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
         self._closing = True
-        grace = self.config["CODEFYUI_SHUTDOWN_GRACE_S"] if grace is None else grace
-        waits = [hook() for hook in self.on_shutdown]
+        grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
+        waits: list[Awaitable[object]] = [listener.on_shutdown() for listener in self.listeners]
         local = self.executors.get("local")
         if isinstance(local, LocalExecutor):
-            for run_id, h in list(local.handles.items()):
+            for h in list(local.handles.values()):
                 h.stop(grace)
                 waits.append(h.wait())
         if waits:
-            try:
-                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), grace + 15)
-            except asyncio.TimeoutError:
+            stopped = asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True))
+            timer = asyncio.ensure_future(self.clock.sleep(grace + 15))
+            either: list[asyncio.Future[Any]] = [stopped, timer]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            timer.cancel()
+            if not stopped.done():
+                stopped.cancel()
                 log.error("runs did not stop within the shutdown grace")
         for t in list(self._tasks):
             t.cancel()
@@ -197,8 +217,8 @@ class RunService:
         """The store's disk became full (state) or has room again (None)."""
         if state is None and not self._closing:
             self.wake()
-            for hook in self.on_disk_recovered:
-                self.spawn(hook())
+            for listener in self.listeners:
+                self.spawn(listener.on_disk_recovered())
 
     async def fail_for_full_disk(self, run_id: str, err: DiskFull) -> None:
         """A local run whose events cannot be stored ends ``failed`` now, saying why, and is stopped."""
@@ -207,7 +227,7 @@ class RunService:
         self.abandoned.add(run_id)
         local = self.executors.get("local")
         if local is not None:
-            local.stop(run_id, runner.STOP_GRACE_S)
+            local.stop(run_id, self.stop_grace)
         log.error("run %s: its events could not be stored (%s); ending it failed", run_id, err.message)
         try:
             await self._finish(run_id, "failed", f"{err.message}: the run's events could not be stored, so it was "
@@ -255,7 +275,8 @@ class RunService:
         # then split secrets out of the whole of it, embedded presets included.
         own = {str(p.get("preset_name") or p.get("name")) for p in graph.get("presets") or []
                if isinstance(p, dict)}
-        extra = [p for name, p in library.items() if name not in own and _uses_preset(graph, name)]
+        used = presets_used(graph, library)
+        extra = [p for name, p in library.items() if name not in own and name in used]
         full_graph = {**graph, "presets": list(graph.get("presets") or []) + extra} if extra else graph
         stored_graph, secrets = split_secrets(full_graph, self.registry, library)
         short = short_secrets(secrets)
@@ -265,14 +286,14 @@ class RunService:
                             f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
                             "nothing was stored",
                             hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
-        now = time.time()
+        now = self.clock.time()
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
                 "files": files.to_json(), "has_secrets": bool(secrets),
                 "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"]}
-        run = {"id": run_id, "name": (graph.get("name") if isinstance(graph, dict) else None),
-               "status": "queued", "target": target, "options": opts, "graph": stored_graph,
-               "created_at": now, "queue_reason": "waiting for the scheduler"}
+        run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
+                  status="queued", target=target, options=opts, graph=stored_graph,
+                  created_at=now, queue_reason="waiting for the scheduler")
         await self.store.create_run(run)
         if secrets:
             self.secrets[run_id] = secrets
@@ -282,8 +303,8 @@ class RunService:
 
     async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
         """Refuse at submit what can never run (unknown worker, no way to move its files)."""
-        for check in self.target_checks:
-            await check(target, graph, files)
+        for listener in self.listeners:
+            await listener.check_target(target, graph, files)
 
     def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
         usage = analyze(graph, self.registry, library, self.config["CODEFYUI_GRAPH_MAX_NODES"])
@@ -306,7 +327,7 @@ class RunService:
     def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         # The control plane is the recorder of its own events; their src_seq
         # continues from what is stored (looked up lazily in record_cp).
-        return {"kind": kind, "data": data, "at": time.time()}
+        return {"kind": kind, "data": data, "at": self.clock.time()}
 
     async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
@@ -385,7 +406,7 @@ class RunService:
         except ArtifactRefused as exc:
             await self._refuse_artifact(run_id, rel, exc.reason)
             return
-        # The control plane's path only where it sees the same file (STO-12): else null.
+        # The control plane's path only where it sees the same file (a mounted worker's shared folder): else null.
         sha = data.get("sha256") if isinstance(data.get("sha256"), str) else None
         path = None
         if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):
@@ -418,7 +439,7 @@ class RunService:
         """End a run, once: the first ending stored wins (a later one, e.g. the status a
         run reports while being stopped after it already ended failed, changes nothing).
         ``record``: also store the final status event (from the control plane)."""
-        now = time.time()
+        now = self.clock.time()
         event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
         ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
         for ev in stored:
@@ -429,14 +450,47 @@ class RunService:
         self.stop_pending.discard(run_id)
         if not ended:
             return
-        for hook in self.on_terminal:
+        for listener in self.listeners:
             try:
-                await hook(run_id, status)
+                await listener.on_terminal(run_id, status)
             except Exception:
                 log.exception("terminal hook failed for run %s", run_id)
         self.wake()
         if not self._closing and not self.store.full:
             self.spawn(self._apply_retention())
+
+    # -- the port for executors' owners (the worker manager) ---------------------
+    async def finish(self, run_id: str, status: str, error: str | None) -> None:
+        """End a run now (the first ending stored wins) and free its slot."""
+        await self._finish(run_id, status, error)
+
+    def adopt(self, run_id: str, executor: str, device: str) -> None:
+        """Count ``run_id`` as running on ``executor``/``device`` (it holds that slot)."""
+        self.active[run_id] = (executor, device)
+
+    def release(self, run_id: str) -> None:
+        """Free a run's slot without ending it."""
+        self.active.pop(run_id, None)
+        self.wake()
+
+    def attach_executor(self, executor: Executor) -> None:
+        """An executor came (a worker connected): the queue may place runs on it."""
+        self.executors[executor.name] = executor
+        self.wake()
+
+    def detach_executor(self, name: str, executor: Executor | None = None) -> None:
+        """The executor ``name`` is gone; with ``executor``, only if it is still that one
+        (a reconnect may have attached a newer one under the same name)."""
+        if executor is None or self.executors.get(name) is executor:
+            self.executors.pop(name, None)
+
+    def executor(self, name: str) -> Executor | None:
+        return self.executors.get(name)
+
+    def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]:
+        """(run id, executor, device) of every run holding a slot, on ``executor`` or on any."""
+        return [(rid, ex, dev) for rid, (ex, dev) in list(self.active.items())
+                if executor is None or ex == executor]
 
     async def requeue(self, run_id: str, reason: str) -> None:
         """Put a run whose assignment never reached its executor back in the queue.
@@ -446,9 +500,9 @@ class RunService:
         asked for meanwhile ends ``cancelled`` instead: it never started."""
         self.active.pop(run_id, None)
         run = await self.store.get_run(run_id)
-        if run is None or run["status"] in TERMINAL:
+        if run is None or run.status in TERMINAL:
             return
-        if run["stop_requested"]:
+        if run.stop_requested:
             await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
             return
         if await self.store.requeue(run_id, "waiting for the scheduler"):
@@ -461,7 +515,7 @@ class RunService:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             if self._closing:
@@ -480,68 +534,71 @@ class RunService:
             used[(ex, dev)] = used.get((ex, dev), 0) + 1
         blocked: set[tuple[str, str]] = set()
         for run in queued:
-            if run["stop_requested"]:
+            if run.stop_requested:
                 continue
-            wanted = run["options"].get("device")
-            fp = FilePlan.from_json(run["options"].get("files"))
+            wanted = run.options.get("device")
+            fp = FilePlan.from_json(run.options.get("files"))
             needs = "none" if not fp.uses_files else ("transfer" if fp.transfer_ok else "mount")
-            decision = place(run["target"], wanted, self.executors, used, self.caps, len(self.active), blocked,
+            decision = place(run.target, wanted, self.executors, used, self.caps, len(self.active), blocked,
                              needs)
             if isinstance(decision, Placement):
                 used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
                 await self._start(run, decision)
             else:
                 kind = device_kind(wanted)
-                for name in candidates(run["target"], self.executors):
+                for name in candidates(run.target, self.executors):
                     blocked.add((name, kind))
-                if decision != run.get("queue_reason"):
-                    await self.store.update_run(run["id"], queue_reason=decision)
+                if decision != run.queue_reason:
+                    await self.store.update_run(run.id, queue_reason=decision)
 
-    async def _start(self, run: dict[str, Any], where: Placement) -> None:
-        run_id = run["id"]
-        if run["options"].get("has_secrets") and run_id not in self.secrets:
+    async def _start(self, run: Run, where: Placement) -> None:
+        run_id = run.id
+        if run.options.get("has_secrets") and run_id not in self.secrets:
             # Secret values live in memory only (NOTES.md); a restart while queued loses them.
             await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
                                                  "when the server restarted before it started; submit it again")
             return
         # Claim it atomically: a Stop that landed since the queue was read wins.
         if not await self.store.claim_queued(run_id, worker_id=where.executor, slot_device=where.device,
-                                             started_at=time.time()):
+                                             started_at=self.clock.time()):
             return
         self.active[run_id] = (where.executor, where.device)
-        job = self.build_job(run, where.device)
-        job["files"] = {"backend": where.backend,
-                        "inputs": FilePlan.from_json(run["options"].get("files")).inputs,
-                        "label": self.config["CODEFYUI_MOUNT_LABEL"]}
+        job = self.build_job(run, where)
         try:
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
-                self.executors[where.executor].stop(run_id, runner.STOP_GRACE_S)
+                self.executors[where.executor].stop(run_id, self.stop_grace)
         except Exception as exc:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
 
-    def build_job(self, run: dict[str, Any], device: str) -> dict[str, Any]:
-        return {"run_id": run["id"], "graph": run["graph"], "secrets": self.secrets.get(run["id"], []),
-                "options": {**run["options"], "slot_device": device}, "layout": self.layout.to_json(),
-                "custom_nodes_dir": str(self.config.custom_nodes_dir), "plugins_dir": str(self.config.plugins_dir)}
+    def build_job(self, run: Run, where: Placement) -> Job:
+        """The run's one job, built here once; executors and agents derive theirs from it."""
+        files = JobFiles(where.backend, tuple(FilePlan.from_json(run.options.get("files")).inputs),
+                         self.config["CODEFYUI_MOUNT_LABEL"])
+        if run.graph is None:
+            raise ValueError(f"run {run.id} was read without its graph; a job needs it")
+        return Job(run_id=run.id, graph=run.graph, options=dict(run.options), slot_device=where.device,
+                   layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
+                   plugins_dir=str(self.config.plugins_dir), files=files,
+                   secrets=tuple((tuple(p), v) for p, v in self.secrets.get(run.id, [])))
 
     # -- stop / delete --------------------------------------------------------
     async def stop(self, run_id: str) -> dict[str, Any]:
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
-        if run["status"] in TERMINAL:
+        if run.status in TERMINAL:
             return await self.get(run_id)
         await self.store.update_run(run_id, stop_requested=1)
-        if run["status"] == "queued" and await self.store.cancel_queued(run_id):
+        if run.status == "queued" and await self.store.cancel_queued(run_id):
             await self._finish(run_id, "cancelled", "stopped before it started")
         else:
             self.stop_pending.add(run_id)  # for an executor still setting the run up
-            ex_name = (self.active.get(run_id) or (run.get("worker_id"), None))[0]
+            ex_name = (self.active.get(run_id) or (run.worker_id, None))[0]
             ex = self.executors.get(ex_name or "")
             if ex is not None:
-                ex.stop(run_id, runner.STOP_GRACE_S)
+                ex.stop(run_id, self.stop_grace)
             await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
         return await self.get(run_id)
 
@@ -549,10 +606,10 @@ class RunService:
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
-        if run["status"] not in TERMINAL:
-            raise CduiError("run_active", f"run {run_id} is {run['status']}; it cannot be deleted yet",
+        if run.status not in TERMINAL:
+            raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
-        await asyncio.to_thread(self._remove_run_folder, run_id, run["status"] == "interrupted")
+        await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
         await self.store.delete_run(run_id)
 
     def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
@@ -576,30 +633,30 @@ class RunService:
         if not keep or keep <= 0:
             return
         runs = await self.store.list_runs(limit=100000)
-        finished = [r for r in runs if r["status"] in TERMINAL]
+        finished = [r for r in runs if r.status in TERMINAL]
         for r in finished[keep:]:
             try:
-                await self.delete(r["id"])
+                await self.delete(r.id)
             except CduiError:
                 pass
 
     # -- reading -------------------------------------------------------------
-    def to_api(self, run: dict[str, Any]) -> dict[str, Any]:
+    def to_api(self, run: Run) -> dict[str, Any]:
         out = {
-            "id": run["id"], "name": run.get("name"), "status": run["status"], "target": run["target"],
-            "device": run.get("slot_device"), "options": run.get("options"),
-            "worker_id": run.get("worker_id"), "worker_status": None,
-            "queue_reason": run.get("queue_reason") if run["status"] == "queued" else None,
-            "error": run.get("error"), "late_result": run.get("late_result"),
-            "execution_facts": run.get("execution_facts") or {},
-            "stop_requested": bool(run.get("stop_requested")),
-            "last_seq": run.get("last_seq"),
-            "created_at": iso(run.get("created_at")), "started_at": iso(run.get("started_at")),
-            "finished_at": iso(run.get("finished_at")),
+            "id": run.id, "name": run.name, "status": run.status, "target": run.target,
+            "device": run.slot_device, "options": run.options,
+            "worker_id": run.worker_id, "worker_status": None,
+            "queue_reason": run.queue_reason if run.status == "queued" else None,
+            "error": run.error, "late_result": run.late_result,
+            "execution_facts": run.execution_facts or {},
+            "stop_requested": bool(run.stop_requested),
+            "last_seq": run.last_seq,
+            "created_at": iso(run.created_at), "started_at": iso(run.started_at),
+            "finished_at": iso(run.finished_at),
         }
-        if run.get("disconnected_at") and run["status"] == "disconnected":
-            since = time.time() - run["disconnected_at"]
-            out["worker_status"] = {"state": "disconnected", "since": iso(run["disconnected_at"]),
+        if run.disconnected_at and run.status == "disconnected":
+            since = self.clock.time() - run.disconnected_at
+            out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
                                     "disconnected_s": round(since, 1),
                                     "text": f"worker disconnected {since:.0f} s ago"}
         return out
@@ -624,12 +681,6 @@ class RunService:
             s.discard(q)
             if not s:
                 self.subscribers.pop(run_id, None)
-
-
-def _uses_preset(graph: Any, name: str) -> bool:
-    """Does the graph use preset ``name`` (as a node, or as what a Map runs)?"""
-    text = json.dumps(graph)
-    return f'"preset:{name}"' in text or f'"{name}"' in text
 
 
 def _text(v: Any, limit: int = 4096) -> str | None:

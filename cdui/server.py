@@ -34,14 +34,18 @@ import signal
 import socket
 import sys
 from collections import OrderedDict
-from pathlib import Path
-from typing import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from cdui import __version__
+from cdui import __version__, api_files, api_runs, transfer, worker_routes, workers
+from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
+from cdui.atomic import write_private
+from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.errors import CduiError
+from cdui.layout import WEB_DIR
+from cdui.loopback import is_loopback
 from cdui.nodes.registry import build_registry
 from cdui.peercred import peer_uid
 from cdui.private import private_dir, restrict_umask
@@ -49,20 +53,12 @@ from cdui.runs import RunService
 from cdui.store import Store
 
 log = logging.getLogger(__name__)
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-
-CONFIG = web.AppKey("config", Config)
-STORE = web.AppKey("store", Store)
-RUNS = web.AppKey("runs", RunService)
-SESSION_TOKEN = web.AppKey("session_token", str)
-HOSTS = web.AppKey("hosts", "HostCheck")
-EXTRA = web.AppKey("extra", dict)
 
 # Routes that need no session token. Worker routes check their own credential.
 PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
                 "/api/workers/enroll", "/ws/worker"}
 PUBLIC_PREFIXES = ("/web/",)
-# What a worker credential may do over plain HTTP (XFER-06, XFER-19).
+# What a worker credential may do over plain HTTP: its own runs' inputs and results, nothing of the user's API.
 WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
 # Where a browser cannot send a header: the event WebSocket and download links.
 QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/download/.+"
@@ -102,9 +98,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 class HostCheck:
-    """Which HTTP Host values this server answers to (CONN-04..06)."""
+    """Which HTTP Host values this server answers to: a page on another host name cannot reach the API
+    (DNS rebinding)."""
 
-    def __init__(self, port: int, extra: list[str]) -> None:
+    def __init__(self, port: int | None, extra: list[str]) -> None:
+        # None: the port is the one the request arrived on (its local socket's),
+        # so the app needs no port when it is built.
         self.port = port
         self.extra = {h.lower() for h in extra}
         # Host values come from any client: an LRU of the last CACHE_SIZE answers, not one per value ever seen.
@@ -130,7 +129,7 @@ class HostCheck:
             self._cache.popitem(last=False)
         return ok
 
-    def allowed(self, host_header: str | None) -> bool:
+    def allowed(self, host_header: str | None, local_port: int | None = None) -> bool:
         if not host_header:
             return False
         h = host_header.strip().lower()
@@ -143,32 +142,26 @@ class HostCheck:
             name, _, port = h.partition(":")
         if name in ("localhost", "127.0.0.1", "::1") or name.endswith(".localhost"):
             return True
-        if port and port != str(self.port):
+        own = self.port if self.port is not None else local_port
+        if port and port != str(own):
             return False
         return self._is_local_ip(name)
 
 
 @web.middleware
 async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    check: HostCheck = request.app[HOSTS]
-    if not check.allowed(request.host):
+    check = request.app[HOSTS]
+    if not check.allowed(request.host, _local_port(request)):
         raise CduiError("host_not_allowed", f"Host {request.host!r} is not allowed on this server",
                         hint="add it to CODEFYUI_EXTRA_ALLOWED_HOSTS (host:port) and restart the server",
                         status=421)
     return await handler(request)
 
 
-def is_loopback(request: web.Request) -> bool:
-    try:
-        ip = ipaddress.ip_address((request.remote or "").split("%")[0])
-    except ValueError:
-        return False
-    # A dual-stack socket (IPV6_V6ONLY off, as one handed over by a service
-    # manager can be) sees an IPv4 client as ::ffff:127.0.0.1, which Python
-    # does not call loopback.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+def _local_port(request: web.Request) -> int | None:
+    """The port of the socket this request arrived on (None off TCP)."""
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    return sock[1] if isinstance(sock, tuple) and len(sock) >= 2 else None
 
 
 def request_token(request: web.Request) -> str | None:
@@ -190,7 +183,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         request["auth"] = "session"
         return await handler(request)
     # Worker credentials are accepted where the worker layer says so.
-    worker_auth = request.app[EXTRA].get("worker_auth")
+    worker_auth = request.app.get(WORKER_AUTH)
     if worker_auth is not None and request.headers.get("Authorization", "").lower().startswith("bearer "):
         worker = await worker_auth(request)
         if worker is not None:
@@ -231,7 +224,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def bootstrap(request: web.Request) -> web.Response:
-    if not is_loopback(request) or request.app[EXTRA].get("tunnel_listener"):
+    if not is_loopback(request) or request.app.get(TUNNEL_LISTENER, False):
         raise CduiError("not_found", f"no such path: GET {request.path}", status=404)
     transport = request.transport
     peer = transport.get_extra_info("peername") if transport else None
@@ -264,72 +257,82 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(WEB_DIR / "index.html")
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file readable by this OS user only (0600), atomically."""
-    if not path.parent.exists():
-        private_dir(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
-def build_app(config: Config, port: int) -> web.Application:
-    from cdui import api_files, api_runs
-
+def build_app(config: Config, clock: Clock) -> web.Application:
+    """Wire the app; no I/O happens here. What needs opening (folders, the
+    session-token file, the store, the run service, the worker manager) is
+    opened at startup by a ``cleanup_ctx``, which also closes it, in reverse
+    order, at cleanup."""
     app = web.Application(middlewares=[error_middleware, host_middleware, auth_middleware],
                           # No route reads more than a graph body at once; the upload routes stream their parts.
                           client_max_size=config["CODEFYUI_MAX_GRAPH_BYTES"] + 64 * 1024)
     app[CONFIG] = config
-    app[HOSTS] = HostCheck(port, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
+    app[CLOCK] = clock
+    app[HOSTS] = HostCheck(None, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
     app[SESSION_TOKEN] = secrets.token_urlsafe(32)
-    app[EXTRA] = {}
-    private_dir(config.user_data)
-    write_private(config.user_data / "session-token", app[SESSION_TOKEN])
-    config.layout.ensure()
-
+    app[TUNNEL_LISTENER] = False
     store = Store(config.db_path)
-    store.open()
     app[STORE] = store
-    registry = build_registry(config.custom_nodes_dir, config.plugins_dir)
-    runs = RunService(config, store, registry)
+    runs = RunService(config, store, build_registry(config.custom_nodes_dir, config.plugins_dir), clock)
     app[RUNS] = runs
+    manager = workers.WorkerManager(app)
+    app[WORKERS] = manager
+    app[WORKER_AUTH] = manager.worker_auth
+    runs.add_listener(manager)
 
-    from cdui import workers
-    workers.attach(app)
-
-    async def lifecycle(app: web.Application):
-        await runs.start()
-        yield
-        await runs.close()
-        store.close()
-
-    async def on_shutdown(app: web.Application) -> None:
-        # Before the server drops connections: stop local and worker runs
-        # while the workers' sockets are still open (DISC-21).
-        await runs.close()
+    # Startup in this order, cleanup in reverse: the run service stops its runs
+    # (the workers' too, through the manager's listener) before the manager lets
+    # go of its connections, and both before the store closes.
+    app.cleanup_ctx.append(_files_ctx)
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_workers_ctx)
+    app.cleanup_ctx.append(_runs_ctx)
 
     app.on_response_prepare.append(security_headers)
-    app.cleanup_ctx.append(lifecycle)
-    app.on_shutdown.append(on_shutdown)
     app.router.add_get("/api/health", health)
     app.router.add_get("/api/auth/bootstrap", bootstrap)
     app.router.add_get("/", index)
     if WEB_DIR.is_dir():
         app.router.add_static("/web/", WEB_DIR)
-    from cdui import transfer
+    worker_routes.setup(app)
     transfer.setup(app)
     api_runs.setup(app)
     api_files.setup(app)
     return app
 
 
+async def _files_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    private_dir(config.user_data)
+    write_private(config.user_data / "session-token", app[SESSION_TOKEN])
+    config.layout.ensure()
+    yield
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    store = app[STORE]
+    store.open()
+    yield
+    store.close()
+
+
+async def _workers_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[WORKERS].close()
+
+
+async def _runs_ctx(app: web.Application) -> AsyncIterator[None]:
+    runs = app[RUNS]
+    await runs.start()
+    yield
+    # A graceful stop by signal has already stopped the runs while the sockets
+    # were still read (see _run_until_signal); close() runs its body once.
+    await runs.close()
+
+
 def serve(config: Config, host: str, port: int) -> None:
     """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
     restrict_umask()
-    app = build_app(config, port)
+    app = build_app(config, SystemClock())
 
     async def on_startup(app: web.Application) -> None:
         info = {"url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}",

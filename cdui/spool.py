@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from cdui.atomic import atomic_write
+
 
 class RunSpool:
     def __init__(self, root: Path, run_id: str) -> None:
@@ -61,18 +63,14 @@ class RunSpool:
         if acked <= self.acked:
             return
         self.acked = acked
-        tmp = self.dir / "acked.tmp"
-        tmp.write_text(str(acked))
-        os.replace(tmp, self.dir / "acked")
+        atomic_write(self.dir / "acked", str(acked))
         self.pending = [e for e in self.pending if e["src_seq"] > acked]
 
     def unacked(self) -> list[dict[str, Any]]:
         return list(self.pending)
 
     def write_state(self, state: dict[str, Any]) -> None:
-        tmp = self.dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.dir / "state.json")
+        atomic_write(self.dir / "state.json", json.dumps(state))
 
     def read_state(self) -> dict[str, Any]:
         try:

@@ -32,8 +32,10 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from cdui.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 from cdui.private import make_private, private_dir
@@ -43,6 +45,39 @@ T = TypeVar("T")
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 ACTIVE = {"running", "disconnected"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of ``runs``, as read: a snapshot, never written back (changes go
+    through :meth:`Store.update_run` and friends). JSON columns are decoded;
+    ``graph`` is None unless the read asked for it (it can be large)."""
+
+    id: str
+    status: str
+    target: Any                     # "local", "any", {"worker": name} or {"pool": name}
+    options: dict[str, Any]
+    created_at: float
+    name: str | None = None
+    graph: dict[str, Any] | None = None
+    worker_id: str | None = None
+    slot_device: str | None = None
+    queue_reason: str | None = None
+    error: str | None = None
+    late_result: dict[str, Any] | None = None
+    execution_facts: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+    last_seq: int = 0
+    disconnected_at: float | None = None
+    adopted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def without_graph(self) -> Run:
+        return replace(self, graph=None)
+
+
+_JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts")
 
 MIGRATIONS: list[str] = [
     # 1: runs, events, artifacts, uploads
@@ -195,7 +230,7 @@ class Store:
         self.probe_s = probe_s
         # Set while the disk is full: {"since": epoch seconds, "detail": sqlite's or the OS's words}.
         self.full: dict[str, Any] | None = None
-        self.on_disk_state: list[Callable[[dict[str, Any] | None], None]] = []
+        self.on_disk_state: list[Callable[[dict[str, Any] | None], object]] = []  # results are ignored
         self._last_probe = 0.0
 
     # -- lifecycle -------------------------------------------------------
@@ -377,10 +412,10 @@ class Store:
         return await asyncio.to_thread(lambda: fn(self._reader()))
 
     # -- runs ---------------------------------------------------------------
-    async def create_run(self, run: dict[str, Any]) -> None:
+    async def create_run(self, run: Run) -> None:
         cols = ("id", "name", "status", "target", "options", "graph", "queue_reason", "created_at")
-        vals = (run["id"], run.get("name"), run["status"], json.dumps(run["target"]),
-                json.dumps(run["options"]), json.dumps(run["graph"]), run.get("queue_reason"), run["created_at"])
+        vals = (run.id, run.name, run.status, json.dumps(run.target),
+                json.dumps(run.options), json.dumps(run.graph), run.queue_reason, run.created_at)
 
         def fn(c: sqlite3.Connection) -> None:
             c.execute(f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
@@ -425,42 +460,35 @@ class Store:
         return await self.write(fn)
 
     @staticmethod
-    def _run_from_row(r: sqlite3.Row) -> dict[str, Any]:
+    def _run_from_row(r: sqlite3.Row, with_graph: bool = True) -> Run:
         d = dict(r)
-        for k in ("target", "options", "graph", "late_result", "execution_facts"):
+        for k in _JSON_COLUMNS:
             if d.get(k) is not None:
                 d[k] = json.loads(d[k])
-        return d
+        if not with_graph:
+            d["graph"] = None
+        d["stop_requested"] = bool(d.get("stop_requested"))
+        d["execution_facts"] = d.get("execution_facts") or {}
+        return Run(**d)
 
-    async def get_run(self, run_id: str, with_graph: bool = False) -> dict[str, Any] | None:
-        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+    async def get_run(self, run_id: str, with_graph: bool = False) -> Run | None:
+        def fn(c: sqlite3.Connection) -> Run | None:
             r = c.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
-            if r is None:
-                return None
-            d = self._run_from_row(r)
-            if not with_graph:
-                d.pop("graph", None)
-            return d
+            return None if r is None else self._run_from_row(r, with_graph)
         return await self.read(fn)
 
-    async def list_runs(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+    async def list_runs(self, status: str | None = None, limit: int = 200) -> list[Run]:
+        def fn(c: sqlite3.Connection) -> list[Run]:
             q = "SELECT * FROM runs"
             args: tuple[Any, ...] = ()
             if status:
                 q += " WHERE status=?"
                 args = (status,)
             q += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-            rows = c.execute(q, (*args, limit)).fetchall()
-            out = []
-            for r in rows:
-                d = self._run_from_row(r)
-                d.pop("graph", None)
-                out.append(d)
-            return out
+            return [self._run_from_row(r, with_graph=False) for r in c.execute(q, (*args, limit)).fetchall()]
         return await self.read(fn)
 
-    def runs_in_status_sync(self, statuses: set[str]) -> list[dict[str, Any]]:
+    def runs_in_status_sync(self, statuses: set[str]) -> list[Run]:
         q = f"SELECT * FROM runs WHERE status IN ({','.join('?' * len(statuses))}) ORDER BY created_at, rowid"
         return [self._run_from_row(r) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
 
@@ -507,8 +535,8 @@ class Store:
     async def add_artifact(self, a: dict[str, Any]) -> int:
         def fn(c: sqlite3.Connection) -> int:
             cur = c.execute(
-                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (a["run_id"], a["kind"], a["name"], a.get("backend", "local"), a.get("path"), a.get("relative_path"),
                  a.get("label"), a.get("size"), a.get("sha256"), time.time()))
             return int(cur.lastrowid or 0)

@@ -1,4 +1,4 @@
-"""The transfer backend, control-plane side: the control plane as a run's file store (XFER).
+"""The transfer backend, control-plane side: the control plane as a run's file store.
 
 A worker without the ``data`` mount downloads the run's inputs from the
 ordinary download routes (with its worker credential, only that run's
@@ -19,20 +19,18 @@ The agent side lives in :mod:`cdui.agent_files`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import tempfile
-
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
+from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
 from cdui.protocol import loads
+from cdui.receive import receive
 from cdui.store import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -58,7 +56,8 @@ def output_target(layout: Layout, relative_path: str) -> Path:
 
 
 def free_name(target: Path, sha: str) -> tuple[Path, bool]:
-    """Where a file with content ``sha`` goes when ``target`` may exist (XFER-15).
+    """Where a file with content ``sha`` goes when ``target`` may exist: an existing different
+    file is kept, never overwritten.
 
     Returns (path, already_there): an identical file is reused; a different
     one is kept and the new file gets the first free ``-N`` suffix."""
@@ -90,7 +89,6 @@ async def _read_meta(part: Any) -> Any:
 
 
 async def upload_handler(request: web.Request) -> web.Response:
-    from cdui.server import CONFIG, RUNS
     service = request.app[RUNS]
     cfg = request.app[CONFIG]
     run_id = request.match_info["run_id"]
@@ -99,21 +97,22 @@ async def upload_handler(request: web.Request) -> web.Response:
         raise CduiError("forbidden", "artifact uploads come from workers, with their worker credential",
                         hint="send Authorization: Bearer <worker credential>", status=403)
     run = await service.store.get_run(run_id)
-    if run is None or run.get("worker_id") != worker:
+    if run is None or run.worker_id != worker:
         log.warning("worker %s tried to upload into run %s, which is not its run", worker, run_id)
         raise CduiError("forbidden", f"run {run_id} is not a run of worker {worker}", status=403)
-    if run["status"] not in ACTIVE:
-        raise CduiError("run_ended", f"run {run_id} is {run['status']}; its files are no longer accepted",
+    if run.status not in ACTIVE:
+        raise CduiError("run_ended", f"run {run_id} is {run.status}; its files are no longer accepted",
                         hint="the file stays on the worker", status=409)
     limit = cfg["CODEFYUI_MAX_UPLOAD_SIZE"]
     try:
         reader = await request.multipart()
         meta_part = await reader.next()
-        meta = await _read_meta(meta_part) if meta_part is not None and meta_part.name == "meta" else None
+        is_meta = isinstance(meta_part, BodyPartReader) and meta_part.name == "meta"
+        meta = await _read_meta(meta_part) if is_meta else None
         if not isinstance(meta, dict):
             raise ValueError("the first part must be 'meta' (JSON)")
         file_part = await reader.next()
-        if file_part is None or file_part.name != "file":
+        if not isinstance(file_part, BodyPartReader) or file_part.name != "file":
             raise ValueError("the second part must be 'file'")
     except (ValueError, AssertionError, KeyError) as exc:
         raise CduiError("bad_upload", f"malformed artifact upload: {exc}") from None
@@ -130,33 +129,20 @@ async def upload_handler(request: web.Request) -> web.Response:
     except CduiError as err:
         log.warning("refused upload from worker %s for run %s: %s", worker, run_id, err.message)
         raise
-    target.parent.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
-    size = 0
-    fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=target.parent)
+    def too_large(size: int) -> CduiError:
+        return CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
+                                      f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker", status=413)
+    got = await receive(file_part, target.parent, limit, too_large)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            while chunk := await file_part.read_chunk(1 << 20):
-                size += len(chunk)
-                if size > limit:
-                    raise CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
-                                                 f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker",
-                                    status=413)
-                h.update(chunk)
-                fh.write(chunk)
-        digest = h.hexdigest()
+        digest, size = got.sha256, got.size
         if meta.get("sha256") and meta["sha256"] != digest:
             raise CduiError("bad_upload", f"{target.name} arrived with sha256 {digest}, expected {meta['sha256']}",
                             hint="the agent retries the upload", status=400)
         final, existed = await asyncio.to_thread(free_name, target, digest)
-        if existed:
-            os.unlink(tmp)
-        else:
-            os.chmod(tmp, 0o644)  # mkstemp made it private; outputs are ordinary files of the user
-            os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if not existed:
+            got.commit(final)
+    finally:
+        got.discard()  # also the copy of a file stored once already
     try:
         rel = str(final.resolve().relative_to(cfg.layout.data_dir.resolve()))
     except ValueError:
@@ -176,15 +162,14 @@ async def upload_handler(request: web.Request) -> web.Response:
 
 
 async def worker_may_download(request: web.Request, folder: str, name: str) -> bool:
-    """A worker credential downloads only inputs of its own active runs (XFER-06)."""
-    from cdui.server import RUNS
+    """A worker credential downloads only inputs of its own active runs: a worker sees no other run's data."""
     service = request.app[RUNS]
     worker = request.get("worker")
     rows = await asyncio.to_thread(service.store.runs_in_status_sync, ACTIVE)
     for r in rows:
-        if r.get("worker_id") != worker:
+        if r.worker_id != worker:
             continue
-        for inp in ((r.get("options") or {}).get("files") or {}).get("inputs") or []:
+        for inp in ((r.options or {}).get("files") or {}).get("inputs") or []:
             if inp.get("folder") == folder and inp.get("name") == name:
                 return True
     return False

@@ -31,6 +31,36 @@ def pytest_make_collect_report(collector):
 # --- end CDUI_TEST_REQUIRE_ALL
 
 
+# --- test tiers (the `e2e` marker)
+# Tests marked `e2e` start real processes (servers, agents, run subprocesses, the
+# launcher) and take most of the suite's time; everything else, including the
+# in-process tier under tests/inproc/, runs in the default tier. A run that names
+# no tests (no path, no -m, no -k: `bin/cdui test`, `bin/cdui test -q`) leaves
+# the e2e tests out and says so; naming tests runs exactly what was named, and
+# CDUI_TEST_TIER=all (set by .ci/run) or CDUI_TEST_REQUIRE_ALL=1 runs every tier.
+def _default_tier_only(config):
+    if os.environ.get("CDUI_TEST_TIER") == "all" or _REQUIRE_ALL:
+        return False
+    named = config.args_source != pytest.Config.ArgsSource.TESTPATHS
+    return not (named or config.option.markexpr or config.option.keyword)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _default_tier_only(config):
+        return
+    e2e = [i for i in items if i.get_closest_marker("e2e") is not None]
+    if e2e:
+        config.hook.pytest_deselected(items=e2e)
+        items[:] = [i for i in items if i.get_closest_marker("e2e") is None]
+
+
+def pytest_report_header(config):
+    if _default_tier_only(config):
+        return "cdui: default tier (e2e tests left out; run them with -m e2e, or everything with CDUI_TEST_TIER=all)"
+    return None
+# --- end test tiers
+
+
 # --- process helpers (tests/procs.py)
 # A failing test's report carries the log tail of every cdui process it
 # touched (servers, agents). Registered as a plugin object, so it adds no

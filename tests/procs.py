@@ -33,12 +33,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
-_ALL: list["Proc"] = []
+_ALL: list[Proc] = []
 _LOGS: dict[Path, str] = {}  # log files of processes not started here (e.g. `cdui start` in the background)
 SESSION_ENV = "CDUI_TEST_SESSION"
 
@@ -388,7 +389,7 @@ class ServerProc(Proc):
     def db_path(self) -> Path:
         return self.user_data / "cdui.sqlite3"
 
-    def start(self, extra_env: dict[str, str] | None = None, timeout: float = 120) -> "ServerProc":
+    def start(self, extra_env: dict[str, str] | None = None, timeout: float = 120) -> ServerProc:
         if extra_env:
             self.extra_env.update(extra_env)
         self.user_data.mkdir(parents=True, exist_ok=True)
@@ -409,7 +410,7 @@ class ServerProc(Proc):
                  detail=lambda: self.log_tail(20))
         return self
 
-    def restart(self, extra_env: dict[str, str] | None = None) -> "ServerProc":
+    def restart(self, extra_env: dict[str, str] | None = None) -> ServerProc:
         self.stop()
         return self.start(extra_env)
 
@@ -457,7 +458,8 @@ class ServerProc(Proc):
         # A quoted-string: backslash and quote are escaped, as browsers and curl do.
         filename = filename.replace("\\", "\\\\").replace('"', '\\"')
         body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
-                f"Content-Type: application/octet-stream\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+                f"Content-Type: application/octet-stream\r\n\r\n").encode()
+        body += content + f"\r\n--{boundary}--\r\n".encode()
         r = self.raw("POST", f"/api/{kind}/upload", body, token,
                      {"Content-Type": f"multipart/form-data; boundary={boundary}"})
         try:

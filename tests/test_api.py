@@ -1,4 +1,4 @@
-"""The run API against a real server with real run subprocesses (foundation):
+"""The run API against a real server with real run subprocesses:
 the iris example end to end, CodefyUI's own example graphs, validation with
 every error at once, the error shape, uploads, events and the WebSocket."""
 from __future__ import annotations
@@ -58,7 +58,7 @@ def statuses(events: list[dict[str, Any]]) -> list[str]:
 # -- the iris example -------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 def test_iris_example_succeeds_with_model_artifact(server: ServerProc, iris_run: dict[str, Any]) -> None:
-    """foundation: examples/iris_train.json through POST /api/runs succeeds and its
+    """Examples/iris_train.json through POST /api/runs succeeds and its
     saved model is an artifact (models/iris/model.pt, size and sha256 of the file
     on disk); the download gives the same bytes; the run object has the contract's fields."""
     run = iris_run
@@ -99,7 +99,7 @@ def test_iris_example_succeeds_with_model_artifact(server: ServerProc, iris_run:
 
 
 def test_iris_events(server: ServerProc, iris_run: dict[str, Any]) -> None:
-    """foundation: events have gapless seq from 1, statuses queued -> running ->
+    """Events have gapless seq from 1, statuses queued -> running ->
     succeeded (the last event), node_status for every node, progress with epoch
     and loss for each of the 20 epochs."""
     evs = server.events(iris_run["id"])
@@ -120,7 +120,7 @@ def test_iris_events(server: ServerProc, iris_run: dict[str, Any]) -> None:
 
 
 def test_events_after(server: ServerProc, iris_run: dict[str, Any]) -> None:
-    """foundation: ?after=N returns exactly the events after seq N; a bad value is a 400."""
+    """?after=N returns exactly the events after seq N; a bad value is a 400."""
     rid = iris_run["id"]
     all_evs = server.events(rid)
     n = len(all_evs)
@@ -137,7 +137,7 @@ def test_events_after(server: ServerProc, iris_run: dict[str, Any]) -> None:
 
 
 def test_websocket_streams_live_run(server: ServerProc) -> None:
-    """foundation: /ws/runs/{id} streams every event of a live run, in order, the
+    """/ws/runs/{id} streams every event of a live run, in order, the
     same as GET .../events, and closes after the terminal status; reconnecting
     with ?after=N replays only later events."""
     run = server.submit(load_example())
@@ -183,7 +183,7 @@ def _example_files() -> list[Any]:
 
 @pytest.mark.parametrize("path", _example_files())
 def test_codefyui_examples_run_unchanged(server: ServerProc, path: Path | None) -> None:
-    """foundation: CodefyUI's own example graphs (tests/data/codefyui_examples/,
+    """CodefyUI's own example graphs (tests/data/codefyui_examples/,
     copied unchanged) run as they are and succeed; every node they run reports done."""
     if path is None:
         pytest.fail(f"no CodefyUI example graphs in {EXAMPLES_DIR}: the folder must hold the copied "
@@ -203,7 +203,7 @@ def test_codefyui_examples_run_unchanged(server: ServerProc, path: Path | None) 
 
 # -- validation and the error shape --------------------------------------------------------
 def test_invalid_graph_lists_every_error_and_stores_nothing(server: ServerProc) -> None:
-    """foundation: unknown node type, missing required input, bad port name, type
+    """Unknown node type, missing required input, bad port name, type
     mismatch, out-of-range param and a cycle -> one 400 listing every error in
     error.details; nothing is stored. /api/graphs/validate reports the same."""
     before = len(server.call("GET", "/api/runs?limit=100000"))
@@ -229,7 +229,7 @@ def test_invalid_graph_lists_every_error_and_stores_nothing(server: ServerProc) 
 
 
 def test_graph_without_start_is_refused(server: ServerProc) -> None:
-    """foundation: a graph with no Start node is a 400 saying so; nothing is stored."""
+    """A graph with no Start node is a 400 saying so; nothing is stored."""
     before = len(server.call("GET", "/api/runs?limit=100000"))
     g = load_example()
     g["nodes"] = [n for n in g["nodes"] if n["type"] != "Start"]
@@ -258,7 +258,7 @@ def test_graph_without_start_is_refused(server: ServerProc) -> None:
 ])
 def test_error_shape(server: ServerProc, method: str, path: str, data: bytes | None,
                      headers: dict[str, str], status: int) -> None:
-    """foundation: every error answer is JSON {"error": {"code", "message"}} with
+    """Every error answer is JSON {"error": {"code", "message"}} with
     the right status (non-JSON bodies, bad options, unknown runs and paths)."""
     before = len(server.call("GET", "/api/runs?limit=100000"))
     r = server.raw(method, path, data, headers=headers)
@@ -270,7 +270,7 @@ def test_error_shape(server: ServerProc, method: str, path: str, data: bytes | N
 
 # -- uploads -----------------------------------------------------------------------------
 def test_upload_download_and_use_in_a_run(server: ServerProc) -> None:
-    """foundation: an uploaded CSV (multipart field `file`) answers name/sha256/size,
+    """An uploaded CSV (multipart field `file`) answers name/sha256/size,
     downloads byte for byte, is listed, replaces an older upload of the same name,
     and a run reads it as data/files/NAME."""
     content = (REPO_ROOT / "data" / "samples" / "iris.csv").read_bytes()[:2000].rsplit(b"\n", 1)[0] + b"\n"
@@ -308,7 +308,7 @@ def test_upload_download_and_use_in_a_run(server: ServerProc) -> None:
 
 
 def test_nodes_catalog(server: ServerProc) -> None:
-    """foundation: the node catalog lists the built-in nodes with ports and params."""
+    """The node catalog lists the built-in nodes with ports and params."""
     cat = server.call("GET", "/api/nodes")
     types = {n["type"]: n for n in cat["nodes"]}
     for t in ("Start", "CSVReader", "TrainingLoop", "ModelSaver", "Print"):

@@ -1,7 +1,6 @@
 """The `cdui` command line as a user runs it (`python -m cdui ...`), with its
 own user data dir: version, usage errors, start/stop in the background, run
-(with --wait and with every validation error listed), api, status (CLI-01,
-CLI-04, CLI-05, CLI-08; foundation)."""
+(with --wait and with every validation error listed), api, status."""
 from __future__ import annotations
 
 import json
@@ -11,13 +10,26 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (REPO_ROOT, broken_iris, csv_print_graph, env_for, free_port, pid_alive, track_log, untrack_log,
-                   wait_for)
+from procs import (
+    REPO_ROOT,
+    broken_iris,
+    csv_print_graph,
+    env_for,
+    free_port,
+    pid_alive,
+    track_log,
+    untrack_log,
+    wait_for,
+)
+
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 VERSION_RE = re.compile(r"^cdui \d+\.\d+\.\d+$")
 
@@ -89,7 +101,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
 
 # -- without a server ---------------------------------------------------------------------
 def test_version(cli: Cli) -> None:
-    """CLI-01: `cdui --version` prints `cdui X.Y.Z`, the version /api/health reports."""
+    """`cdui --version` prints `cdui X.Y.Z`, the version /api/health reports."""
     r = cli("--version")
     assert r.returncode == 0, explain(r)
     assert VERSION_RE.match(r.stdout.strip()), r.stdout
@@ -100,7 +112,7 @@ def test_version(cli: Cli) -> None:
 @pytest.mark.parametrize("args", [["--bogus-flag"], ["start", "--port", "not-a-port"], ["run"],
                                   ["no-such-command"], ["run", "g.json", "--wait=maybe"], ["api", "GET"]])
 def test_bad_usage_exits_2(cli: Cli, args: list[str]) -> None:
-    """foundation (CLI errors): bad usage exits 2 with one `cdui: error:` line on stderr."""
+    """Bad usage exits 2 with one `cdui: error:` line on stderr."""
     r = cli(*args)
     assert r.returncode == 2, explain(r)
     line = one_error_line(r.stderr)
@@ -108,7 +120,7 @@ def test_bad_usage_exits_2(cli: Cli, args: list[str]) -> None:
 
 
 def test_commands_without_a_server(cli: Cli) -> None:
-    """foundation (CLI errors): with nothing running, `cdui api` and `cdui run`
+    """With nothing running, `cdui api` and `cdui run`
     exit 1 with an error saying how to start the server; `cdui status --once`
     exits 1; `cdui stop` says it is not running."""
     graph = cli.tmp / "quick.json"
@@ -133,7 +145,7 @@ def started(cli: Cli) -> Cli:
 
 
 def test_start_in_background(started: Cli) -> None:
-    """CLI-04: `cdui start --port P` returns once the server answers, printing its
+    """`cdui start --port P` returns once the server answers, printing its
     URL; the server keeps running in the background on 127.0.0.1; a second
     `cdui start` reports the running one."""
     cli = started
@@ -152,7 +164,7 @@ def test_start_in_background(started: Cli) -> None:
 
 
 def test_run_wait_follows_to_success(started: Cli) -> None:
-    """CLI-08, foundation: `cdui run examples/iris_train.json --wait` prints the
+    """`cdui run examples/iris_train.json --wait` prints the
     run id, follows its progress (epoch and loss lines) and exits 0; `cdui api
     GET /api/runs/<id>` prints the run as JSON with `succeeded`."""
     cli = started
@@ -174,7 +186,7 @@ def test_run_wait_follows_to_success(started: Cli) -> None:
 
 
 def test_run_failing_graph_exits_1(started: Cli) -> None:
-    """foundation: `cdui run --wait` of a run that fails exits 1 and shows the error."""
+    """`cdui run --wait` of a run that fails exits 1 and shows the error."""
     cli = started
     g = cli.tmp / "missing-file.json"
     g.write_text(json.dumps(csv_print_graph("data/files/not-uploaded.csv")))
@@ -184,7 +196,7 @@ def test_run_failing_graph_exits_1(started: Cli) -> None:
 
 
 def test_run_invalid_graph_lists_every_error(started: Cli) -> None:
-    """foundation: `cdui run bad.json` exits 1 and lists every validation error
+    """`cdui run bad.json` exits 1 and lists every validation error
     on stderr (the same ones the API reports); nothing is queued."""
     cli = started
     bad = cli.tmp / "bad.json"
@@ -215,7 +227,7 @@ def test_run_invalid_graph_lists_every_error(started: Cli) -> None:
 
 
 def test_run_json_and_api_body(started: Cli) -> None:
-    """foundation: `cdui run --json` prints the run object; `cdui api METHOD PATH
+    """`cdui run --json` prints the run object; `cdui api METHOD PATH
     BODY` sends the body; a body that is not JSON is bad usage (exit 2)."""
     cli = started
     g = cli.tmp / "quick.json"
@@ -241,7 +253,7 @@ def test_run_json_and_api_body(started: Cli) -> None:
 
 
 def test_stop(started: Cli) -> None:
-    """CLI-05: `cdui stop` stops the background server; afterwards nothing answers
+    """`cdui stop` stops the background server; afterwards nothing answers
     and `cdui status --once` exits 1."""
     cli = started
     pid = cli.server_pid()
@@ -284,8 +296,8 @@ def test_every_setting_is_read_or_marked_unavailable() -> None:
 def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
     """Starting the server with a setting this version does not implement logs that it has
     no effect, once per setting; the server still starts."""
-    from procs import ServerProc
     from cdui import __version__
+    from procs import ServerProc
     s = ServerProc(tmp_path, extra_env={"CODEFYUI_S3_BUCKET": "my-bucket",
                                         "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}).start()
     try:

@@ -17,6 +17,7 @@ import pytest
 
 from cdui import runner
 from cdui.errors import CduiError
+from cdui.job import Job
 from cdui.layout import Layout
 from procs import graph, node, trig
 
@@ -65,7 +66,7 @@ def test_map_slot_device_refuses_a_malformed_slot() -> None:
 
 def test_run_env_narrows_the_inherited_list_and_keeps_the_rest() -> None:
     base = {"CUDA_VISIBLE_DEVICES": "5,7", "PATH": "/usr/bin", "CODEFYUI_AGENT_TOKEN": "t"}
-    env, device = runner.run_env({"slot_device": "cuda:1"}, base)
+    env, device = runner.run_env("cuda:1", base)
     assert device == "cuda:0"
     assert env == {"CUDA_VISIBLE_DEVICES": "7", "PATH": "/usr/bin", "PYTHONUNBUFFERED": "1"}
     assert base["CUDA_VISIBLE_DEVICES"] == "5,7"  # the caller's environment is not changed
@@ -94,10 +95,9 @@ def launch_and_collect(tmp_path: Path, slot: str) -> list[dict[str, Any]]:
     custom = tmp_path / "custom_nodes"
     custom.mkdir(exist_ok=True)
     (custom / "report.py").write_text(REPORTER)
-    job = {"run_id": "run-dev", "graph": graph([node("start", "Start"), node("r", "TestReportDevice")],
-                                               [trig("start", "r")]),
-           "secrets": [], "options": {"slot_device": slot}, "layout": Layout.for_data_dir(tmp_path).to_json(),
-           "custom_nodes_dir": str(custom), "plugins_dir": None}
+    job = Job(run_id="run-dev", graph=graph([node("start", "Start"), node("r", "TestReportDevice")],
+                                            [trig("start", "r")]),
+              slot_device=slot, layout=Layout.for_data_dir(tmp_path).to_json(), custom_nodes_dir=str(custom))
     events: list[dict[str, Any]] = []
 
     async def sink(batch: list[dict[str, Any]]) -> None:

@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from procs import Proc, ServerProc, env_for, wait_for, wait_run
 from test_end_states import chatter_graph, chatter_lines, http_pages, install_chatter
+
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

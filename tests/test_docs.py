@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+import cdui.clock
 import cdui.config
 import cdui.server
 from cdui.cli import build_parser
@@ -73,18 +74,16 @@ def test_every_command_and_flag_is_documented() -> None:
 def routes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("docs-app")
     cfg = cdui.config.load({"CODEFYUI_USER_DATA_DIR": str(tmp), "CODEFYUI_DATA_DIR": str(tmp / "data")})
-    app = cdui.server.build_app(cfg, 8000)
-    try:
-        out = []
-        for r in app.router.routes():
-            if r.method == "HEAD" or r.resource is None:
-                continue
-            path = r.resource.canonical
-            if isinstance(r.resource, cdui.server.web.StaticResource):
-                path = path.rstrip("/") + "/{file}"
-            out.append((r.method, path))
-    finally:
-        app[cdui.server.STORE].close()
+    # build_app only wires (nothing is opened until startup), so there is nothing to close.
+    app = cdui.server.build_app(cfg, cdui.clock.SystemClock())
+    out = []
+    for r in app.router.routes():
+        if r.method == "HEAD" or r.resource is None:
+            continue
+        path = r.resource.canonical
+        if isinstance(r.resource, cdui.server.web.StaticResource):
+            path = path.rstrip("/") + "/{file}"
+        out.append((r.method, path))
     assert len(out) > 20, f"suspiciously few routes: {out}"
     return out
 

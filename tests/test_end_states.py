@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from cdui import __version__, protocol
 from procs import Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
+
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
 
 # A node that logs N numbered lines, as fast as the run can write them; with a
 # gate it logs the first `before_gate` lines, then waits for the gate file: a
@@ -96,7 +100,8 @@ def http_pages(server: ServerProc, run_id: str) -> tuple[list[dict[str, Any]], i
         after = int(nxt)
 
 
-async def ws_read_all(server: ServerProc, run_id: str, after: int = 0, gate: Path | None = None) -> list[dict[str, Any]]:
+async def ws_read_all(server: ServerProc, run_id: str, after: int = 0,
+                      gate: Path | None = None) -> list[dict[str, Any]]:
     """Every message of /ws/runs/{id} until the server closes it; opens ``gate`` once connected."""
     out: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:
@@ -258,7 +263,8 @@ def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_p
 
 
 def test_worker_that_reported_on_a_run_and_returns_without_it_interrupts_it(tmp_path):
-    """DISC/NOTE-02: the worker did send events of the run, then reconnects without it ->
+    """An adopted run (docs/remote-workers.md#when-the-control-plane-restarts): the worker did send
+    events of the run, then reconnects without it ->
     the run ends `interrupted` at once (it ran; running it again could repeat its effects)."""
     s = lost_server(tmp_path)
     fake = FakeAgent(s)

@@ -17,6 +17,9 @@ import pytest
 from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, load_example, node, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
 
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
+
 WRITER = '''
 import time
 from cdui.nodes.base import Node, Param, Port
@@ -135,7 +138,7 @@ def cp(tmp_path):
 
 
 def test_transfer_run_trains_on_upload_and_outputs_land_here(cp, tmp_path):
-    """Acceptance, XFER-04..17: a run on an unmounted worker reads an uploaded CSV, writes a model and
+    """Acceptance of the transfer backend: a run on an unmounted worker reads an uploaded CSV, writes a model and
     checkpoints; the model is downloadable here, byte-identical; a second run fetches nothing."""
     upload_train(cp)
     a = start_agent(cp, tmp_path)
@@ -175,7 +178,7 @@ def test_transfer_run_trains_on_upload_and_outputs_land_here(cp, tmp_path):
 
 
 def test_identical_output_stored_once_different_gets_suffix(cp, tmp_path):
-    """XFER-15: a different file at the target is kept and the new one suffixed; identical content once."""
+    """A different file at the target is kept and the new one suffixed; identical content once."""
     a = start_agent(cp, tmp_path)
     try:
         (cp.data_dir / "output").mkdir(exist_ok=True)
@@ -194,7 +197,7 @@ def test_identical_output_stored_once_different_gets_suffix(cp, tmp_path):
 
 
 def test_placement_refusals_for_unmounted_worker(tmp_path):
-    """STO-05, XFER-29, API-19: every refusal of the placement table, with the exact message."""
+    """Every refusal of the placement table, with the exact message."""
     cp = start_server(tmp_path, CODEFYUI_TRANSFER_MAX_INPUT_BYTES="1000")
     a = start_agent(cp, tmp_path)
     try:
@@ -238,7 +241,7 @@ def test_placement_refusals_for_unmounted_worker(tmp_path):
 
 
 def test_uploads_survive_503_then_recover(cp, tmp_path):
-    """XFER-21, CONN-12: a proxy answering 503 while the run ends; the files arrive once it recovers."""
+    """A proxy answering 503 while the run ends; the files arrive once it recovers."""
     proxy = TcpProxy(cp.port)
     a = start_agent(cp, tmp_path, control=proxy.url)
     try:
@@ -259,7 +262,7 @@ def test_uploads_survive_503_then_recover(cp, tmp_path):
 
 
 def test_oversize_output_stays_on_worker(tmp_path):
-    """XFER-23: a file over CODEFYUI_MAX_UPLOAD_SIZE stays on the worker, listed with its worker path."""
+    """A file over CODEFYUI_MAX_UPLOAD_SIZE stays on the worker, listed with its worker path."""
     cp = start_server(tmp_path, CODEFYUI_MAX_UPLOAD_SIZE="1000")
     a = start_agent(cp, tmp_path)
     try:
@@ -324,7 +327,7 @@ def test_worker_credential_is_confined(cp, tmp_path):
 
 
 def test_mount_run_artifacts_relative_to_mount(cp, tmp_path):
-    """STO-07..12, STO-14/15: a mounted worker reads and writes the shared folder; artifacts are
+    """A mounted worker reads and writes the shared folder; artifacts are
     `backend: mount`, relative to the mount, with this server's path (or null where it lacks the file)."""
     upload_train(cp)
     shared = cp.data_dir  # the share, seen by the worker at a path of its own
@@ -363,7 +366,7 @@ def test_mount_run_artifacts_relative_to_mount(cp, tmp_path):
 
 
 def test_stop_while_inputs_download_is_cancelled(cp, tmp_path):
-    """XFER-08: Stop pressed while the inputs download ends the run `cancelled`."""
+    """Stop pressed while the inputs download ends the run `cancelled`."""
     big = b"a,b,species\n" + b"1.0,2.0,x\n" * 300_000  # ~3 MB: long over a slow link
     assert cp.upload("files", "big.csv", big)[0] == 201
     proxy = TcpProxy(cp.port)
@@ -386,7 +389,7 @@ def test_stop_while_inputs_download_is_cancelled(cp, tmp_path):
 
 
 def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
-    """XFER-24: Stop during the final uploads: the rest stay on the worker, one transfer_failed counts them."""
+    """Stop during the final uploads: the rest stay on the worker, one transfer_failed counts them."""
     proxy = TcpProxy(cp.port)
     a = start_agent(cp, tmp_path, control=proxy.url)
     try:
@@ -427,7 +430,7 @@ def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
 
 
 def test_stopped_transfer_training_keeps_its_interrupt_checkpoint_here(cp, tmp_path):
-    """XFER-14: the checkpoint of a stopped training loop is uploaded (last) into the run's folder here."""
+    """The checkpoint of a stopped training loop is uploaded (last) into the run's folder here."""
     upload_train(cp)
     a = start_agent(cp, tmp_path)
     try:
@@ -451,7 +454,7 @@ def test_stopped_transfer_training_keeps_its_interrupt_checkpoint_here(cp, tmp_p
 
 
 def test_mount_offered_only_while_its_folder_exists_and_fixed_while_running(cp, tmp_path):
-    """STO-15/16, CLI-14: a missing mount folder is not offered until it appears (rechecked every heartbeat);
+    """A missing mount folder is not offered until it appears (rechecked every heartbeat);
     --mount cannot change while the agent runs (exit 4)."""
     later = tmp_path / "appears-later"
     a = start_agent(cp, tmp_path, mount=str(later), name="m3")

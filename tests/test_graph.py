@@ -1,6 +1,6 @@
 """Pure graph functions as tables: validation (every error at once), pruning
 of drafts, preset expansion, secrets split/fill/redact, and the one safe-join
-function every outside path goes through (foundation)."""
+function every outside path goes through."""
 from __future__ import annotations
 
 import os
@@ -108,7 +108,7 @@ def codes(errors: list[dict[str, Any]]) -> list[str]:
 
 # -- validation -----------------------------------------------------------------
 def test_valid_graph_plan_order_and_coerced_params(reg: Registry) -> None:
-    """foundation: a valid graph yields a topologically ordered plan; params are
+    """A valid graph yields a topologically ordered plan; params are
     coerced to their declared types with defaults filled in."""
     g = simple()
     g["nodes"][1]["data"]["params"] = {"n": "4", "rate": "0.25", "flag": "true"}
@@ -142,7 +142,7 @@ def test_valid_graph_plan_order_and_coerced_params(reg: Registry) -> None:
      "unknown_preset"),
 ])
 def test_each_error_kind(reg: Registry, mutate: Any, code: str) -> None:
-    """foundation: each kind of mistake is reported with its code, and no plan is returned."""
+    """Each kind of mistake is reported with its code, and no plan is returned."""
     g = simple()
     mutate(g)
     plan, errors = validate_graph(g, reg)
@@ -153,7 +153,7 @@ def test_each_error_kind(reg: Registry, mutate: Any, code: str) -> None:
 
 
 def test_cycle_is_reported(reg: Registry) -> None:
-    """foundation: a data cycle among live nodes is an error naming its nodes."""
+    """A data cycle among live nodes is an error naming its nodes."""
     g = graph([node("start", "Start"), node("src", "T_Source"), node("a", "T_Sink"), node("b", "T_Sink")],
               [trig("start", "src"), edge("src", "tensor", "a", "x"), edge("a", "y", "b", "x"),
                edge("b", "y", "a", "extra")])
@@ -164,7 +164,7 @@ def test_cycle_is_reported(reg: Registry) -> None:
 
 
 def test_every_error_at_once(reg: Registry) -> None:
-    """foundation: unknown type, missing input, bad port, type mismatch,
+    """Unknown type, missing input, bad port, type mismatch,
     out-of-range param and a cycle in one graph: all are listed in one answer."""
     g = graph([node("start", "Start"), node("src", "T_Source", n=99), node("u", "Bogus"),
                node("s1", "T_Sink"), node("s2", "T_Sink"), node("s3", "T_Sink"),
@@ -182,7 +182,7 @@ def test_every_error_at_once(reg: Registry) -> None:
 
 
 def test_not_a_graph() -> None:
-    """foundation: garbage instead of a graph is an error, not a crash."""
+    """Garbage instead of a graph is an error, not a crash."""
     r = Registry()
     for raw in (None, [], "x", 3, {"nodes": "x"}, {"nodes": [1, {"id": 2}], "edges": [{"source": 1}]}):
         plan, errors = validate_graph(raw, r)
@@ -195,13 +195,13 @@ def test_not_a_graph() -> None:
     (ANY, TRIGGER, False), (STRING, STRING, True),
 ])
 def test_port_compatibility(src: str, dst: str, ok: bool) -> None:
-    """foundation: CodefyUI's port type rules."""
+    """CodefyUI's port type rules."""
     assert is_compatible(src, dst) is ok
 
 
 # -- pruning ------------------------------------------------------------------------
 def test_drafts_are_pruned_without_complaint(reg: Registry) -> None:
-    """foundation: nodes no Start reaches (and that feed nothing live) are drafts:
+    """Nodes no Start reaches (and that feed nothing live) are drafts:
     pruned, even when they are broken; notes are dropped."""
     g = simple()
     g["nodes"] += [node("draft1", "DoesNotExist"), node("draft2", "T_Sink"), node("draft3", "T_Source", n=500),
@@ -214,7 +214,7 @@ def test_drafts_are_pruned_without_complaint(reg: Registry) -> None:
 
 
 def test_data_feeders_of_live_nodes_run(reg: Registry) -> None:
-    """foundation: a node not triggered itself still runs when it feeds a live node."""
+    """A node not triggered itself still runs when it feeds a live node."""
     g = graph([node("start", "Start"), node("feeder", "T_Source"), node("sink", "T_Sink")],
               [trig("start", "sink"), edge("feeder", "tensor", "sink", "x")])
     plan, errors = validate_graph(g, reg)
@@ -223,7 +223,7 @@ def test_data_feeders_of_live_nodes_run(reg: Registry) -> None:
 
 
 def test_start_alone_is_an_error(reg: Registry) -> None:
-    """foundation: a Start that reaches nothing means nothing would run."""
+    """A Start that reaches nothing means nothing would run."""
     g = graph([node("start", "Start"), node("src", "T_Source")], [])
     plan, errors = validate_graph(g, reg)
     assert plan is None and codes(errors) == ["no_entry_point"]
@@ -238,7 +238,7 @@ def preset(name: str, nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
 
 
 def test_preset_expansion_ids_overrides_and_ports(reg: Registry) -> None:
-    """foundation: preset inner ids are <presetNodeId>__<innerId>; data.internalParams
+    """Preset inner ids are <presetNodeId>__<innerId>; data.internalParams
     overrides inner params; exposed ports are rewired to the inner nodes."""
     inner = preset("Pair",
                    [{"id": "a", "type": "T_Sink", "params": {"scale": 2.0}},
@@ -267,7 +267,7 @@ def test_preset_expansion_ids_overrides_and_ports(reg: Registry) -> None:
 
 
 def test_preset_errors_name_the_preset_node(reg: Registry) -> None:
-    """foundation: errors inside a preset point at the node the user placed;
+    """Errors inside a preset point at the node the user placed;
     unknown exposed ports are bad_port."""
     inner = preset("Broken", [{"id": "a", "type": "T_Sink", "params": {}}], [], ins=[("in", "a", "x")])
     g = graph([node("start", "Start"), node("src", "T_Source"),
@@ -281,7 +281,7 @@ def test_preset_errors_name_the_preset_node(reg: Registry) -> None:
 
 
 def test_nested_presets_and_depth_limit(reg: Registry) -> None:
-    """foundation: presets nest (ids chain as outer__mid__leaf); a preset that
+    """Presets nest (ids chain as outer__mid__leaf); a preset that
     contains itself stops at the depth limit with an error."""
     leaf = preset("Leaf", [{"id": "s", "type": "T_Sink", "params": {"scale": 1.5}}], [],
                   ins=[("in", "s", "x")], outs=[("out", "s", "y")])
@@ -307,7 +307,7 @@ def test_nested_presets_and_depth_limit(reg: Registry) -> None:
 
 
 def test_trigger_into_preset_starts_its_entry_nodes(reg: Registry) -> None:
-    """foundation: a Start trigger wired to a preset node reaches the preset's inner nodes."""
+    """A Start trigger wired to a preset node reaches the preset's inner nodes."""
     p = preset("Solo", [{"id": "src", "type": "T_Source", "params": {"n": 2}},
                         {"id": "sink", "type": "T_Sink", "params": {}}],
                [edge("src", "tensor", "sink", "x")], ins=[], outs=[("y", "sink", "y")])
@@ -320,7 +320,7 @@ def test_trigger_into_preset_starts_its_entry_nodes(reg: Registry) -> None:
 
 # -- secrets --------------------------------------------------------------------------
 def test_split_and_fill_secrets(reg: Registry) -> None:
-    """foundation (secrets): every secret-typed param is blanked in the stored
+    """Secrets: every secret-typed param is blanked in the stored
     copy (node params, preset internalParams, the graph's own presets), the
     original is untouched, and fill_secrets puts the values back exactly."""
     p = preset("Hook", [{"id": "h", "type": "T_Secret", "params": {"url": "u", "api_key": "inner-preset-key"}}], [])
@@ -345,7 +345,7 @@ def test_split_and_fill_secrets(reg: Registry) -> None:
 
 
 def test_redact_text() -> None:
-    """foundation (secrets): secret values are replaced in any text; very
+    """Secrets: secret values are replaced in any text; very
     short values are left alone (they would blank ordinary words)."""
     secrets = [(["a"], "hunter2-very-secret"), (["b"], "abc"), (["c"], 12345)]
     line = "auth=hunter2-very-secret; again hunter2-very-secret; abc stays"
@@ -371,7 +371,7 @@ def test_redact_text() -> None:
     ("escape", "symbolic link"),
 ])
 def test_safe_join_refuses(tmp_path: Path, rel: str, reason: str) -> None:
-    """foundation: `..`, absolute paths, control characters, long names,
+    """`..`, absolute paths, control characters, long names,
     empty paths and symlink escapes are refused with a reason."""
     base = tmp_path / "base"
     base.mkdir()
@@ -394,7 +394,7 @@ def test_safe_join_refuses(tmp_path: Path, rel: str, reason: str) -> None:
     ("x" * 255, "x" * 255),
 ])
 def test_safe_join_accepts(tmp_path: Path, rel: str, expect: str) -> None:
-    """foundation: ordinary relative names (and links that stay inside) are joined."""
+    """Ordinary relative names (and links that stay inside) are joined."""
     base = tmp_path / "base"
     (base / "sub").mkdir(parents=True)
     os.symlink(base / "sub", base / "inside-link")
@@ -403,7 +403,7 @@ def test_safe_join_accepts(tmp_path: Path, rel: str, expect: str) -> None:
 
 
 def test_check_name() -> None:
-    """foundation: an upload name is one plain file name."""
+    """An upload name is one plain file name."""
     assert check_name("train.csv") == "train.csv"
     for bad in ("", ".", "..", "a/b", "a\\b", "x\x01", "y" * 256, None):
         with pytest.raises(PathRefused):
@@ -411,7 +411,7 @@ def test_check_name() -> None:
 
 
 def test_layout_resolves_inside_data_folders(tmp_path: Path) -> None:
-    """foundation: relative node paths resolve against the install root; data/...
+    """Relative node paths resolve against the install root; data/...
     resolves inside the (moved) data folders; built-in samples fall back to the
     install's copy; writers resolve inside their own folder; escapes are refused."""
     install = tmp_path / "install"

@@ -20,7 +20,11 @@ import pytest
 
 from cdui import __version__, protocol
 from cdui.artifact_files import ArtifactRefused, confine, inspect
-from procs import ServerProc, start_then, wait_for
+from procs import ServerProc, start_then
+
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 NAME = "evil"
 

@@ -21,14 +21,30 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, free_port, graph, node, pid_alive, track_log, trig,
-                   untrack_log, wait_for)
+from procs import (
+    REPO_ROOT,
+    Proc,
+    ServerProc,
+    edge,
+    env_for,
+    free_port,
+    graph,
+    node,
+    pid_alive,
+    track_log,
+    trig,
+    untrack_log,
+    wait_for,
+)
 from tcpproxy import TcpProxy
+
+# These tests run the launcher or the CLI as a user does, in real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 LAUNCHER = REPO_ROOT / "bin" / "cdui"
 

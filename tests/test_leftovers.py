@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from procs import pid_alive
+
+# A nested pytest that starts and ends real processes: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 LEAKY = '''
 import subprocess

@@ -21,9 +21,9 @@ from cdui.errors import PathRefused
 from cdui.graph.context import RunContext, RunStopped
 from cdui.layout import INSTALL_ROOT, Layout
 from cdui.nodes.base import Node
-from cdui.nodes.registry import Registry, build_registry
 from cdui.nodes.builtin import classical, compose, control, data, datasets, fileio, layers, notify, training
 from cdui.nodes.builtin.training_loop import TrainingLoopNode
+from cdui.nodes.registry import Registry, build_registry
 
 EXAMPLES = INSTALL_ROOT / "examples"
 CODEFYUI_EXAMPLES = Path(__file__).parent / "data" / "codefyui_examples"

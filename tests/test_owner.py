@@ -14,14 +14,17 @@ import stat
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from cdui.peercred import decode_address, parse_proc_net
 from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
 
-from cdui.peercred import decode_address, parse_proc_net
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 NOBODY = 65534
 

@@ -1,4 +1,4 @@
-"""Queue and placement policy as tables: pure functions, no processes (ROUTE, STO-05, XFER-29)."""
+"""Queue and placement policy as tables: pure functions, no processes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,7 +42,7 @@ def execs(*xs: Ex) -> dict[str, Ex]:
     ("local/cpu=2", lambda c: c.slots("local", "cpu") == 2 and c.slots("w1", "cpu") == 1),
 ])
 def test_parse_caps(spec: str, check) -> None:
-    """CFG-31, ROUTE-18: N, DEVICE=N and NAME/DEVICE=N."""
+    """CODEFYUI_RUN_QUEUE_MAX_CONCURRENT: N, DEVICE=N and NAME/DEVICE=N."""
     assert check(parse_caps(spec))
 
 
@@ -59,7 +59,7 @@ def test_parse_caps_refuses_bad_entries_by_name(spec: str) -> None:
     ({"pool": "one-shot"}, {"pool": "one-shot"}),
 ])
 def test_target_forms(raw, stored) -> None:
-    """NOTE-03: the target JSON forms."""
+    """The target JSON forms (docs/remote-workers.md#sending-runs-to-workers)."""
     assert normalize_target(raw) == stored
 
 
@@ -80,14 +80,15 @@ def test_place_table() -> None:
     assert "all slots of w1 cuda:0/cuda:1 are in use" in place({"worker": "w1"}, "cuda", ex, busy, caps, 2, set())
     # auto prefers GPUs; `any` tries workers before this server.
     assert place("any", "auto", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
-    # ROUTE-06: an offline (not connected) named worker: the run waits, saying so.
+    # An offline (not connected) named worker: the run waits, saying so.
     assert place({"worker": "w9"}, "cpu", ex, {}, caps, 0, set()) == \
         "waiting for worker w9 to connect (it is offline)"
     # A worker that offers no such device.
     assert "offers no cuda device" in place("local", "cuda", ex, {}, caps, 0, set())
     # Drained / disabled: the executor's reason.
-    assert "draining" in place({"worker": "w1"}, "cpu", execs(Ex("w1", why="worker w1 is draining")), {}, caps, 0, set())
-    # ROUTE-17: pool runs wait for a one-shot worker offering the device.
+    draining = execs(Ex("w1", why="worker w1 is draining"))
+    assert "draining" in place({"worker": "w1"}, "cpu", draining, {}, caps, 0, set())
+    # Pool runs wait for a one-shot worker offering the device.
     assert place({"pool": "one-shot"}, "cuda", ex, {}, caps, 0, set()) == \
         "waiting for a one-shot worker that offers cuda"
     # The total cap.
@@ -95,14 +96,14 @@ def test_place_table() -> None:
 
 
 def test_first_come_first_served_per_device_kind() -> None:
-    """ROUTE-19: once a run for a device kind waits on an executor, later ones of that kind do not overtake it."""
+    """Once a run for a device kind waits on an executor, later ones of that kind do not overtake it."""
     ex = execs(Ex("local"))
     assert "an earlier run for cpu is waiting on local" in place("local", "cpu", ex, {}, Caps(), 0, {("local", "cpu")})
     assert place("local", "cpu", ex, {}, Caps(), 0, {("local", "cuda")}) == Placement("local", "cpu")
 
 
 def test_file_runs_prefer_mounted_workers() -> None:
-    """STO-05, ROUTE-05: uploads-only runs try mounted workers first, then transfer; mount-only runs skip unmounted."""
+    """Uploads-only runs try mounted workers first, then transfer; mount-only runs skip unmounted."""
     ex = execs(Ex("a-plain"), Ex("b-mounted", has_mount=True))
     assert place("any", "cpu", ex, {}, Caps(), 0, set(), "transfer") == Placement("b-mounted", "cpu", "mount")
     assert place("any", "cpu", ex, {("b-mounted", "cpu"): 1}, Caps(), 1, set(), "transfer") == \
@@ -136,9 +137,10 @@ def verdict(reg, graph, have=None, enabled=True, limit=2 * GiB):
 
 
 def test_which_runs_use_files(reg) -> None:
-    """STO-06: derived from param declarations, after expanding presets and the presets a Map runs."""
+    """Whether a run uses files is derived from param declarations, after expanding presets and the
+    presets a Map runs."""
     assert not verdict(reg, g(n("t", "TensorCreate"))).uses_files
-    assert not verdict(reg, g(n("c", "CSVReader", path="data/samples/iris.csv"))).uses_files  # STO-01
+    assert not verdict(reg, g(n("c", "CSVReader", path="data/samples/iris.csv"))).uses_files  # a plain path: no upload
     v = verdict(reg, g(n("c", "CSVReader", path="train.csv")), {"files/train.csv": ("ab" * 32, 10)})
     assert v.uses_files and v.transfer_ok and v.inputs == [{"folder": "files", "name": "train.csv",
                                                               "sha256": "ab" * 32, "size": 10}]
@@ -156,7 +158,7 @@ def test_which_runs_use_files(reg) -> None:
 
 
 def test_transfer_refusal_reasons(reg) -> None:
-    """XFER-29 and API-19's exact limit sentence."""
+    """The transfer size limit, with its exact sentence."""
     plain = verdict(reg, g(n("f", "FileReader", path="examples/x.json")))
     assert not plain.transfer_ok and "plain path 'examples/x.json'" in plain.reason
     big = verdict(reg, g(n("c", "CSVReader", path="train.csv")), {"files/train.csv": ("0" * 64, int(3.1 * GiB))})

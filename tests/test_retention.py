@@ -1,7 +1,14 @@
-"""Run retention (CFG-30, XFER-25): only the newest N finished runs are kept, with their folders."""
+"""Run retention (CODEFYUI_RUN_RETENTION_KEEP_LAST): only the newest N finished runs are kept, with their folders."""
 from __future__ import annotations
 
+import pytest
+
 from procs import ServerProc, start_then, wait_for, wait_run
+
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 
 
 def test_retention_keeps_the_newest_finished_runs(tmp_path):

@@ -1,19 +1,32 @@
 """Run lifecycle on a real server with real run subprocesses: stop (honoured
 and ignored), crash isolation, the queue, delete, and what a server restart
-or a graceful server stop does to runs (foundation; GEN-03)."""
+or a graceful server stop does to runs."""
 from __future__ import annotations
 
 import hashlib
 import sqlite3
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (ServerProc, csv_print_graph, long_training_graph, pid_alive, start_then, wait_event,
-                   wait_for, wait_run)
+from procs import (
+    ServerProc,
+    csv_print_graph,
+    long_training_graph,
+    pid_alive,
+    start_then,
+    wait_event,
+    wait_for,
+    wait_run,
+)
+
+# Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
+# they do on the machine: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 CUSTOM_NODES = textwrap.dedent('''
     """Nodes that misbehave on purpose, for cdui's own tests."""
@@ -104,7 +117,7 @@ def first_epoch(server: ServerProc, run_id: str) -> dict[str, Any]:
 
 # -- stop ----------------------------------------------------------------------------------------
 def test_stop_training_ends_cancelled_with_checkpoint(server: ServerProc) -> None:
-    """foundation, API-15: with one CPU slot a second run waits with a
+    """With one CPU slot a second run waits with a
     queue_reason; stopping it while queued cancels it before it starts;
     stopping the training run ends it `cancelled` with an interrupt checkpoint
     artifact whose size and sha256 match the file; its process is gone; a
@@ -153,7 +166,7 @@ def test_stop_training_ends_cancelled_with_checkpoint(server: ServerProc) -> Non
 
 
 def test_run_ignoring_stop_is_killed_after_grace(server: ServerProc) -> None:
-    """foundation: a node that ignores the stop request is killed after the 10 s
+    """A node that ignores the stop request is killed after the 10 s
     grace; the run ends `interrupted` and its process is gone. A running run
     cannot be deleted (409)."""
     run = server.submit(start_then("TestIgnoreStop", "sleeper"))
@@ -175,7 +188,7 @@ def test_run_ignoring_stop_is_killed_after_grace(server: ServerProc) -> None:
 # -- crashes -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("node_type, code", [("TestExit", "3"), ("TestSelfKill", "-9")])
 def test_crashing_run_fails_alone(server: ServerProc, node_type: str, code: str) -> None:
-    """GEN-03, API-19: a run whose process dies (os._exit(3), SIGKILL) ends
+    """A run whose process dies (os._exit(3), SIGKILL) ends
     `failed` with `run subprocess exited with code N`; the server stays healthy
     and the next run succeeds."""
     run = wait_run(server, server.submit(start_then(node_type, "crash"))["id"])
@@ -203,7 +216,7 @@ def fresh_server(tmp_path: Path) -> Iterator[ServerProc]:
 
 
 def test_kill9_restart_interrupts_running_keeps_queued(fresh_server: ServerProc) -> None:
-    """foundation (NOTES.md: queued runs survive a restart), DISC-18: after the
+    """Queued runs survive a restart (a choice of ours, docs/architecture.md): after the
     server is killed (SIGKILL) and restarted, the run that was executing on it
     ends `interrupted` with a message, its orphaned process is gone, its events
     stay gapless; the queued run is still queued and then runs."""
@@ -237,7 +250,7 @@ def test_kill9_restart_interrupts_running_keeps_queued(fresh_server: ServerProc)
 
 
 def test_graceful_stop_ends_running_runs(fresh_server: ServerProc) -> None:
-    """LIM-07, foundation: a graceful stop (SIGTERM) of the server stops its
+    """A graceful stop (SIGTERM) of the server stops its
     running run, which honours the stop and is recorded `cancelled` (never left
     `running`) before the server exits, and its process is gone."""
     s = fresh_server

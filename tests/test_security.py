@@ -10,17 +10,15 @@ import os
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig,
-                   wait_run)
-
-from cdui.graph.secrets import (MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets,
-                                split_secrets)
+from cdui.graph.secrets import MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets, split_secrets
 from cdui.nodes.registry import build_registry
+from procs import ServerProc, csv_print_graph, edge, graph, load_example, node, start_then, trig, wait_run
 
 EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000
@@ -64,7 +62,7 @@ PROTECTED = [("GET", "/api/runs"), ("POST", "/api/runs"), ("GET", "/api/runs/x")
 
 @pytest.mark.parametrize("method, path", PROTECTED)
 def test_routes_need_the_session_token(server: ServerProc, method: str, path: str) -> None:
-    """foundation (GEN-08): API routes answer 401 without the session token and
+    """API routes answer 401 without the session token and
     with a wrong one, in the error shape; nothing is created."""
     before = len(server.call("GET", "/api/runs"))
     body = b"{}" if method in ("POST", "PUT") else None
@@ -76,7 +74,7 @@ def test_routes_need_the_session_token(server: ServerProc, method: str, path: st
 
 
 def test_token_and_open_routes(server: ServerProc) -> None:
-    """foundation: /api/health is open; /api/auth/bootstrap gives the session token
+    """/api/health is open; /api/auth/bootstrap gives the session token
     to loopback clients of the server's own OS user; the token works as header
     (?token= is tested in test_owner.py); the token file is private (0600)."""
     st, health = server.api("GET", "/api/health", token=False)
@@ -101,7 +99,7 @@ def test_token_and_open_routes(server: ServerProc) -> None:
     ("localhost", True),
 ])
 def test_host_allowlist(server: ServerProc, host: str, ok: bool) -> None:
-    """CONN-04, CONN-05, CONN-06, API-12: a Host outside the allowlist is answered
+    """DNS rebinding: a Host outside the allowlist is answered
     421 (even on open routes); localhost and CODEFYUI_EXTRA_ALLOWED_HOSTS are accepted."""
     h = host.format(port=server.port)
     for path, token in (("/api/health", False), ("/api/runs", True)):
@@ -117,8 +115,9 @@ def test_host_allowlist(server: ServerProc, host: str, ok: bool) -> None:
 # -- paths --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "data/files/../../../etc/passwd",
                                   "data/../../etc/passwd"])
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
-    """foundation (one safe-join for every outside path): a CSVReader reading outside
+    """One safe-join for every outside path: a CSVReader reading outside
     the installation fails with a clear 'refused' error and never reads the file."""
     # File params are resolved where the run executes (a worker resolves them in its
     # own data folder), so the submit is accepted and the run refuses the path.
@@ -133,8 +132,9 @@ def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
     assert "root:" not in json.dumps(evs)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_writer_path_traversal_refused(server: ServerProc) -> None:
-    """foundation: ModelSaver writing outside its models folder fails with
+    """ModelSaver writing outside its models folder fails with
     'refused' and creates no file outside the data folder."""
     layers = next(n for n in load_example()["nodes"] if n["type"] == "SequentialModel")["data"]["params"]["layers"]
     name = f"escape-{uuid.uuid4().hex[:8]}.pt"
@@ -156,7 +156,7 @@ def test_writer_path_traversal_refused(server: ServerProc) -> None:
     ("evil-{u}\x01.csv", "bad_upload"),  # a control character is not a path problem: the name is malformed
 ])
 def test_upload_name_traversal_refused(server: ServerProc, filename: str, code: str) -> None:
-    """foundation: an upload whose name is not one plain file name is a 400, and
+    """An upload whose name is not one plain file name is a 400, and
     no file is written anywhere (inside or outside the files folder)."""
     u = uuid.uuid4().hex[:8]
     name = filename.format(u=u)
@@ -179,7 +179,7 @@ def test_upload_name_traversal_refused(server: ServerProc, filename: str, code: 
     ("files", "link-to-root/etc/passwd"),
 ])
 def test_download_traversal_refused(server: ServerProc, kind: str, name: str) -> None:
-    """foundation: download names that leave their folder (encoded '..', absolute,
+    """Download names that leave their folder (encoded '..', absolute,
     symlinks planted inside the folder) answer 400 path_refused, never the file."""
     files = server.data_dir / "files"
     for link, target in (("link-to-passwd", "/etc/passwd"), ("link-to-root", "/")):
@@ -191,7 +191,7 @@ def test_download_traversal_refused(server: ServerProc, kind: str, name: str) ->
 
 
 def test_oversize_upload_refused_and_old_file_kept(server: ServerProc) -> None:
-    """CFG-09, foundation: an upload over CODEFYUI_MAX_UPLOAD_SIZE is a 413 in the
+    """An upload over CODEFYUI_MAX_UPLOAD_SIZE is a 413 in the
     error shape; the stored file of the same name is untouched and no partial
     file is left."""
     small = b"a,b\n" + b"1,2\n" * 50
@@ -272,8 +272,9 @@ def assert_secret_nowhere(server: ServerProc, run_id: str, secret: str) -> None:
         assert secret not in server.raw("GET", path).body.decode(), f"the secret is in GET {path}"
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
-    """TRUST-23, foundation (secrets): the webhook node's secret reaches the
+    """Secrets: the webhook node's secret reaches the
     webhook's request header, but appears nowhere in the sqlite files (db, -wal,
     -shm), the server log, run logs, files, or the API."""
     url, rec = webhook_receiver
@@ -292,8 +293,9 @@ def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver
     assert_secret_nowhere(server, run["id"], secret)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_not_leaked_by_a_failing_run(server: ServerProc, webhook_receiver) -> None:
-    """TRUST-23, foundation (secrets): when the webhook answers 500 the run fails
+    """Secrets: when the webhook answers 500 the run fails
     with an error that names the problem, and the secret is still nowhere."""
     url, rec = webhook_receiver
     rec.answer = 500
@@ -344,6 +346,7 @@ def nested_preset_graph(ntype: str, pname: str, url: str, used: str, default: st
     return g
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
     """A secret two presets deep reaches the webhook, and neither it nor the preset's own
     (overridden) default is in the database, WAL, logs, files or events, in any encoding."""
@@ -357,6 +360,7 @@ def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, 
         assert_secret_nowhere_in_any_form(server, run["id"], secret)
 
 
+@pytest.mark.e2e  # a real run subprocess on a real server
 def test_secret_with_escaped_characters_is_masked(server: ServerProc, webhook_receiver) -> None:
     """Accents, quotes, a backslash, a tab and a newline change a secret's JSON form; it is
     masked anyway. A newline cannot go into an HTTP header, so the run fails with an error

@@ -1,17 +1,18 @@
 """The sqlite store on a real file: pragmas, migrations, event recording, the
-single writer with group commit (foundation: store invariants of NOTES.md)."""
+single writer with group commit (the store invariants of docs/architecture.md)."""
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdui.store import MIGRATIONS, Store
+from cdui.store import MIGRATIONS, Run, Store
 
 
 def run(coro: Any) -> Any:
@@ -28,11 +29,9 @@ def store(tmp_path: Path):
         s.close()
 
 
-def new_run(run_id: str, **over: Any) -> dict[str, Any]:
-    d = {"id": run_id, "name": run_id, "status": "queued", "target": "local",
-         "options": {"target": "local"}, "graph": {"nodes": []}, "created_at": time.time()}
-    d.update(over)
-    return d
+def new_run(run_id: str, **over: Any) -> Run:
+    return replace(Run(id=run_id, name=run_id, status="queued", target="local", options={"target": "local"},
+                       graph={"nodes": []}, created_at=time.time()), **over)
 
 
 def ev(src_seq: int, kind: str = "log", **data: Any) -> dict[str, Any]:
@@ -54,7 +53,7 @@ class Blocker:
 
 
 def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
-    """foundation: WAL on, user_version == number of migrations, foreign keys on
+    """WAL on, user_version == number of migrations, foreign keys on
     (checked on a fresh connection of the store and by an actual cascade)."""
     jm = store.read_sync(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert jm.lower() == "wal"
@@ -82,7 +81,7 @@ def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
 
 
 def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
-    """foundation: migrations are applied once; a database from a newer cdui is refused."""
+    """Migrations are applied once; a database from a newer cdui is refused."""
     path = tmp_path / "db.sqlite3"
     s = Store(path)
     s.open()
@@ -91,7 +90,7 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
     s2 = Store(path)
     s2.open()
     try:
-        assert run(s2.get_run("keep"))["id"] == "keep"
+        assert run(s2.get_run("keep")).id == "keep"
         assert s2.read_sync(lambda c: c.execute("PRAGMA user_version").fetchone()[0]) == len(MIGRATIONS)
     finally:
         s2.close()
@@ -104,7 +103,7 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
 
 
 def test_append_events_idempotent_and_gapless(store: Store) -> None:
-    """foundation: (run, src, src_seq) stored once; replays are no-ops; seq is
+    """(run, src, src_seq) stored once; replays are no-ops; seq is
     gapless from 1 across sources; the returned ack is the highest contiguous src_seq."""
     async def go() -> None:
         await store.create_run(new_run("r"))
@@ -124,13 +123,13 @@ def test_append_events_idempotent_and_gapless(store: Store) -> None:
         evs = await store.events("r")
         assert [e["seq"] for e in evs] == list(range(1, 7))
         assert await store.source_acked("r", "local") == 5
-        assert (await store.get_run("r"))["last_seq"] == 6
+        assert (await store.get_run("r")).last_seq == 6
         assert [e["seq"] for e in await store.events("r", after=4)] == [5, 6]
     run(go())
 
 
 def test_append_events_refuses_gaps(store: Store) -> None:
-    """foundation: an event is accepted only as the next src_seq of its source;
+    """An event is accepted only as the next src_seq of its source;
     after a gap the rest of the batch is refused until the sender replays."""
     async def go() -> None:
         await store.create_run(new_run("g"))
@@ -156,7 +155,7 @@ async def writes_queued(store: Store, n: int, timeout: float = 60) -> None:
 
 
 def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
-    """foundation: many concurrent writes from asyncio tasks all land, and the
+    """Many concurrent writes from asyncio tasks all land, and the
     single writer commits jobs queued together in one transaction."""
     n = 400
 
@@ -186,7 +185,7 @@ def test_concurrent_writes_all_land_in_group_commits(store: Store) -> None:
 
 
 def test_failing_job_rolls_back_only_itself(store: Store) -> None:
-    """foundation: a failing write job in a batch is rolled back alone; the
+    """A failing write job in a batch is rolled back alone; the
     others in the same transaction commit, and the caller gets its exception."""
     async def go() -> None:
         blocker = Blocker(store)
@@ -223,7 +222,7 @@ def test_failing_job_rolls_back_only_itself(store: Store) -> None:
             await store.create_run(new_run("dup"))
             await store.create_run(new_run("dup"))
         await store.create_run(new_run("after"))
-        assert (await store.get_run("after"))["status"] == "queued"
+        assert (await store.get_run("after")).status == "queued"
     run(go())
 
 

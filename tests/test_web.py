@@ -10,13 +10,16 @@ import hashlib
 import json
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from procs import (Proc, ServerProc, csv_print_graph, env_for, graph, load_example, node, trig, wait_for,
-                   wait_run)
+from procs import Proc, ServerProc, csv_print_graph, env_for, graph, load_example, node, trig, wait_for, wait_run
+
+# The web page in a real browser against a real server and agent: the e2e tier.
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from procs import (REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for,
-                   wait_run)
+from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
+
+# Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
+pytestmark = pytest.mark.e2e
 
 # A node that ticks N times, reporting progress, honouring stop: a run whose
 # every event we can count, long enough to cut its connection mid-way.
@@ -175,7 +177,7 @@ def cp(tmp_path):
 
 
 def test_enroll_and_run_on_worker(cp, tmp_path):
-    """ENR-12/13/17, GEN-09, ROUTE: enroll with a token, run on w1, same events as a local run."""
+    """Enroll with a token, run on w1, same events as a local run."""
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
     try:
@@ -198,7 +200,7 @@ def test_enroll_and_run_on_worker(cp, tmp_path):
 
 
 def test_token_refusals_name_taken_and_reissue(cp, tmp_path):
-    """ENR-10 (used up, expired, revoked, named), ENR-28 (409), ENR-29/30 (reissue), ENR-23/27 (exit 2)."""
+    """Token refusals (used up, expired, revoked, named), a second enrollment of a name (409), reissue, exit 2."""
     t = token(cp)
     first = Agent(tmp_path, cp.url, "w1", token=t)
     first.spawn()
@@ -247,7 +249,7 @@ def test_token_refusals_name_taken_and_reissue(cp, tmp_path):
 
 
 def test_version_mismatch_exits_2(cp, tmp_path):
-    """ENR-02, SYNC, API-19: `version mismatch: worker A, control plane B`, exit 2 without retrying."""
+    """`version mismatch: worker A, control plane B`, exit 2 without retrying."""
     fake = tmp_path / "old-install"
     shutil.copytree(REPO_ROOT / "cdui", fake / "cdui", ignore=shutil.ignore_patterns("__pycache__"))
     init = fake / "cdui" / "__init__.py"
@@ -277,7 +279,7 @@ def test_version_mismatch_exits_2(cp, tmp_path):
 
 
 def test_drain_remove_revokes(cp, tmp_path):
-    """ROUTE-15 (drain), ENR-22/23 (remove: revoke, interrupted, queued fail, agent exit 2)."""
+    """Drain, and remove (revoke, interrupted, queued fail, agent exit 2)."""
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
     wait_online(cp, agent=a)
@@ -304,7 +306,7 @@ def test_drain_remove_revokes(cp, tmp_path):
 
 
 def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
-    """DISC-01..05: cut mid-run, run goes disconnected with worker_status, reconnects, replays; no gap, no dup."""
+    """Cut mid-run, run goes disconnected with worker_status, reconnects, replays; no gap, no dup."""
     with proxied_worker(tmp_path) as (cp, proxy, a):
         ticks = 60
         run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
@@ -321,7 +323,7 @@ def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
 
 
 def test_past_grace_interrupted_then_late_result(tmp_path):
-    """DISC-06/07/08: past the grace the run ends interrupted; the returning worker is told to stop; late_result."""
+    """Past the grace the run ends interrupted; the returning worker is told to stop; late_result."""
     with proxied_worker(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="2") as (cp, proxy, a):
         run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
         wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
@@ -338,7 +340,7 @@ def test_past_grace_interrupted_then_late_result(tmp_path):
 
 
 def test_control_plane_kill9_adopts_worker_run(tmp_path):
-    """DISC-10..13: kill -9 the control plane mid-run, restart: adopted, resumed, complete log."""
+    """Kill -9 the control plane mid-run, restart: adopted, resumed, complete log."""
     cp = make_server(tmp_path)
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
@@ -361,7 +363,7 @@ def test_control_plane_kill9_adopts_worker_run(tmp_path):
 
 
 def test_restart_without_worker_interrupts_after_grace(tmp_path):
-    """DISC-14: an adopted run whose worker never returns ends with the exact reason."""
+    """An adopted run whose worker never returns ends with the exact reason."""
     cp = make_server(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="3")
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
@@ -380,7 +382,8 @@ def test_restart_without_worker_interrupts_after_grace(tmp_path):
 
 
 def test_agent_sigterm_cancels_runs_and_keeps_no_secret(cp, tmp_path):
-    """SVC-09/10, NOTE-01: SIGTERM → the agent stops its run (cancelled); secrets never on the worker's disk."""
+    """SIGTERM to the agent (docs/remote-workers.md#running-the-agent-under-systemd) → the agent stops
+    its run (cancelled); secrets never on the worker's disk."""
     secret = "s3cr3t-" + os.urandom(6).hex()
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
@@ -413,7 +416,7 @@ def test_same_machine_agent_has_data_label(cp, tmp_path):
 
 
 def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):
-    """API-18/NOTES: malformed messages get an error, the server keeps serving."""
+    """Malformed messages get an error, the server keeps serving."""
     import asyncio
 
     import aiohttp
@@ -431,7 +434,7 @@ def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):
 
 
 def test_silent_connection_three_missed_heartbeats(tmp_path):
-    """DISC-01: a worker silent for three heartbeats counts as disconnected; the run resumes after."""
+    """A worker silent for three heartbeats counts as disconnected; the run resumes after."""
     with proxied_worker(tmp_path) as (cp, proxy, a):  # heartbeat 1 s
         ticks = 40
         run = cp.submit(ticker_graph(ticks, 0.1), {"target": {"worker": "w1"}})
@@ -444,7 +447,7 @@ def test_silent_connection_three_missed_heartbeats(tmp_path):
 
 
 def test_stop_while_offline_survives_restart(tmp_path):
-    """DISC-19: Stop pressed while the worker is offline is kept across a restart and delivered on reconnect."""
+    """Stop pressed while the worker is offline is kept across a restart and delivered on reconnect."""
     with proxied_worker(tmp_path) as (cp, proxy, a):
         run = cp.submit(ticker_graph(100000, 0.05), {"target": {"worker": "w1"}})
         wait_for(lambda: progress_ticks(cp, run["id"]), 60, 0.1, "ticks")
@@ -459,7 +462,7 @@ def test_stop_while_offline_survives_restart(tmp_path):
 
 
 def test_graceful_control_plane_stop_stops_worker_runs(tmp_path):
-    """DISC-21: a normal shutdown stops runs on workers, so nothing is left to adopt.
+    """A normal shutdown stops runs on workers, so nothing is left to adopt.
 
     The worker cancels the run at once, so the server must store the worker's own
     ending (``cancelled``) and exit right after. The shutdown grace is made far
@@ -493,7 +496,7 @@ def test_graceful_control_plane_stop_stops_worker_runs(tmp_path):
 
 
 def test_enrollment_rate_limited_per_address(tmp_path):
-    """ENR-34: enrollment attempts are rate limited per source address (429 with a hint)."""
+    """Enrollment attempts are rate limited per source address (429 with a hint)."""
     cp = make_server(tmp_path, CODEFYUI_ENROLL_RATE_PER_MIN="3")
     try:
         codes = [cp.api("POST", "/api/workers/enroll", {"token": "abcdef.0123456789abcdef", "name": f"x{i}",
@@ -535,7 +538,7 @@ def test_acceptance_two_user_data_dirs_with_the_cli(tmp_path):
         assert run["status"] == "succeeded" and run["worker_id"] == "w1", run
         r = _cli(["workers", "list"], cp_env)
         assert r.returncode == 0 and "w1" in r.stdout and "online" in r.stdout, r.stdout
-        # A restart of the agent needs no token: the stored credential is used (ENR-18).
+        # A restart of the agent needs no token: the stored credential is used.
         assert _cli(["agent", "stop"], ag_env).returncode == 0
         r = _cli(["agent", "start", "--control", f"http://127.0.0.1:{port}"], ag_env)
         assert r.returncode == 0 and "connected" in r.stdout, (r.stdout, r.stderr)
@@ -549,7 +552,7 @@ def test_acceptance_two_user_data_dirs_with_the_cli(tmp_path):
 
 
 def test_second_agent_with_a_connected_name_is_refused_and_listed(cp, tmp_path):
-    """CONN/UI-12: an agent trying to use a connected worker's name is refused and listed with its address."""
+    """An agent trying to use a connected worker's name is refused and listed with its address."""
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
     wait_online(cp, agent=a)
@@ -572,7 +575,7 @@ def test_second_agent_with_a_connected_name_is_refused_and_listed(cp, tmp_path):
 
 
 def test_long_outage_replays_thousands_of_events_in_order(tmp_path):
-    """DISC-05: after an outage with many unacknowledged events, the replay (in bounded messages) leaves the
+    """After an outage with many unacknowledged events, the replay (in bounded messages) leaves the
     log complete: every tick once, in order, gapless."""
     with proxied_worker(tmp_path) as (cp, proxy, a):
         ticks = 3000

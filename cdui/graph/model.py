@@ -105,8 +105,9 @@ def expansion_size(top_types: list[str], top_edges: int, presets: dict[str, dict
         preset = presets.get(name)
         if preset is None:
             return 0, 0, 0  # reported as unknown_preset by the expansion
-        inner = preset.get("nodes") if isinstance(preset.get("nodes"), list) else []
-        edges = preset.get("edges") if isinstance(preset.get("edges"), list) else []
+        raw_nodes, raw_edges = preset.get("nodes"), preset.get("edges")
+        inner = raw_nodes if isinstance(raw_nodes, list) else []
+        edges = raw_edges if isinstance(raw_edges, list) else []
         n_nodes, n_edges, height = 0, len(edges), 0
         for n in inner:
             if not (isinstance(n, dict) and "id" in n and "type" in n):
@@ -211,7 +212,8 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None,
             continue
         missing = [x for x in (e["source"], e["target"]) if x not in seen]
         if missing:
-            errors.append(err(None, "bad_edge", f"edge {e.get('id') or i!r} connects node {missing[0]!r}, which does not exist",
+            errors.append(err(None, "bad_edge",
+                              f"edge {e.get('id') or i!r} connects node {missing[0]!r}, which does not exist",
                               value=missing[0], hint="remove the edge or add the node"))
             continue
         flat_edges.append({"source": e["source"], "target": e["target"],
@@ -251,7 +253,8 @@ def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
         name = n["type"][len(PRESET_PREFIX):]
         preset = presets.get(name)
         if preset is None:
-            errors.append(err(n["origin"], "unknown_preset", f"node {n['origin']!r} uses preset {name!r}, which is not installed",
+            errors.append(err(n["origin"], "unknown_preset",
+                              f"node {n['origin']!r} uses preset {name!r}, which is not installed",
                               hint="add it to the graph's 'presets' list or to data/presets/"))
             continue
         pid = n["id"]
@@ -270,7 +273,8 @@ def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
         for ie in preset.get("edges", []):
             if isinstance(ie, dict) and "source" in ie and "target" in ie:
                 out_edges.append({"source": f"{pid}__{ie['source']}", "target": f"{pid}__{ie['target']}",
-                                  "sourceHandle": ie.get("sourceHandle") or "", "targetHandle": ie.get("targetHandle") or "",
+                                  "sourceHandle": ie.get("sourceHandle") or "",
+                                  "targetHandle": ie.get("targetHandle") or "",
                                   "kind": _edge_kind(ie)})
         # A trigger into a preset triggers its entry nodes (those with no inner inputs).
         entry = {t for t, _ in inputs.values()} or {f"{pid}__{i['id']}" for i in inner_nodes[:1]}

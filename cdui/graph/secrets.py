@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cdui.nodes.registry import Registry
 

@@ -10,7 +10,9 @@ draft and is pruned without complaint.
 """
 from __future__ import annotations
 
+import builtins
 from collections import defaultdict, deque
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,7 @@ def is_compatible(source: str, target: str) -> bool:
 class PlanNode:
     id: str
     type: str
-    cls: type[Node]
+    cls: builtins.type[Node]  # builtins.: the field `type` above shadows the builtin here
     params: dict[str, Any]
     origin: str
     # input port -> (source node id, source port)
@@ -53,39 +55,49 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
 
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError
+    return int(float(value)) if isinstance(value, str) and value.strip() else int(value)
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError
+    return float(value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError
+
+
+# How a declared param type turns a JSON value into the value a node gets; each raises
+# TypeError/ValueError for a value that is not of the type. Types not here pass through
+# (select is checked against its options, not converted).
+COERCE: dict[str, Callable[[Any], Any]] = {"int": _to_int, "float": _to_float, "bool": _to_bool}
+
+
 def coerce_param(p: Param, value: Any, node_id: str, errors: list[dict[str, Any]]) -> Any:
     """Coerce one param value to its declared type; record an error if impossible."""
     t = p.param_type
+    if value is None:
+        return value
+    if t == "select":
+        if p.options and str(value) not in [str(o) for o in p.options]:
+            errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not one of {p.options}",
+                              param=p.name, value=value))
+        return value
+    convert = COERCE.get(t)
+    if convert is None:
+        return value
     try:
-        if value is None:
-            return value
-        if t == "int":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            v: Any = int(float(value)) if isinstance(value, str) and value.strip() else int(value)
-        elif t == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            v = float(value)
-        elif t == "bool":
-            if isinstance(value, bool):
-                v = value
-            elif isinstance(value, (int, float)):
-                v = bool(value)
-            elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-                v = value.strip().lower() in _TRUE
-            else:
-                raise ValueError
-        elif t == "select":
-            v = value
-            if p.options and str(value) not in [str(o) for o in p.options]:
-                errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not one of {p.options}",
-                                  param=p.name, value=value))
-                return value
-        else:
-            return value
+        v = convert(value)
     except (TypeError, ValueError):
         errors.append(err(node_id, "bad_param", f"{p.name}={value!r} is not a valid {t}",
                           param=p.name, value=value, hint=f"give a {t} value"))
@@ -140,7 +152,7 @@ def _reachable(g: Graph) -> set[str]:
 
 def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
                errors: list[dict[str, Any]] | None = None,
-               external_inputs: set[tuple[str, str]] = frozenset()) -> Plan:
+               external_inputs: Set[tuple[str, str]] = frozenset()) -> Plan:
     """Validate ``g`` restricted to ``keep`` and return the plan (errors appended)."""
     errors = [] if errors is None else errors
     keep = set(g.nodes) if keep is None else keep
@@ -149,8 +161,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         n = g.nodes[nid]
         cls = registry.get(n.type)
         if cls is None:
-            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}",
-                              value=n.type, hint="install the plugin or custom node that provides it, or remove the node"))
+            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}", value=n.type,
+                              hint="install the plugin or custom node that provides it, or remove the node"))
             continue
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
 
@@ -177,11 +189,13 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         st, tt = outs[e.source_handle].data_type, ins[e.target_handle].data_type
         if not is_compatible(st, tt):
             errors.append(err(dst.origin, "type_mismatch",
-                              f"{src.origin}.{e.source_handle} ({st}) cannot connect to {dst.origin}.{e.target_handle} ({tt})",
+                              f"{src.origin}.{e.source_handle} ({st}) cannot connect to "
+                              f"{dst.origin}.{e.target_handle} ({tt})",
                               value=[st, tt]))
             continue
         if e.target_handle in dst.inputs:
-            errors.append(err(dst.origin, "bad_port", f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
+            errors.append(err(dst.origin, "bad_port",
+                              f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
             continue
         dst.inputs[e.target_handle] = (e.source, e.source_handle)
 
@@ -190,7 +204,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             if port.data_type == TRIGGER or port.optional:
                 continue
             if port.name not in pn.inputs and (pn.id, port.name) not in external_inputs:
-                errors.append(err(pn.origin, "missing_input", f"{pn.type} {pn.origin!r} needs input {port.name!r} ({port.data_type})",
+                errors.append(err(pn.origin, "missing_input",
+                                  f"{pn.type} {pn.origin!r} needs input {port.name!r} ({port.data_type})",
                                   value=port.name, hint="connect an edge to it"))
 
     order = _toposort(plan_nodes, edges, errors)

@@ -112,7 +112,7 @@ class Node(ABC):
 
     @abstractmethod
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         """Compute this node's outputs (port name -> value) from its inputs and params."""
 
     # -- catalog ---------------------------------------------------------
@@ -142,7 +142,7 @@ class FileUsage:
     def uses_files(self) -> bool:
         return bool(self.uploads or self.plain_paths or self.writes)
 
-    def merge(self, other: "FileUsage") -> None:
+    def merge(self, other: FileUsage) -> None:
         self.uploads.extend(other.uploads)
         self.plain_paths.extend(other.plain_paths)
         self.writes.extend(other.writes)

@@ -158,7 +158,8 @@ def _read_bmp(data: bytes) -> tuple[int, int, str, bytes]:
 
 
 def _read_pnm(data: bytes) -> tuple[int, int, str, bytes]:
-    fields, pos = [], 2
+    fields: list[int] = []
+    pos = 2
     while len(fields) < 3:
         while data[pos:pos + 1].isspace():
             pos += 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 _N = 624
 
@@ -93,7 +93,7 @@ def _approximate_mode(class_counts: list[int], n_draws: int,
     floored = [math.floor(v) for v in continuous]
     need = int(n_draws - sum(floored))
     if need > 0:
-        remainder = [c - f for c, f in zip(continuous, floored)]
+        remainder = [c - f for c, f in zip(continuous, floored, strict=True)]
         for value in sorted(set(remainder), reverse=True):
             inds = [i for i, r in enumerate(remainder) if r == value]
             add_now = min(len(inds), need)
@@ -141,7 +141,7 @@ def stratified_shuffle_split(labels: Sequence, test_size: float,
 
     rng = LegacyRandomState(seed)
     n_i = _approximate_mode(counts, n_train, rng)
-    remaining = [c - n for c, n in zip(counts, n_i)]
+    remaining = [c - n for c, n in zip(counts, n_i, strict=True)]
     t_i = _approximate_mode(remaining, n_test, rng)
     train: list[int] = []
     test: list[int] = []

@@ -111,7 +111,7 @@ def device_available(device: str) -> bool:
     return False
 
 
-def resolve_device(requested: Any, ctx: "RunContext | None") -> str:
+def resolve_device(requested: Any, ctx: RunContext | None) -> str:
     """The device a node should use: ``auto`` follows the run's device; an
     unavailable device falls back (run's device, then cpu) with a warning
     rather than failing a run that was written on a machine with a GPU."""

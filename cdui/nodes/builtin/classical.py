@@ -96,7 +96,7 @@ class KNNNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         x_train = as_tensor(inputs.get("x_train"), "x_train").detach().cpu().double()
@@ -145,7 +145,7 @@ class AccuracyNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         if inputs.get("predictions") is None or inputs.get("labels") is None:
             raise ValueError("Accuracy requires `predictions` and `labels` inputs")
         preds = as_list(inputs["predictions"])
@@ -155,5 +155,5 @@ class AccuracyNode(Node):
         if not preds:
             return {"accuracy": 0.0, "correct": 0, "total": 0}
         # Strings on both sides, so '0' and 0 compare equal.
-        correct = sum(1 for p, y in zip(preds, labels) if str(p) == str(y))
+        correct = sum(1 for p, y in zip(preds, labels, strict=True) if str(p) == str(y))
         return {"accuracy": correct / len(preds), "correct": correct, "total": len(preds)}

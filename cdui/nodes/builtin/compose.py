@@ -46,7 +46,7 @@ class MapNode(Node):
                       required=True)]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         items = inputs.get("items")
         if items is None:
             items = []

@@ -26,7 +26,7 @@ class StartNode(Node):
         return [Port("trigger", TRIGGER, "Execution trigger marker (carries no data)")]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         return {}
 
 
@@ -60,7 +60,7 @@ class PrintNode(Node):
         return [Param("label", "string", "", "Label prefix")]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         value = inputs.get("value")
         label = str(params.get("label") or "")
         text = f"[{label}] {format_value(value)}" if label else format_value(value)

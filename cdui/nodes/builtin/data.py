@@ -39,9 +39,10 @@ def _label_strings(cells: list[str]) -> list[str]:
     """Labels as CodefyUI's ``str(pandas value)`` spells them."""
     nums = [_number(c) for c in cells]
     if cells and all(n is not None and not math.isnan(n) for n in nums):
-        if all(float(n).is_integer() and "." not in c and "e" not in c.lower()
-               for n, c in zip(nums, cells)):
-            return [str(int(n)) for n in nums]  # type: ignore[arg-type]
+        present = [n for n in nums if n is not None]  # every one, as just checked
+        if all(n.is_integer() and "." not in c and "e" not in c.lower()
+               for n, c in zip(present, cells, strict=True)):
+            return [str(int(n)) for n in present]
         return [str(float(n)) for n in nums]  # type: ignore[arg-type]
     return list(cells)
 
@@ -64,7 +65,7 @@ class CSVReaderNode(Node):
 
     @classmethod
     def define_params(cls) -> list[Param]:
-        # An upload field (STO-06, XFER-03: "the data-file fields of CSVReader"):
+        # An upload field (the data-file fields of CSVReader decide whether a run uses files):
         # a name in data/files (`train.csv`), or a data/... path such as the
         # built-in sample data/samples/iris.csv, which every installation has.
         return [
@@ -81,7 +82,7 @@ class CSVReaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         value = str(params.get("path") or "").strip()
@@ -124,7 +125,7 @@ class CSVReaderNode(Node):
         data = []
         for c in features:
             nums = [_number(v) for v in columns[c]]
-            bad = [v for v, n in zip(columns[c], nums) if n is None]
+            bad = [v for v, n in zip(columns[c], nums, strict=True) if n is None]
             if bad:
                 raise ValueError(f"CSVReader: column {c!r} is not numeric (e.g. {bad[0]!r}); "
                                  f"leave it out of include_columns")
@@ -165,7 +166,7 @@ class ColumnSelectorNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         x = as_tensor(inputs.get("tensor"), "tensor")
         n_cols = x.shape[-1] if x.ndim >= 1 else 0
         names = [c.strip() for c in str(params.get("names") or "").split(",") if c.strip()]
@@ -217,7 +218,7 @@ class NormalizeNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         x = as_tensor(inputs.get("tensor"), "tensor").float()
@@ -315,7 +316,7 @@ class TrainTestSplitNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         features = as_tensor(inputs.get("features"), "features").detach().cpu()
@@ -362,7 +363,7 @@ class TensorCreateNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         shape = parse_shape(params.get("shape", "1,3,224,224"))
@@ -406,7 +407,7 @@ class MeanNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         x = as_tensor(inputs.get("tensor"), "tensor")
         dims = parse_int_list(params.get("dim", "-1"), "dim")
         if not dims:

@@ -72,7 +72,7 @@ class TensorDatasetNode(Node):
                       options=["auto", "long", "float"])]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from torch.utils.data import TensorDataset
 
         features = as_tensor(inputs.get("features"), "features")
@@ -118,7 +118,7 @@ class DataLoaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from torch.utils.data import DataLoader
 
         dataset = inputs.get("dataset")
@@ -144,7 +144,7 @@ class DataLoaderNode(Node):
         return {"dataloader": DataLoader(dataset, **kwargs)}
 
 
-def _dataset_root(ctx: "RunContext", value: str) -> Any:
+def _dataset_root(ctx: RunContext, value: str) -> Any:
     """CodefyUI resolves a relative dataset path against the data folder; a
     path that only exists relative to the installation is accepted too."""
     v = value.replace("\\", "/")
@@ -189,7 +189,7 @@ class ImageFolderDatasetNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from cdui.nodes.builtin._torchlib.images import ImageFolder
 
         raw = str(params.get("path") or "").strip()

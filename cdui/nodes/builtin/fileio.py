@@ -18,10 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdui.nodes.base import IMAGE, MODEL, OPTIMIZER, SCALAR, STRING, TENSOR, ANY, Node, Param, Port
+from cdui.nodes.base import ANY, IMAGE, MODEL, OPTIMIZER, SCALAR, STRING, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from cdui.graph.context import RunContext
 
 
@@ -31,13 +33,13 @@ def _require_file(path: Path, what: str, value: str) -> Path:
     return path
 
 
-def _full_model_globals() -> list[type]:
+def _full_model_globals() -> list[Callable[..., Any]]:
     """Classes a full-model file may name: torch.nn's layers and cdui's own."""
     import torch.nn as nn
 
     from cdui.nodes.builtin._torchlib import layer_spec
 
-    out = [v for v in vars(nn).values() if isinstance(v, type) and issubclass(v, nn.Module)]
+    out: list[Callable[..., Any]] = [v for v in vars(nn).values() if isinstance(v, type) and issubclass(v, nn.Module)]
     out += [v for v in vars(layer_spec).values()
             if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == layer_spec.__name__]
     return out
@@ -73,7 +75,7 @@ class ModelSaverNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         model = inputs.get("model")
@@ -134,7 +136,7 @@ class ModelLoaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         value = str(params.get("path") or "").strip()
@@ -152,7 +154,7 @@ class ModelLoaderNode(Node):
             if is_st:
                 from cdui.nodes.builtin._torchlib.safetensors_io import load_file
 
-                state = load_file(path, device="cpu")
+                state: Any = load_file(path, device="cpu")
             else:
                 state = torch.load(str(path), map_location="cpu", weights_only=True)
             if isinstance(state, dict) and "model_state_dict" in state:
@@ -163,8 +165,8 @@ class ModelLoaderNode(Node):
             if is_st:
                 raise ValueError("ModelLoader: safetensors holds weights only; use load_mode=state_dict")
             # Restricted unpickling: only torch.nn layers and cdui's own layer
-            # classes may be constructed from the file.
-            with torch.serialization.safe_globals(_full_model_globals()):
+            # classes may be constructed from the file. (A copy of the list: safe_globals takes a list of a wider type.)
+            with torch.serialization.safe_globals(list(_full_model_globals())):
                 try:
                     model = torch.load(str(path), map_location="cpu", weights_only=True)
                 except Exception as exc:
@@ -206,7 +208,7 @@ class CheckpointSaverNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from cdui.nodes.builtin.training_loop import checkpoint_payload, write_checkpoint
 
         model, optimizer = inputs.get("model"), inputs.get("optimizer")
@@ -257,7 +259,7 @@ class CheckpointLoaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         model, optimizer = inputs.get("model"), inputs.get("optimizer")
@@ -284,7 +286,7 @@ class CheckpointLoaderNode(Node):
             offset += n
         if "optimizer_state_dict" in ckpt:
             optimizer.load_state_dict(ckpt["optimizer_state_dict"])
-        for group, lr0 in zip(optimizer.param_groups, ckpt.get("initial_lrs") or []):
+        for group, lr0 in zip(optimizer.param_groups, ckpt.get("initial_lrs") or [], strict=False):
             group["initial_lr"] = lr0
         epoch = ckpt.get("epoch", 0)
         losses = ckpt.get("losses", torch.tensor([]))
@@ -315,7 +317,7 @@ class ImageReaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from cdui.nodes.builtin._torchlib.images import load_tensor
 
         value = str(params.get("path") or "").strip()
@@ -349,7 +351,7 @@ class ImageWriterNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         from cdui.nodes.builtin._torchlib.images import save_tensor
@@ -391,7 +393,7 @@ class FileReaderNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import csv
         import io
 

@@ -13,6 +13,8 @@ from cdui.nodes.base import MODEL, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import as_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from cdui.graph.context import RunContext
 
 ACTIVATIONS = ["relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "mish",
@@ -40,7 +42,7 @@ class LinearNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch.nn as nn
 
         x = as_tensor(inputs.get("tensor"), "tensor")
@@ -70,13 +72,13 @@ class ActivationNode(Node):
         return [Param("function", "select", "relu", "Activation function to apply", options=ACTIVATIONS)]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
 
         x = as_tensor(inputs.get("tensor"), "tensor")
-        fns = {
+        fns: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
             "relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
             "leaky_relu": lambda t: F.leaky_relu(t, negative_slope=0.01), "elu": F.elu,
             "gelu": F.gelu, "silu": F.silu, "mish": F.mish, "selu": F.selu,
@@ -108,7 +110,7 @@ class FlattenNode(Node):
         return [Param("start_dim", "int", 1, "First dim to flatten")]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         x = as_tensor(inputs.get("tensor"), "tensor")
         return {"tensor": x.flatten(start_dim=int(params.get("start_dim", 1)))}
 
@@ -155,7 +157,7 @@ class SequentialModelNode(Node):
                       "Layer graph JSON (v2: {version, nodes, edges}) or a list of layers (v1).")]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         from cdui.nodes.builtin._torchlib.layer_spec import build_model
 
         model = build_model(params.get("layers", DEFAULT_LAYERS))

@@ -84,7 +84,7 @@ class WebhookNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         url = str(params.get("url") or "").strip()
         if not url:
             raise ValueError("Webhook: the `url` param is required")

@@ -69,7 +69,7 @@ class LossNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
         import torch.nn as nn
 
@@ -139,7 +139,7 @@ class OptimizerNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch.optim as optim
 
         model = inputs.get("model")
@@ -223,7 +223,7 @@ class InferenceNode(Node):
                       options=list(DEVICE_OPTIONS), advanced=True)]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         import torch
 
         model = inputs.get("model")

@@ -24,11 +24,12 @@ accumulation, a step budget, periodic checkpoints, TensorBoard), plus cdui's
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdui.atomic import replacing
 from cdui.graph.context import RunStopped
 from cdui.nodes.base import ANY, DATALOADER, LOSS_FN, MODEL, OPTIMIZER, SCALAR, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device, to_device
@@ -66,9 +67,8 @@ def write_checkpoint(payload: dict[str, Any], path: Path) -> Path:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        torch.save(payload, str(tmp))
     return path
 
 
@@ -77,7 +77,7 @@ class AmpPolicy:
     """fp32: nothing. bf16: autocast. fp16: autocast + GradScaler. A device
     that cannot honour the request trains in fp32 and the run says so."""
 
-    def __init__(self, requested: Any, device: str, ctx: "RunContext") -> None:
+    def __init__(self, requested: Any, device: str, ctx: RunContext) -> None:
         import torch
 
         self.requested = str(requested or "fp32").lower()
@@ -164,16 +164,16 @@ class ScalarLog:
 
 
 # -- optimizer binding --------------------------------------------------------------
-def bind_optimizer(optimizer: Any, model: Any, ctx: "RunContext") -> Any:
+def bind_optimizer(optimizer: Any, model: Any, ctx: RunContext) -> Any:
     """Make ``optimizer`` drive ``model``'s current parameters, keeping its state
     whenever the parameters still line up (a resume must not lose Adam's moments)."""
     params = list(model.parameters())
     tracked = [p for g in optimizer.param_groups for p in g["params"]]
-    if len(tracked) == len(params) and all(a is b for a, b in zip(tracked, params)):
+    if len(tracked) == len(params) and all(a is b for a, b in zip(tracked, params, strict=True)):
         # Same tensors; a device move may still have stranded the state.
         optimizer.load_state_dict(optimizer.state_dict())
         return optimizer
-    if len(tracked) == len(params) and all(a.shape == b.shape for a, b in zip(tracked, params)):
+    if len(tracked) == len(params) and all(a.shape == b.shape for a, b in zip(tracked, params, strict=True)):
         saved = optimizer.state_dict()
         offset = 0
         for group in optimizer.param_groups:
@@ -190,7 +190,7 @@ def bind_optimizer(optimizer: Any, model: Any, ctx: "RunContext") -> Any:
     return type(optimizer)(model.parameters(), **kwargs)
 
 
-def _start_epoch(value: Any, ctx: "RunContext") -> int:
+def _start_epoch(value: Any, ctx: RunContext) -> int:
     if value is None:
         return 0
     try:
@@ -205,6 +205,53 @@ def _split_batch(batch: Any, device: str) -> tuple[Any, Any]:
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         return to_device(batch[0], device), to_device(batch[1], device)
     return to_device(batch, device), None
+
+
+def _validate(model: Any, val_loader: Any, loss_fn: Any, policy: AmpPolicy, device: str,
+              classification: bool, ctx: RunContext, on_stop: Any) -> tuple[float, float | None]:
+    """One pass over the validation data: (mean loss, accuracy or None). ``on_stop`` raises."""
+    import torch
+
+    model.eval()
+    v_total, v_count, correct, seen = 0.0, 0, 0, 0
+    with torch.no_grad():
+        for batch in val_loader:
+            if ctx.should_stop():
+                on_stop()
+            data, targets = _split_batch(batch, device)
+            with policy.autocast():
+                outputs = model(data)
+                vloss = loss_fn(outputs, targets) if targets is not None else loss_fn(outputs)
+            v_total, v_count = v_total + float(vloss.item()), v_count + 1
+            if classification and targets is not None:
+                correct += int((outputs.argmax(dim=1) == targets).sum().item())
+                seen += int(targets.numel())
+    return v_total / max(v_count, 1), (correct / seen if classification and seen else None)
+
+
+def _report_epoch(ctx: RunContext, log: ScalarLog | None, step_no: int, epochs: int, avg: float, lr: float,
+                  val_loss: float | None, val_acc: float | None, early: dict[str, Any]) -> None:
+    """An epoch's metrics (and TensorBoard scalars), progress event and log line."""
+    series: dict[str, Any] = {"train_loss": avg, "lr": lr}
+    if val_loss is not None:
+        series["val_loss"] = val_loss
+    if val_acc is not None:
+        series["val_accuracy"] = val_acc
+    series.update(early)
+    for tag, value in series.items():
+        ctx.metric(tag, value, step=step_no)
+        if log is not None:
+            log.add(tag, value, step_no)
+    progress: dict[str, Any] = {"event": "epoch", "epoch": step_no, "epochs": epochs, "loss": round(avg, 6),
+                                "lr": lr}
+    if val_loss is not None:
+        progress["val_loss"] = round(val_loss, 6)
+    if val_acc is not None:
+        progress["val_accuracy"] = round(val_acc, 6)
+    ctx.progress(**progress)
+    ctx.log(f"Epoch {step_no}/{epochs} - loss {avg:.4f}"
+            + (f" - val_loss {val_loss:.4f}" if val_loss is not None else "")
+            + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
 
 
 class TrainingLoopNode(Node):
@@ -268,7 +315,7 @@ class TrainingLoopNode(Node):
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: "RunContext") -> dict[str, Any]:
+                ctx: RunContext) -> dict[str, Any]:
         log = None
         if as_bool(params.get("tensorboard"), False):
             log = ScalarLog(ctx.run_dir() / "tensorboard", ctx.now)
@@ -280,7 +327,7 @@ class TrainingLoopNode(Node):
                 log.close()
                 ctx.artifact("tensorboard", log.folder, "tensorboard")
 
-    def _train(self, inputs: dict[str, Any], params: dict[str, Any], ctx: "RunContext",
+    def _train(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext,
                log: ScalarLog | None) -> dict[str, Any]:
         import torch
         import torch.nn as nn
@@ -396,24 +443,10 @@ class TrainingLoopNode(Node):
 
             val_loss = val_acc = None
             if val_loader is not None:
-                model.eval()
-                v_total, v_count, correct, seen = 0.0, 0, 0, 0
-                with torch.no_grad():
-                    for batch in val_loader:
-                        if ctx.should_stop():
-                            stop(epoch + 1)  # this epoch's training is complete
-                        data, targets = _split_batch(batch, device)
-                        with policy.autocast():
-                            outputs = model(data)
-                            vloss = loss_fn(outputs, targets) if targets is not None else loss_fn(outputs)
-                        v_total, v_count = v_total + float(vloss.item()), v_count + 1
-                        if classification and targets is not None:
-                            correct += int((outputs.argmax(dim=1) == targets).sum().item())
-                            seen += int(targets.numel())
-                val_loss = v_total / max(v_count, 1)
+                # a stop during validation keeps this epoch: its training is complete
+                val_loss, val_acc = _validate(model, val_loader, loss_fn, policy, device, classification,
+                                              ctx, functools.partial(stop, epoch + 1))
                 val_losses.append(val_loss)
-                if classification and seen:
-                    val_acc = correct / seen
 
             if scheduler is not None and hasattr(scheduler, "step"):
                 if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -434,27 +467,8 @@ class TrainingLoopNode(Node):
                 stopped_early = bad_epochs >= patience
 
             step_no = epoch + 1
-            series = {"train_loss": avg, "lr": lr}
-            if val_loss is not None:
-                series["val_loss"] = val_loss
-            if val_acc is not None:
-                series["val_accuracy"] = val_acc
-            if patience > 0:
-                series.update(patience_counter=bad_epochs, best_epoch=best_epoch)
-            for tag, value in series.items():
-                ctx.metric(tag, value, step=step_no)
-                if log is not None:
-                    log.add(tag, value, step_no)
-            progress = {"event": "epoch", "epoch": step_no, "epochs": epochs, "loss": round(avg, 6),
-                        "lr": lr}
-            if val_loss is not None:
-                progress["val_loss"] = round(val_loss, 6)
-            if val_acc is not None:
-                progress["val_accuracy"] = round(val_acc, 6)
-            ctx.progress(**progress)
-            ctx.log(f"Epoch {step_no}/{epochs} - loss {avg:.4f}"
-                    + (f" - val_loss {val_loss:.4f}" if val_loss is not None else "")
-                    + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
+            _report_epoch(ctx, log, step_no, epochs, avg, lr, val_loss, val_acc,
+                          {"patience_counter": bad_epochs, "best_epoch": best_epoch} if patience > 0 else {})
 
             if every_epochs and step_no % every_epochs == 0:
                 save(f"epoch-{step_no}.pt", step_no)

@@ -7,8 +7,9 @@ classes are the sorted sub-folder names, files are taken in sorted order.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -34,7 +34,7 @@ import torch.nn as nn
 
 
 class AddMerge(nn.Module):
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         out = tensors[0]
         for t in tensors[1:]:
             out = out + t
@@ -46,12 +46,12 @@ class ConcatMerge(nn.Module):
         super().__init__()
         self.dim = dim
 
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         return torch.cat(tensors, dim=self.dim)
 
 
 class MultiplyMerge(nn.Module):
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         out = tensors[0]
         for t in tensors[1:]:
             out = out * t

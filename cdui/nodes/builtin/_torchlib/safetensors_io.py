@@ -23,7 +23,7 @@ _BY_NAME = {v: k for k, v in _DTYPES.items()}
 
 def save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
     try:
-        from safetensors.torch import save_file as _save  # type: ignore[import-not-found]
+        from safetensors.torch import save_file as _save
     except ImportError:
         _save = None
     if _save is not None:
@@ -52,7 +52,7 @@ def save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 def load_file(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
     try:
-        from safetensors.torch import load_file as _load  # type: ignore[import-not-found]
+        from safetensors.torch import load_file as _load
     except ImportError:
         _load = None
     if _load is not None:

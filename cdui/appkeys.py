@@ -1,0 +1,37 @@
+"""Every ``web.AppKey`` of the control plane's app, in one leaf module.
+
+Route modules (:mod:`cdui.api_runs`, :mod:`cdui.api_files`,
+:mod:`cdui.transfer`, the worker routes) read what they need from here instead
+of from :mod:`cdui.server`, so that ``server`` can import them without a cycle.
+Nothing of cdui is imported at run time: the value types are named for the type
+checker only, which is all ``AppKey`` needs them for.
+"""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from cdui.clock import Clock
+    from cdui.config import Config
+    from cdui.runs import RunService
+    from cdui.server import HostCheck
+    from cdui.store import Store
+    from cdui.workers import WorkerManager
+
+# Checks a worker credential in ``Authorization: Bearer``; the worker's name, or None.
+WorkerAuth = Callable[[web.Request], Awaitable["str | None"]]
+
+CONFIG: web.AppKey[Config] = web.AppKey("config")
+CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+STORE: web.AppKey[Store] = web.AppKey("store")
+RUNS: web.AppKey[RunService] = web.AppKey("runs")
+WORKERS: web.AppKey[WorkerManager] = web.AppKey("workers")
+SESSION_TOKEN: web.AppKey[str] = web.AppKey("session_token")
+HOSTS: web.AppKey[HostCheck] = web.AppKey("hosts")
+# The worker layer's credential check, used by the auth middleware on worker-allowed routes.
+WORKER_AUTH: web.AppKey[WorkerAuth] = web.AppKey("worker_auth")
+# True on a listener reached through a tunnel: a loopback peer there is not this machine's user.
+TUNNEL_LISTENER: web.AppKey[bool] = web.AppKey("tunnel_listener")

@@ -1,0 +1,231 @@
+"""The worker routes over plain HTTP: enrollment, tokens, list, drain, reissue, remove.
+
+They act through the :class:`~cdui.workers.WorkerManager` (``app[WORKERS]``),
+which owns the connections and the runs on them; ``/ws/worker`` itself is the
+manager's (one connection from hello to gone).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from cdui import __version__, enroll, protocol
+from cdui.appkeys import WORKERS
+from cdui.errors import CduiError, NotFound
+from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
+from cdui.runs import iso
+from cdui.store import ACTIVE
+from cdui.workers import RemoteExecutor, WorkerManager
+
+log = logging.getLogger("cdui.workers")  # the same logger as before the split, so log filters keep working
+
+
+class WorkerRoutes:
+    def __init__(self, manager: WorkerManager) -> None:
+        self.m = manager
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        rows = await self.m.worker_rows()
+        out = []
+        for r in rows:
+            conn = self.m.conns.get(r["name"])
+            if conn is not None and conn.ws.closed:
+                conn = None  # its socket closed: offline, even before its handler has removed it
+            online = conn is not None
+            devices = conn.hello.devices if conn is not None else json.loads(r["devices"] or "[]")
+            here = self.m.runs.runs_on(r["name"])
+            runs_here = [rid for rid, _, _ in here]
+            used: dict[str, int] = {}
+            for _, _, dev in here:
+                used[dev] = used.get(dev, 0) + 1
+            status = "disabled" if r["disabled"] else ("draining" if r["drained"] and online else
+                                                        ("online" if online else "offline"))
+            out.append({
+                "name": r["name"], "status": status, "online": online, "version": r["version"],
+                "drained": bool(r["drained"]), "disabled": bool(r["disabled"]),
+                "devices": [{"device": d, "slots": self.m.runs.caps.slots(r["name"], d), "in_use": used.get(d, 0)}
+                            for d in devices],
+                "runs": runs_here, "last_seen": iso(conn.last_seen if conn is not None else r["last_seen"]),
+                "address": conn.address if conn is not None else r["address"],
+                "labels": conn.labels if conn is not None else json.loads(r["labels"] or "{}"),
+                "unencrypted": bool(conn.unencrypted) if conn is not None else False,
+                "same_machine": (r["machine_id"] == self.m.machine_id),
+                "connected_at": iso(conn.connected_at) if conn is not None else None,
+            })
+        return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
+
+    async def create_token(self, request: web.Request) -> web.Response:
+        body = await read_object(request, DEFAULT_LIMIT)
+        ttl, uses = enroll.check_token_request(body.get("ttl_s", 86400), body.get("uses", 1))
+        worker = body.get("worker")
+        if worker is not None:
+            enroll.check_name(worker)
+            exists = await self.m.store.read(
+                lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
+            if not exists:
+                raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
+                                                      "`cdui workers list`")
+        now = self.m.clock.time()
+        tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
+        return web.json_response(self._token_answer(request, tok), status=201)
+
+    def _token_answer(self, request: web.Request, tok: dict[str, Any]) -> dict[str, Any]:
+        control = f"{request.scheme}://{request.host}"
+        cmd = f"cdui agent start --control {control} --token {tok['token']}"
+        if tok.get("worker"):
+            cmd += f" --name {tok['worker']}"
+        out = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
+               "worker": tok.get("worker"), "command": cmd}
+        host = request.host.rsplit(":", 1)[0].strip("[]")
+        if host in ("127.0.0.1", "localhost", "::1"):
+            # A loopback address reaches this machine only, so it is no address to give a worker.
+            others = _own_addresses()
+            out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
+                           "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"
+                           + (f", e.g. {', '.join(others)}" if others else ""))
+            out["other_addresses"] = others
+        return out
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        rows = await self.m.store.read(lambda c: [dict(r) for r in c.execute(
+            "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
+            "WHERE revoked=0 ORDER BY created_at")])
+        now = self.m.clock.time()
+        for r in rows:
+            r["expired"] = r["expires_at"] <= now
+            r["used_up"] = r["uses_left"] <= 0
+            r["expires_at"] = iso(r["expires_at"])
+            r["created_at"] = iso(r["created_at"])
+        return web.json_response(rows)
+
+    async def delete_token(self, request: web.Request) -> web.Response:
+        tid = request.match_info["token_id"]
+        n = await self.m.store.write(
+            lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
+        if not n:
+            raise NotFound("enrollment token", tid)
+        return web.json_response({"revoked": tid})
+
+    async def enroll_route(self, request: web.Request) -> web.Response:
+        address = request.remote or "?"
+        wait = self.m.limiter.blocked(address)
+        if wait is not None:
+            raise CduiError("rate_limited", f"too many failed enrollment attempts from {address}",
+                            hint=f"try again in {max(wait, 1):.0f} s", status=429)
+        try:
+            res = await self._enroll(request)
+        except CduiError:
+            # Only failures count: agents sharing an address must not lock each other out.
+            self.m.limiter.failure(address)
+            raise
+        log.info("worker %s enrolled from %s", res["worker"], address)
+        return web.json_response({"worker": res["worker"], "credential": res["credential"],
+                                  "version": __version__}, status=201)
+
+    async def _enroll(self, request: web.Request) -> dict[str, Any]:
+        # Anyone on the network reaches this route: a small body, bounded fields.
+        body = await read_object(request, PUBLIC_LIMIT)
+        devices = body.get("devices") or []
+        if (not isinstance(devices, list) or len(devices) > protocol.MAX_SMALL_LIST
+                or not all(isinstance(d, str) and 0 < len(d) <= protocol.MAX_NAME for d in devices)):
+            raise CduiError("bad_request", f"devices={str(devices)[:200]!r} must be a list of at most "
+                                           f"{protocol.MAX_SMALL_LIST} device names")
+        version = body.get("version")
+        if version is not None and version != __version__:
+            raise CduiError("version_mismatch", f"version mismatch: worker {str(version)[:64]}, "
+                                                f"control plane {__version__}",
+                            hint=f"install cdui {__version__} on the worker", status=400)
+        machine = body.get("machine_id") or ""
+        if not isinstance(machine, str) or len(machine) > protocol.MAX_NAME:
+            raise CduiError("bad_request", f"machine_id={str(machine)[:80]!r} must be a string of at most "
+                                           f"{protocol.MAX_NAME} characters")
+        now = self.m.clock.time()
+        return await self.m.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"),
+                                                              devices, machine, now))
+
+    async def _worker_or_404(self, name: str) -> dict[str, Any]:
+        row = await self.m.store.read(lambda c: c.execute("SELECT * FROM workers WHERE name=?", (name,)).fetchone())
+        if row is None:
+            raise NotFound("worker", name, hint="list workers with `cdui workers list`")
+        return dict(row)
+
+    async def set_drain(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        await self._worker_or_404(name)
+        drain = request.path.endswith("/drain")
+        await self.m.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
+        ex = self.m.runs.executor(name)
+        if isinstance(ex, RemoteExecutor):
+            ex.drained = drain
+        self.m.runs.wake()
+        return web.json_response({"name": name, "drained": drain})
+
+    async def reissue(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        await self._worker_or_404(name)
+        body = await read_object(request, DEFAULT_LIMIT)
+        ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
+        now = self.m.clock.time()
+        tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
+        return web.json_response(self._token_answer(request, tok), status=201)
+
+    async def remove(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        row = await self._worker_or_404(name)
+        now = self.m.clock.time()
+
+        def fn(c: Any) -> None:
+            if row["credential_hash"]:
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
+                          "VALUES (?,?,?,?)",
+                          (row["credential_hash"], name, "removed", now))
+            c.execute("DELETE FROM workers WHERE name=?", (name,))
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
+        await self.m.store.write(fn)
+        conn = self.m.conns.pop(name, None)
+        self.m.runs.detach_executor(name)
+        if conn is not None:
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
+                                             f"is revoked"))
+            await conn.ws.close()
+        for run_id, _, _ in self.m.runs.runs_on(name):
+            await self.m.runs.finish(run_id, "interrupted", f"worker {name} was removed")
+        for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, {"queued"}):
+            if r.target == {"worker": name}:
+                await self.m.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
+        for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, ACTIVE):
+            if r.worker_id == name:
+                await self.m.runs.finish(r.id, "interrupted", f"worker {name} was removed")
+        return web.json_response({"removed": name})
+
+
+def _own_addresses() -> list[str]:
+    """This machine's non-loopback IPv4 addresses, as far as its host name tells."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        return []
+    addresses = {str(i[4][0]) for i in infos}  # AF_INET: each sockaddr is (address, port)
+    return sorted(a for a in addresses if not a.startswith("127."))
+
+
+def setup(app: web.Application) -> None:
+    """Add the worker routes; the manager is ``app[WORKERS]`` (made by ``build_app``)."""
+    m = app[WORKERS]
+    h = WorkerRoutes(m)
+    r = app.router
+    r.add_get("/api/workers", h.list_workers)
+    r.add_post("/api/workers/tokens", h.create_token)
+    r.add_get("/api/workers/tokens", h.list_tokens)
+    r.add_delete("/api/workers/tokens/{token_id}", h.delete_token)
+    r.add_post("/api/workers/enroll", h.enroll_route)
+    r.add_get("/ws/worker", m.ws_handler)
+    r.add_delete("/api/workers/{name}", h.remove)
+    r.add_post("/api/workers/{name}/drain", h.set_drain)
+    r.add_post("/api/workers/{name}/undrain", h.set_drain)
+    r.add_post("/api/workers/{name}/reissue", h.reissue)

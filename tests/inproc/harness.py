@@ -1,0 +1,334 @@
+"""The in-process tier: a real control plane app in the test's own event loop.
+
+``Plane`` serves ``build_app(config, clock)`` with aiohttp's ``TestServer`` on
+a loopback port, over a real sqlite file in the test's tmp folder; its HTTP
+client carries the owner's session token. ``FakeAgent`` is a worker that
+speaks the real ``/ws/worker`` protocol over a real socket and does only what
+the test tells it: runs "execute" as the events the test sends. Nothing here
+starts a process, so a test costs milliseconds, and the clock is a
+``FakeClock`` that moves only when the test steps it.
+
+A control-plane crash (kill -9) is a snapshot of the database taken with
+sqlite's backup API while the plane runs: exactly what a killed process
+leaves (committed transactions only). A second plane started on that file is
+the restarted control plane.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from cdui import __version__, protocol, server
+from cdui import appkeys as _keys
+from cdui.clock import FakeClock
+from cdui.config import load
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+
+# Whether the worker manager's timers (resume grace, heartbeat watchdog) sleep on
+# the injected clock. build_app takes the clock now, but until those timers use
+# it the timer tests run with sub-second real settings and :meth:`Plane.elapse`
+# also waits in real time. Set it to True when they do (issue #8, k1).
+TIMERS_ON_CLOCK = False
+
+
+def build(config: Any, clock: FakeClock) -> web.Application:
+    return server.build_app(config, clock)
+
+
+def graph() -> dict[str, Any]:
+    """The smallest graph the control plane accepts; a fake agent never runs it."""
+    return {"format_version": 1, "name": "inproc", "edges": [
+        {"id": "t", "source": "start", "sourceHandle": "trigger", "target": "n", "targetHandle": None,
+         "type": "trigger"}], "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "n", "type": "TensorCreate", "position": {"x": 0, "y": 0}, "data": {"params": {}}}]}
+
+
+class Plane:
+    """One control plane app served on 127.0.0.1, with an owner's HTTP client."""
+
+    def __init__(self, user_data: Path, data_dir: Path, clock: FakeClock | None = None,
+                 **settings: str) -> None:
+        env = {"CODEFYUI_USER_DATA_DIR": str(user_data), "CODEFYUI_DATA_DIR": str(data_dir), **settings}
+        self.config = load(env)
+        self.clock = clock or FakeClock()
+        self.app: web.Application | None = None
+        self.server: TestServer | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Plane:
+        self.app = build(self.config, self.clock)
+        self.server = TestServer(self.app, host="127.0.0.1")
+        await self.server.start_server()
+        token = self.app[_keys.SESSION_TOKEN]
+        self.session = aiohttp.ClientSession(headers={"X-CodefyUI-Token": token})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.session is not None:
+            await self.session.close()
+        if self.server is not None:
+            await self.server.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("")).rstrip("/")
+
+    @property
+    def runs(self) -> Any:
+        assert self.app is not None
+        return self.app[_keys.RUNS]
+
+    async def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        assert self.session is not None
+        async with self.session.request(method, self.url + path, json=body) as r:
+            text = await r.text()
+            try:
+                return r.status, json.loads(text) if text else None
+            except ValueError:
+                return r.status, text
+
+    async def call(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+        status, parsed = await self.api(method, path, body)
+        assert status == expect, f"{method} {path} answered {status}, expected {expect}: {parsed}"
+        return parsed
+
+    async def submit(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/api/runs", {"graph": graph(), "options": options or {}}, expect=201)
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"/api/runs/{run_id}")
+
+    async def events(self, run_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            page = await self.call("GET", f"/api/runs/{run_id}/events?after={out[-1]['seq'] if out else 0}")
+            out += page
+            if len(page) < 1000:
+                return out
+
+    async def worker(self, name: str) -> dict[str, Any] | None:
+        for w in (await self.call("GET", "/api/workers"))["workers"]:
+            if w["name"] == name:
+                return w
+        return None
+
+    async def wait_status(self, run_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The run once its status is one of ``statuses``.
+
+        What changes the status here is the server reacting to a socket event
+        (a close, a message), which the test cannot await directly; this waits
+        for that reaction, never for time to pass in the control plane."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            r = await self.run(run_id)
+            if r["status"] in statuses:
+                return r
+            if loop.time() > deadline:
+                raise AssertionError(f"run {run_id} is {r['status']!r}, not one of {statuses} after {timeout} s: {r}")
+            await asyncio.sleep(0.01)
+
+    async def elapse(self, seconds: float, sleepers: int = 1) -> None:
+        """Let ``seconds`` of control-plane time pass: once ``sleepers`` timers wait on
+        the fake clock, step it (see TIMERS_ON_CLOCK for the real wait meanwhile)."""
+        if TIMERS_ON_CLOCK:
+            await self.clock.wait_for_sleepers(sleepers)
+            await self.clock.advance(seconds)
+        else:
+            await self.clock.advance(seconds)
+            await asyncio.sleep(seconds)
+
+    async def graceful_stop(self) -> None:
+        """What SIGTERM does before aiohttp drops the connections: stop the runs
+        while every worker socket is still read (see server._run_until_signal)."""
+        await self.runs.close()
+
+    def crash_copy(self, user_data: Path) -> None:
+        """The database as kill -9 would leave it, as ``user_data``'s database."""
+        user_data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        src = sqlite3.connect(f"file:{self.config.db_path}?mode=ro", uri=True)
+        dst = sqlite3.connect(user_data / self.config.db_path.name)
+        try:
+            src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
+
+
+class FakeAgent:
+    """A worker that speaks the real protocol and does only what the test says.
+
+    It keeps every event it "sent" for a run (its spool), numbers them by
+    ``src_seq`` as the real agent does, and replays from the control plane's
+    acknowledgement on reconnect. It sends heartbeats only when told, so a
+    connection is silent unless the test speaks; it answers ``stop`` by ending
+    the run ``cancelled`` when ``answer_stop`` is set."""
+
+    def __init__(self, plane: Plane, name: str = "w1", devices: tuple[str, ...] = ("cpu",)) -> None:
+        self.plane = plane
+        self.name = name
+        self.devices = list(devices)
+        self.credential = ""
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.welcome: dict[str, Any] = {}
+        self.spool: dict[str, list[dict[str, Any]]] = {}
+        self.acked: dict[str, int] = {}
+        self.assigned: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.stops: list[str] = []
+        self.inbox: list[dict[str, Any]] = []
+        self.answer_stop = False
+        self._acks = asyncio.Condition()
+        self._session = aiohttp.ClientSession()
+        self._reader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._seq = itertools.count(1)
+        self._closed = False
+
+    async def enroll(self) -> FakeAgent:
+        tok = (await self.plane.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201))["token"]
+        res = await self.plane.call("POST", "/api/workers/enroll", {
+            "token": tok, "name": self.name, "devices": self.devices, "version": __version__,
+            "machine_id": "fake-machine"}, expect=201)
+        self.credential = res["credential"]
+        return self
+
+    def use_plane(self, plane: Plane) -> None:
+        """Talk to another control plane (the restarted one) with the same credential."""
+        self.plane = plane
+
+    async def connect(self, held: list[str] | None = None) -> dict[str, Any]:
+        """Connect, say hello holding ``held`` runs (with what was spooled of them), return the welcome."""
+        runs = [{"run_id": r, "running": True, "last_seq": len(self.spool.get(r, []))} for r in held or []]
+        # autoclose off: when the control plane closes the socket (a missed-heartbeat verdict),
+        # the agent drops the link instead of completing the close handshake, as a dead link does.
+        self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
+                                                 headers={"Authorization": f"Bearer {self.credential}"},
+                                                 autoclose=False)
+        await self.ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, {},
+                                                         "fake-machine", runs)))
+        msg = await self.ws.receive(timeout=30)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        self.welcome = json.loads(msg.data)
+        assert self.welcome["type"] == "welcome", self.welcome
+        for run_id, a in self.welcome["runs"].items():
+            self.acked[run_id] = a["acked"]
+        self._reader = asyncio.create_task(self._read(self.ws))
+        return self.welcome
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.CLOSE:
+                await self._cut()
+                break
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            d = json.loads(msg.data)
+            t = d.get("type")
+            if t == "assign":
+                self.spool.setdefault(d["run_id"], [])
+                await self.assigned.put(d)
+            elif t == "ack":
+                async with self._acks:
+                    self.acked[d["run_id"]] = max(self.acked.get(d["run_id"], 0), d["acked"])
+                    self._acks.notify_all()
+            elif t == "stop":
+                self.stops.append(d["run_id"])
+                if self.answer_stop:
+                    self._spawn(self.status(d["run_id"], "cancelled"))
+            else:
+                self.inbox.append(d)
+        async with self._acks:
+            self._acks.notify_all()  # wake waiters: no ack comes on a closed socket
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def assignment(self, timeout: float = 30.0) -> dict[str, Any]:
+        return await asyncio.wait_for(self.assigned.get(), timeout)
+
+    def spool_event(self, run_id: str, kind: str, **data: Any) -> dict[str, Any]:
+        """Record an event as the agent's spool does, without sending it (the link is down)."""
+        evs = self.spool.setdefault(run_id, [])
+        ev = {"src_seq": len(evs) + 1, "kind": kind, "data": data, "at": self.plane.clock.time()}
+        evs.append(ev)
+        return ev
+
+    async def send(self, run_id: str, kind: str, wait_ack: bool = True, **data: Any) -> int:
+        """Spool one event, send everything not yet acknowledged, and (by default) wait for its ack."""
+        ev = self.spool_event(run_id, kind, **data)
+        await self.flush(run_id, wait_ack)
+        return ev["src_seq"]
+
+    async def flush(self, run_id: str, wait_ack: bool = True) -> None:
+        """Send the spooled events after the last acknowledgement (the replay after a reconnect)."""
+        assert self.ws is not None and not self.ws.closed, "not connected"
+        pending = self.spool.get(run_id, [])[self.acked.get(run_id, 0):]
+        if not pending:
+            return
+        for text in protocol.encode_events(run_id, pending):
+            await self.ws.send_str(text)
+        if wait_ack:
+            await self.wait_acked(run_id, pending[-1]["src_seq"])
+
+    async def wait_acked(self, run_id: str, seq: int, timeout: float = 30.0) -> None:
+        async def until() -> None:
+            async with self._acks:
+                await self._acks.wait_for(lambda: self.acked.get(run_id, 0) >= seq
+                                          or self.ws is None or self.ws.closed)
+        await asyncio.wait_for(until(), timeout)
+        assert self.acked.get(run_id, 0) >= seq, f"the control plane acknowledged {self.acked.get(run_id)} < {seq}"
+
+    async def status(self, run_id: str, status: str, **data: Any) -> int:
+        return await self.send(run_id, "status", status=status, **data)
+
+    async def log(self, run_id: str, message: str) -> int:
+        return await self.send(run_id, "log", message=message, stream="stdout")
+
+    async def heartbeat(self, runs: list[str]) -> None:
+        assert self.ws is not None
+        await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))
+
+    async def drop(self) -> None:
+        """Cut the connection as a network failure does: the TCP connection ends
+        without a WebSocket close handshake (the session's connections are dropped)."""
+        await self._cut()
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            await self._reader
+
+    async def _cut(self) -> None:
+        session, self._session = self._session, aiohttp.ClientSession()
+        await session.close()
+
+    async def close(self) -> None:
+        """Disconnect for good. Do it before its plane stops: a plane stopped with a
+        worker still connected takes about 30 s to shut down since the app's wiring
+        moved into cleanup_ctx (reported, issue #8)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await self.drop()
+        for t in list(self._tasks):
+            t.cancel()
+        await self._session.close()

@@ -1,0 +1,255 @@
+"""Worker sessions in process: disconnects, resume, grace, adoption, heartbeats, stop.
+
+A real control plane app (``TestServer`` on 127.0.0.1, a real sqlite file)
+and a fake agent speaking the real protocol over a real socket. Each test
+asserts the one outcome that must happen; time in the control plane moves
+only when the test steps its clock."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import FakeAgent, Plane
+
+GRACE = "30"
+
+
+def _plane(tmp_path: Path, name: str = "ud", **settings: str) -> Plane:
+    return Plane(tmp_path / name, tmp_path / "data", **{"CODEFYUI_WORKER_RESUME_GRACE_S": GRACE, **settings})
+
+
+async def _start_run(cp: Plane, agent: FakeAgent, progress: int) -> str:
+    """Submit a run for the agent, take its assignment, report it running with ``progress`` ticks."""
+    run = await cp.submit({"target": {"worker": agent.name}})
+    assign = await agent.assignment()
+    assert assign["run_id"] == run["id"]
+    await agent.status(run["id"], "running", pid=4242)
+    for i in range(1, progress + 1):
+        await agent.send(run["id"], "progress", tick=i)
+    return run["id"]
+
+
+def _ticks(evs: list[dict]) -> list[int]:
+    return [e["data"]["tick"] for e in evs if e["kind"] == "progress"]
+
+
+def _warnings(evs: list[dict]) -> list[str]:
+    return [e["data"]["kind"] for e in evs if e["kind"] == "run_warning"]
+
+
+async def test_run_on_worker_succeeds_with_every_event(tmp_path):
+    async with _plane(tmp_path) as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            assert (await cp.worker("w1"))["online"] is True
+            run_id = await _start_run(cp, agent, 3)
+            assert (await cp.run(run_id))["status"] == "running"
+            await agent.log(run_id, "hello from w1")
+            await agent.status(run_id, "succeeded")
+            r = await cp.run(run_id)
+            assert (r["status"], r["worker_id"]) == ("succeeded", "w1")
+            evs = await cp.events(run_id)
+            assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+            assert _ticks(evs) == [1, 2, 3]
+            assert [e["data"]["message"] for e in evs if e["kind"] == "log"] == ["hello from w1"]
+        finally:
+            await agent.close()
+
+
+async def test_disconnect_within_grace_resumes_without_gap_or_duplicate(tmp_path):
+    """Cut mid-run: the run waits ``disconnected``; the agent returns within the grace and
+    replays from the acknowledgement; every event is stored once, in order."""
+    async with _plane(tmp_path) as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 5)
+            await agent.drop()
+            r = await cp.wait_status(run_id, "disconnected")
+            assert r["worker_status"]["state"] == "disconnected"
+            for i in range(6, 16):  # the run ticks on while the link is down
+                agent.spool_event(run_id, "progress", tick=i)
+            welcome = await agent.connect(held=[run_id])
+            assert welcome["runs"] == {run_id: {"acked": 6, "action": "continue"}}
+            assert (await cp.run(run_id))["status"] == "running"
+            await agent.flush(run_id)
+            await agent.status(run_id, "succeeded")
+            assert (await cp.run(run_id))["status"] == "succeeded"
+            evs = await cp.events(run_id)
+            assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+            assert _ticks(evs) == list(range(1, 16))
+            assert _warnings(evs) == ["worker_disconnected", "worker_reconnected"]
+        finally:
+            await agent.close()
+
+
+async def test_past_grace_interrupted_then_late_result(tmp_path):
+    """Past the grace the run ends ``interrupted`` and frees its slot; the returning worker
+    is told to stop it, and its own ending is kept as ``late_result`` beside the log."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="0.5") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 2)
+            await agent.drop()
+            await cp.wait_status(run_id, "disconnected")
+            await cp.elapse(0.5)
+            ended = await cp.wait_status(run_id, "interrupted")
+            assert ended["error"] == "worker w1 did not reconnect within 0.5 s (CODEFYUI_WORKER_RESUME_GRACE_S)"
+            assert (await cp.worker("w1"))["devices"][0]["in_use"] == 0
+            n_events = len(await cp.events(run_id))
+            agent.spool_event(run_id, "progress", tick=3)
+            agent.spool_event(run_id, "status", status="cancelled")
+            welcome = await agent.connect(held=[run_id])
+            assert welcome["runs"][run_id]["action"] == "stop"
+            await agent.flush(run_id)
+            r = await cp.run(run_id)
+            assert r["status"] == "interrupted"
+            assert (r["late_result"]["status"], r["late_result"]["worker_id"]) == ("cancelled", "w1")
+            assert len(await cp.events(run_id)) == n_events, "the event log stays as it was"
+        finally:
+            await agent.close()
+
+
+async def test_restart_adopts_the_worker_run_and_it_completes(tmp_path):
+    """The control plane is killed mid-run; a second one on its database adopts the run,
+    the worker returns with it and replays; the log is complete and says the server restarted."""
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
+        agent = FakeAgent(cp)
+        await agent.enroll()
+        await agent.connect()
+        run_id = await _start_run(cp, agent, 4)
+        cp.crash_copy(tmp_path / "ud2")
+        await agent.drop()
+    try:
+        async with _plane(tmp_path, "ud2") as cp2:
+            r = await cp2.run(run_id)
+            assert r["status"] == "disconnected"
+            agent.use_plane(cp2)
+            agent.spool_event(run_id, "progress", tick=5)
+            welcome = await agent.connect(held=[run_id])
+            assert welcome["runs"] == {run_id: {"acked": 5, "action": "continue"}}
+            await agent.flush(run_id)
+            await agent.status(run_id, "succeeded")
+            done = await cp2.run(run_id)
+            assert done["status"] == "succeeded"
+            evs = await cp2.events(run_id)
+            assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+            assert _ticks(evs) == [1, 2, 3, 4, 5]
+            restarts = [e for e in evs if e["kind"] == "run_warning" and e["data"].get("restart")]
+            assert len(restarts) == 1 and "server restarted" in restarts[0]["data"]["message"]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
+    finally:
+        await agent.close()
+
+
+async def test_restart_without_the_worker_interrupts_after_grace(tmp_path):
+    """An adopted run whose worker never comes back ends with the exact reason."""
+    async with _plane(tmp_path) as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 1)
+            cp.crash_copy(tmp_path / "ud2")
+        finally:
+            await agent.close()
+    async with _plane(tmp_path, "ud2", CODEFYUI_WORKER_RESUME_GRACE_S="0.5") as cp2:
+        await cp2.elapse(0.5)
+        r = await cp2.wait_status(run_id, "interrupted")
+        assert r["error"] == "it did not reconnect with the run within 0.5 s after this server restarted"
+
+
+async def test_silent_connection_three_missed_heartbeats(tmp_path):
+    """A worker silent for three heartbeats counts as disconnected; the run resumes after."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="0.2") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 2)
+            # The socket stays open; the agent just says nothing.
+            for _ in range(4):
+                await cp.elapse(0.2)
+            await cp.wait_status(run_id, "disconnected")
+            await agent.drop()  # the server closed its end; the agent notices and comes back
+            welcome = await agent.connect(held=[run_id])
+            assert welcome["runs"] == {run_id: {"acked": 3, "action": "continue"}}
+            await agent.status(run_id, "succeeded")
+            r = await cp.run(run_id)
+            assert r["status"] == "succeeded"
+            assert _warnings(await cp.events(run_id)) == ["worker_disconnected", "worker_reconnected"]
+        finally:
+            await agent.close()
+
+
+async def test_heartbeats_keep_a_quiet_run_connected(tmp_path):
+    """A run that reports nothing for longer than three heartbeats stays ``running``
+    while its worker keeps sending heartbeats."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="0.2") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 0)
+            for _ in range(6):
+                await agent.heartbeat([run_id])
+                await cp.elapse(0.2)
+            assert (await cp.run(run_id))["status"] == "running"
+            await agent.status(run_id, "succeeded")
+            assert (await cp.run(run_id))["status"] == "succeeded"
+        finally:
+            await agent.close()
+
+
+async def test_stop_while_offline_survives_restart(tmp_path):
+    """Stop pressed while the worker is offline is kept across a restart and delivered
+    when the worker reconnects; the run ends as the worker stopped it."""
+    # The first control plane's grace does not matter (it is "killed"); a short one keeps its shutdown short.
+    async with _plane(tmp_path, CODEFYUI_WORKER_RESUME_GRACE_S="1") as cp:
+        agent = FakeAgent(cp)
+        await agent.enroll()
+        await agent.connect()
+        run_id = await _start_run(cp, agent, 1)
+        await agent.drop()
+        await cp.wait_status(run_id, "disconnected")
+        await cp.call("POST", f"/api/runs/{run_id}/stop")
+        cp.crash_copy(tmp_path / "ud2")
+    try:
+        async with _plane(tmp_path, "ud2") as cp2:
+            agent.use_plane(cp2)
+            agent.answer_stop = True
+            await agent.connect(held=[run_id])
+            done = await cp2.wait_status(run_id, "cancelled", "interrupted", "failed", "succeeded")
+            assert done["status"] == "cancelled", done
+            assert agent.stops == [run_id]
+            await agent.close()  # before the plane stops: see the note in harness.FakeAgent.close
+    finally:
+        await agent.close()
+
+
+async def test_graceful_stop_ends_worker_run_as_the_worker_stopped_it(tmp_path):
+    """A normal shutdown asks each worker run to stop and keeps reading the worker's socket,
+    so the worker's own ending (``cancelled``) is stored and nothing is left to adopt."""
+    async with _plane(tmp_path, CODEFYUI_SHUTDOWN_GRACE_S="600") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 1)
+            agent.answer_stop = True
+            await cp.graceful_stop()
+            assert agent.stops == [run_id]
+            r = await cp.run(run_id)
+            assert r["status"] == "cancelled", r
+            evs = await cp.events(run_id)
+            final = [e["data"]["status"] for e in evs if e["kind"] == "status"
+                     and e["data"].get("status") in ("cancelled", "interrupted")]
+            assert final == ["cancelled"]
+            assert not [e for e in evs if e["data"].get("restart")]
+        finally:
+            await agent.close()

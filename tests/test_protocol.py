@@ -1,0 +1,190 @@
+"""The /ws/worker messages and the job as values: every message survives its own
+``to_json()`` and the parser of the other side unchanged, and every malformed
+message is refused with a text that says what was wrong.
+
+Pure functions, no server: the hostile-worker tests drive the same parser through
+a real connection."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cdui import protocol
+from cdui.job import Job, JobError, JobFiles
+
+JOB = Job(run_id="r1", graph={"nodes": [{"id": "a", "type": "Start", "params": {"token": ""}}], "edges": []},
+          options={"device": "cpu", "graph_max_nodes": 500}, slot_device="cuda:1", process_device="cuda:0",
+          layout={"data_dir": "/data"}, custom_nodes_dir="/c", plugins_dir=None,
+          files=JobFiles("transfer", ({"folder": "datasets", "name": "iris.csv", "sha256": "ab", "size": 3},), "data"),
+          secrets=((("nodes", 0, "params", "token"), "s3cr3t-value-long"),))
+
+AGENT_MESSAGES: list[protocol.AgentMessage] = [
+    protocol.Hello("1.0", "w1", ["cpu", "cuda:0"], {"data": "/mnt/data"}, "m1",
+                   [protocol.HeldRun("r1", True, 7), protocol.HeldRun("r2", False, 0)], True, "i-1", ["x"]),
+    protocol.Hello("1.0", "w1", ["cpu"]),
+    protocol.Events("r1", [{"src_seq": 1, "kind": "log", "data": {"message": "hi"}, "at": 1.7e9},
+                           {"src_seq": 2, "kind": "status", "data": {"status": "running"}, "at": 1.7e9}]),
+    protocol.Events("r1", []),
+    protocol.Heartbeat(["r1", "r2"], {"data": "/mnt"}),
+    protocol.Heartbeat([]),
+]
+
+SERVER_MESSAGES: list[protocol.ServerMessage] = [
+    protocol.Welcome("1.0", "w1", 10.0, 300.0, {"r1": protocol.RunAnswer(4, "continue"),
+                                                "r2": protocol.RunAnswer(0, "stop"),
+                                                "r3": protocol.RunAnswer(9, "drop")}),
+    protocol.Welcome("1.0", "w1", 0.5, 0.0),
+    protocol.Refused("name_in_use", "worker w1 is already connected"),
+    protocol.Assign("r1", JOB),
+    protocol.Assign("r2", Job(run_id="r2", graph={})),
+    protocol.Ack("r1", 12),
+    protocol.Stop("r1"),
+    protocol.Revoked("worker w1 was removed"),
+    protocol.Error("malformed message: not JSON"),
+]
+
+
+@pytest.mark.parametrize("msg", AGENT_MESSAGES, ids=lambda m: type(m).__name__)
+def test_agent_messages_round_trip(msg: protocol.AgentMessage) -> None:
+    assert protocol.parse_agent_message(msg.to_json()) == msg
+
+
+@pytest.mark.parametrize("msg", SERVER_MESSAGES, ids=lambda m: type(m).__name__)
+def test_server_messages_round_trip(msg: protocol.ServerMessage) -> None:
+    assert protocol.parse_server_message(msg.to_json()) == msg
+
+
+def test_hello_sends_its_version_first() -> None:
+    """The control plane reads the version before the rest, so it must lead the text."""
+    text = protocol.Hello("9.9", "w1", ["cpu"]).to_json()
+    assert text.startswith('{"version": "9.9", "type": "hello"')
+    assert protocol.peek_version(text) == "9.9"
+
+
+def _events(**ev: Any) -> str:
+    e = {"src_seq": 1, "kind": "log", "data": {}, "at": 1.7e9, **ev}
+    return json.dumps({"type": "events", "run_id": "r1", "events": [e]})
+
+
+def _nested(n: int) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for _ in range(n):
+        d = {"x": d}
+    return d
+
+
+AGENT_REFUSALS = [
+    ("not json", "not JSON"),
+    ("[1]", "must be a JSON object"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": NaN}}]}', "NaN"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": Infinity}}]}',
+     "Infinity"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {}, "at": 1e999}]}',
+     "out of range"),
+    (_events(at=-1), "UNIX time"),
+    (_events(at=True), "UNIX time"),
+    (_events(src_seq=0), "src_seq=0 is out of range"),
+    (_events(src_seq=True), "type bool"),
+    (_events(kind="k" * 1000), "over the limit"),
+    (_events(data=_nested(protocol.MAX_DEPTH + 1)), "nests deeper"),
+    (_events(data=[1]), "not an object"),
+    (json.dumps({"type": "events", "run_id": "r1", "events": [{"src_seq": i + 1, "kind": "log"}
+                                                              for i in range(protocol.MAX_EVENTS + 1)]}),
+     "over the limit"),
+    ('{"type": "events", "events": []}', "missing field 'run_id'"),
+    ("[" * 100000 + "]" * 100000, "nests too deeply"),
+    ('{"type": "surprise"}', "unknown message type 'surprise'"),
+    ('{"type": "heartbeat", "runs": [1]}', "must be a string"),
+    ('{"type": "heartbeat", "labels": {"k": {"n": 1}}}', "must be a string"),
+    ('{"type": "hello", "version": "1", "name": "w"}', "missing field 'devices'"),
+    ('{"type": "hello", "version": "1", "name": "w", "devices": ["cpu"], "runs": [{"running": true}]}',
+     "missing field 'run_id'"),
+    ('{"type": "hello", "version": "1", "name": "w", "devices": ["cpu"], "runs": [{"run_id": "r", "last_seq": -1}]}',
+     "out of range"),
+    (json.dumps({"type": "hello", "version": "1", "name": "w", "devices": ["d"] * (protocol.MAX_SMALL_LIST + 1)}),
+     "over the limit"),
+    ('"x' + "y" * protocol.MAX_MESSAGE + '"', "byte limit"),
+]
+
+
+@pytest.mark.parametrize("raw,why", AGENT_REFUSALS, ids=[w for _, w in AGENT_REFUSALS])
+def test_malformed_agent_messages_are_refused_with_the_reason(raw: str, why: str) -> None:
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.parse_agent_message(raw)
+    assert why in str(err.value)
+
+
+def _assign(job: dict[str, Any], run_id: str = "r1") -> str:
+    return json.dumps({"type": "assign", "run_id": run_id, "job": job})
+
+
+SERVER_REFUSALS = [
+    ("not json", "not JSON"),
+    ("[]", "must be a JSON object"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": NaN, "resume_grace_s": 1}', "NaN"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": 0, "resume_grace_s": 1}', "out of range"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": true, "resume_grace_s": 1}', "out of range"),
+    ('{"type": "welcome", "version": "1", "heartbeat_s": 1, "resume_grace_s": 1}', "missing field 'worker'"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": 1, "resume_grace_s": 1, '
+     '"runs": {"r1": {"acked": 1, "action": "explode"}}}', "'explode' is not one of continue, stop, drop"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": 1, "resume_grace_s": 1, '
+     '"runs": {"r1": {"acked": -1, "action": "stop"}}}', "out of range"),
+    ('{"type": "welcome", "version": "1", "worker": "w", "heartbeat_s": 1, "resume_grace_s": 1, "runs": {"r1": 3}}',
+     "is not an object"),
+    ('{"type": "refused", "message": "no"}', "missing field 'code'"),
+    ('{"type": "ack", "run_id": "r1"}', "missing field 'acked'"),
+    ('{"type": "ack", "run_id": "r1", "acked": 1.5}', "type float"),
+    ('{"type": "stop"}', "missing field 'run_id'"),
+    ('{"type": "stop", "run_id": 7}', "type int"),
+    (json.dumps({"type": "error", "message": "m" * (protocol.MAX_TEXT + 1)}), "over the limit"),
+    ('{"type": "assign", "run_id": "r1"}', "missing field 'job'"),
+    (_assign({"run_id": "r2", "graph": {}}), "the job is for run 'r2'"),
+    (_assign({"graph": {}}), "job: missing field 'run_id'"),
+    (_assign({"run_id": "r1", "graph": []}), "job: field 'graph' has type list"),
+    (_assign({"run_id": "r1", "graph": {}, "secrets": ["bare"]}), "secrets[0] is not a [path, value] pair"),
+    (_assign({"run_id": "r1", "graph": {}, "files": {"backend": "ftp"}}), "files.backend='ftp'"),
+    (_assign({"run_id": "r1", "graph": {}, "files": {"inputs": [1]}}), "files.inputs item must be an object"),
+    (_assign({"run_id": "r1", "graph": {}, "slot_device": 0}), "field 'slot_device' has type int"),
+    ('{"type": "hello"}', "unknown message type 'hello'"),
+    ('"x' + "y" * protocol.MAX_MESSAGE + '"', "byte limit"),
+]
+
+
+@pytest.mark.parametrize("raw,why", SERVER_REFUSALS, ids=[w for _, w in SERVER_REFUSALS])
+def test_malformed_server_messages_are_refused_with_the_reason(raw: str, why: str) -> None:
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.parse_server_message(raw)
+    assert why in str(err.value)
+
+
+def test_job_round_trips_through_its_json() -> None:
+    assert Job.from_json(JOB.to_json()) == JOB
+
+
+def test_job_keeps_secrets_out_of_its_repr() -> None:
+    """A job in a log line or a traceback must not show a secret value."""
+    assert "s3cr3t" not in repr(JOB)
+    assert "s3cr3t" not in repr(protocol.Assign("r1", JOB))
+    assert "s3cr3t" in JOB.to_json()  # the pipe and the assign message still carry it
+
+
+def test_job_for_another_machine_is_a_new_value() -> None:
+    other = JOB.without_local_paths()
+    assert (other.layout, other.custom_nodes_dir, other.plugins_dir) == (None, None, None)
+    assert (JOB.layout, JOB.custom_nodes_dir) == ({"data_dir": "/data"}, "/c")
+    with pytest.raises(AttributeError):
+        JOB.run_id = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{", "the job is not JSON"),
+    ("[]", "a job must be a JSON object, got list"),
+    ('{"run_id": "r", "graph": {}, "options": []}', "field 'options' has type list"),
+    ('{"run_id": "r", "graph": {}, "layout": "x"}', "field 'layout' has type str"),
+])
+def test_malformed_jobs_are_refused_with_the_reason(text: str, why: str) -> None:
+    with pytest.raises(JobError) as err:
+        Job.from_json(text)
+    assert why in str(err.value)
