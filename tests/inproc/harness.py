@@ -38,7 +38,7 @@ TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 # the injected clock. build_app takes the clock now, but until those timers use
 # it the timer tests run with sub-second real settings and :meth:`Plane.elapse`
 # also waits in real time. Set it to True when they do (issue #8, k1).
-TIMERS_ON_CLOCK = False
+TIMERS_ON_CLOCK = True
 
 
 def build(config: Any, clock: FakeClock) -> web.Application:
@@ -305,9 +305,23 @@ class FakeAgent:
     async def log(self, run_id: str, message: str) -> int:
         return await self.send(run_id, "log", message=message, stream="stdout")
 
-    async def heartbeat(self, runs: list[str]) -> None:
+    async def heartbeat(self, runs: list[str], timeout: float = 30.0) -> None:
+        """Send a heartbeat and wait until the control plane has read it (its
+        connection's liveness stamp is the clock's now), so a clock step that
+        follows cannot overtake it."""
         assert self.ws is not None
         await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))
+        assert self.plane.app is not None
+        manager = self.plane.app[_keys.WORKERS]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            conn = manager.conns.get(self.name)
+            if conn is not None and conn.alive_at == self.plane.clock.monotonic():
+                return
+            if loop.time() > deadline:
+                raise AssertionError(f"the control plane did not read {self.name}'s heartbeat within {timeout} s")
+            await asyncio.sleep(0.005)
 
     async def drop(self) -> None:
         """Cut the connection as a network failure does: the TCP connection ends
