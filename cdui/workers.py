@@ -258,7 +258,9 @@ class WorkerManager:
             if self.conns.get(name) is conn:
                 self.conns.pop(name, None)
                 self.runs.detach_executor(name, executor)
-                await self._worker_gone(name)
+                # aiohttp cancels this handler once a peer's clean close completes; what
+                # the departed worker's runs become must not be cut short by that.
+                await asyncio.shield(self.runs.spawn(self._worker_gone(name)))
             await ws.close()
         return ws
 

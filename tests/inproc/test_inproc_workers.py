@@ -253,3 +253,20 @@ async def test_graceful_stop_ends_worker_run_as_the_worker_stopped_it(tmp_path):
             assert not [e for e in evs if e["data"].get("restart")]
         finally:
             await agent.close()
+
+
+async def test_clean_close_by_the_worker_disconnects_its_run(tmp_path):
+    """A worker that closes its socket cleanly (the close handshake completes, which
+    makes aiohttp cancel the handler) still leaves its run ``disconnected``, waiting."""
+    async with _plane(tmp_path) as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 1)
+            assert agent.ws is not None
+            await agent.ws.close()
+            r = await cp.wait_status(run_id, "disconnected")
+            assert r["worker_status"]["state"] == "disconnected"
+        finally:
+            await agent.close()
