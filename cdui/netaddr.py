@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from aiohttp import web
+
 
 def is_loopback_host(host: str) -> bool:
     """Is ``host`` (an IP address, possibly with a ``%zone``, or ``localhost``) this machine's loopback?"""
@@ -18,3 +20,8 @@ def is_loopback_host(host: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback
+
+
+def is_loopback(request: web.Request) -> bool:
+    """Is the request's peer this machine's loopback?"""
+    return is_loopback_host(request.remote or "") and request.remote != "localhost"

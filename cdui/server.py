@@ -45,7 +45,7 @@ from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.errors import CduiError
 from cdui.layout import WEB_DIR
-from cdui.loopback import is_loopback
+from cdui.netaddr import is_loopback
 from cdui.nodes.registry import build_registry
 from cdui.peercred import peer_uid
 from cdui.private import private_dir, restrict_umask

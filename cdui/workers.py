@@ -36,7 +36,7 @@ from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError
 from cdui.job import Job
-from cdui.loopback import is_loopback
+from cdui.netaddr import is_loopback
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
 from cdui.store import ACTIVE, TERMINAL, Run
