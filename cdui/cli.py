@@ -16,13 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cdui import __version__
+from cdui import __version__, cli_workers
+from cdui.cli_util import _die, _pid_alive, _read_pid
 from cdui.errors import CduiError
-
-
-def _die(msg: str, code: int = 1) -> int:
-    print(f"cdui: error: {msg}", file=sys.stderr)
-    return code
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,22 +32,6 @@ def _config():
 
 
 # -- server lifecycle -----------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _pid_alive(pid) else None
 
 
 def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -326,12 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("rest", nargs=argparse.REMAINDER)
         s.set_defaults(func=_launcher_only, launcher_command=name)
 
-    try:
-        from cdui import cli_workers
-    except ImportError:
-        pass
-    else:
-        cli_workers.add_commands(sub)
+    cli_workers.add_commands(sub)
     return p
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import _die, _read_pid
+from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 from cdui.netaddr import is_loopback_host
 
