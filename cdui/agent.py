@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import random
 import shutil
 import signal
 import socket
@@ -34,6 +33,7 @@ import aiohttp
 
 from cdui import __version__, protocol, runner
 from cdui.atomic import atomic_write
+from cdui.backoff import backoff_delays
 from cdui.job import Job
 from cdui.spool import RunSpool, spooled_runs
 
@@ -54,15 +54,6 @@ class Refused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def backoff_delays(start: float = 1.0, cap: float = 60.0, jitter: float = 0.2,
-                   rand: Callable[[], float] = random.random):
-    """1, 2, 4, ... 60 s with +-jitter; a pure generator so tests can read it."""
-    d = start
-    while True:
-        yield d * (1 - jitter + 2 * jitter * rand())
-        d = min(d * 2, cap)
 
 
 def credential_path(user_data: Path, control: str) -> Path:

@@ -339,5 +339,5 @@ class RunFiles:
 
 
 def _delays(start: float = 1.0, cap: float = 60.0):
-    from cdui.agent import backoff_delays
+    from cdui.backoff import backoff_delays
     return backoff_delays(start, cap)

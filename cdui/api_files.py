@@ -104,7 +104,7 @@ async def listing(request: web.Request) -> web.Response:
 
 
 async def _sweep_stale(app: web.Application) -> None:
-    from cdui.server import CONFIG
+    from cdui.appkeys import CONFIG
     layout = app[CONFIG].layout
     # the upload folders and the folders workers' outputs arrive in (transfer.py)
     sweep_stale({layout.folder(f) for f in ("files", "images", "models", "media", "output")} | {layout.runs_dir()})

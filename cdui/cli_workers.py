@@ -128,7 +128,7 @@ def enroll_is_transient(err: CduiError) -> bool:
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
                         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
-    from cdui.agent import backoff_delays
+    from cdui.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
