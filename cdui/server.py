@@ -286,6 +286,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_workers_ctx)
     app.cleanup_ctx.append(_runs_ctx)
+    app.on_shutdown.append(_close_sockets)
 
     app.on_response_prepare.append(security_headers)
     app.router.add_get("/api/health", health)
@@ -327,6 +328,16 @@ async def _runs_ctx(app: web.Application) -> AsyncIterator[None]:
     # A graceful stop by signal has already stopped the runs while the sockets
     # were still read (see _run_until_signal); close() runs its body once.
     await runs.close()
+
+
+async def _close_sockets(app: web.Application) -> None:
+    """aiohttp's shutdown step for long-lived connections: it waits for every
+    handler before the cleanups run, and a worker's WebSocket never ends by
+    itself. The runs are stopped first (once; by a signal they already were,
+    while the sockets were still read), which also ends every run's live
+    stream; then the worker sockets close."""
+    await app[RUNS].close()
+    await app[WORKERS].close()
 
 
 def serve(config: Config, host: str, port: int) -> None:

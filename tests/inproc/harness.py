@@ -335,9 +335,7 @@ class FakeAgent:
         await session.close()
 
     async def close(self) -> None:
-        """Disconnect for good. Do it before its plane stops: a plane stopped with a
-        worker still connected takes about 30 s to shut down since the app's wiring
-        moved into cleanup_ctx (reported, issue #8)."""
+        """Disconnect for good."""
         if self._closed:
             return
         self._closed = True

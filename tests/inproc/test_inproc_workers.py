@@ -6,9 +6,12 @@ asserts the one outcome that must happen; time in the control plane moves
 only when the test steps its clock."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from harness import FakeAgent, Plane
+
+from cdui import appkeys as _keys
 
 GRACE = "30"
 
@@ -270,3 +273,21 @@ async def test_clean_close_by_the_worker_disconnects_its_run(tmp_path):
             assert r["worker_status"]["state"] == "disconnected"
         finally:
             await agent.close()
+
+
+async def test_stopping_the_server_closes_a_connected_workers_socket(tmp_path):
+    """A worker's WebSocket never ends by itself, and aiohttp's shutdown waits for
+    every handler: the server closes worker sockets at shutdown instead of
+    waiting out its whole shutdown timeout."""
+    cp = _plane(tmp_path)
+    await cp.__aenter__()
+    agent = FakeAgent(cp)
+    try:
+        await agent.enroll()
+        await agent.connect()
+        await asyncio.wait_for(cp.__aexit__(None, None, None), 60)
+        # Before the fix this shutdown waited on the worker's handler for good.
+        assert cp.app is not None
+        assert cp.app[_keys.WORKERS].conns == {}
+    finally:
+        await agent.close()
