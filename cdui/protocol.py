@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from cdui.job import Job, JobError
@@ -341,14 +341,20 @@ class Welcome:
                            "runs": {k: v.to_dict() for k, v in self.runs.items()}})
 
 
+class _Flat:
+    """A message whose fields are plain JSON values: ``{"type", <fields in order>}``."""
+
+    type: ClassVar[str]
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, **asdict(self)})  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class Refused:
+class Refused(_Flat):
     code: str
     message: str
     type: ClassVar[str] = "refused"
-
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "code": self.code, "message": self.message})
 
 
 @dataclass(frozen=True)
@@ -362,40 +368,28 @@ class Assign:
 
 
 @dataclass(frozen=True)
-class Ack:
+class Ack(_Flat):
     run_id: str
     acked: int
     type: ClassVar[str] = "ack"
 
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "run_id": self.run_id, "acked": self.acked})
-
 
 @dataclass(frozen=True)
-class Stop:
+class Stop(_Flat):
     run_id: str
     type: ClassVar[str] = "stop"
 
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "run_id": self.run_id})
-
 
 @dataclass(frozen=True)
-class Revoked:
+class Revoked(_Flat):
     message: str
     type: ClassVar[str] = "revoked"
 
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "message": self.message})
-
 
 @dataclass(frozen=True)
-class Error:
+class Error(_Flat):
     message: str
     type: ClassVar[str] = "error"
-
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "message": self.message})
 
 
 ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error
