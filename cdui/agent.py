@@ -36,6 +36,7 @@ from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
 from cdui.spool import RunSpool, spooled_runs
+from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
 log = logging.getLogger("cdui.agent")
 
@@ -85,9 +86,14 @@ class AgentRun:
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
-                 status_file: Path | None = None, config: Any = None) -> None:
+                 status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
+                 on_connected: Callable[[], None] | None = None) -> None:
         from cdui.config import load
         self.config = config if config is not None else load()
+        # One certificate check for enrollment, /ws/worker and every file transfer (cdui/trust.py).
+        self.trust = trust or Trust()
+        self.on_connected = on_connected
+        self._untrusted_seen = False
         self.control = control.rstrip("/")
         self.credential = credential
         self.name = name
@@ -138,7 +144,7 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
         delays = backoff_delays()
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(connector=self.trust.connector()) as session:
             self.session = session
             while not self.stopping:
                 up_since = time.monotonic()
@@ -153,6 +159,16 @@ class Agent:
                         return EXIT_REFUSED
                     log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
                     self._status("connecting", str(exc))
+                except AiohttpPinMismatch as exc:
+                    # Not the pinned key: only the operator can say whether the proxy's key changed on purpose.
+                    log.error("%s", exc.error)
+                    print(f"cdui: error: {exc.error}", flush=True)
+                    self._status("refused", str(exc.error))
+                    await self._stop_all_runs()
+                    return EXIT_REFUSED
+                except aiohttp.ClientConnectorCertificateError as exc:
+                    # Retried: a fixed proxy or an updated CA list must need no agent restart.
+                    await self._untrusted(exc)
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
                     self._status("connecting", f"unreachable: {exc}")
@@ -170,6 +186,16 @@ class Agent:
                     pass
             await self._drain_on_shutdown(session)
         return self.exit_code
+
+    async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> None:
+        reason = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
+        presented = None
+        if not self._untrusted_seen:  # the first report names the key, so it can be compared and pinned
+            self._untrusted_seen = True
+            presented = await asyncio.to_thread(presented_fingerprint, exc.host, exc.port or 443)
+        msg = untrusted_message(self.control, reason, presented)
+        log.error("%s; retrying", msg)
+        self._status("connecting", msg)
 
     @staticmethod
     def _advice(code: str) -> str:
@@ -198,6 +224,8 @@ class Agent:
             self.ws = ws
             log.info("connected to %s as worker %s", self.control, self.name)
             self._status("connected")
+            if self.on_connected is not None:
+                self.on_connected()
             await self._resume(welcome.runs)
             hb = asyncio.create_task(self._heartbeats(ws))
             try:

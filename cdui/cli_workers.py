@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cdui import __version__
+from cdui import __version__, trust
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 from cdui.netaddr import is_loopback_host
+from cdui.trust import Trust
 
 
 def parse_duration(v: str) -> float:
@@ -107,10 +108,11 @@ def _load_credential(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _enroll(control: str, token: str, name: str | None, devices: list[str]) -> dict[str, Any]:
+def _enroll(control: str, token: str, name: str | None, devices: list[str],
+            trust: Trust | None = None) -> dict[str, Any]:
     from cdui.client import Client
     from cdui.config import machine_id
-    c = Client(control, timeout=30)
+    c = Client(control, timeout=30, trust=trust)
     return c.call("POST", "/api/workers/enroll", {"token": token, "name": name, "devices": devices,
                                                    "version": __version__, "machine_id": machine_id()})
 
@@ -126,13 +128,13 @@ def enroll_is_transient(err: CduiError) -> bool:
 
 
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
-                        sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+                        sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None) -> dict[str, Any]:
     """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
     from cdui.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
-            return _enroll(control, token, name, devices)
+            return _enroll(control, token, name, devices, trust)
         except CduiError as err:
             if not enroll_is_transient(err):
                 raise
@@ -185,11 +187,9 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui.agent import credential_path, hostname
     from cdui.atomic import write_private
     from cdui.devices import detect_devices
-    if args.ca_fingerprint is not None:
-        # Accepting a pin that is never checked would promise a protection that is not there.
-        return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
-                    "yet); use a proxy certificate signed by a CA this machine trusts (https:// is verified "
-                    "against the system's CAs), or omit the flag", 2)
+    pin_flag = _pin_flag(args)
+    if isinstance(pin_flag, int):
+        return pin_flag
     from cdui.private import private_dir, restrict_umask
     if args.foreground:
         # The agent's credential, spool and logs are this user's alone; the
@@ -223,11 +223,16 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
                 return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on "
                             f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
             try:
-                res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices())
+                res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices(),
+                                          trust=Trust(pin_flag))
             except CduiError as err:
-                # Refusals retrying cannot fix (version, name taken) are 2; other start failures 4 (CONTRACT.md).
-                return _die(f"enrollment failed: {err}", 2 if err.code in ("version_mismatch", "name_taken") else 4)
+                # Refusals retrying cannot fix (version, name taken, not the pinned key) are 2; other start
+                # failures 4 (CONTRACT.md).
+                return _die(f"enrollment failed: {err}",
+                            2 if err.code in ("version_mismatch", "name_taken", "pin_mismatch") else 4)
             cred = {"credential": res["credential"], "name": res["worker"], "control": control}
+            if pin_flag is not None:  # the enrollment's own connection matched it
+                cred[trust.CREDENTIAL_KEY] = pin_flag
             write_private(cred_path, json.dumps(cred))
             print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
             args.token = None  # used now; the note below is for a token given beside a stored credential
@@ -238,12 +243,38 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", 2)
     if args.foreground:
-        return _run_foreground(cfg, control, cred, devices, pidfile)
+        return _run_foreground(cfg, control, cred, devices, pidfile, _agent_trust(pin_flag, cred, cred_path))
     running = _read_pid(pidfile)
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
         return 0
     return _spawn_and_wait(args, ud, control, cred)
+
+
+def _pin_flag(args: argparse.Namespace) -> str | int | None:
+    """The parsed ``--ca-fingerprint``, None without one, or the exit code of a refused one."""
+    if args.ca_fingerprint is None:
+        return None
+    try:
+        pin = trust.parse_pin(args.ca_fingerprint)
+    except CduiError as err:
+        return _die(str(err), 2)
+    if urlsplit(args.control).scheme != "https":
+        # A pin on plain HTTP would promise a check that never happens.
+        return _die(f"--ca-fingerprint pins a TLS certificate, but --control {args.control} is not an https:// "
+                    f"address", 2)
+    return pin
+
+
+def _agent_trust(pin_flag: str | None, cred: dict[str, Any], cred_path: Path) -> tuple[Trust, Callable[[], None]]:
+    """The running agent's certificate check, and what to do once a connection passed it."""
+    t = trust.agent_trust(pin_flag, cred, cred_path, lambda msg: print(f"cdui: warning: {msg}", file=sys.stderr))
+
+    def on_connected() -> None:
+        # A new --ca-fingerprint replaces the stored pin only once a connection proved it right.
+        if pin_flag is not None and trust.record_pin(cred_path, pin_flag):
+            print(f"cdui: recorded the pin {pin_flag} in {cred_path}", file=sys.stderr, flush=True)
+    return t, on_connected
 
 
 def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
@@ -274,6 +305,8 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
     cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--foreground", "--_child"]
     if args.devices:
         cmd += ["--devices", args.devices]
+    if args.ca_fingerprint:  # recorded by the agent only after it connected with it
+        cmd += ["--ca-fingerprint", args.ca_fingerprint]
     log_path = ud / "agent.log"
     from cdui.private import open_private_append
     with open_private_append(log_path) as log:
@@ -298,7 +331,8 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
 
 
-def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
+def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
+                    checks: tuple[Trust, Callable[[], None]] | None = None) -> int:
     from cdui import config
     from cdui.agent import Agent
     from cdui.config import machine_id
@@ -309,7 +343,8 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     pidfile.write_text(str(os.getpid()))
     try:
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
-                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg)
+                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
+                      trust=checks[0] if checks else None, on_connected=checks[1] if checks else None)
         return asyncio.run(agent.run())
     finally:
         try:
@@ -386,7 +421,8 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
-                   help="not available in this version (refused): certificate pinning is not implemented yet")
+                   help="pin the TLS proxy's key (SHA-256 of its certificate's SubjectPublicKeyInfo); stored with "
+                        "the credential")
     s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from cdui.errors import CduiError
+from cdui.trust import Trust, untrusted_error
 
 
 class ApiError(CduiError):
@@ -22,10 +24,13 @@ def server_info(user_data: Path) -> dict[str, Any] | None:
 
 
 class Client:
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0,
+                 trust: Trust | None = None) -> None:
         self.base = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # How an https:// server's certificate is checked: the system's CAs unless a pin is given.
+        self.trust = trust or Trust()
 
     @classmethod
     def for_user_data(cls, user_data: Path, control: str | None = None) -> Client:
@@ -54,12 +59,15 @@ class Client:
             hdrs["X-CodefyUI-Token"] = self.token
         req = urllib.request.Request(self.base + path, data=data, method=method.upper(), headers=hdrs)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with self.trust.opener().open(req, timeout=timeout or self.timeout) as resp:
                 status, payload = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             status, payload = exc.code, exc.read()
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                # Not "unreachable": retrying cannot make an untrusted certificate trusted.
+                raise untrusted_error(self.base, reason) from None
             raise CduiError("unreachable", f"cannot reach the cdui server at {self.base}: {reason}",
                             hint="is it running? `cdui start` starts it; `cdui status` shows it") from None
         try:

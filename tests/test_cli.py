@@ -309,12 +309,17 @@ def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
         s.stop()
 
 
-def test_ca_fingerprint_is_refused(cli: Cli) -> None:
-    """`--ca-fingerprint` is refused (exit 2) while nothing checks the pin, before any enrollment."""
+def test_ca_fingerprint_refused_when_malformed_or_on_plain_http(cli: Cli) -> None:
+    """A pin that is not sha256:<64 hex>, or one given for an http:// address (where nothing would check it),
+    is refused (exit 2) before any enrollment."""
+    r = cli("agent", "start", "--control", "https://127.0.0.1:9", "--token", "abcdef.0123456789abcdef",
+            "--ca-fingerprint", "sha256:" + "ab" * 31)
+    assert r.returncode == 2, explain(r)
+    assert r.stderr.startswith(f"cdui: error: --ca-fingerprint 'sha256:{'ab' * 31}' is not a key fingerprint "
+                               f"(write it as sha256:<64 hex characters>; "), explain(r)
     r = cli("agent", "start", "--control", "http://127.0.0.1:9", "--token", "abcdef.0123456789abcdef",
             "--ca-fingerprint", "sha256:" + "ab" * 32)
     assert r.returncode == 2, explain(r)
-    assert r.stderr == ("cdui: error: --ca-fingerprint is not available in this version (certificate pinning is not "
-                        "implemented yet); use a proxy certificate signed by a CA this machine trusts (https:// is "
-                        "verified against the system's CAs), or omit the flag\n"), explain(r)
+    assert r.stderr == ("cdui: error: --ca-fingerprint pins a TLS certificate, but --control http://127.0.0.1:9 is "
+                        "not an https:// address\n"), explain(r)
     assert not (cli.user_data / "agent").exists()
