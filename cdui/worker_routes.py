@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import __version__, enroll, protocol
+from cdui import __version__, enroll, protocol, trust
 from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
@@ -27,6 +27,7 @@ log = logging.getLogger("cdui.workers")  # the same logger as before the split, 
 class WorkerRoutes:
     def __init__(self, manager: WorkerManager) -> None:
         self.m = manager
+        self.cert = trust.ServerCert(manager.config["CODEFYUI_TLS_CERT_FILE"])
 
     async def list_workers(self, request: web.Request) -> web.Response:
         rows = await self.m.worker_rows()
@@ -61,6 +62,7 @@ class WorkerRoutes:
     async def create_token(self, request: web.Request) -> web.Response:
         body = await read_object(request, DEFAULT_LIMIT)
         ttl, uses = enroll.check_token_request(body.get("ttl_s", 86400), body.get("uses", 1))
+        control = self._control(request, body)
         worker = body.get("worker")
         if worker is not None:
             enroll.check_name(worker)
@@ -71,15 +73,21 @@ class WorkerRoutes:
                                                       "`cdui workers list`")
         now = self.m.clock.time()
         tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
-        return web.json_response(self._token_answer(request, tok), status=201)
+        return web.json_response(self._token_answer(request, tok, control), status=201)
 
-    def _token_answer(self, request: web.Request, tok: dict[str, Any]) -> dict[str, Any]:
-        control = f"{request.scheme}://{request.host}"
+    def _control(self, request: web.Request, body: dict[str, Any]) -> str:
+        """The address generated commands name (checked before anything is stored)."""
+        return trust.advertised_control(request.scheme, request.host, body.get("control"), self.cert.path is not None)
+
+    def _token_answer(self, request: web.Request, tok: dict[str, Any], control: str) -> dict[str, Any]:
+        pins = trust.token_trust_fields(control, self.cert)
         cmd = f"cdui agent start --control {control} --token {tok['token']}"
         if tok.get("worker"):
             cmd += f" --name {tok['worker']}"
-        out = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]), "uses": tok["uses"],
-               "worker": tok.get("worker"), "command": cmd}
+        if "ca_fingerprint" in pins:
+            cmd += f" --ca-fingerprint {pins['ca_fingerprint']}"
+        out: dict[str, Any] = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]),
+                               "uses": tok["uses"], "worker": tok.get("worker"), "command": cmd, **pins}
         host = request.host.rsplit(":", 1)[0].strip("[]")
         if host in ("127.0.0.1", "localhost", "::1"):
             # A loopback address reaches this machine only, so it is no address to give a worker.
@@ -169,9 +177,10 @@ class WorkerRoutes:
         await self._worker_or_404(name)
         body = await read_object(request, DEFAULT_LIMIT)
         ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
+        control = self._control(request, body)
         now = self.m.clock.time()
         tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
-        return web.json_response(self._token_answer(request, tok), status=201)
+        return web.json_response(self._token_answer(request, tok, control), status=201)
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

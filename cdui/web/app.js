@@ -366,13 +366,19 @@ function workerCard(w) {
 }
 
 $("btn-add-worker").addEventListener("click", () => act(async () => {
-  const t = await api("POST", "/api/workers/tokens", { ttl_s: 86400, uses: 1 });
+  // The page's own origin: behind a TLS proxy it is https:// although the server itself sees plain HTTP.
+  const t = await api("POST", "/api/workers/tokens", { ttl_s: 86400, uses: 1, control: location.origin });
   const copy = (text) => h("button", { type: "button", onclick: () => navigator.clipboard && navigator.clipboard.writeText(text) }, "Copy");
   fill($("enroll"),
     h("p", {}, "Enrollment token, shown only this once (valid 24 h, one agent):"),
     h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-token" }, t.token), copy(t.token)),
     t.command ? [h("p", {}, "Run on the worker machine:"),
       h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-command" }, t.command), copy(t.command))] : null,
+    t.ca_fingerprint ? h("p", { class: "small" }, "Proxy key fingerprint (pinned by --ca-fingerprint): ",
+      h("code", { class: "mono", id: "enroll-fingerprint" }, t.ca_fingerprint)) : null,
+    t.fingerprint_command ? [h("p", { class: "small muted" }, "To confirm the fingerprint, run on the proxy host:"),
+      h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-fingerprint-command" }, t.fingerprint_command),
+        copy(t.fingerprint_command))] : null,
     t.expires_at ? h("p", { class: "small muted" }, `Expires ${time(t.expires_at)}`) : null,
     h("button", { type: "button", onclick: () => { fill($("enroll")); $("enroll").hidden = true; } }, "Done"));
   $("enroll").hidden = false;
