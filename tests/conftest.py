@@ -113,3 +113,22 @@ def _end_test_leftovers(request):
     yield
     _end_leftovers(sweep, request, "test")
 # --- end leftover processes
+
+
+# --- required system packages
+# A test needing a system command (nginx, openssl, ssh, ...) skips with the package
+# to install when it is missing; CDUI_TEST_REQUIRE_ALL=1 (CI) turns that into a failure.
+def require_command(command, package=None):
+    """The absolute path of ``command`` (searched on PATH and in the sbin folders), or skip."""
+    import shutil
+    path = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin:/usr/local/sbin")
+    if path is None:
+        pytest.skip(f"{command} is not installed (install the system package {package or command})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def need_command():
+    """``need_command("nginx")``: :func:`require_command` for tests and fixtures (no import of conftest needed)."""
+    return require_command
+# --- end required system packages
