@@ -1,4 +1,4 @@
-"""Trust between agent and control plane (TRUST, CONN-08..11, CLI-15).
+"""Trust between agent and control plane: TLS behind a proxy, key pinning, unencrypted-HTTP marking.
 
 The fingerprint code is checked against the documented ``openssl`` pipeline on
 certificates the tests make with the ``openssl`` CLI. The end-to-end tests put
@@ -70,7 +70,7 @@ def ca_and_leaf(d: Path) -> tuple[Cert, Cert, Path]:
 
 
 def documented_fingerprint(pem: Path) -> str:
-    """The pin as the documentation tells operators to print it (TRUST-12)."""
+    """The pin as the documentation tells operators to print it."""
     out = subprocess.run(["bash", "-c", "set -o pipefail; " + trust.openssl_command(shlex.quote(str(pem)))],
                          check=True, capture_output=True, text=True, timeout=60)
     return out.stdout.strip()
