@@ -287,7 +287,7 @@ def agent_env(user_data: Path, ca: Path | None = None) -> dict[str, str]:
 def run_agent(control: str, user_data: Path, *extra: str, ca: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`cdui agent start` that is expected to end by itself (a refused start)."""
     return subprocess.run(agent_cmd(control, *extra, "--foreground"), env=agent_env(user_data, ca), cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=120)
 
 
 class AgentProc(Proc):
