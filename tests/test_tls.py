@@ -470,15 +470,20 @@ def test_pinned_key_changed_refused_then_new_pin_keeps_the_credential(plane: Ser
         assert f"expected {old} (stored in {ud / 'agent'}" in out and f"the server presented {new}" in out, out
         assert credential(ud, proxy.port) == kept
 
-        a = AgentProc(tmp_path, ud, proxy.url, "--ca-fingerprint", new)
-        a.spawn()
+        # As the operator types it: a background start, which waits until its agent connected.
+        env = agent_env(ud)
+        r = subprocess.run([sys.executable, "-m", "cdui", "agent", "start", "--control", proxy.url,
+                            "--ca-fingerprint", new], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=120)
         try:
-            wait_online(plane, a)
+            assert r.returncode == 0 and "connected to" in r.stdout, r.stdout + r.stderr
             wait_for(lambda: credential(ud, proxy.port).get("ca_fingerprint") == new, 60, 0.1,
                      "the new pin recorded after the connection")
             assert credential(ud, proxy.port) == {**kept, "ca_fingerprint": new}, "same credential, new pin"
         finally:
-            a.stop()
+            stop = subprocess.run([sys.executable, "-m", "cdui", "agent", "stop"], env=env, cwd=REPO_ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
         # Later starts reuse the recorded pin without the flag.
         a = AgentProc(tmp_path, ud, proxy.url)
         a.spawn()
