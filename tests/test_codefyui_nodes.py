@@ -41,7 +41,13 @@ IMPLEMENTED = {
     "InstanceNorm2d", "LayerNorm",
     # RNN and transformer
     "GRU", "LSTM", "RNNCell", "MoELayer", "MultiHeadAttention", "TransformerDecoder", "TransformerEncoder",
+    # data, classical, IO, training, control
+    "CSVReader", "ColumnSelector", "DataLoader", "Normalize", "TrainTestSplit", "Map", "KNN", "Accuracy",
+    "CheckpointLoader", "CheckpointSaver", "FileReader", "ImageReader", "ImageWriter", "Inference",
+    "ModelLoader", "ModelSaver", "Loss", "Optimizer", "SequentialModel", "TrainingLoop", "Start",
 }
+# cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
+FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +67,12 @@ def run(node_cls: type[Node], ctx: RunContext, inputs: dict[str, Any] | None = N
 
 
 # -- the interface ------------------------------------------------------------------
-def _ports(ports: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+def _port_list(ports: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
     return [(p["name"], p["type"], bool(p.get("optional", False))) for p in ports]
 
 
-def _params(params: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keys = ("name", "type", "default", "min", "max", "options")
-    return [{k: p[k] for k in keys if k in p and p[k] not in (None, [])} for p in params]
+def _param_facts(p: dict[str, Any]) -> dict[str, Any]:
+    return {k: p[k] for k in ("default", "min", "max", "options") if k in p and p[k] not in (None, [])}
 
 
 def test_the_vendored_catalog_is_codefyuis_110_types() -> None:
@@ -76,15 +81,28 @@ def test_the_vendored_catalog_is_codefyuis_110_types() -> None:
 
 @pytest.mark.parametrize("type_name", sorted(IMPLEMENTED))
 def test_interface_matches_codefyui(registry: Registry, type_name: str) -> None:
-    """Same category, ports (names, types, optional) and params (names, types,
-    defaults, ranges, options) as CodefyUI's node of that name."""
+    """CodefyUI's category, ports and params, unchanged: its inputs (names,
+    types, optional) in its order, its outputs, and its params with the same
+    types, defaults, ranges and options. cdui may add optional inputs, extra
+    outputs and params of its own (each with a default, so CodefyUI's graphs
+    still validate), and a file param's plain "string" is one of cdui's file
+    types."""
     cls = registry.get(type_name)
     assert cls is not None, f"{type_name} is not registered"
     want, have = INTERFACES[type_name], cls.describe()
     assert have["category"] == want["category"]
-    assert _ports(have["inputs"]) == _ports(want["inputs"])
-    assert _ports(have["outputs"]) == _ports(want["outputs"])
-    assert _params(have["params"]) == _params(want["params"])
+    want_in, have_in = _port_list(want["inputs"]), _port_list(have["inputs"])
+    assert have_in[:len(want_in)] == want_in
+    assert all(optional for _name, _type, optional in have_in[len(want_in):])
+    have_out = {name: t for name, t, _ in _port_list(have["outputs"])}
+    for name, t, _ in _port_list(want["outputs"]):
+        assert have_out.get(name) in (t, "ANY"), (name, have_out.get(name), t)
+    have_params = {p["name"]: p for p in have["params"]}
+    for p in want["params"]:
+        mine = have_params.get(p["name"])
+        assert mine is not None, f"param {p['name']!r} is missing"
+        assert mine["type"] == p["type"] or (p["type"] == "string" and mine["type"] in FILE_TYPES), p["name"]
+        assert _param_facts(mine) == _param_facts(p), p["name"]
 
 
 # -- what each node computes ------------------------------------------------------------
@@ -340,3 +358,9 @@ def test_weights_of_another_model_are_refused_with_the_keys_named(ctx: RunContex
     model = run(layers.SequentialModelNode, ctx, layers=MLP)["model"]
     with pytest.raises(ValueError, match=r"the model has 7 weight\(s\) the file lacks .*the file has 1 weight"):
         run(fileio.ModelLoaderNode, ctx, {"model": model}, path="other.pt", device="cpu")
+
+
+def test_every_built_in_type_is_in_the_docs_table(registry: Registry) -> None:
+    page = (Path(__file__).parent.parent / "docs" / "graphs-and-nodes.md").read_text(encoding="utf-8")
+    builtin = sorted(n for n, source in registry.sources.items() if source == "builtin")
+    assert [n for n in builtin if f"| `{n}` |" not in page] == []
