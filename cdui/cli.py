@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cdui import __version__, cli_workers
+from cdui import __version__, cli_datasets, cli_workers
 from cdui.cli_util import _die, _pid_alive, _read_pid
 from cdui.errors import CduiError
 
@@ -307,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(func=_launcher_only, launcher_command=name)
 
     cli_workers.add_commands(sub)
+    cli_datasets.add_commands(sub)
     return p
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
+from cdui.layout import Layout
 from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param, Port
 from cdui.nodes.codefyui_names import CODEFYUI_BUILTINS
 from cdui.nodes.registry import Registry
@@ -153,8 +154,11 @@ def _reachable(g: Graph) -> set[str]:
 
 def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
                errors: list[dict[str, Any]] | None = None,
-               external_inputs: Set[tuple[str, str]] = frozenset()) -> Plan:
-    """Validate ``g`` restricted to ``keep`` and return the plan (errors appended)."""
+               external_inputs: Set[tuple[str, str]] = frozenset(), layout: Layout | None = None) -> Plan:
+    """Validate ``g`` restricted to ``keep`` and return the plan (errors appended).
+
+    With ``layout`` (the folders of the machine that will run it), each node's
+    :meth:`~cdui.nodes.base.Node.preflight` is checked too."""
     errors = [] if errors is None else errors
     keep = set(g.nodes) if keep is None else keep
     plan_nodes: dict[str, PlanNode] = {}
@@ -167,6 +171,9 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             errors.append(unknown_type_error(n.origin, n.type))
             continue
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
+        if layout is not None:
+            for code, message in cls.preflight(plan_nodes[nid].params, layout):
+                errors.append(err(n.origin, code, f"{n.type} {n.origin!r}: {message}"))
 
     edges = [e for e in g.edges if e.source in keep and e.target in keep]
     # An input fed by an edge from a node of unknown type (or from a preset that
@@ -274,10 +281,12 @@ def _toposort(nodes: dict[str, PlanNode], edges: list[GEdge], errors: list[dict[
 
 
 def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None,
-                   max_nodes: int = DEFAULT_MAX_NODES) -> tuple[Plan | None, list[dict[str, Any]]]:
+                   max_nodes: int = DEFAULT_MAX_NODES,
+                   layout: Layout | None = None) -> tuple[Plan | None, list[dict[str, Any]]]:
     """Parse, expand, prune and validate. Returns (plan, errors); plan is None on errors.
 
-    Raises ``graph_too_large`` before expanding past ``max_nodes`` nodes."""
+    Raises ``graph_too_large`` before expanding past ``max_nodes`` nodes. With
+    ``layout``, also what each node needs on that machine (see build_plan)."""
     g, errors = parse(raw, library, max_nodes)
     if not any(n.type == START_TYPE for n in g.nodes.values()):
         errors.append(err(None, "no_entry_point", "the graph has no Start node, so nothing would run",
@@ -286,7 +295,7 @@ def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, An
     if not errors and keep <= {n.id for n in g.nodes.values() if n.type == START_TYPE}:
         errors.append(err(None, "no_entry_point", "no node is connected to a Start node",
                           hint="connect the Start node's trigger to the first node"))
-    plan = build_plan(g, registry, keep, errors)
+    plan = build_plan(g, registry, keep, errors, layout=layout)
     _check_map_presets(plan, errors)
     return (None if errors else plan), errors
 

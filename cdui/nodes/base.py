@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
+    from cdui.layout import Layout
 
 # Port data types (CodefyUI's DataType values).
 TENSOR = "TENSOR"
@@ -108,6 +109,14 @@ class Node(ABC):
 
     @classmethod
     def define_params(cls) -> list[Param]:
+        return []
+
+    @classmethod
+    def preflight(cls, params: dict[str, Any], layout: Layout) -> list[tuple[str, str]]:
+        """What this node needs on the machine that runs it and does not find
+        there, as ``(code, message)`` pairs; checked at validation on that
+        machine, so a graph is refused before any node runs (e.g. a dataset
+        whose files are missing). Nothing by default."""
         return []
 
     @abstractmethod
