@@ -45,7 +45,7 @@ IMPLEMENTED = {
     "CSVReader", "ColumnSelector", "DataLoader", "Normalize", "TrainTestSplit", "Map", "KNN", "Accuracy",
     "CheckpointLoader", "CheckpointSaver", "FileReader", "ImageReader", "ImageWriter", "Inference",
     "ModelLoader", "ModelSaver", "Loss", "Optimizer", "SequentialModel", "TrainingLoop", "Start",
-    "Dataset", "DatasetBatch",
+    "Dataset", "DatasetBatch", "GraphInput", "GraphOutput",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}
