@@ -213,3 +213,16 @@ def test_an_installed_preset_wins_over_an_embedded_one_of_the_same_name(registry
     assert errors == [] and plan is not None
     act = next(pn for pn in plan.order if pn.id == "lstm__act")
     assert act.params["function"] == "tanh"
+
+
+@pytest.mark.e2e
+def test_start_refuses_an_unknown_extra_before_starting_anything(tmp_path: Path) -> None:
+    from procs import env_for
+
+    proc = subprocess.run([str(LAUNCHER), "start", "--extras", "classical,bogus"], env=env_for(tmp_path / "ud"),
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "cdui: error: unknown extra 'bogus' for --extras; use all, or a comma list of all, classical, plots, "
+        "vision, safetensors, s3")
+    assert not (tmp_path / "ud").exists()

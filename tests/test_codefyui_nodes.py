@@ -22,7 +22,7 @@ from cdui.graph.context import RunContext
 from cdui.graph.validate import validate_graph
 from cdui.layout import Layout
 from cdui.nodes.base import Node
-from cdui.nodes.builtin import cnn, fileio, layers, sequence, tensor_ops
+from cdui.nodes.builtin import classical_sklearn, cnn, fileio, layers, plots, sequence, tensor_ops
 from cdui.nodes.registry import Registry, build_registry
 
 INTERFACES = {n["type"]: n for n in json.loads(
@@ -46,6 +46,9 @@ IMPLEMENTED = {
     "CheckpointLoader", "CheckpointSaver", "FileReader", "ImageReader", "ImageWriter", "Inference",
     "ModelLoader", "ModelSaver", "Loss", "Optimizer", "SequentialModel", "TrainingLoop", "Start",
     "Dataset", "DatasetBatch", "GraphInput", "GraphOutput",
+    # the classical and plots extras
+    "DecisionTreeClassifier", "LinearRegression", "LogisticRegression", "MLPClassifier", "RandomForestClassifier",
+    "SVMClassifier", "SyntheticDataset", "Visualize", "ScatterPlot2D", "DecisionBoundary",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}
@@ -365,3 +368,111 @@ def test_every_built_in_type_is_in_the_docs_table(registry: Registry) -> None:
     page = (Path(__file__).parent.parent / "docs" / "graphs-and-nodes.md").read_text(encoding="utf-8")
     builtin = sorted(n for n, source in registry.sources.items() if source == "builtin")
     assert [n for n in builtin if f"| `{n}` |" not in page] == []
+
+
+# -- optional extras: scikit-learn and matplotlib node families ------------------------------------
+IRIS_LIKE = torch.tensor([[0.0, 0.0], [0.1, 0.2], [0.2, 0.1], [5.0, 5.0], [5.1, 4.9], [4.8, 5.2]])
+IRIS_LABELS = ["a", "a", "a", "b", "b", "b"]
+QUERY = torch.tensor([[0.05, 0.1], [5.0, 5.1]])
+
+
+@pytest.mark.parametrize("cls", [classical_sklearn.DecisionTreeClassifierNode,
+                                 classical_sklearn.LogisticRegressionNode, classical_sklearn.MLPClassifierNode,
+                                 classical_sklearn.RandomForestClassifierNode, classical_sklearn.SVMClassifierNode])
+def test_sklearn_classifiers_agree_with_scikit_learn(ctx: RunContext, cls: type[Node]) -> None:
+    out = run(cls, ctx, {"x_train": IRIS_LIKE, "y_train": IRIS_LABELS, "x_query": QUERY})
+    assert out["predictions"] == ["a", "b"] and out["classes"] == ["a", "b"]
+    if "probabilities" in out:
+        assert out["probabilities"].shape == (2, 2)
+        assert torch.allclose(out["probabilities"].sum(1), torch.ones(2))
+
+
+def test_sklearn_outputs_are_sklearns_own(ctx: RunContext) -> None:
+    from sklearn.linear_model import LinearRegression
+    from sklearn.tree import DecisionTreeClassifier, export_text
+
+    tree = run(classical_sklearn.DecisionTreeClassifierNode, ctx,
+               {"x_train": IRIS_LIKE, "y_train": IRIS_LABELS, "x_query": QUERY})
+    ref = DecisionTreeClassifier(max_depth=5, random_state=42).fit(IRIS_LIKE.double().numpy(), IRIS_LABELS)
+    assert tree["tree_text"] == export_text(ref)
+    x = torch.tensor([[1.0], [2.0], [3.0]])
+    lin = run(classical_sklearn.LinearRegressionNode, ctx,
+              {"x_train": x, "y_train": torch.tensor([3.0, 5.0, 7.0]), "x_query": torch.tensor([[10.0]])})
+    ref_lin = LinearRegression().fit(x.double().numpy(), [3.0, 5.0, 7.0])
+    assert lin["intercept"] == pytest.approx(float(ref_lin.intercept_)) == pytest.approx(1.0)
+    assert lin["predictions"].tolist() == pytest.approx([21.0])
+
+
+def test_synthetic_dataset_is_seeded_like_scikit_learns(ctx: RunContext) -> None:
+    from sklearn.datasets import make_moons
+
+    out = run(classical_sklearn.SyntheticDatasetNode, ctx, kind="moons", n_samples=20)
+    x, y = make_moons(n_samples=20, noise=0.1, random_state=42)
+    assert torch.equal(out["tensor"], torch.as_tensor(x, dtype=torch.float32))
+    assert out["labels"] == [str(int(v)) for v in y] and out["columns"] == ["x0", "x1"]
+
+
+def _png_size(b64: str) -> tuple[int, int]:
+    import base64
+    import struct
+
+    raw = base64.b64decode(b64)
+    assert raw.startswith(b"\x89PNG\r\n\x1a\n")
+    return struct.unpack(">II", raw[16:24])
+
+
+@pytest.mark.parametrize("plot_type", ["line", "histogram", "heatmap", "image"])
+def test_visualize_returns_an_800x600_png_and_keeps_it_as_media(tmp_path: Path, plot_type: str) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    ctx = RunContext("run-9", Layout.for_data_dir(tmp_path), emit=lambda kind, data: events.append((kind, data)))
+    ctx.node_id = "viz"
+    data = torch.rand(4, 3, 8, 8) if plot_type == "image" else torch.randn(50)
+    out = run(plots.VisualizeNode, ctx, {"data": data}, plot_type=plot_type, title="t")
+    assert _png_size(out["image"]) == (800, 600)
+    media = tmp_path / "media" / "run-9" / "viz.png"
+    assert media.read_bytes() == __import__("base64").b64decode(out["image"])
+    assert [d["kind"] for k, d in events if k == "artifact"] == ["media"]
+
+
+def test_scatter_and_decision_boundary_pngs(ctx: RunContext) -> None:
+    from sklearn.svm import SVC
+
+    ctx.node_id = "plot"
+    out = run(plots.ScatterPlot2DNode, ctx, {"points": IRIS_LIKE, "labels": IRIS_LABELS})
+    assert _png_size(out["image"]) == (600, 600)
+    model = SVC().fit(IRIS_LIKE.numpy(), IRIS_LABELS)
+    out = run(plots.DecisionBoundaryNode, ctx, {"model": model, "x_train": IRIS_LIKE, "y_train": IRIS_LABELS},
+              grid_steps=20, show_support_vectors=True)
+    assert _png_size(out["image"]) == (600, 600)
+    with pytest.raises(ValueError, match="has no predict"):
+        run(plots.DecisionBoundaryNode, ctx, {"model": torch.nn.Linear(2, 2), "x_train": IRIS_LIKE,
+                                              "y_train": IRIS_LABELS})
+
+
+def test_plot_nodes_make_the_run_write_files(registry: Registry) -> None:
+    from cdui.nodes.base import file_usage
+
+    assert file_usage(plots.VisualizeNode, {}, "viz").writes == ["viz writes into data/media/"]
+
+
+def test_a_missing_extra_is_marked_in_the_catalog_and_refused_at_validation(
+        registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from cdui.nodes import base
+
+    # This Python without scikit-learn: the import system finds no sklearn.
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setattr(base, "_AVAILABLE", {})
+    entry = next(n for n in registry.catalog() if n["type"] == "SVMClassifier")
+    assert (entry["available"], entry["extra"]) == (False, "classical")
+    assert "bin/cdui start --extras classical" in entry["install"]
+    graph = {"nodes": [{"id": "start", "type": "Start", "data": {}},
+                       {"id": "svm", "type": "SVMClassifier", "data": {}}],
+             "edges": [{"source": "start", "sourceHandle": "trigger", "target": "svm", "type": "trigger"}]}
+    _plan, errors = validate_graph(graph, registry, layout=Layout.for_data_dir(tmp_path))
+    codes = [e["code"] for e in errors]
+    assert "missing_extra" in codes
+    message = errors[codes.index("missing_extra")]["message"]
+    assert message.startswith("SVMClassifier 'svm': needs scikit-learn, which is not installed on this machine")
+    assert next(n for n in registry.catalog() if n["type"] == "Linear")["available"] is True
