@@ -13,7 +13,6 @@ into calls here. It owns:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import uuid
@@ -30,6 +29,7 @@ from cdui.config import Config
 from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
+from cdui.graph.presets import preset_library
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
 from cdui.graph.uses import presets_used
 from cdui.graph.validate import validate_graph
@@ -238,17 +238,10 @@ class RunService:
 
     # -- submit ------------------------------------------------------------
     def preset_library(self) -> dict[str, dict[str, Any]]:
-        lib: dict[str, dict[str, Any]] = {}
-        folder = self.layout.folder("presets")
-        if folder.is_dir():
-            for p in sorted(folder.glob("*.json")):
-                try:
-                    d = json.loads(p.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    continue
-                name = d.get("preset_name") or d.get("name") or p.stem
-                lib[str(name)] = d
-        return lib
+        """The installed presets: CodefyUI's built-in ones shipped with cdui,
+        then the data folder's ``presets/*.json`` (a file there replaces a
+        built-in of the same name)."""
+        return preset_library(self.layout.folder("presets"))
 
     async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
         if self.store.full:
@@ -263,8 +256,11 @@ class RunService:
         if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
         library = self.preset_library()
+        # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
+        # a worker's run subprocess checks the same on its own machine before any node runs.
+        here = self.layout if target == "local" else None
         plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
-                                               self.config["CODEFYUI_GRAPH_MAX_NODES"])
+                                               self.config["CODEFYUI_GRAPH_MAX_NODES"], here)
         if errors:
             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
@@ -273,11 +269,14 @@ class RunService:
         await self.check_target(target, graph, files)
         # Embed the installed presets the run uses, so it runs the same anywhere;
         # then split secrets out of the whole of it, embedded presets included.
-        own = {str(p.get("preset_name") or p.get("name")) for p in graph.get("presets") or []
-               if isinstance(p, dict)}
+        # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
+        # the embedded copy it replaces is dropped.
         used = presets_used(graph, library)
-        extra = [p for name, p in library.items() if name not in own and name in used]
-        full_graph = {**graph, "presets": list(graph.get("presets") or []) + extra} if extra else graph
+        extra = [p for name, p in library.items() if name in used]
+        replaced = {str(p.get("preset_name") or p.get("name")) for p in extra}
+        own = [p for p in graph.get("presets") or []
+               if not (isinstance(p, dict) and str(p.get("preset_name") or p.get("name")) in replaced)]
+        full_graph = {**graph, "presets": own + extra} if extra else graph
         stored_graph, secrets = split_secrets(full_graph, self.registry, library)
         short = short_secrets(secrets)
         if short:
