@@ -10,8 +10,10 @@ waits for an interpreter to start. Local runs still execute in real run
 subprocesses. What needs a real server process (its log, signals, ``kill -9``,
 the peer credentials of its socket) stays with ``ServerProc``.
 
-The server's log records (``cdui.*``, ``aiohttp.*``) go to ``log_path`` while it
-runs, so ``log_text()`` reads what a process's log would hold of them.
+The server's log records (``cdui.*``, ``aiohttp.*``, at the test process's
+logging level) go to ``log_path`` while it runs, for ``log_text()``; what a
+server process writes to its stderr outside logging is not there, which is why
+the secret tests keep a real process.
 """
 from __future__ import annotations
 
