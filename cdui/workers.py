@@ -31,7 +31,7 @@ from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
 from cdui import worker_admission as admission
-from cdui.appkeys import CLOCK, CONFIG, RUNS
+from cdui.appkeys import CLOCK, CONFIG, RUNS, S3_BACKEND
 from cdui.config import machine_id
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError
@@ -86,6 +86,10 @@ class RemoteExecutor:
 
     def mounted(self) -> bool:
         return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
+
+    def capabilities(self) -> list[str]:
+        """What the agent declared it offers (``s3`` where it has boto3)."""
+        return list(self.conn.hello.capabilities)
 
     def unavailable_reason(self) -> str | None:
         if self.disabled:
@@ -292,6 +296,9 @@ class WorkerManager:
         await conn.send(protocol.Welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
         for run_id in stops:
             await conn.send(protocol.Stop(run_id))
+        bucket = self.app.get(S3_BACKEND)
+        if bucket is not None:  # its bucket credentials may come from a control plane that is gone
+            await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in active:
