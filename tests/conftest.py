@@ -113,3 +113,7 @@ def _end_test_leftovers(request):
     yield
     _end_leftovers(sweep, request, "test")
 # --- end leftover processes
+
+
+# --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
+from s3server import enforcing, moto, moto_server  # noqa: E402,F401
