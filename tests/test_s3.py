@@ -435,7 +435,6 @@ def test_credentials_never_in_the_database_or_logs(tmp_path: Path, moto: MotoSer
             await plane.close()
             secrets = [creds["secret_access_key"], creds["session_token"], "cdui-test-secret"]
             db = b"".join(p.read_bytes() for p in (tmp_path / "ud").glob("cdui.sqlite3*"))
-            text = "\n".join(r.getMessage() for r in caplog.records)
             for secret in secrets:
                 assert secret.encode() not in db, secret
                 assert [(r.name, r.getMessage()[:200]) for r in caplog.records if secret in r.getMessage()] == []
