@@ -34,7 +34,9 @@ def test_acceptance_s3_run_reads_uploaded_csv_and_its_model_is_in_the_bucket(tmp
         csv = upload_train(cp)
         a = start_agent(cp, tmp_path)
         try:
-            assert "(capabilities: s3)" in a.log_text(), a.log_tail()
+            # The agent logs it once the welcome came, which may be just after the server lists it online.
+            wait_for(lambda: "(capabilities: s3)" in a.log_text(), 60, 0.1, "the agent's connected line",
+                     detail=a.log_tail)
             run = cp.submit(iris_on_upload(checkpoint_every=5), {"target": {"worker": "w2"}})
             done = wait_run(cp, run["id"])
             assert done["status"] == "succeeded", done
@@ -84,7 +86,8 @@ def test_agent_without_boto3_gets_transfer_runs_with_storage_fallback(tmp_path: 
                 assert a.alive, a.log_tail()
                 return any(w["name"] == "w2" and w["online"] for w in cp.call("GET", "/api/workers")["workers"])
             wait_for(online, 120, 0.2, "w2 online", detail=a.log_tail)
-            assert "(capabilities: none)" in a.log_text(), a.log_tail()
+            wait_for(lambda: "(capabilities: none)" in a.log_text(), 60, 0.1, "the agent's connected line",
+                     detail=a.log_tail)
             run = cp.submit(iris_on_upload(), {"target": {"worker": "w2"}})
             done = wait_run(cp, run["id"])
             assert done["status"] == "succeeded", done
