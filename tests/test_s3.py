@@ -508,3 +508,18 @@ def test_agent_download_checks_the_content_hash(tmp_path: Path, moto: MotoServer
             await files.download_input("0" * 64, tmp_path / ("0" * 64))
         assert sorted(p.name for p in tmp_path.iterdir()) == [CSV_SHA], "nothing half-written is left"
     run(main())
+
+
+def test_agent_uploads_a_large_file_in_parts(tmp_path: Path, moto: MotoServer) -> None:
+    big = tmp_path / "big.pt"
+    big.write_bytes(bytes(range(256)) * (s3.MULTIPART_THRESHOLD // 256 + 4096))  # just over 8 MiB: two parts
+    sha = hashlib.sha256(big.read_bytes()).hexdigest()
+
+    async def main() -> None:
+        files = _agent_files(moto, s3.S3Credentials("static", "k", "s"), asyncio.Event())
+        await files.upload(big, {"group": "artifact", "kind": "checkpoint", "name": "big.pt"}, sha, lambda k, d: None)
+    run(main())
+    head = moto.client().head_object(Bucket="codefyui", Key="runs/r1/checkpoint/big.pt")
+    assert head["ContentLength"] == big.stat().st_size
+    assert head["ETag"].strip('"').endswith("-2"), head["ETag"]  # S3's mark of an object put in 2 parts
+    assert head["Metadata"] == {"sha256": sha}
