@@ -35,6 +35,7 @@ from cdui import __version__, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
+from cdui.s3 import agent_capabilities
 from cdui.spool import RunSpool, spooled_runs
 from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
@@ -77,6 +78,7 @@ class AgentRun:
         self.handle: runner.RunHandle | None = None
         self.finished = spool.read_state().get("finished", False)
         self.lock = asyncio.Lock()
+        self.files: Any = None  # its cdui.agent_files.RunFiles, once assigned
 
     @property
     def running(self) -> bool:
@@ -222,7 +224,8 @@ class Agent:
             self.heartbeat_s = welcome.heartbeat_s
             self.grace_s = welcome.resume_grace_s
             self.ws = ws
-            log.info("connected to %s as worker %s", self.control, self.name)
+            log.info("connected to %s as worker %s (capabilities: %s)", self.control, self.name,
+                     ", ".join(agent_capabilities()) or "none")
             self._status("connected")
             if self.on_connected is not None:
                 self.on_connected()
@@ -249,7 +252,8 @@ class Agent:
 
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
-        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held).to_json()
+        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
+                              capabilities=agent_capabilities()).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:
@@ -326,6 +330,10 @@ class Agent:
                 r.handle.stop()
             else:  # its assignment is still being set up: stop it as soon as it exists
                 self._early_stops.add(msg.run_id)
+        elif isinstance(msg, protocol.S3CredentialsMessage):
+            r = self.runs.get(msg.run_id)
+            if r is not None and r.files is not None:
+                r.files.new_credentials(msg.credentials)
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
@@ -360,6 +368,7 @@ class Agent:
             handle.stop()
         files = RunFiles(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None), self.control,
                          self.credential, self.grace_s, handle.record, handle.stop_event)
+        r.files = files
         handle.open()
 
         async def on_done() -> None:

@@ -18,6 +18,7 @@ control plane -> agent
              name_in_use, bad_hello
   assign     {run_id, job}  (the job's shape: :class:`cdui.job.Job`)
   ack        {run_id, acked}
+  s3_credentials {run_id, credentials}  (fresh bucket credentials of an s3 run: cdui.s3.S3Credentials)
   stop       {run_id}
   revoked    {message}  (the worker was removed or its credential superseded; exit 2)
   error      {message}  (a malformed message; the connection stays up)
@@ -368,6 +369,20 @@ class Assign:
 
 
 @dataclass(frozen=True)
+class S3CredentialsMessage:
+    """Fresh bucket credentials for a running s3 run (renewal, or after a reconnect). Like the
+    assignment's, they are secrets: left out of ``repr``, never logged."""
+
+    run_id: str
+    credentials: dict[str, Any] = field(repr=False)
+    type: ClassVar[str] = "s3_credentials"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "credentials": self.credentials},
+                          allow_nan=False)
+
+
+@dataclass(frozen=True)
 class Ack(_Flat):
     run_id: str
     acked: int
@@ -392,7 +407,7 @@ class Error(_Flat):
     type: ClassVar[str] = "error"
 
 
-ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error
+ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage
 AgentMessage = Hello | Events | Heartbeat
 
 
@@ -448,6 +463,15 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
         if job.run_id != run_id:
             raise ProtocolError(f"assign: the job is for run {job.run_id[:64]!r}, the message for {run_id!r}")
         return Assign(run_id, job)
+    if t == "s3_credentials":
+        from cdui.s3 import S3Credentials
+        run_id = _str(_req(d, "run_id", str, "s3_credentials"), "s3_credentials.run_id")
+        creds = _req(d, "credentials", dict, "s3_credentials")
+        try:
+            S3Credentials.from_dict(creds)
+        except ValueError as exc:
+            raise ProtocolError(f"s3_credentials: {exc}") from None
+        return S3CredentialsMessage(run_id, creds)
     if t == "ack":
         return Ack(_str(_req(d, "run_id", str, "ack"), "ack.run_id"), _int(_req(d, "acked", int, "ack"), "ack.acked"))
     if t == "stop":

@@ -71,6 +71,17 @@ class RunListener(Protocol):
         """The store's disk has room again."""
 
 
+class FileStore(Protocol):
+    """A bucket that replaces the transfer backend (cdui/s3_plane.py): it may change a run's job
+    just before it is sent, makes the rows of its artifacts, and removes a run's objects."""
+
+    async def prepare(self, run: Run, job: Job, executor: Executor) -> Job: ...
+
+    async def artifact_row(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any] | str | None: ...
+
+    async def cleanup(self, run: Run, by_retention: bool) -> str | None: ...
+
+
 class Executor(ExecutorView, Protocol):
     """What placement reads of an executor (name, devices, unavailable_reason, mounted), and the
     starting and stopping of runs."""
@@ -149,6 +160,7 @@ class RunService:
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
+        self.storage: FileStore | None = None  # the S3 backend, when enabled
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -368,6 +380,12 @@ class RunService:
         if src != "local":
             if backend == "mount":
                 await self._record_mount_artifact(run_id, kind, data)
+            elif backend == "s3" and self.storage is not None:
+                row = await self.storage.artifact_row(run_id, kind, data)
+                if isinstance(row, str):
+                    await self._refuse_artifact(run_id, data.get("key"), row)
+                elif row is not None:
+                    await self.store.add_artifact(row)
             elif backend == "left_on_worker":
                 # Shown so the user knows where the file stayed; the download route refuses it.
                 await self.store.add_artifact({
@@ -564,6 +582,8 @@ class RunService:
         self.active[run_id] = (where.executor, where.device)
         job = self.build_job(run, where)
         try:
+            if self.storage is not None:  # before it is sent: a run without bucket credentials fails here
+                job = await self.storage.prepare(run, job, self.executors[where.executor])
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
                 self.executors[where.executor].stop(run_id, self.stop_grace)
@@ -601,7 +621,8 @@ class RunService:
             await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
         return await self.get(run_id)
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, by_retention: bool = False) -> str | None:
+        """Remove a finished run, its folder and its bucket objects; a warning if the bucket was unreachable."""
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
@@ -609,7 +630,9 @@ class RunService:
             raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
         await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
+        warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
         await self.store.delete_run(run_id)
+        return warning
 
     def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
         folder = self.layout.run_dir(run_id)
@@ -635,7 +658,7 @@ class RunService:
         finished = [r for r in runs if r.status in TERMINAL]
         for r in finished[keep:]:
             try:
-                await self.delete(r.id)
+                await self.delete(r.id, by_retention=True)
             except CduiError:
                 pass
 

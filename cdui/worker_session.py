@@ -29,6 +29,7 @@ from aiohttp import WSMsgType, web
 
 from cdui import __version__, enroll, protocol
 from cdui import worker_admission as admission
+from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
 from cdui.job import Job
 from cdui.netaddr import is_loopback
@@ -85,6 +86,10 @@ class RemoteExecutor:
 
     def mounted(self) -> bool:
         return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
+
+    def capabilities(self) -> list[str]:
+        """What the agent declared it offers (``s3`` where it has boto3)."""
+        return list(self.conn.hello.capabilities)
 
     def unavailable_reason(self) -> str | None:
         if self.disabled:
@@ -235,6 +240,9 @@ class WorkerSession:
         await conn.send(protocol.Welcome(__version__, conn.name, m.heartbeat, m.grace, answer))
         for run_id in stops:
             await conn.send(protocol.Stop(run_id))
+        bucket = m.app.get(S3_BACKEND)
+        if bucket is not None:  # its bucket credentials may come from a control plane that is gone
+            await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(store.runs_in_status_sync, ACTIVE)
         for r in active:

@@ -132,3 +132,7 @@ def need_command():
     """``need_command("nginx")``: :func:`require_command` for tests and fixtures (no import of conftest needed)."""
     return require_command
 # --- end required system packages
+
+
+# --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
+from s3server import enforcing, moto, moto_server  # noqa: E402,F401

@@ -242,7 +242,9 @@ async function loadArtifacts() {
   $("artifacts-empty").hidden = list.length > 0;
   fill($("artifacts-body"), list.map((a) => h("tr", {},
     h("td", {}, a.kind), h("td", {}, a.name), h("td", {}, a.backend),
-    h("td", { class: "mono path" }, a.path || (a.relative_path ? `(not here) ${a.relative_path}` : "")),
+    h("td", { class: "mono path" }, a.path || (a.relative_path ? `(not here) ${a.relative_path}` : ""),
+      // A bucket's object: its s3:// address, for `mc cp` or `aws s3 cp`.
+      a.backend === "s3" ? h("button", { type: "button", onclick: () => navigator.clipboard && navigator.clipboard.writeText(a.path) }, "Copy path") : null),
     h("td", { class: "nowrap" }, size(a.size)),
     h("td", { class: "mono", title: a.sha256 || "" }, a.sha256 ? a.sha256.slice(0, 12) : ""),
     h("td", {}, a.path ? h("a", {
