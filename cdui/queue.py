@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cdui import oneshot
 from cdui.errors import CduiError
 
 POOL = "one-shot"
@@ -132,7 +133,7 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
-        remote = sorted(n for n in executors if n != "local")
+        remote = oneshot.not_one_shot(sorted(n for n in executors if n != "local"), executors)
         return remote + (["local"] if "local" in executors else [])
     if isinstance(target, dict) and "worker" in target:
         return [target["worker"]] if target["worker"] in executors else []
@@ -149,7 +150,7 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     workers with the ``data`` mount)."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
-        return f"waiting for a one-shot worker that offers {wanted or 'a device'}"
+        return oneshot.place_pool(wanted, executors, used, caps, needs)
     names = candidates(target, executors)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first

@@ -55,6 +55,7 @@ class WorkerRoutes:
                 "unencrypted": bool(conn.unencrypted) if conn is not None else False,
                 "same_machine": (r["machine_id"] == self.m.machine_id),
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
+                **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
             })
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
@@ -161,6 +162,7 @@ class WorkerRoutes:
         ex = self.m.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
             ex.drained = drain
+        self.m.runs.oneshot.set_drain(name, drain, self.m)
         self.m.runs.wake()
         return web.json_response({"name": name, "drained": drain})
 
@@ -175,6 +177,9 @@ class WorkerRoutes:
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        instance = await self.m.runs.oneshot.remove_instance(name, self.m)
+        if instance is not None:
+            return web.json_response(instance)
         row = await self._worker_or_404(name)
         now = self.m.clock.time()
 
@@ -200,6 +205,7 @@ class WorkerRoutes:
         for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, ACTIVE):
             if r.worker_id == name:
                 await self.m.runs.finish(r.id, "interrupted", f"worker {name} was removed")
+        await self.m.runs.oneshot.revoke_instances(name, self.m)
         return web.json_response({"removed": name})
 
 

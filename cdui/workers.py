@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, enroll, protocol
+from cdui import __version__, enroll, oneshot, protocol
 from cdui import worker_admission as admission
 from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
@@ -80,6 +80,11 @@ class RemoteExecutor:
         self.name = conn.name
         self.drained = False
         self.disabled = False
+        # One-shot agents (see cdui.oneshot): the credential an instance shares, its one run.
+        self.credential = conn.name
+        self.one_shot = False
+        self.taken: str | None = None
+        self.reserved: str | None = None
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
@@ -92,9 +97,10 @@ class RemoteExecutor:
             return f"worker {self.name} is disabled"
         if self.drained:
             return f"worker {self.name} is draining (no new runs)"
-        return None
+        return oneshot.busy_reason(self)
 
     async def start(self, run: Run, job: Job) -> None:
+        await self.manager.runs.oneshot.took(self.manager, self, run.id)
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         if not await self.conn.send(protocol.Assign(run.id, job)):
@@ -217,9 +223,11 @@ class WorkerManager:
                                                             (h,)).fetchone() if h else None)
         else:
             first = await self._first_message(ws)
-        existing = self.conns.get(row["name"]) if row is not None else None
+        existing = self.conns.get(oneshot.peek_conn_name(row["name"], first)) if row is not None else None
         decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
                                     else None, __version__, h)
+        if isinstance(decision, admission.Accept):
+            decision = await self.runs.oneshot.admit(decision, self)
         if isinstance(decision, admission.Refuse):
             if decision.listed_name is not None:
                 self._reject(decision.listed_name, decision.listed_reason or decision.code, address,
@@ -245,16 +253,19 @@ class WorkerManager:
         log.info("worker %s connected from %s (devices %s)", name, address, ",".join(hello.devices))
         executor = RemoteExecutor(self, conn)
         try:
+            await self.runs.oneshot.connected(self, executor, row["name"])
             await self._welcome(conn, row)
             executor.drained = bool(row["drained"])
             executor.disabled = bool(row["disabled"])
             self.runs.attach_executor(executor)
+            await self.runs.oneshot.start_wanted(self, executor)
             watchdog = self.runs.spawn(self._watchdog(conn))
             try:
                 await self._serve(conn)
             finally:
                 watchdog.cancel()
         finally:
+            self.runs.oneshot.gone(executor)
             if self.conns.get(name) is conn:
                 self.conns.pop(name, None)
                 self.runs.detach_executor(name, executor)
@@ -485,13 +496,14 @@ class WorkerManager:
             return
         name = target["worker"]
         rows = {r["name"]: r for r in await self.worker_rows()}
-        if name not in rows:
+        if name not in rows and not await self.runs.oneshot.names_instance(self.runs, name):
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
         if files is None or not files.uses_files or files.transfer_ok:
             return
         conn = self.conns.get(name)
-        labels = conn.labels if conn is not None else json.loads(rows[name]["labels"] or "{}")
+        row = rows.get(name) or rows[name.rpartition(".")[0]]  # an instance has its credential's mounts
+        labels = conn.labels if conn is not None else json.loads(row["labels"] or "{}")
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)
