@@ -206,7 +206,7 @@ class Agent:
             self.heartbeat_s = welcome.heartbeat_s
             self.grace_s = welcome.resume_grace_s
             self.ws = ws
-            log.info("connected to %s as worker %s", self.control, self.name)
+            log.info("connected to %s as worker %s", self.control, welcome.worker)
             self._status("connected")
             await self._resume(welcome.runs)
             hb = asyncio.create_task(self._heartbeats(ws))

@@ -237,7 +237,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
             write_private(cred_path, json.dumps(cred))
             print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
             args.token = None  # used now; the note below is for a token given beside a stored credential
-    if args.token and not args.foreground_child:
+    if args.token and not args.foreground_child and args.instance is None:  # an array passes it to every task
         print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
               f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
     if args.name and args.name != cred["name"] and not args.foreground_child:

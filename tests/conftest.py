@@ -113,3 +113,15 @@ def _end_test_leftovers(request):
     yield
     _end_leftovers(sweep, request, "test")
 # --- end leftover processes
+
+
+# --- required system packages
+# A test that needs a system command (slurmctld, sshd, nginx, ...) skips with a reason naming
+# what is missing and the package that has it; CDUI_TEST_REQUIRE_ALL=1 (CI) turns that skip into
+# a failure (see the first block). .ci/run installs the packages (its APT_NEEDS list).
+def require_commands(*commands):
+    import shutil
+    missing = [c for c in commands if shutil.which(c) is None and not os.path.exists(f"/usr/sbin/{c}")]
+    return pytest.mark.skipif(bool(missing), reason=f"needs the system command(s) {', '.join(missing)} "
+                                                     f"(Debian: see APT_NEEDS in .ci/run)")
+# --- end required system packages
