@@ -77,3 +77,19 @@ def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[st
     what = f"instance {cred['name']}.{inst.id}" if inst is not None else f"worker {cred['name']}"
     logging.getLogger("cdui.agent").info("one-shot agent %s: waiting for one run", what)
     return asyncio.run(agent.run())
+
+
+def list_lines(w: dict[str, Any]) -> list[str]:
+    """``cdui workers list``: a one-shot worker's run, then its credential's instances."""
+    out = []
+    if w.get("one_shot"):
+        out.append(f"  one-shot, {w.get('one_shot_note') or ''}")
+    inst = w.get("instances") or {}
+    if inst.get("live") or inst.get("departed"):
+        out.append(f"  instances: {inst['connected']} connected, {inst['running']} running")
+        for c in inst.get("live", []):
+            out.append(f"    {c['name']:<24} online    runs: {', '.join(c['runs']) or '-'}; from {c['address']}")
+        for d in inst.get("departed", []):
+            took = f"took run {d['run']}" if d["run"] else d["note"]
+            out.append(f"    {d['name']:<24} left {d['left_at']}; {took}")
+    return out
