@@ -145,3 +145,28 @@ def test_two_instances_enroll_with_one_token_use_and_each_takes_one_run(tmp_path
         assert card["one_shot"] is False  # instances leave the credential's own record alone
     finally:
         cp.stop()
+
+
+def test_removing_the_credential_revokes_its_instances_and_a_stale_folder_is_swept(tmp_path):
+    import os
+    cp = make_server(tmp_path)
+    shared = tmp_path / "shared-user-data"
+    stale = shared / "agent-instances" / "killed-long-ago"
+    (stale / "spool").mkdir(parents=True)
+    old = os.stat(stale).st_mtime - 25 * 3600
+    for p in (stale / "spool", stale):
+        os.utime(p, (old, old))
+    try:
+        a = one_shot(tmp_path, cp.url, "--instance", "a", tok=token(cp), user_data=shared, label="a", name="arr")
+        wait_for(lambda: (next((x for x in cp.call("GET", "/api/workers")["workers"] if x["name"] == "arr"), None)
+                          or {}).get("instances", {}).get("connected") == 1,
+                 120, 0.2, "instance arr.a connected", detail=lambda: a.log_tail(20))
+        assert not stale.exists()  # its ID is held by nobody and nothing changed in it for 24 h
+        waiting = cp.submit(csv_print_graph(), {"target": {"worker": "arr.b"}, "device": "cpu"})["id"]
+        cp.call("DELETE", "/api/workers/arr")
+        assert exit_code(a) == 2, a.log_tail(30)  # revoked before a run arrived
+        r = wait_run(cp, waiting)
+        assert (r["status"], r["error"]) == ("failed", "worker arr was removed before the run started")
+        assert not (shared / "agent-instances" / "a").exists()
+    finally:
+        cp.stop()
