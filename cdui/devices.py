@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -41,8 +42,22 @@ def parse_probe(stdout: str) -> list[str] | None:
     return None
 
 
+# One answer per process and card selection: the cards do not change under a running
+# process, and the helper costs seconds (it imports torch). A process that builds
+# several control planes (the in-process test tier) probes once.
+_answers: dict[tuple[str, str | None], list[str]] = {}
+
+
 def detect_devices(timeout: float = PROBE_TIMEOUT_S) -> list[str]:
-    """Run the helper; a helper that fails or hangs leaves the CPU, with a warning saying why."""
+    """The devices (the helper's answer, once per process); a helper that fails or hangs leaves the CPU,
+    with a warning saying why."""
+    key = (sys.executable, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if key not in _answers:
+        _answers[key] = _probe(timeout)
+    return list(_answers[key])
+
+
+def _probe(timeout: float) -> list[str]:
     cmd = [sys.executable, "-m", "cdui.devices"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -40,7 +40,8 @@ from cdui.store import ACTIVE, Run
 if TYPE_CHECKING:
     from cdui.clock import Clock
     from cdui.runs import RunService
-    from cdui.workers import RemoteExecutor, WorkerManager
+    from cdui.worker_session import RemoteExecutor
+    from cdui.workers import WorkerManager
 
 log = logging.getLogger("cdui.oneshot")
 
