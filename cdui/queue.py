@@ -32,11 +32,13 @@ class Caps:
     per_executor: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def slots(self, executor: str, device: str) -> int:
-        if (executor, device) in self.per_executor:
-            return self.per_executor[(executor, device)]
         kind = device.split(":")[0]
-        if (executor, kind) in self.per_executor:
-            return self.per_executor[(executor, kind)]
+        # An instance NAME.ID has its own NAME.ID/DEVICE entry, else its credential's NAME/DEVICE one.
+        for name in (executor, executor.rpartition(".")[0]):
+            if (name, device) in self.per_executor:
+                return self.per_executor[(name, device)]
+            if (name, kind) in self.per_executor:
+                return self.per_executor[(name, kind)]
         if device in self.per_device:
             return self.per_device[device]
         if kind in self.per_device:

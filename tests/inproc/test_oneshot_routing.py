@@ -325,3 +325,10 @@ async def test_instance_without_one_shot_is_refused_as_bad_flags(tmp_path):
             assert (refused["type"], refused["code"]) == ("refused", "bad_flags")
         finally:
             await agent.close()
+
+
+def test_the_credentials_device_cap_applies_to_each_instance_and_one_instance_can_have_its_own():
+    from cdui.queue import parse_caps
+    caps = parse_caps("slurm/cpu=0,slurm.7-1/cpu=1")
+    assert (caps.slots("slurm.7-0", "cpu"), caps.slots("slurm.7-1", "cpu"), caps.slots("slurm", "cpu")) == (0, 1, 0)
+    assert caps.slots("other.7-0", "cpu") == 1
