@@ -79,7 +79,8 @@ def cmd_action(args: argparse.Namespace) -> int:
     c = _client(args)
     if args.action == "remove":
         res = c.call("DELETE", f"/api/workers/{args.name}")
-        print(f"worker {args.name} removed; its credential is revoked")
+        print(f"departed instance {args.name} removed from the list" if res.get("instance") else
+              f"worker {args.name} removed; its credential is revoked")
     elif args.action == "reissue":
         res = c.call("POST", f"/api/workers/{args.name}/reissue", {})
         print(res["token"])

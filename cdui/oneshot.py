@@ -371,7 +371,7 @@ class OneShotBook:
         if rows is None or not any(d.name == name for d in rows):
             return None
         self.departed[base] = deque((d for d in rows if d.name != name), maxlen=MAX_DEPARTED)
-        return {"removed": name}
+        return {"removed": name, "instance": True}
 
     async def revoke_instances(self, credential: str, manager: WorkerManager) -> None:
         """The credential was removed: every instance is disconnected, its run ends ``interrupted``,

@@ -292,7 +292,7 @@ async def test_instances_share_a_credential_and_are_listed_under_it(tmp_path):
             card = await _departed(cp, "slurm", 1)
             assert card["instances"]["departed"][0]["name"] == "slurm.7-0"
             assert card["instances"]["departed"][0]["run"] == r1["id"]
-            await cp.call("DELETE", "/api/workers/slurm.7-0")
+            assert await cp.call("DELETE", "/api/workers/slurm.7-0") == {"removed": "slurm.7-0", "instance": True}
             assert (await cp.worker("slurm"))["instances"]["departed"] == []
             waiting = await cp.submit({"target": {"worker": "slurm.9-9"}, "device": "cpu"})
             await cp.call("DELETE", "/api/workers/slurm")
