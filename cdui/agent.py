@@ -206,6 +206,11 @@ class Agent:
             self.heartbeat_s = welcome.heartbeat_s
             self.grace_s = welcome.resume_grace_s
             self.ws = ws
+            if self.stopping:
+                # SIGTERM came while connecting: the shutdown found no connection to close, so this
+                # one must not be served (it would keep the agent alive with nothing to stop it).
+                await ws.close()
+                return
             log.info("connected to %s as worker %s", self.control, welcome.worker)
             self._status("connected")
             await self._resume(welcome.runs)
