@@ -7,7 +7,8 @@ fields still gets a readable refusal.
 
 agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
-              one_shot, instance, capabilities}
+              one_shot, instance, capabilities, run_id}  (``instance`` and ``run_id``: one-shot agents
+              only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
 control plane -> agent
@@ -155,6 +156,7 @@ class Hello:
     one_shot: bool = False
     instance: str | None = None
     capabilities: list[str] = field(default_factory=list)
+    run_id: str | None = None  # a one-shot agent's --run-id: the one run it takes
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -165,7 +167,7 @@ class Hello:
                            "runs": [{"run_id": r.run_id, "running": r.running, "last_seq": r.last_seq}
                                     for r in self.runs],
                            "one_shot": self.one_shot, "instance": self.instance,
-                           "capabilities": self.capabilities})
+                           "capabilities": self.capabilities, "run_id": self.run_id})
 
 
 @dataclass
@@ -248,10 +250,12 @@ def parse_agent_message(raw: str) -> AgentMessage:
         caps = [_str(x, "hello.capabilities[]") for x in _list(_opt(d, "capabilities", list, [], "hello"),
                                                                "hello.capabilities", MAX_SMALL_LIST)]
         instance = _opt(d, "instance", str, None, "hello")
+        wanted = _opt(d, "run_id", str, None, "hello")
         return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
                      _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
                      _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
-                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps)
+                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps,
+                     None if wanted is None else _str(wanted, "hello.run_id"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):

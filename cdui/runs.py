@@ -35,6 +35,7 @@ from cdui.graph.uses import presets_used
 from cdui.graph.validate import validate_graph
 from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
+from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
@@ -161,6 +162,7 @@ class RunService:
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
         self.storage: FileStore | None = None  # the S3 backend, when enabled
+        self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -181,6 +183,7 @@ class RunService:
         devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
+        await self.oneshot.load(self)
         for listener in self.listeners:
             await listener.before_dispatch()
         self.spawn(self._dispatch_loop())
@@ -279,6 +282,7 @@ class RunService:
         assert plan is not None
         files = await asyncio.to_thread(self.file_plan, graph, library)
         await self.check_target(target, graph, files)
+        await self.oneshot.refuse_record_outputs(self, target, bool(options.get("record_outputs", False)))
         # Embed the installed presets the run uses, so it runs the same anywhere;
         # then split secrets out of the whole of it, embedded presets included.
         # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
@@ -509,6 +513,12 @@ class RunService:
         return [(rid, ex, dev) for rid, (ex, dev) in list(self.active.items())
                 if executor is None or ex == executor]
 
+    async def start_on(self, run: Run, executor: Executor, device: str) -> None:
+        """Start the queued ``run`` on ``executor`` now, out of queue order (a one-shot agent's --run-id)."""
+        fp = FilePlan.from_json(run.options.get("files"))
+        backend = None if not fp.uses_files else ("mount" if executor.mounted() else "transfer")
+        await self._start(run, Placement(executor.name, device, backend))
+
     async def requeue(self, run_id: str, reason: str) -> None:
         """Put a run whose assignment never reached its executor back in the queue.
 
@@ -551,7 +561,7 @@ class RunService:
             used[(ex, dev)] = used.get((ex, dev), 0) + 1
         blocked: set[tuple[str, str]] = set()
         for run in queued:
-            if run.stop_requested:
+            if run.stop_requested or await self.oneshot.expire(self, run, self.wake):
                 continue
             wanted = run.options.get("device")
             fp = FilePlan.from_json(run.options.get("files"))

@@ -131,6 +131,13 @@ def require_command(command, package=None):
 def need_command():
     """``need_command("nginx")``: :func:`require_command` for tests and fixtures (no import of conftest needed)."""
     return require_command
+
+
+def require_commands(*commands):
+    import shutil
+    missing = [c for c in commands if shutil.which(c) is None and not os.path.exists(f"/usr/sbin/{c}")]
+    return pytest.mark.skipif(bool(missing), reason=f"needs the system command(s) {', '.join(missing)} "
+                                                     f"(Debian: see APT_NEEDS in .ci/run)")
 # --- end required system packages
 
 

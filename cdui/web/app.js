@@ -1,6 +1,7 @@
 // cdui web page: runs, run detail with live events, submit, uploads, workers.
 import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken } from "./api.js";
 import { $, badge, fill, h, num, size, target, time, TERMINAL } from "./dom.js";
+import { oneShotBlock } from "./oneshot.js";
 
 const state = {
   runs: [], runsKey: "", selected: null, run: null,
@@ -357,6 +358,10 @@ function workerCard(w) {
       fact("Labels", labels(w.labels)), fact("Last seen", time(w.last_seen)),
       fact("Runs", (w.runs || []).length ? (w.runs || []).map((id) => h("button", {
         type: "button", class: "link mono", onclick: () => select(id) }, id)) : "")),
+    oneShotBlock(w, { openRun: select, removeInstance: (n) => act(async () => {
+      await api("DELETE", `/api/workers/${encodeURIComponent(n)}`);
+      await loadWorkers();
+    }) }),
     h("div", { class: "actions" },
       w.status === "online" ? button("Drain", () => api("POST", `/api/workers/${name}/drain`).then(loadWorkers)) : null,
       w.status === "draining" ? button("Undrain", () => api("POST", `/api/workers/${name}/undrain`).then(loadWorkers)) : null,
