@@ -133,13 +133,9 @@ def need_command():
     return require_command
 
 
-def require_commands(*commands):
-    import shutil
-    missing = [c for c in commands if shutil.which(c) is None and not os.path.exists(f"/usr/sbin/{c}")]
-    return pytest.mark.skipif(bool(missing), reason=f"needs the system command(s) {', '.join(missing)} "
-                                                     f"(Debian: see APT_NEEDS in .ci/run)")
+# require_commands (a skip mark) lives in tests/syspkgs.py: test modules import it from there,
+# since `from conftest import` would find whichever conftest (tests/ or tests/inproc/) loaded first.
 # --- end required system packages
-
-
 # --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
 from s3server import enforcing, moto, moto_server  # noqa: E402,F401
+from syspkgs import require_commands  # noqa: E402,F401

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from conftest import require_commands
 from procs import REPO_ROOT, Proc, ServerProc, csv_print_graph, env_for, free_port, wait_for, wait_run
+from syspkgs import require_commands
 
 pytestmark = [pytest.mark.e2e, require_commands("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo"),
               pytest.mark.skipif(os.geteuid() != 0, reason="the single-host SLURM cluster runs as root")]
