@@ -275,6 +275,8 @@ def check(rig: Rig, plan: Plan, run_id: str, seen: dict[str, Any], tally: Tally)
     want = expected_ending(plan)
     if run["status"] != want:
         problems.append(f"ended {run['status']!r} ({run.get('error')}), documented: {want!r}")
+    if run.get("late_result") is not None:  # every ending here is the worker's own, stored once
+        problems.append(f"late_result {run['late_result']} on a run its worker ended itself")
     if plan.kind == "agent_kill9" and "reconnected without the run" not in (run.get("error") or ""):
         problems.append(f"interrupted with {run.get('error')!r}, not 'reconnected without the run'")
 
