@@ -16,7 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, NotFound
 from cdui.paths import check_name, safe_join
-from cdui.receive import TEMP_PREFIX, receive, sweep_stale
+from cdui.receive import TEMP_PREFIX, receive, refuse_temporary_name, sweep_stale
 
 FOLDERS = {"files": "files", "images": "images", "models": "models"}
 
@@ -61,6 +61,7 @@ async def upload(request: web.Request) -> web.Response:
         raise CduiError("path_refused",
                         f"file name {field.filename!r} refused: it must be a plain name without folders",
                         hint="rename the file, e.g. to " + repr(name))
+    refuse_temporary_name(name)
     folder.mkdir(parents=True, exist_ok=True)
     target = safe_join(folder, name)
     got = await receive(field, folder, limit, lambda size: _too_large(limit, size))
