@@ -339,6 +339,8 @@ def check(rig: Rig, plan: Plan, run_id: str, seen: dict[str, Any], tally: Tally)
     return problems
 
 
+# About 3 minutes on 2 cores; the per-test limit of pyproject.toml (300 s) is for single tests.
+@pytest.mark.timeout(900)
 def test_fifty_seeded_faults_lose_no_event_and_no_file(tmp_path, capsys):
     plans = schedule(BASE_SEED, ITERATIONS)
     if ONLY is not None:
