@@ -16,7 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from cdui.appkeys import CONFIG, RUNS
 from cdui.errors import CduiError, NotFound
 from cdui.paths import check_name, safe_join
-from cdui.receive import TEMP_PREFIX, receive, sweep_stale
+from cdui.receive import TEMP_PREFIX, receive, refuse_temporary_name, sweep_stale
 
 FOLDERS = {"files": "files", "images": "images", "models": "models"}
 
@@ -81,6 +81,7 @@ def _plain_name(filename: str) -> str:
         raise CduiError("path_refused",
                         f"file name {filename!r} refused: it must be a plain name without folders",
                         hint="rename the file, e.g. to " + repr(name))
+    refuse_temporary_name(name)
     return name
 
 

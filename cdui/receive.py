@@ -18,12 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdui.errors import CduiError
+from cdui.errors import CduiError, PathRefused
 
 log = logging.getLogger("cdui.receive")
 
 TEMP_PREFIX = ".upload-"
 CHUNK = 1 << 20
+
+
+def refuse_temporary_name(rel: str) -> None:
+    """A stored file may not be named like a temporary one: the listing would hide it and the
+    next start's sweep would delete it, leaving its artifact row or upload record pointing at nothing."""
+    if any(part.startswith(TEMP_PREFIX) for part in rel.replace("\\", "/").split("/")):
+        raise PathRefused(rel, f"names starting with {TEMP_PREFIX!r} are reserved for uploads in progress")
 
 
 @dataclass

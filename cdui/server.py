@@ -136,10 +136,14 @@ class HostCheck:
         if h in self.extra:
             return True
         if h.startswith("["):
-            name, _, rest = h[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else ""
+            name, closed, rest = h[1:].partition("]")
+            if not closed or (rest and not rest.startswith(":")):
+                return False  # "[::1" and "[::1]evil" are no host
+            port = rest[1:]
         else:
             name, _, port = h.partition(":")
+        if port and not (port.isascii() and port.isdigit() and len(port) <= 5):
+            return False  # "127.0.0.1:1@evil.example" is not a host and a port
         if name in ("localhost", "127.0.0.1", "::1") or name.endswith(".localhost"):
             return True
         own = self.port if self.port is not None else local_port

@@ -30,7 +30,7 @@ from cdui.errors import CduiError, PathRefused
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
 from cdui.protocol import loads
-from cdui.receive import receive
+from cdui.receive import receive, refuse_temporary_name
 from cdui.store import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ def artifact_target(layout: Layout, run_id: str, kind: str, name: str) -> Path:
     if kind not in ARTIFACT_KINDS:
         raise CduiError("bad_upload", f"artifact kind {kind!r} is not accepted",
                         hint=f"use one of {sorted(ARTIFACT_KINDS)}", status=400)
+    refuse_temporary_name(name)
     return safe_join(layout.run_dir(run_id), f"{kind}/{name}")
 
 
@@ -50,6 +51,7 @@ def output_target(layout: Layout, relative_path: str) -> Path:
     head, _, rest = rel.partition("/")
     if head not in OUTPUT_FOLDERS or not rest:
         raise PathRefused(relative_path, f"workers may write only into {', '.join(f + '/' for f in OUTPUT_FOLDERS)}")
+    refuse_temporary_name(rest)
     return safe_join(layout.folder(head), rest)
 
 

@@ -332,9 +332,13 @@ class WorkerSession:
             return
         if run.status in TERMINAL:
             # Ended here while the worker was away: keep the log as it is, keep its real ending.
+            # A run this worker itself ended has no later ending to keep: whatever it sends
+            # after its own final status (a replay after a restart) is not how the run ended.
+            ended_by_it = any(e["kind"] == "status" and (e.get("data") or {}).get("status") in TERMINAL
+                              for e in m.events) and await self._ended_by(m.run_id, conn.name)
             for e in m.events:
                 d = e.get("data") or {}
-                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result:
+                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result and not ended_by_it:
                     late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
                             "at": iso(e.get("at") or self.m.clock.time())}
                     facts = dict(run.execution_facts or {})
@@ -355,6 +359,13 @@ class WorkerSession:
             self.m.unstored.add(conn.name)
             return
         await conn.send(protocol.Ack(m.run_id, acked))
+
+    async def _ended_by(self, run_id: str, name: str) -> bool:
+        """Whether the stored log holds a final status of the run from worker ``name``."""
+        row = await self.m.store.read(lambda c: c.execute(
+            "SELECT 1 FROM run_events WHERE run_id=? AND src=? AND kind='status' AND json_extract(data, '$.status') "
+            "IN ('succeeded', 'failed', 'cancelled', 'interrupted') LIMIT 1", (run_id, f"worker:{name}")).fetchone())
+        return row is not None
 
     # -- 4. gone -------------------------------------------------------------------------
     async def gone(self) -> None:

@@ -1,16 +1,33 @@
-"""A loopback TCP proxy the test controls: cut every connection, refuse new
-ones for a while, then let them through again. It stands in for a network
-cut between an agent and its control plane (CONN, DISC tests)."""
+"""A loopback TCP proxy the test controls, standing in for the network between
+an agent and its control plane:
+
+- :meth:`TcpProxy.cut`: drop every connection (FIN) and refuse new ones until
+  :meth:`TcpProxy.restore`;
+- :meth:`TcpProxy.reset`: abort every connection with a TCP reset (RST), as a
+  NAT or firewall that forgot them does, and keep accepting new ones;
+- :meth:`TcpProxy.freeze`: keep connections open but deliver nothing (a dead
+  route: packets lost, no reset) until :meth:`TcpProxy.restore`;
+- ``rate``: a slow link, in bytes per second per direction and connection;
+- :meth:`TcpProxy.answer_503`: a reverse proxy whose upstream is down.
+
+With ``upstream_wait`` a new connection whose upstream refuses it is held
+open while the proxy keeps trying the upstream for that many seconds, as a
+listening socket kept by the service manager (systemd socket activation)
+holds clients while the server behind it restarts; without it such a
+connection is closed at once.
+"""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", upstream_wait: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.upstream_wait = upstream_wait
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -21,6 +38,7 @@ class TcpProxy:
         self._open.set()
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
+        self._aborting: set[socket.socket] = set()  # closed with a reset, not a FIN (see reset)
         self._closed = False
         self._answer_503 = False
         self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
@@ -48,17 +66,35 @@ class TcpProxy:
                     pass
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
+            if self.upstream_wait:
+                # Held clients must not hold up the next accept.
+                threading.Thread(target=self._connect_when_up, args=(client,), daemon=True).start()
+            else:
+                self._connect(client)
+
+    def _connect_when_up(self, client: socket.socket) -> None:
+        deadline = time.monotonic() + self.upstream_wait
+        while not self._closed and self._open.is_set():
+            if self._connect(client, last_try=time.monotonic() > deadline):
+                return
+            time.sleep(0.05)  # the proxy's own retry interval while its upstream is down
+        client.close()
+
+    def _connect(self, client: socket.socket, last_try: bool = True) -> bool:
+        """Pipe ``client`` to the upstream; False if the upstream refused and this was not the last try."""
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+            upstream.settimeout(None)
+        except OSError:
+            if last_try:
                 client.close()
-                continue
-            with self._lock:
-                self._socks.update((client, upstream))
-                self.connections += 1
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            return last_try
+        with self._lock:
+            self._socks.update((client, upstream))
+            self.connections += 1
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+        return True
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -76,14 +112,18 @@ class TcpProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                with self._lock:
+                    aborting = s in self._aborting
+                if not aborting:  # a shutdown would send a FIN first; an abort sends only the RST
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
                 s.close()
             with self._lock:
-                self._socks.discard(src)
-                self._socks.discard(dst)
+                for s in (src, dst):
+                    self._socks.discard(s)
+                    self._aborting.discard(s)
 
     def cut(self) -> None:
         """Drop every open connection and refuse new ones until :meth:`restore`."""
@@ -95,6 +135,20 @@ class TcpProxy:
         self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
         self._open.set()
         self._flowing.set()
+
+    def reset(self) -> None:
+        """Abort every open connection with a TCP reset on both sides; new connections go through."""
+        with self._lock:
+            socks = list(self._socks)
+            self._aborting.update(socks)
+        for s in socks:
+            try:
+                # Linger 0: close() discards what is unsent and answers with RST.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                # Wakes the pipe thread blocked in recv() without sending anything; it then closes.
+                s.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
 
     def answer_503(self) -> None:
         """Cut every connection; answer every new request with 503 until :meth:`restore`."""

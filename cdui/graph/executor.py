@@ -1,6 +1,7 @@
 """Runs a validated plan, node by node, inside the run subprocess."""
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from typing import Any
@@ -22,8 +23,10 @@ class NodeFailed(Exception):
 
 def _summary(value: Any) -> Any:
     """A small JSON-safe description of a node output for node_status events."""
-    try:
-        import torch
+    # A value can be a tensor or a module only if torch is already imported; importing it
+    # here just to find out would cost every run that never uses torch seconds.
+    torch = sys.modules.get("torch")
+    if torch is not None:
         if isinstance(value, torch.Tensor):
             d: dict[str, Any] = {"type": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)}
             if value.numel() <= 16:
@@ -32,8 +35,6 @@ def _summary(value: Any) -> Any:
         if isinstance(value, torch.nn.Module):
             return {"type": "model", "class": type(value).__name__,
                     "parameters": sum(p.numel() for p in value.parameters())}
-    except ImportError:  # pragma: no cover
-        pass
     if isinstance(value, (int, float, bool)) or value is None:
         return value
     if isinstance(value, str):
