@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, protocol, runner
+from cdui import __version__, catalog, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -106,6 +106,7 @@ class Agent:
         self.exit_code = EXIT_OK
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
+        self.probe = catalog.Probe(error="the node catalog helper has not run yet")
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
             self.runs[run_id] = r
@@ -137,6 +138,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
+        await self._probe_catalog()
         delays = backoff_delays()
         async with aiohttp.ClientSession() as session:
             self.session = session
@@ -170,6 +172,19 @@ class Agent:
                     pass
             await self._drain_on_shutdown(session)
         return self.exit_code
+
+    async def _probe_catalog(self) -> None:
+        """The node catalog and fingerprint, once at start: a plugin installed later counts after a restart."""
+        self.probe = await asyncio.to_thread(catalog.probe, self.config.custom_nodes_dir, self.config.plugins_dir)
+        if self.probe.error:
+            log.error("no node catalog is reported to the control plane: %s; it sends this worker no `any` runs "
+                      "(fix the cause and restart the agent)", self.probe.error)
+        else:
+            assert self.probe.catalog is not None and self.probe.fingerprint is not None
+            log.info("node catalog: %d types (%s); environment: %s", len(self.probe.catalog["types"]),
+                     self.probe.catalog["hash"][:19], catalog.summary(self.probe.fingerprint))
+            # Runs describe the devices as this agent sees them, before their own narrowing.
+            os.environ[catalog.SEEN_ACCELERATOR_ENV] = str(self.probe.fingerprint.get("accelerator", ""))
 
     @staticmethod
     def _advice(code: str) -> str:
@@ -221,7 +236,9 @@ class Agent:
 
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
-        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held).to_json()
+        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
+                              catalog=self.probe.catalog, catalog_error=self.probe.error,
+                              fingerprint=self.probe.fingerprint).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:

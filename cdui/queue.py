@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cdui.catalog import any_skips
 from cdui.errors import CduiError
 
 POOL = "one-shot"
@@ -132,7 +133,9 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
-        remote = sorted(n for n in executors if n != "local")
+        # Not a worker that lacks node types or reported no catalog (see any_skips).
+        skipped = any_skips(executors)
+        remote = sorted(n for n in executors if n != "local" and n not in skipped)
         return remote + (["local"] if "local" in executors else [])
     if isinstance(target, dict) and "worker" in target:
         return [target["worker"]] if target["worker"] in executors else []
@@ -158,7 +161,7 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
-    reasons = []
+    reasons = list(any_skips(executors).values()) if target == "any" else []
     for name in names:
         ex = executors[name]
         why = ex.unavailable_reason()

@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, enroll, protocol
+from cdui import __version__, catalog, enroll, protocol
 from cdui import worker_admission as admission
 from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
@@ -80,6 +80,8 @@ class RemoteExecutor:
         self.name = conn.name
         self.drained = False
         self.disabled = False
+        # Reported once, at the agent's start: it holds for this connection only.
+        self.catalog = catalog.compare(manager.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
@@ -97,6 +99,12 @@ class RemoteExecutor:
     async def start(self, run: Run, job: Job) -> None:
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
+        # Checked again right before it goes: the worker may have come back with fewer types.
+        missing = catalog.missing_types(self.catalog, job.graph, {})
+        if missing:
+            raise catalog.refuse_missing(self.name, missing)
+        await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
+            run.execution_facts, self.conn.hello.fingerprint))
         if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
@@ -119,6 +127,7 @@ class WorkerManager:
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
+        self.own_catalog = catalog.node_catalog(self.runs.registry)
         self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                          clock=self.clock.monotonic)
         self.closing = False
@@ -488,6 +497,11 @@ class WorkerManager:
         if name not in rows:
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
+        ex = self.runs.executor(name)
+        if isinstance(ex, RemoteExecutor) and isinstance(graph, dict):
+            missing = catalog.missing_types(ex.catalog, graph, self.runs.preset_library())
+            if missing:
+                raise catalog.refuse_missing(name, missing)
         if files is None or not files.uses_files or files.transfer_ok:
             return
         conn = self.conns.get(name)
