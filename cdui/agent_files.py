@@ -24,7 +24,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from cdui.atomic import replacing
 from cdui.job import Job, JobFiles
 from cdui.layout import Layout
 from cdui.paths import safe_join, sha256_file
@@ -52,6 +52,10 @@ class Unreachable(Exception):
 
 class Refused(Exception):
     """The control plane answered no (not worth retrying)."""
+
+
+class _Stopped(Exception):
+    """The run was stopped while one of its inputs was downloading."""
 
 
 
@@ -141,35 +145,24 @@ class RunFiles:
         return True
 
     async def _download(self, folder: str, name: str, sha: str, dest: Path) -> bool:
-        assert self.session is not None
+        """Download one input into ``dest`` (whole and checked, or not at all); False if the run was stopped."""
         url = f"{self.control}/api/{folder}/download/{name}"
-        tmp = dest.with_name(dest.name + f".part-{os.getpid()}")
         delays = _delays()
         deadline = time.monotonic() + self.grace_s
         while True:
             try:
-                h = hashlib.sha256()
-                async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
-                    if resp.status in RETRY_STATUSES:
-                        raise Unreachable(f"HTTP {resp.status}")
-                    if resp.status != 200:
-                        raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
-                                           f"{(await resp.text())[:300]}")
-                    with open(tmp, "wb") as fh:
-                        async for chunk in resp.content.iter_chunked(1 << 20):
-                            if self.stop_event.is_set():
-                                tmp.unlink(missing_ok=True)
-                                return False
-                            h.update(chunk)
-                            fh.write(chunk)
-                if h.hexdigest() != sha:
-                    tmp.unlink(missing_ok=True)
-                    raise RuntimeError(f"{folder}/{name} arrived with sha256 {h.hexdigest()}, expected {sha}: "
-                                       f"the file changed on the control plane since the run was queued")
-                os.replace(tmp, dest)
+                # The cache entry is named by its sha256: it appears only complete and checked.
+                with replacing(dest) as tmp:
+                    got = await self._stream_into(url, folder, name, tmp)
+                    if got is None:
+                        raise _Stopped
+                    if got != sha:
+                        raise RuntimeError(f"{folder}/{name} arrived with sha256 {got}, expected {sha}: "
+                                           f"the file changed on the control plane since the run was queued")
                 return True
+            except _Stopped:
+                return False
             except (TimeoutError, aiohttp.ClientError, OSError, Unreachable) as exc:
-                tmp.unlink(missing_ok=True)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"could not download {folder}/{name}: {exc}") from None
                 log.warning("run %s: downloading %s/%s failed (%s); retrying", self.run_id, folder, name, exc)
@@ -178,6 +171,24 @@ class RunFiles:
                     return False
                 except TimeoutError:
                     pass
+
+    async def _stream_into(self, url: str, folder: str, name: str, tmp: Path) -> str | None:
+        """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile."""
+        assert self.session is not None
+        h = hashlib.sha256()
+        async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+            if resp.status in RETRY_STATUSES:
+                raise Unreachable(f"HTTP {resp.status}")
+            if resp.status != 200:
+                raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
+                                   f"{(await resp.text())[:300]}")
+            with open(tmp, "wb") as fh:
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    if self.stop_event.is_set():
+                        return None
+                    h.update(chunk)
+                    fh.write(chunk)
+        return h.hexdigest()
 
     # -- during the run ----------------------------------------------------------
     def start(self) -> None:

@@ -33,6 +33,22 @@ async def upload(request: web.Request) -> web.Response:
     limit = request.app[CONFIG]["CODEFYUI_MAX_UPLOAD_SIZE"]
     if request.content_length and request.content_length > limit + 1024 * 1024:
         raise _too_large(limit, request.content_length)
+    field = await _file_part(request)
+    name = _plain_name(field.filename)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = safe_join(folder, name)
+    got = await receive(field, folder, limit, lambda size: _too_large(limit, size))
+    try:
+        got.commit(target)
+    finally:
+        got.discard()
+    digest, size = got.sha256, got.size
+    await request.app[RUNS].store.record_upload(kind, name, digest, size)
+    return web.json_response({"name": name, "sha256": digest, "size": size, "path": f"data/{kind}/{name}"}, status=201)
+
+
+async def _file_part(request: web.Request) -> Any:
+    """The multipart part named ``file`` (with a file name), the parts before it skipped unread."""
     try:
         reader = await request.multipart()
     except (AssertionError, ValueError, KeyError):
@@ -55,22 +71,17 @@ async def upload(request: web.Request) -> web.Response:
     if field is None or not field.filename:
         raise CduiError("bad_upload", "no field named 'file' with a file name in the upload",
                         hint="curl -F file=@train.csv ...")
-    name = check_name(Path(field.filename.replace("\\", "/")).name if "/" in field.filename or "\\" in field.filename
-                      else field.filename)
-    if field.filename != name:
+    return field
+
+
+def _plain_name(filename: str) -> str:
+    """The upload's file name, refused unless it is a plain name (no folders) that check_name accepts."""
+    name = check_name(Path(filename.replace("\\", "/")).name if "/" in filename or "\\" in filename else filename)
+    if filename != name:
         raise CduiError("path_refused",
-                        f"file name {field.filename!r} refused: it must be a plain name without folders",
+                        f"file name {filename!r} refused: it must be a plain name without folders",
                         hint="rename the file, e.g. to " + repr(name))
-    folder.mkdir(parents=True, exist_ok=True)
-    target = safe_join(folder, name)
-    got = await receive(field, folder, limit, lambda size: _too_large(limit, size))
-    try:
-        got.commit(target)
-    finally:
-        got.discard()
-    digest, size = got.sha256, got.size
-    await request.app[RUNS].store.record_upload(kind, name, digest, size)
-    return web.json_response({"name": name, "sha256": digest, "size": size, "path": f"data/{kind}/{name}"}, status=201)
+    return name
 
 
 def _too_large(limit: int, size: int) -> CduiError:

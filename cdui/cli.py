@@ -9,15 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cdui import __version__, cli_workers
-from cdui.cli_util import _die, _pid_alive, _read_pid
+from cdui import __version__, cli_workers, daemon
+from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 
 
@@ -44,7 +42,7 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from cdui.private import open_private_append, private_dir, restrict_umask
+    from cdui.private import private_dir, restrict_umask
     if args.foreground:
         # The server's database, logs and tokens are this user's alone. Only the
         # server process itself narrows its umask (the daemonising parent opens
@@ -53,9 +51,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         restrict_umask()
     cfg = _config()
     ud = private_dir(cfg.user_data)
-    pidfile = ud / "cdui.pid"
     from cdui.client import server_info
-    pid = _read_pid(pidfile)
+    pid = daemon.PidFile(ud / "cdui.pid").running()
     if pid:
         info = server_info(ud) or {}
         print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
@@ -65,23 +62,20 @@ def cmd_start(args: argparse.Namespace) -> int:
     log_path = ud / "cdui.log"
     cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
     (ud / "server.json").unlink(missing_ok=True)
-    from cdui.config import absolute_paths
-    with open_private_append(log_path) as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parent.parent),
-                                env=absolute_paths(os.environ, Path.cwd()))
+    proc = daemon.spawn(cmd, log_path)
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
+
+    def ready(rc: int | None) -> int | None:
+        if rc is not None:
             tail = _tail(log_path, 5)
-            return _die(f"the server exited during start (code {proc.returncode}); last log lines:\n{tail}")
-        ready = server_info(ud)
-        if ready and ready.get("pid") == proc.pid and _health(url):
+            return _die(f"the server exited during start (code {rc}); last log lines:\n{tail}")
+        info = server_info(ud)
+        if info and info.get("pid") == proc.pid and _health(url):
             print(f"cdui {__version__} running at {url} (pid {proc.pid}, log {log_path})")
             return 0
-        time.sleep(0.2)
-    return _die(f"the server did not answer at {url} within 120 s; see {log_path}")
+        return None
+    answer = daemon.wait_ready(proc, ready, 120)
+    return answer if answer is not None else _die(f"the server did not answer at {url} within 120 s; see {log_path}")
 
 
 def _tail(path: Path, n: int) -> str:
@@ -98,35 +92,24 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     from cdui.server import serve
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unavailable(logging.getLogger("cdui.server"))
-    pidfile = cfg.user_data / "cdui.pid"
-    pidfile.write_text(str(os.getpid()))
-    try:
-        serve(cfg, args.host, args.port)
-    except OSError as exc:
-        return _die(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
-                    f"(choose another --port, or stop what uses it)")
-    finally:
+    with daemon.PidFile(cfg.user_data / "cdui.pid").held():
         try:
-            if pidfile.read_text().strip() == str(os.getpid()):
-                pidfile.unlink()
-        except OSError:
-            pass
-        (cfg.user_data / "server.json").unlink(missing_ok=True)
+            serve(cfg, args.host, args.port)
+        except OSError as exc:
+            return _die(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+                        f"(choose another --port, or stop what uses it)")
+        finally:
+            (cfg.user_data / "server.json").unlink(missing_ok=True)
     return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     cfg = _config()
-    pid = _read_pid(cfg.user_data / "cdui.pid")
+    pid = daemon.PidFile(cfg.user_data / "cdui.pid").running()
     if not pid:
         print("cdui is not running")
         return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + cfg["CODEFYUI_SHUTDOWN_GRACE_S"] + 20
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.1)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    if daemon.stop(pid, cfg["CODEFYUI_SHUTDOWN_GRACE_S"] + 20, kill=True) == "killed":
         print(f"cdui (pid {pid}) did not stop in time and was killed")
     else:
         print(f"cdui (pid {pid}) stopped")

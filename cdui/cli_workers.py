@@ -15,8 +15,6 @@ import json
 import logging
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cdui import __version__
+from cdui import __version__, daemon
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 from cdui.netaddr import is_loopback_host
@@ -182,9 +180,7 @@ def _labels_fn(user_data: Path):
 
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui import config
-    from cdui.agent import credential_path, hostname
-    from cdui.atomic import write_private
-    from cdui.devices import detect_devices
+    from cdui.agent import credential_path
     if args.ca_fingerprint is not None:
         # Accepting a pin that is never checked would promise a protection that is not there.
         return _die("--ca-fingerprint is not available in this version (certificate pinning is not implemented "
@@ -213,6 +209,30 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
             return refused
     cred_path = credential_path(ud, control)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    cred = _stored_or_enrolled(args, control, cred_path, devices)
+    if isinstance(cred, int):
+        return cred
+    if args.token and not args.foreground_child:
+        print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
+              f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
+    if args.name and args.name != cred["name"] and not args.foreground_child:
+        return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
+                    f"`cdui agent forget {control}` to enroll under another name", 2)
+    if args.foreground:
+        return _run_foreground(cfg, control, cred, devices, pidfile)
+    running = _read_pid(pidfile)
+    if running:
+        print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
+        return 0
+    return _spawn_and_wait(args, ud, control, cred)
+
+
+def _stored_or_enrolled(args: argparse.Namespace, control: str, cred_path: Path,
+                        devices: list[str] | None) -> dict[str, Any] | int:
+    """The stored credential for ``control``, or a new one from enrolling with the token; an exit code if neither."""
+    from cdui.agent import hostname
+    from cdui.atomic import write_private
+    from cdui.devices import detect_devices
     # Agents started together from one user data folder enroll one at a time: the first uses
     # the token, the others find its credential once they hold the lock (one token use).
     with enroll_lock(cred_path):
@@ -231,19 +251,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
             write_private(cred_path, json.dumps(cred))
             print(f"enrolled as worker {res['worker']} at {control}; credential saved in {cred_path}", file=sys.stderr)
             args.token = None  # used now; the note below is for a token given beside a stored credential
-    if args.token and not args.foreground_child:
-        print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
-              f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
-    if args.name and args.name != cred["name"] and not args.foreground_child:
-        return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
-                    f"`cdui agent forget {control}` to enroll under another name", 2)
-    if args.foreground:
-        return _run_foreground(cfg, control, cred, devices, pidfile)
-    running = _read_pid(pidfile)
-    if running:
-        print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
-        return 0
-    return _spawn_and_wait(args, ud, control, cred)
+    return cred
 
 
 def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
@@ -268,21 +276,15 @@ def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None
 
 def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict[str, Any]) -> int:
     """Start the agent in the background and wait (60 s at most) until it says it connected or stopped."""
-    from cdui import config
     status_file = ud / "agent-status.json"
     status_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--foreground", "--_child"]
     if args.devices:
         cmd += ["--devices", args.devices]
     log_path = ud / "agent.log"
-    from cdui.private import open_private_append
-    with open_private_append(log_path) as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parent.parent),
-                                env=config.absolute_paths(os.environ, Path.cwd()))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        rc = proc.poll()
+    proc = daemon.spawn(cmd, log_path)
+
+    def ready(rc: int | None) -> int | None:
         st = _load_credential(status_file) or {}
         if st.get("state") == "connected":
             print(f"agent {cred['name']} connected to {control} (pid {proc.pid}, log {log_path})")
@@ -290,12 +292,13 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
         if st.get("state") == "refused" or rc is not None:
             proc.wait(timeout=30) if rc is None else None
             return _die(f"the agent stopped: {st.get('message') or 'see ' + str(log_path)}", proc.returncode or 2)
-        time.sleep(0.2)
+        return None
+    answer = daemon.wait_ready(proc, ready, 60)
+    if answer is not None:
+        return answer
     print(f"agent {cred['name']} started (pid {proc.pid}) but is not connected yet: "
           f"{(_load_credential(status_file) or {}).get('message', '')}; it keeps retrying (log {log_path})")
     return 0
-
-
 
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
@@ -306,39 +309,27 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent"))
-    pidfile.write_text(str(os.getpid()))
-    try:
+    with daemon.PidFile(pidfile).held():
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
                       labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg)
         return asyncio.run(agent.run())
-    finally:
-        try:
-            if pidfile.read_text().strip() == str(os.getpid()):
-                pidfile.unlink()
-        except OSError:
-            pass
 
 
 def cmd_agent_stop(args: argparse.Namespace) -> int:
     from cdui import config
     cfg = config.load()
-    pid = _read_pid(cfg.user_data / "agent.pid")
+    pid = daemon.PidFile(cfg.user_data / "agent.pid").running()
     if not pid:
         print("no agent is running")
         return 0
-    os.kill(pid, signal.SIGTERM)
     # Runs get 10 s to stop, then their last events and files go out; margin for the final uploads.
     from cdui.agent import STOP_BUDGET_S
     limit = STOP_BUDGET_S + 30
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            print(f"agent (pid {pid}) stopped")
-            return 0
-        time.sleep(0.1)
-    return _die(f"the agent (pid {pid}) did not stop within {limit:.0f} s", 1)
+    # Not killed at the deadline: it may still be uploading its runs' outputs, which a kill would cut off.
+    if daemon.stop(pid, limit, kill=False) == "running":
+        return _die(f"the agent (pid {pid}) did not stop within {limit:.0f} s", 1)
+    print(f"agent (pid {pid}) stopped")
+    return 0
 
 
 def cmd_agent_forget(args: argparse.Namespace) -> int:

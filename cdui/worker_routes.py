@@ -2,11 +2,10 @@
 
 They act through the :class:`~cdui.workers.WorkerManager` (``app[WORKERS]``),
 which owns the connections and the runs on them; ``/ws/worker`` itself is the
-manager's (one connection from hello to gone).
+manager's (one :class:`~cdui.worker_session.WorkerSession` per connection).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -18,8 +17,7 @@ from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.runs import iso
-from cdui.store import ACTIVE
-from cdui.workers import RemoteExecutor, WorkerManager
+from cdui.workers import WorkerManager
 
 log = logging.getLogger("cdui.workers")  # the same logger as before the split, so log filters keep working
 
@@ -164,10 +162,7 @@ class WorkerRoutes:
         await self._worker_or_404(name)
         drain = request.path.endswith("/drain")
         await self.m.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
-        ex = self.m.runs.executor(name)
-        if isinstance(ex, RemoteExecutor):
-            ex.drained = drain
-        self.m.runs.wake()
+        self.m.set_drained(name, drain)
         return web.json_response({"name": name, "drained": drain})
 
     async def reissue(self, request: web.Request) -> web.Response:
@@ -181,31 +176,8 @@ class WorkerRoutes:
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        row = await self._worker_or_404(name)
-        now = self.m.clock.time()
-
-        def fn(c: Any) -> None:
-            if row["credential_hash"]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
-                          "VALUES (?,?,?,?)",
-                          (row["credential_hash"], name, "removed", now))
-            c.execute("DELETE FROM workers WHERE name=?", (name,))
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
-        await self.m.store.write(fn)
-        conn = self.m.conns.pop(name, None)
-        self.m.runs.detach_executor(name)
-        if conn is not None:
-            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
-                                             f"is revoked"))
-            await conn.ws.close()
-        for run_id, _, _ in self.m.runs.runs_on(name):
-            await self.m.runs.finish(run_id, "interrupted", f"worker {name} was removed")
-        for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, {"queued"}):
-            if r.target == {"worker": name}:
-                await self.m.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
-        for r in await asyncio.to_thread(self.m.store.runs_in_status_sync, ACTIVE):
-            if r.worker_id == name:
-                await self.m.runs.finish(r.id, "interrupted", f"worker {name} was removed")
+        await self._worker_or_404(name)
+        await self.m.remove_worker(name)
         return web.json_response({"removed": name})
 
 

@@ -1,7 +1,9 @@
-"""Remote workers on the control plane: ``/ws/worker``, remote executors,
-disconnects, resume and adoption. The plain HTTP routes (enrollment, tokens,
-drain, reissue, remove) are in :mod:`cdui.worker_routes`; who may connect is
-decided by :func:`cdui.worker_admission.decide`.
+"""Remote workers on the control plane: the registry of connections, grace
+timers, adoption and shutdown. Each ``/ws/worker`` connection is one
+:class:`~cdui.worker_session.WorkerSession` (handshake, welcome, serve,
+gone); the plain HTTP routes (enrollment, tokens, drain, reissue, remove) are
+in :mod:`cdui.worker_routes`; who may connect is decided by
+:func:`cdui.worker_admission.decide`.
 
 The wire shapes are in :mod:`cdui.protocol`, token policy in
 :mod:`cdui.enroll`; this module is the loop that ties them to the run service.
@@ -24,93 +26,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-from cdui import __version__, catalog, enroll, protocol
-from cdui import worker_admission as admission
+from cdui import catalog, enroll, protocol
 from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
-from cdui.diskfull import DiskFull
 from cdui.errors import CduiError
-from cdui.job import Job
-from cdui.netaddr import is_loopback
 from cdui.placement import no_mount_message
 from cdui.runs import RunService, iso
-from cdui.store import ACTIVE, TERMINAL, Run
+from cdui.store import ACTIVE
+from cdui.worker_session import Conn, RemoteExecutor, WorkerSession
+
+__all__ = ["Conn", "RemoteExecutor", "WorkerManager", "WorkerSession"]
 
 log = logging.getLogger(__name__)
 MAX_REJECTED = 50  # names kept in the list of refused connections
-
-
-@dataclass
-class Conn:
-    name: str
-    ws: web.WebSocketResponse
-    hello: protocol.Hello
-    address: str
-    unencrypted: bool
-    # Wall time, shown and stored (the server's clock sets both).
-    connected_at: float = 0.0
-    last_seen: float = 0.0
-    labels: dict[str, str] = field(default_factory=dict)
-    # When it last spoke, on the monotonic clock: liveness must not jump with the wall clock.
-    alive_at: float = 0.0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def send(self, msg: protocol.ServerMessage) -> bool:
-        if self.ws.closed:
-            return False
-        try:
-            async with self.lock:
-                await self.ws.send_str(msg.to_json())
-            return True
-        except (ConnectionError, RuntimeError):
-            return False
-
-
-class RemoteExecutor:
-    """A connected worker, as the run queue sees it."""
-
-    def __init__(self, manager: WorkerManager, conn: Conn) -> None:
-        self.manager = manager
-        self.conn = conn
-        self.name = conn.name
-        self.drained = False
-        self.disabled = False
-        # Reported once, at the agent's start: it holds for this connection only.
-        self.catalog = catalog.compare(manager.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
-
-    def devices(self) -> list[str]:
-        return list(self.conn.hello.devices)
-
-    def mounted(self) -> bool:
-        return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
-
-    def unavailable_reason(self) -> str | None:
-        if self.disabled:
-            return f"worker {self.name} is disabled"
-        if self.drained:
-            return f"worker {self.name} is draining (no new runs)"
-        return None
-
-    async def start(self, run: Run, job: Job) -> None:
-        if self.conn.hello.machine_id != self.manager.machine_id:
-            job = job.without_local_paths()  # another machine resolves paths in its own installation
-        # Checked again right before it goes: the worker may have come back with fewer types.
-        missing = catalog.missing_types(self.catalog, job.graph, {})
-        if missing:
-            raise catalog.refuse_missing(self.name, missing)
-        await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
-            run.execution_facts, self.conn.hello.fingerprint))
-        if not await self.conn.send(protocol.Assign(run.id, job)):
-            raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
-
-    def stop(self, run_id: str, grace: float) -> bool:
-        self.manager.runs.spawn(self.conn.send(protocol.Stop(run_id)))
-        return True
 
 
 class WorkerManager:
@@ -152,14 +84,14 @@ class WorkerManager:
                 "kind": "worker_disconnected", "restart": True,
                 "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r.worker_id} "
                            f"to reconnect with the run"})
-            self._start_timer(r.id, adopted=True)
+            self.start_timer(r.id, adopted=True)
 
     # -- grace timers -------------------------------------------------------------
-    def _start_timer(self, run_id: str, adopted: bool) -> None:
-        self._cancel_timer(run_id)
+    def start_timer(self, run_id: str, adopted: bool) -> None:
+        self.cancel_timer(run_id)
         self.timers[run_id] = self.runs.spawn(self._grace_expiry(run_id, adopted))
 
-    def _cancel_timer(self, run_id: str) -> None:
+    def cancel_timer(self, run_id: str) -> None:
         t = self.timers.pop(run_id, None)
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -178,11 +110,20 @@ class WorkerManager:
         await self.runs.finish(run_id, "interrupted", msg)
 
     async def on_terminal(self, run_id: str, status: str) -> None:
-        self._cancel_timer(run_id)
+        self.cancel_timer(run_id)
         self._ended.set()  # wakes a shutdown waiting for worker runs to end
 
-    # -- connection lifecycle --------------------------------------------------------
-    def _reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
+    # -- the registry of connections (each one a WorkerSession) --------------------------
+    async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        """``/ws/worker``: one :class:`~cdui.worker_session.WorkerSession` per connection."""
+        return await WorkerSession(self, request).run()
+
+    def register(self, conn: Conn) -> None:
+        """An admitted connection becomes the worker's current one (a newer one replaces it)."""
+        self.conns[conn.name] = conn
+        self.rejected.pop(conn.name, None)
+
+    def reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
         now = self.clock.time()
         if cred_hash is not None:
             last = self._revoked_seen.get(cred_hash)
@@ -200,197 +141,6 @@ class WorkerManager:
             del self.rejected[next(iter(self.rejected))]
         log.warning("rejected worker connection %s from %s: %s", name, address, reason)
 
-    async def _first_message(self, ws: web.WebSocketResponse) -> str | admission.NoHello:
-        try:
-            first = await ws.receive(timeout=30)
-        except TimeoutError:
-            return admission.NoHello("no hello within 30 s")
-        if first.type != WSMsgType.TEXT:
-            return admission.NoHello("the first message must be a JSON text hello")
-        return str(first.data)
-
-    async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
-        await ws.prepare(request)
-        address = request.remote or "?"
-        auth = request.headers.get("Authorization", "")
-        cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        h = enroll.hash_secret(cred) if cred else ""
-
-        row = await self.store.read(
-            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
-        old = None
-        first: str | admission.NoHello | None = None
-        if row is None:
-            old = await self.store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
-                                                            (h,)).fetchone() if h else None)
-        else:
-            first = await self._first_message(ws)
-        existing = self.conns.get(row["name"]) if row is not None else None
-        decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
-                                    else None, __version__, h)
-        if isinstance(decision, admission.Refuse):
-            if decision.listed_name is not None:
-                self._reject(decision.listed_name, decision.listed_reason or decision.code, address,
-                             decision.listed_once_per)
-            await ws.send_str(protocol.Refused(decision.code, decision.message).to_json())
-            await ws.close()
-            return ws
-        name, hello = decision.name, decision.hello
-        assert row is not None  # admitted: only a known credential's row is admitted
-        labels = dict(hello.labels)
-        if hello.machine_id and hello.machine_id == self.machine_id:
-            labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
-        scheme_plain = request.scheme == "http" and not is_loopback(request)
-        now = self.clock.time()
-        conn = Conn(name, ws, hello, address, scheme_plain, connected_at=now, last_seen=now, labels=labels,
-                    alive_at=self.clock.monotonic())
-        self.conns[name] = conn
-        self.rejected.pop(name, None)
-        await self.store.write(lambda c: c.execute(
-            "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
-            (hello.version, json.dumps(hello.devices), json.dumps(labels), self.clock.time(), address,
-             hello.machine_id, name)))
-        log.info("worker %s connected from %s (devices %s)", name, address, ",".join(hello.devices))
-        executor = RemoteExecutor(self, conn)
-        try:
-            await self._welcome(conn, row)
-            executor.drained = bool(row["drained"])
-            executor.disabled = bool(row["disabled"])
-            self.runs.attach_executor(executor)
-            watchdog = self.runs.spawn(self._watchdog(conn))
-            try:
-                await self._serve(conn)
-            finally:
-                watchdog.cancel()
-        finally:
-            if self.conns.get(name) is conn:
-                self.conns.pop(name, None)
-                self.runs.detach_executor(name, executor)
-                # aiohttp cancels this handler once a peer's clean close completes; what
-                # the departed worker's runs become must not be cut short by that.
-                await asyncio.shield(self.runs.spawn(self._worker_gone(name)))
-            await ws.close()
-        return ws
-
-    async def _welcome(self, conn: Conn, row: Any) -> None:
-        src = f"worker:{conn.name}"
-        held = {r.run_id: r for r in conn.hello.runs}
-        answer: dict[str, protocol.RunAnswer] = {}
-        stops = []
-        for run_id, h in held.items():
-            run = await self.store.get_run(run_id)
-            acked = await self.store.source_acked(run_id, src) if run else 0
-            if run is None or run.worker_id != conn.name:
-                answer[run_id] = protocol.RunAnswer(h.last_seq, "drop")
-                continue
-            if run.status in TERMINAL:
-                answer[run_id] = protocol.RunAnswer(acked, "stop")
-                continue
-            answer[run_id] = protocol.RunAnswer(acked, "continue")
-            self._cancel_timer(run_id)
-            self.runs.adopt(run_id, conn.name, run.slot_device or "cpu")
-            if run.status == "disconnected":
-                await self.store.update_run(run_id, status="running", disconnected_at=None)
-                away = self.clock.time() - (run.disconnected_at or self.clock.time())
-                await self.runs.record_cp(run_id, "run_warning", {
-                    "kind": "worker_reconnected",
-                    "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
-            if run.stop_requested:
-                stops.append(run_id)
-        await conn.send(protocol.Welcome(__version__, conn.name, self.heartbeat, self.grace, answer))
-        for run_id in stops:
-            await conn.send(protocol.Stop(run_id))
-        # Runs this worker should hold but does not: its agent restarted without them.
-        active = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
-        for r in active:
-            if r.worker_id != conn.name or r.id in held:
-                continue
-            self._cancel_timer(r.id)
-            if await self.store.source_acked(r.id, src) == 0:
-                # Not one event of it ever arrived: the assignment was lost in
-                # transit (or the agent died before it started the run), so
-                # nothing ran that could be lost by running it again.
-                await self.runs.requeue(r.id, f"the run was requeued because its assignment never reached "
-                                                 f"worker {conn.name}: it reconnected without the run and had "
-                                                 f"sent no event of it")
-            else:
-                await self.runs.finish(r.id, "interrupted",
-                                        f"worker {conn.name} reconnected without the run (its agent restarted)")
-
-    async def _serve(self, conn: Conn) -> None:
-        async for msg in conn.ws:
-            conn.last_seen = self.clock.time()
-            conn.alive_at = self.clock.monotonic()
-            if msg.type != WSMsgType.TEXT:
-                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
-                    return
-                await conn.send(protocol.Error("binary frames are not part of the protocol"))
-                continue
-            try:
-                m = protocol.parse_agent_message(msg.data)
-            except protocol.ProtocolError as exc:
-                log.warning("worker %s sent a malformed message: %s", conn.name, exc)
-                await conn.send(protocol.Error(f"malformed message: {exc}"))
-                continue
-            try:
-                if isinstance(m, protocol.Events):
-                    await self._events(conn, m)
-                elif isinstance(m, protocol.Heartbeat):
-                    if m.labels is not None:
-                        labels = dict(m.labels)
-                        if conn.hello.machine_id == self.machine_id:
-                            labels[self.config["CODEFYUI_MOUNT_LABEL"]] = str(self.config.layout.data_dir)
-                        conn.labels = labels
-                    await self.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
-                                                               (conn.last_seen, json.dumps(conn.labels), conn.name)))
-                else:
-                    await conn.send(protocol.Error("hello was already received"))
-            except DiskFull:
-                pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
-            except Exception:  # one bad message must not end the connection
-                log.exception("handling a message from worker %s failed", conn.name)
-                await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
-
-    async def _watchdog(self, conn: Conn) -> None:
-        while not conn.ws.closed:
-            await self.clock.sleep(self.heartbeat)
-            if self.clock.monotonic() - conn.alive_at > 3 * self.heartbeat:
-                log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
-                await conn.ws.close()
-                return
-
-    async def _events(self, conn: Conn, m: protocol.Events) -> None:
-        run = await self.store.get_run(m.run_id)
-        if run is None or run.worker_id != conn.name:
-            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
-            return
-        if run.status in TERMINAL:
-            # Ended here while the worker was away: keep the log as it is, keep its real ending.
-            for e in m.events:
-                d = e.get("data") or {}
-                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result:
-                    late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
-                            "at": iso(e.get("at") or self.clock.time())}
-                    facts = dict(run.execution_facts or {})
-                    facts["late_result"] = late
-                    await self.store.update_run(m.run_id, late_result=late, execution_facts=facts)
-                    run = replace(run, late_result=late)
-            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
-            return
-        try:
-            acked = await self.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
-        except DiskFull as err:
-            # No ack: the agent keeps the events in its spool. Once there is room the
-            # connection is renewed (see on_disk_recovered) and it replays them.
-            if conn.name not in self.unstored:
-                log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
-                await conn.send(protocol.Error(f"{err.message}; your events are not acknowledged: keep them in the "
-                                                    f"spool, they are asked for again once there is room"))
-            self.unstored.add(conn.name)
-            return
-        await conn.send(protocol.Ack(m.run_id, acked))
-
     async def on_disk_recovered(self) -> None:
         """The disk has room again: renew the connections of workers whose events were not
         stored, so that each agent replays, in order, everything it kept in its spool."""
@@ -401,28 +151,42 @@ class WorkerManager:
                 log.warning("worker %s: disk space is back; reconnecting it to replay its unstored events", name)
                 await conn.ws.close(message=b"disk space is back: reconnect and replay")
 
-    async def _worker_gone(self, name: str) -> None:
-        log.warning("worker %s disconnected", name)
+    # -- operator actions (the HTTP routes call these) ------------------------------------
+    def set_drained(self, name: str, drained: bool) -> None:
+        """A connected worker's executor takes new runs or not (the stored flag is the caller's)."""
+        ex = self.runs.executor(name)
+        if isinstance(ex, RemoteExecutor):
+            ex.drained = drained
+        self.runs.wake()
+
+    async def remove_worker(self, name: str) -> None:
+        """Forget an enrolled worker: its credential is revoked, its connection told and closed,
+        its runs end (running ones ``interrupted``, queued ones aimed at it ``failed``)."""
+        now = self.clock.time()
+
+        def fn(c: Any) -> None:
+            row = c.execute("SELECT credential_hash FROM workers WHERE name=?", (name,)).fetchone()
+            if row is not None and row["credential_hash"]:
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
+                          "VALUES (?,?,?,?)",
+                          (row["credential_hash"], name, "removed", now))
+            c.execute("DELETE FROM workers WHERE name=?", (name,))
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
+        await self.store.write(fn)
+        conn = self.conns.pop(name, None)
+        self.runs.detach_executor(name)
+        if conn is not None:
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
+                                             f"is revoked"))
+            await conn.ws.close()
         for run_id, _, _ in self.runs.runs_on(name):
-            if self.closing:
-                # Nobody would be left to wait for its return: the server is stopping.
-                await self.runs.finish(run_id, "interrupted",
-                                        f"the server was stopping and worker {name} disconnected before the run "
-                                        f"stopped")
-                continue
-            if self.grace <= 0:
-                await self.runs.finish(run_id, "interrupted",
-                                        f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
-                continue
-            run = await self.store.get_run(run_id)
-            if run is None or run.status != "running":
-                continue
-            now = self.clock.time()
-            await self.store.update_run(run_id, status="disconnected", disconnected_at=now)
-            await self.runs.record_cp(run_id, "run_warning", {
-                "kind": "worker_disconnected",
-                "message": f"worker {name} disconnected; the run keeps its slot for up to {self.grace:g} s"})
-            self._start_timer(run_id, adopted=False)
+            await self.runs.finish(run_id, "interrupted", f"worker {name} was removed")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
+            if r.target == {"worker": name}:
+                await self.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
+            if r.worker_id == name:
+                await self.runs.finish(r.id, "interrupted", f"worker {name} was removed")
 
     # -- graceful shutdown: runs on workers are stopped, not left to adopt ----------------
     async def on_shutdown(self) -> None:
