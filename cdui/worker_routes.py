@@ -58,8 +58,7 @@ class WorkerRoutes:
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
     def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
-        ex = self.m.runs.executor(name) if conn is not None else None
-        state = getattr(ex, "catalog", None)  # only a connected worker's executor has one
+        state = self.m.catalog_state(name) if conn is not None else None
         return catalog.card(state, conn.hello.fingerprint if state is not None else None)
 
     async def create_token(self, request: web.Request) -> web.Response:

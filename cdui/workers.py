@@ -253,6 +253,14 @@ class WorkerManager:
                                                         (h,)).fetchone())
         return row[0] if row else None
 
+    def catalog_state(self, name: str) -> catalog.CatalogState | None:
+        """The connected worker's catalog against ours (None: not connected); from its hello,
+        so it holds from the welcome on, before its executor is attached."""
+        conn = self.conns.get(name)
+        if conn is None or conn.ws.closed:
+            return None
+        return catalog.compare(self.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
+
     async def check_target(self, target: Any, graph: Any, files: Any) -> None:
         if not (isinstance(target, dict) and "worker" in target):
             return
@@ -261,9 +269,8 @@ class WorkerManager:
         if name not in rows:
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
-        ex = self.runs.executor(name)
-        if isinstance(ex, RemoteExecutor) and isinstance(graph, dict):
-            missing = catalog.missing_types(ex.catalog, graph, self.runs.preset_library())
+        if isinstance(graph, dict):
+            missing = catalog.missing_types(self.catalog_state(name), graph, self.runs.preset_library())
             if missing:
                 raise catalog.refuse_missing(name, missing)
         if files is None or not files.uses_files or files.transfer_ok:
