@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from procs import edge, graph, node, trig, wait_for, wait_run
+from procs import edge, graph, load_example, node, trig, wait_for, wait_run
 from test_workers import Agent, make_server, token, wait_online, worker
 
 pytestmark = pytest.mark.e2e
@@ -158,3 +158,58 @@ def test_extra_plugin_and_failed_helper(cp, tmp_path):
     finally:
         x1.stop()
         b1.stop()
+
+
+SEED_NODE = '''
+import torch
+from cdui.nodes.base import Node
+
+
+class Seed(Node):
+    NODE_NAME = "Seed"
+    CATEGORY = "test"
+
+    def execute(self, inputs, params, ctx):
+        torch.manual_seed(0)
+        return {}
+'''
+
+
+def seeded_iris(**loop: Any) -> dict[str, Any]:
+    """The iris example with the model's weights seeded, unshuffled batches and no saved file."""
+    g = load_example()
+    g["nodes"] = [n for n in g["nodes"] if n["id"] != "save"] + [node("seed", "Seed")]
+    g["edges"] = [e for e in g["edges"] if "save" not in (e["source"], e["target"])]
+    g["edges"] += [trig("start", "seed"), trig("seed", "model")]  # seeded before the model is built
+    for n in g["nodes"]:
+        if n["id"] == "train-loader":
+            n["data"]["params"]["shuffle"] = False
+        if n["id"] == "train":
+            n["data"]["params"].update({"epochs": 2, **loop})
+    return g
+
+
+def first_epoch_loss(cp, run_id: str) -> float:
+    return next(e["data"]["value"] for e in cp.events(run_id)
+                if e["kind"] == "metric" and e["data"]["name"] == "train_loss" and e["data"]["step"] == 1)
+
+
+def test_ddp_on_one_worker_matches_one_process(cp, tmp_path):
+    """strategy ddp with two gloo processes on worker w1 succeeds, with the first epoch's
+    loss of the same training in one process."""
+    (cp.data_dir / "custom_nodes" / "seed.py").write_text(SEED_NODE)
+    a = Agent(tmp_path, cp.url, token=token(cp))
+    (a.data_dir / "custom_nodes" / "seed.py").write_text(SEED_NODE)
+    cp.restart()  # the control plane loads custom nodes at start
+    a.spawn()
+    try:
+        wait_online(cp, agent=a)
+        ddp = wait_run(cp, cp.submit(seeded_iris(strategy="ddp", ddp_processes=2), {"target": {"worker": "w1"}})["id"])
+        assert (ddp["status"], ddp["worker_id"]) == ("succeeded", "w1"), ddp
+        one = wait_run(cp, cp.submit(seeded_iris(), {"target": "local"})["id"])
+        assert one["status"] == "succeeded", one
+        assert first_epoch_loss(cp, ddp["id"]) == pytest.approx(first_epoch_loss(cp, one["id"]), rel=1e-3)
+        logs = [e["data"]["message"] for e in cp.events(ddp["id"]) if e["kind"] == "log"]
+        assert "strategy ddp: 2 process(es) on cpu, cpu" in logs
+    finally:
+        a.stop()

@@ -132,35 +132,44 @@ def run(train: Any, inputs: dict[str, Any], params: dict[str, Any], ctx: RunCont
     stop = fork.Event()
     port = _free_port()
     pipes = []
-    procs = []
+    pids = []
     for rank, device in enumerate(devices):
         reader, writer = fork.Pipe(duplex=False)
-        p = fork.Process(target=_rank_main, args=(train, inputs, params, ctx, rank, world, device, port, stop,
-                                                  writer), daemon=True, name=f"ddp-rank-{rank}")
-        p.start()
+        # os.fork, not multiprocessing.Process: its start-up closes sys.stdin, whose lock the run
+        # process's stdin reader thread holds, so a Process child would wait for it forever.
+        pid = os.fork()
+        if pid == 0:
+            reader.close()
+            _rank_main(train, inputs, params, ctx, rank, world, device, port, stop, writer)  # never returns
         writer.close()
         pipes.append(reader)
-        procs.append(p)
+        pids.append(pid)
     results: dict[int, Any] = {}
+    exited: dict[int, int] = {}
     try:
         while len(results) < world:
             if ctx.should_stop():
                 stop.set()
             for rank, reader in enumerate(pipes):
-                if rank not in results and reader.poll(JOIN_POLL_S / world):
+                if rank in results:
+                    continue
+                if reader.poll(JOIN_POLL_S / world):
                     try:
                         results[rank] = reader.recv()
                     except EOFError:
-                        results[rank] = ("error", f"rank {rank} exited with code {procs[rank].exitcode} "
-                                                  f"without a result")
-            for rank, p in enumerate(procs):
-                if rank not in results and not p.is_alive() and not pipes[rank].poll():
-                    results[rank] = ("error", f"rank {rank} exited with code {p.exitcode} without a result")
+                        results[rank] = ("error", f"rank {rank} exited without a result")
+                elif rank not in exited:
+                    done, status = os.waitpid(pids[rank], os.WNOHANG)
+                    if done:
+                        exited[rank] = status
+                        if not reader.poll():
+                            results[rank] = ("error", f"rank {rank} exited with status {status} without a result")
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+        for rank, pid in enumerate(pids):
+            if rank not in exited:
+                _reap(pid)
+        for reader in pipes:
+            reader.close()
     errors = [f"rank {r}: {v[1]}" for r, v in sorted(results.items()) if v[0] == "error"]
     if errors:
         raise RuntimeError("strategy ddp failed: " + "; ".join(errors))
@@ -173,6 +182,18 @@ def run(train: Any, inputs: dict[str, Any], params: dict[str, Any], ctx: RunCont
         ctx.written.append(path)
     out["model"] = model
     return out
+
+
+def _reap(pid: int) -> None:
+    """Wait for a rank that sent its result (it exits at once); kill one that hangs."""
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
 
 
 def _rank_main(train: Any, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext, rank: int, world: int,
