@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, protocol, runner
+from cdui import __version__, catalog, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -116,6 +116,7 @@ class Agent:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot
+        self.probe = catalog.Probe(error="the node catalog helper has not run yet")
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
             self.runs[run_id] = r
@@ -147,6 +148,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
+        await self._probe_catalog()
         delays = backoff_delays()
         async with aiohttp.ClientSession(connector=self.trust.connector()) as session:
             self.session = session
@@ -208,6 +210,19 @@ class Agent:
         msg = untrusted_message(self.control, reason, presented)
         log.error("%s; retrying", msg)
         self._status("connecting", msg)
+
+    async def _probe_catalog(self) -> None:
+        """The node catalog and fingerprint, once at start: a plugin installed later counts after a restart."""
+        self.probe = await asyncio.to_thread(catalog.probe, self.config.custom_nodes_dir, self.config.plugins_dir)
+        if self.probe.error:
+            log.error("no node catalog is reported to the control plane: %s; it sends this worker no `any` runs "
+                      "(fix the cause and restart the agent)", self.probe.error)
+        else:
+            assert self.probe.catalog is not None and self.probe.fingerprint is not None
+            log.info("node catalog: %d types (%s); environment: %s", len(self.probe.catalog["types"]),
+                     self.probe.catalog["hash"][:19], catalog.summary(self.probe.fingerprint))
+            # Runs describe the devices as this agent sees them, before their own narrowing.
+            os.environ[catalog.SEEN_ACCELERATOR_ENV] = str(self.probe.fingerprint.get("accelerator", ""))
 
     @staticmethod
     def _advice(code: str) -> str:
@@ -271,7 +286,9 @@ class Agent:
         # A one-shot agent names its run: the --run-id it waits for, or the run it took (on a reconnect).
         wanted = (o.taken or o.run_id) if o else None
         return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
-                              o is not None, o.instance if o else None, agent_capabilities(), wanted).to_json()
+                              o is not None, o.instance if o else None, agent_capabilities(), wanted,
+                              catalog=self.probe.catalog, catalog_error=self.probe.error,
+                              fingerprint=self.probe.fingerprint).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:

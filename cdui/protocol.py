@@ -7,8 +7,9 @@ fields still gets a readable refusal.
 
 agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
-              one_shot, instance, capabilities, run_id}  (``instance`` and ``run_id``: one-shot agents
-              only, see :mod:`cdui.oneshot`)
+              one_shot, instance, capabilities, run_id,
+              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null}
+              (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
 control plane -> agent
@@ -49,6 +50,9 @@ MAX_LABEL_VALUE = 4096            # a label's value may be a path
 MAX_ITEMS = 10000                 # runs in a hello or heartbeat
 MAX_SMALL_LIST = 64               # devices, labels, capabilities
 MAX_DEPTH = 16                    # nesting of an event's ``data``
+MAX_TYPES = 4096                  # node types in a hello's catalog
+MAX_FINGERPRINT = 32 * 1024       # bytes of a hello's fingerprint, encoded
+MAX_FINGERPRINT_DEPTH = 4
 MAX_SEQ = 2 ** 53                 # src_seq stays exact in JSON numbers
 # ``at`` is a UNIX time; anything outside 2000-01-01 .. 2100-01-01 is a bug or an attack.
 MIN_AT, MAX_AT = 946684800.0, 4102444800.0
@@ -157,6 +161,11 @@ class Hello:
     instance: str | None = None
     capabilities: list[str] = field(default_factory=list)
     run_id: str | None = None  # a one-shot agent's --run-id: the one run it takes
+    # The node catalog the agent's helper reported ({types, hash}); None: the
+    # helper failed (catalog_error says why) or the agent predates catalogs.
+    catalog: dict[str, Any] | None = None
+    catalog_error: str | None = None
+    fingerprint: dict[str, Any] | None = None
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -167,7 +176,8 @@ class Hello:
                            "runs": [{"run_id": r.run_id, "running": r.running, "last_seq": r.last_seq}
                                     for r in self.runs],
                            "one_shot": self.one_shot, "instance": self.instance,
-                           "capabilities": self.capabilities, "run_id": self.run_id})
+                           "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
+                           "catalog_error": self.catalog_error, "fingerprint": self.fingerprint})
 
 
 @dataclass
@@ -226,6 +236,37 @@ def _event(e: Any, where: str) -> dict[str, Any]:
     return e
 
 
+def _catalog(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"hello.catalog must be an object, got {type(v).__name__}")
+    types = [_str(t, "hello.catalog.types[]") for t in _list(_req(v, "types", list, "hello.catalog"),
+                                                             "hello.catalog.types", MAX_TYPES)]
+    return {"types": types, "hash": _str(_req(v, "hash", str, "hello.catalog"), "hello.catalog.hash")}
+
+
+def _fingerprint(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"hello.fingerprint must be an object, got {type(v).__name__}")
+    size = len(json.dumps(v))
+    if size > MAX_FINGERPRINT:
+        raise ProtocolError(f"hello.fingerprint is {size} bytes, over the limit of {MAX_FINGERPRINT}")
+    stack = [(v, 1)]
+    while stack:  # only objects of strings, numbers and booleans, MAX_FINGERPRINT_DEPTH deep
+        obj, depth = stack.pop()
+        if depth > MAX_FINGERPRINT_DEPTH:
+            raise ProtocolError(f"hello.fingerprint nests deeper than {MAX_FINGERPRINT_DEPTH} levels")
+        for k, x in obj.items():
+            if isinstance(x, dict):
+                stack.append((x, depth + 1))
+            elif x is not None and not isinstance(x, (str, int, float, bool)):
+                raise ProtocolError(f"hello.fingerprint field {str(k)[:40]!r} has type {type(x).__name__}")
+    return v
+
+
 def parse_agent_message(raw: str) -> AgentMessage:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
@@ -251,11 +292,15 @@ def parse_agent_message(raw: str) -> AgentMessage:
                                                                "hello.capabilities", MAX_SMALL_LIST)]
         instance = _opt(d, "instance", str, None, "hello")
         wanted = _opt(d, "run_id", str, None, "hello")
+        cat_error = _opt(d, "catalog_error", str, None, "hello")
         return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
                      _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
                      _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
                      bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps,
-                     None if wanted is None else _str(wanted, "hello.run_id"))
+                     None if wanted is None else _str(wanted, "hello.run_id"),
+                     _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
+                                                                                      MAX_TEXT),
+                     _fingerprint(d.get("fingerprint")))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cdui import oneshot
+from cdui.catalog import any_skips
 from cdui.errors import CduiError
 
 POOL = "one-shot"
@@ -135,7 +136,9 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
-        remote = oneshot.not_one_shot(sorted(n for n in executors if n != "local"), executors)
+        # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
+        skipped = any_skips(executors)
+        remote = oneshot.not_one_shot(sorted(n for n in executors if n != "local" and n not in skipped), executors)
         return remote + (["local"] if "local" in executors else [])
     if isinstance(target, dict) and "worker" in target:
         return [target["worker"]] if target["worker"] in executors else []
@@ -161,7 +164,7 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
-    reasons = []
+    reasons = list(any_skips(executors).values()) if target == "any" else []
     for name in names:
         ex = executors[name]
         why = ex.unavailable_reason()

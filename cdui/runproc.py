@@ -91,6 +91,7 @@ def main() -> int:
         layout = Layout.from_json(job.layout)
         registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
                                   Path(job.plugins_dir) if job.plugins_dir else None)
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir)
         graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
@@ -116,6 +117,19 @@ def main() -> int:
         return 0
     emit("result", {"status": "succeeded", "error": None})
     return 0
+
+
+def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None) -> None:
+    """This process's own fingerprint and torch numerics, which replace the worker's for the run."""
+    from cdui.catalog import run_facts
+    try:
+        facts = run_facts(registry, Path(custom_dir) if custom_dir else None,
+                          Path(plugins_dir) if plugins_dir else None)
+    except Exception as exc:  # the facts describe the run; failing to gather them must not fail it
+        emit("log", {"message": f"could not collect the run's fingerprint: {type(exc).__name__}: {exc}",
+                     "level": "warning"})
+        return
+    emit("execution_facts", facts)
 
 
 def _json_safe(obj: Any) -> Any:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from cdui import runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
+from cdui.catalog import with_run_report
 from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.devices import detect_devices
@@ -362,6 +363,10 @@ class RunService:
         kind, data = ev["kind"], ev["data"]
         if kind == "artifact":
             await self._record_artifact(run_id, src, data)
+        elif kind == "execution_facts" and src != CP:  # the run process's own fingerprint replaces the worker's
+            run = await self.store.get_run(run_id)
+            if run is not None:
+                await self.store.update_run(run_id, execution_facts=with_run_report(run.execution_facts, data, src))
         elif kind == "status" and src != CP:
             status = data.get("status")
             if status == "running":

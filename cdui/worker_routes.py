@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import __version__, enroll, protocol, trust
+from cdui import __version__, catalog, enroll, protocol, trust
 from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
@@ -55,8 +55,13 @@ class WorkerRoutes:
                 "same_machine": (r["machine_id"] == self.m.machine_id),
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
+                **self._sync_card(r["name"], conn),
             })
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
+
+    def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
+        state = self.m.catalog_state(name) if conn is not None else None
+        return catalog.card(state, conn.hello.fingerprint if state is not None else None)
 
     async def create_token(self, request: web.Request) -> web.Response:
         body = await read_object(request, DEFAULT_LIMIT)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, enroll, oneshot, protocol
+from cdui import __version__, catalog, enroll, oneshot, protocol
 from cdui import worker_admission as admission
 from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
@@ -85,6 +85,8 @@ class RemoteExecutor:
         self.one_shot = False
         self.taken: str | None = None
         self.reserved: str | None = None
+        # Reported once, at the agent's start: it holds for this connection only.
+        self.catalog = catalog.compare(manager.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
@@ -107,6 +109,12 @@ class RemoteExecutor:
         await self.manager.runs.oneshot.took(self.manager, self, run.id)
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
+        # Checked again right before it goes: the worker may have come back with fewer types.
+        missing = catalog.missing_types(self.catalog, job.graph, {})
+        if missing:
+            raise catalog.refuse_missing(self.name, missing)
+        await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
+            run.execution_facts, self.conn.hello.fingerprint))
         if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import enroll, protocol
+from cdui import catalog, enroll, protocol
 from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
 from cdui.errors import CduiError
@@ -59,6 +59,7 @@ class WorkerManager:
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
+        self.own_catalog = catalog.node_catalog(self.runs.registry)
         self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                          clock=self.clock.monotonic)
         self.closing = False
@@ -254,6 +255,14 @@ class WorkerManager:
                                                         (h,)).fetchone())
         return row[0] if row else None
 
+    def catalog_state(self, name: str) -> catalog.CatalogState | None:
+        """The connected worker's catalog against ours (None: not connected); from its hello,
+        so it holds from the welcome on, before its executor is attached."""
+        conn = self.conns.get(name)
+        if conn is None or conn.ws.closed:
+            return None
+        return catalog.compare(self.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
+
     async def check_target(self, target: Any, graph: Any, files: Any) -> None:
         if not (isinstance(target, dict) and "worker" in target):
             return
@@ -262,6 +271,10 @@ class WorkerManager:
         if name not in rows and not await self.runs.oneshot.names_instance(self.runs, name):
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
+        if isinstance(graph, dict):
+            missing = catalog.missing_types(self.catalog_state(name), graph, self.runs.preset_library())
+            if missing:
+                raise catalog.refuse_missing(name, missing)
         if files is None or not files.uses_files or files.transfer_ok:
             return
         conn = self.conns.get(name)

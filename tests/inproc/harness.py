@@ -29,6 +29,7 @@ from aiohttp.test_utils import TestServer
 
 from cdui import __version__, protocol, server
 from cdui import appkeys as _keys
+from cdui.catalog import node_catalog
 from cdui.clock import FakeClock
 from cdui.config import load
 
@@ -183,10 +184,15 @@ class FakeAgent:
     connection is silent unless the test speaks; it answers ``stop`` by ending
     the run ``cancelled`` when ``answer_stop`` is set."""
 
-    def __init__(self, plane: Plane, name: str = "w1", devices: tuple[str, ...] = ("cpu",)) -> None:
+    def __init__(self, plane: Plane, name: str = "w1", devices: tuple[str, ...] = ("cpu",),
+                 catalog: dict[str, Any] | None | str = "same", fingerprint: dict[str, Any] | None = None) -> None:
         self.plane = plane
         self.name = name
         self.devices = list(devices)
+        # The node catalog its hello reports: "same" (the control plane's own, a worker in sync),
+        # a {types, hash} of its own, or None (its catalog helper failed).
+        self.catalog = catalog
+        self.fingerprint = fingerprint
         self.credential = ""
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.welcome: dict[str, Any] = {}
@@ -226,6 +232,9 @@ class FakeAgent:
                                                  autoclose=False)
         hello = protocol.hello(__version__, self.name, self.devices, {}, "fake-machine", runs)
         hello["capabilities"] = list(self.capabilities)
+        hello["catalog"] = (node_catalog(self.plane.runs.registry) if self.catalog == "same" else self.catalog)
+        hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"
+        hello["fingerprint"] = self.fingerprint
         await self.ws.send_str(json.dumps(hello))
         msg = await self.ws.receive(timeout=30)
         assert msg.type == aiohttp.WSMsgType.TEXT, msg

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,10 @@ from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device, to
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
+    from cdui.nodes.builtin._ddp import Dist
 
 PRECISIONS = ["fp32", "bf16", "fp16"]
+STRATEGIES = ("single", "ddp")
 BATCH_PROGRESS_INTERVAL_S = 1.0
 
 
@@ -254,6 +257,50 @@ def _report_epoch(ctx: RunContext, log: ScalarLog | None, step_no: int, epochs: 
             + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
 
 
+@dataclass(frozen=True)
+class _LoopSettings:
+    """The loop's params, read once."""
+
+    epochs: int
+    patience: int
+    grad_clip: float
+    every_epochs: int
+    every_steps: int
+    accumulate: int
+    max_steps: int
+    batch_metrics: bool
+    log_interval: int
+    deterministic: bool
+    monitor: str
+
+    @classmethod
+    def read(cls, params: dict[str, Any]) -> _LoopSettings:
+        return cls(epochs=int(params.get("epochs", 5)),
+                   patience=int(params.get("early_stopping_patience") or 0),
+                   grad_clip=float(params.get("grad_clip_norm") or 0.0),
+                   every_epochs=int(params.get("checkpoint_every") or 0),
+                   every_steps=int(params.get("checkpoint_every_steps") or 0),
+                   accumulate=max(1, int(params.get("accumulate_steps") or 1)),
+                   max_steps=int(params.get("max_steps") or 0),
+                   batch_metrics=as_bool(params.get("batch_metrics"), False),
+                   log_interval=max(1, int(params.get("log_interval") or 1)),
+                   deterministic=as_bool(params.get("deterministic"), False),
+                   monitor=str(params.get("monitor") or "val_loss"))
+
+
+def _monitoring(loss_fn: Any, val_loader: Any, cfg: _LoopSettings, ctx: RunContext) -> tuple[bool, str]:
+    """(whether the loss is a classification loss, the metric early stopping watches)."""
+    import torch.nn as nn
+
+    classification = isinstance(loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss))
+    monitor = cfg.monitor
+    if monitor == "val_accuracy" and cfg.patience > 0 and not (classification and val_loader is not None):
+        ctx.warning("monitor", "val_accuracy needs a classification loss and a val_dataloader; "
+                    "early stopping watches val_loss instead")
+        monitor = "val_loss"
+    return classification, monitor
+
+
 class TrainingLoopNode(Node):
     NODE_NAME = "TrainingLoop"
     CATEGORY = "Training"
@@ -312,15 +359,37 @@ class TrainingLoopNode(Node):
             Param("deterministic", "bool", False, "Ask torch for deterministic kernels", advanced=True),
             Param("tensorboard", "bool", False, "Also write the metrics for TensorBoard into the run "
                   "folder (listed as a run artifact)", advanced=True, writes=True),
+            Param("strategy", "select", "single", "single: one process; ddp: DistributedDataParallel across "
+                  "this machine's devices (gloo on CPU, nccl on CUDA), never across machines",
+                  options=list(STRATEGIES), advanced=True),
+            Param("ddp_processes", "int", 0, "ddp: processes to train with (0 = one per CUDA card the run "
+                  "has, or 1 on a CPU)", min_value=0, advanced=True),
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
+        for name in ("model", "dataloader", "optimizer", "loss_fn"):
+            if inputs.get(name) is None:
+                raise ValueError(f"TrainingLoop requires the `{name}` input")
+        strategy = str(params.get("strategy") or "single")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if strategy == "ddp":
+            from cdui.nodes.builtin import _ddp
+            devices = _ddp.world_devices(int(params.get("ddp_processes") or 0),
+                                         resolve_device(params.get("device"), ctx))
+            ctx.log(f"strategy ddp: {len(devices)} process(es) on {', '.join(devices)}")
+            return _ddp.run(self._logged, inputs, params, ctx, devices)
+        return self._logged(inputs, params, ctx, None)
+
+    def _logged(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext,
+                dist: Dist | None) -> dict[str, Any]:
+        """The loop with its TensorBoard log, written by the reporting process only."""
         log = None
-        if as_bool(params.get("tensorboard"), False):
+        if as_bool(params.get("tensorboard"), False) and (dist is None or dist.main):
             log = ScalarLog(ctx.run_dir() / "tensorboard", ctx.now)
         try:
-            return self._train(inputs, params, ctx, log)
+            return self._train(inputs, params, ctx, log, dist)
         finally:
             # Also on a stop or a crash: the partial curves are what gets looked at.
             if log is not None:
@@ -328,43 +397,32 @@ class TrainingLoopNode(Node):
                 ctx.artifact("tensorboard", log.folder, "tensorboard")
 
     def _train(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext,
-               log: ScalarLog | None) -> dict[str, Any]:
+               log: ScalarLog | None, dist: Dist | None = None) -> dict[str, Any]:
         import torch
-        import torch.nn as nn
 
-        for name in ("model", "dataloader", "optimizer", "loss_fn"):
-            if inputs.get(name) is None:
-                raise ValueError(f"TrainingLoop requires the `{name}` input")
-        device = resolve_device(params.get("device"), ctx)
+        device = dist.device if dist is not None else resolve_device(params.get("device"), ctx)
         model = inputs["model"].to(device)
+        # The module that trains: under ddp its wrapper, which averages the gradients.
+        net = dist.wrap(model) if dist is not None else model
         loss_fn = to_device(inputs["loss_fn"], device)
         optimizer = bind_optimizer(inputs["optimizer"], model, ctx)
         dataloader, val_loader = inputs["dataloader"], inputs.get("val_dataloader")
+        if dist is not None:
+            dataloader = dist.shard(dataloader)
         scheduler = inputs.get("lr_scheduler")
         if scheduler is not None and getattr(scheduler, "optimizer", optimizer) is not optimizer:
             scheduler.optimizer = optimizer
 
         start = _start_epoch(inputs.get("start_epoch"), ctx)
-        epochs = int(params.get("epochs", 5))
-        patience = int(params.get("early_stopping_patience") or 0)
-        grad_clip = float(params.get("grad_clip_norm") or 0.0)
-        every_epochs = int(params.get("checkpoint_every") or 0)
-        every_steps = int(params.get("checkpoint_every_steps") or 0)
-        accumulate = max(1, int(params.get("accumulate_steps") or 1))
-        max_steps = int(params.get("max_steps") or 0)
-        batch_metrics = as_bool(params.get("batch_metrics"), False)
-        log_interval = max(1, int(params.get("log_interval") or 1))
-        if as_bool(params.get("deterministic"), False):
+        cfg = _LoopSettings.read(params)
+        epochs, patience, grad_clip = cfg.epochs, cfg.patience, cfg.grad_clip
+        every_epochs, every_steps, accumulate = cfg.every_epochs, cfg.every_steps, cfg.accumulate
+        max_steps, batch_metrics, log_interval = cfg.max_steps, cfg.batch_metrics, cfg.log_interval
+        if cfg.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         policy = AmpPolicy(params.get("precision"), device, ctx)
         policy.load_state_dict(inputs.get("grad_scaler_state"))
-
-        classification = isinstance(loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss))
-        monitor = str(params.get("monitor") or "val_loss")
-        if monitor == "val_accuracy" and patience > 0 and not (classification and val_loader is not None):
-            ctx.warning("monitor", "val_accuracy needs a classification loss and a val_dataloader; "
-                        "early stopping watches val_loss instead")
-            monitor = "val_loss"
+        classification, monitor = _monitoring(loss_fn, val_loader, cfg, ctx)
         if start >= epochs:
             ctx.warning("start_epoch", f"start_epoch={start} is at or past epochs={epochs}; no epoch runs")
 
@@ -387,7 +445,8 @@ class TrainingLoopNode(Node):
 
         def stop(completed: int) -> None:
             optimizer.zero_grad(set_to_none=True)
-            save("interrupt.pt", completed)
+            if dist is None or dist.main:
+                save("interrupt.pt", completed)
             ctx.log(f"Stopped; saved {completed} complete epoch(s) to checkpoints/interrupt.pt", "warning")
             raise RunStopped()
 
@@ -398,7 +457,7 @@ class TrainingLoopNode(Node):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             if policy.step(optimizer):
                 steps += 1
-                if every_steps and steps % every_steps == 0:
+                if every_steps and steps % every_steps == 0 and (dist is None or dist.main):
                     save(f"step-{steps}.pt", epoch)
             optimizer.zero_grad()
 
@@ -412,7 +471,7 @@ class TrainingLoopNode(Node):
                     stop(epoch)
                 data, targets = _split_batch(batch, device)
                 with policy.autocast():
-                    outputs = model(data)
+                    outputs = net(data)
                     loss = loss_fn(outputs, targets) if targets is not None else loss_fn(outputs)
                 policy.backward(loss / accumulate)
                 pending += 1
@@ -437,6 +496,8 @@ class TrainingLoopNode(Node):
             optimizer.zero_grad()
 
             avg = running / max(count, 1)
+            if dist is not None:
+                avg = dist.mean(avg)  # every rank's shard: the epoch's loss over all the data
             losses.append(avg)
             lr = float(optimizer.param_groups[0].get("lr", 0.0))
             lr_history.append(lr)
@@ -470,7 +531,7 @@ class TrainingLoopNode(Node):
             _report_epoch(ctx, log, step_no, epochs, avg, lr, val_loss, val_acc,
                           {"patience_counter": bad_epochs, "best_epoch": best_epoch} if patience > 0 else {})
 
-            if every_epochs and step_no % every_epochs == 0:
+            if every_epochs and step_no % every_epochs == 0 and (dist is None or dist.main):
                 save(f"epoch-{step_no}.pt", step_no)
             if stopped_early:
                 ctx.log(f"Early stopping at epoch {step_no} (best epoch {best_epoch})")
@@ -493,7 +554,10 @@ class TrainingLoopNode(Node):
             "optimizer_steps": steps,
             "lr_history": lr_history,
             "precision": policy.precision,
+            "strategy": "ddp" if dist is not None else "single",
         }
+        if dist is not None:
+            metrics["ddp_processes"] = dist.world
         if policy.scaler is not None:
             metrics["skipped_steps"] = policy.skipped_steps
         return {
