@@ -164,7 +164,9 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
-    reasons = list(any_skips(executors).values()) if target == "any" else []
+    # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
+    skips = any_skips(executors) if target == "any" else {}
+    reasons = [why for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
     for name in names:
         ex = executors[name]
         why = ex.unavailable_reason()
