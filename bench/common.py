@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The checkout whose control plane and agent run (default: this one); point it at an
+# exported older commit to measure "before" with the same benchmark.
+CDUI_ROOT = Path(os.environ.get("CDUI_BENCH_ROOT") or REPO)
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -166,7 +169,7 @@ class Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([python(), "-m", "cdui", "start", "--foreground", "--host", "127.0.0.1",
-                                          "--port", str(self.port)], cwd=REPO, stdin=subprocess.DEVNULL,
+                                          "--port", str(self.port)], cwd=CDUI_ROOT, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                          env=base_env(self.user_data, self.data_dir, self.extra_env))
         deadline = time.monotonic() + 120

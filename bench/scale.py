@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import aiohttp
-from common import Figure, say, cpu_s, parser, pct, report, rss_mb, server, tiny_graph
+from common import Figure, cpu_s, parser, pct, report, rss_mb, say, server, tiny_graph
 
 from cdui import __version__, protocol
 
