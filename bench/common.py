@@ -245,3 +245,108 @@ def tiny_graph(name: str = "tiny") -> dict[str, Any]:
          "type": "trigger"}], "nodes": [
         {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
         {"id": "n", "type": "TensorCreate", "position": {"x": 0, "y": 0}, "data": {"params": {}}}]}
+
+
+FLOOD_NODE = '''
+from cdui.nodes.base import Node, Param, Port
+
+
+class Flood(Node):
+    """Logs ``count`` events as fast as it can (benchmark only)."""
+    NODE_NAME = "Flood"
+    CATEGORY = "bench"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("count", "int", 1000)]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        for i in range(int(params["count"])):
+            ctx.log(f"event {i}")
+        return {"value": float(params["count"])}
+'''
+
+
+def install_flood(data_dir: Path) -> None:
+    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (data_dir / "custom_nodes" / "flood.py").write_text(FLOOD_NODE)
+
+
+def flood_graph(count: int) -> dict[str, Any]:
+    return {"format_version": 1, "name": f"flood {count}", "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "f", "type": "Flood", "position": {"x": 0, "y": 0}, "data": {"params": {"count": count}}}],
+        "edges": [{"id": "t", "source": "start", "sourceHandle": "trigger", "target": "f", "targetHandle": None,
+                   "type": "trigger"}]}
+
+
+class AgentProc:
+    """``cdui agent start --foreground`` with its own user data, enrolled on ``srv`` as ``name``."""
+
+    def __init__(self, srv: Server, name: str = "w1") -> None:
+        self.srv = srv
+        self.name = name
+        self.user_data = srv.root / f"agent-{name}"
+        self.data_dir = srv.root / f"agent-{name}-data"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProc:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        install_flood(self.data_dir)
+        tok = self.srv.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1})["token"]
+        with open(self.srv.root / f"agent-{self.name}.log", "ab") as log:
+            self.proc = subprocess.Popen([python(), "-m", "cdui", "agent", "start", "--control", self.srv.url,
+                                          "--name", self.name, "--devices", "cpu", "--token", tok, "--foreground"],
+                                         cwd=CDUI_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=base_env(self.user_data, self.data_dir))
+        deadline = time.monotonic() + 120
+        while not any(w["name"] == self.name and w["status"] == "online"
+                      for w in self.srv.call("GET", "/api/workers")["workers"]):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"agent {self.name} did not come online")
+            time.sleep(0.1)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+
+
+def wait_run(srv: Server, run_id: str, timeout: float = 600, interval: float = 0.005) -> dict[str, Any]:
+    """Poll until the run ended; returns it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = srv.call("GET", f"/api/runs/{run_id}")
+        if r["status"] in ("succeeded", "failed", "cancelled", "interrupted"):
+            return dict(r)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} is still {r['status']} after {timeout} s")
+        time.sleep(interval)
+
+
+def started_at(srv: Server, run_id: str) -> float | None:
+    """When the run subprocess was started: the ``running`` status event's time."""
+    for ev in srv.call("GET", f"/api/runs/{run_id}/events?after=0"):
+        if ev["kind"] == "status" and ev["data"].get("status") == "running":
+            return at_s(ev["at"])
+    return None
+
+
+def at_s(iso: str) -> float:
+    """Epoch seconds of an event's ISO 8601 ``at``."""
+    from datetime import datetime
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

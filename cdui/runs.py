@@ -565,7 +565,10 @@ class RunService:
                     placed_on = self.executors.get(decision.executor)
                     if placed_on is not None and self._has_free_slot(placed_on, used):
                         free.append(decision.executor)  # least recently used is now the last
-                await self._start(run, decision)
+                # The slot is held from now on, and the start (its claim, a writer round trip) runs on
+                # its own: the pass does not wait for one run's write before placing the next.
+                self.active[run.id] = (decision.executor, decision.device)
+                self.spawn(self._start(run, decision))
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
             else:
@@ -600,6 +603,9 @@ class RunService:
         graph = await self.store.claim_queued_graph(run_id, worker_id=where.executor, slot_device=where.device,
                                                     started_at=self.clock.time())
         if graph is None:
+            if self.active.get(run_id) == (where.executor, where.device):
+                self.active.pop(run_id, None)  # the slot the pass held for it
+                self.wake()
             return
         run = replace(run, graph=graph)
         self.active[run_id] = (where.executor, where.device)
