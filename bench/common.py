@@ -92,6 +92,8 @@ def report(figures: list[Figure], json_path: str | None) -> None:
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
+    # A benchmark stopped by SIGTERM (run_all's timeout, a user) still stops the processes it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, measures nothing")
     p.add_argument("--json", help="also write the figures to this file (bench/run_all uses it)")
