@@ -15,7 +15,7 @@ Pure functions only; :mod:`cdui.runs` calls them from its dispatch loop.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -132,14 +132,18 @@ def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, st
     return None
 
 
-def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
+def candidates(target: Any, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
+    """The executors a target may use, in the order they are tried. ``order``: the
+    executors to try for ``any`` (the caller's least recently used first; by
+    default every executor by name); workers come before this server."""
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
+        names = sorted(executors) if order is None else [n for n in order if n in executors]
         # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
         skipped = any_skips(executors)
-        remote = oneshot.not_one_shot(sorted(n for n in executors if n != "local" and n not in skipped), executors)
-        return remote + (["local"] if "local" in executors else [])
+        remote = oneshot.not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
+        return remote + (["local"] if "local" in names else [])
     if isinstance(target, dict) and "worker" in target:
         return [target["worker"]] if target["worker"] in executors else []
     return []
@@ -147,16 +151,18 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
 
 def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
-          blocked: set[tuple[str, str]], needs: str = "none") -> Placement | str:
+          blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
 
     ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
     first, then unmounted ones through the transfer backend) or "mount" (only
-    workers with the ``data`` mount)."""
+    workers with the ``data`` mount). ``order``: which executors ``any`` tries,
+    in that order (see :func:`candidates`). With several candidates the reason
+    is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
         return oneshot.place_pool(wanted, executors, used, caps, needs)
-    names = candidates(target, executors)
+    names = candidates(target, executors, order)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
     if isinstance(target, dict) and "worker" in target and not names:
@@ -166,28 +172,45 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
     skips = any_skips(executors) if target == "any" else {}
-    reasons = [why for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
+    reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
+        ("no node catalog match", n, why) for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
     for name in names:
         ex = executors[name]
         why = ex.unavailable_reason()
         if why:
-            reasons.append(why)
+            reasons.append(("unavailable", name, why))
             continue
         if needs == "mount" and not ex.mounted():
-            reasons.append(f"{name} has no `data` mount")
+            reasons.append(("no data mount", name, f"{name} has no `data` mount"))
             continue
         if not any(device_matches(wanted, d) for d in ex.devices()):
-            reasons.append(f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})")
+            reasons.append((f"no {wanted} device", name,
+                            f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})"))
             continue
         if (name, kind) in blocked:
-            reasons.append(f"an earlier run for {kind} is waiting on {name}")
+            reasons.append((f"an earlier {kind} run waits", name, f"an earlier run for {kind} is waiting on {name}"))
             continue
         dev = choose_device(ex, wanted, used, caps)
         if dev is not None:
             backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
             return Placement(name, dev, backend)
         busy = [d for d in ex.devices() if device_matches(wanted, d)]
-        reasons.append(f"all slots of {name} {'/'.join(busy)} are in use")
+        reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use"))
     if not names:
         return "waiting for a worker to connect" if target == "any" else "no executor for this target"
-    return "waiting: " + "; ".join(reasons)
+    if len(reasons) <= 2:
+        return "waiting: " + "; ".join(text for _, _, text in reasons)
+    return summarize(kind, reasons)
+
+
+def summarize(kind: str, reasons: list[tuple[str, str, str]], shown: int = 3) -> str:
+    """One short line for many executors: each cause, how many, and the first few names."""
+    by_cause: dict[str, list[str]] = {}
+    for cause, name, _ in reasons:
+        by_cause.setdefault(cause, []).append(name)
+    parts = []
+    for cause, names in by_cause.items():
+        more = f", +{len(names) - shown} more" if len(names) > shown else ""
+        parts.append(f"{cause} on {len(names)} ({', '.join(names[:shown])}{more})")
+    slot = "a free slot" if kind == "auto" else f"a free {kind} slot"
+    return f"waiting for {slot}: " + "; ".join(parts)

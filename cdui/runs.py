@@ -13,10 +13,12 @@ into calls here. It owns:
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import shutil
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +31,7 @@ from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
+from cdui.dispatch import RunQueue, needs_of
 from cdui.errors import CduiError, NotFound
 from cdui.graph.presets import preset_library
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
@@ -164,6 +167,7 @@ class RunService:
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
+        self.queue = RunQueue()  # the queued runs, in memory (cdui/dispatch.py)
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -185,6 +189,8 @@ class RunService:
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
         await self.oneshot.load(self)
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
+            self.queue.add(r)
         for listener in self.listeners:
             await listener.before_dispatch()
         self.spawn(self._dispatch_loop())
@@ -313,6 +319,7 @@ class RunService:
         await self.store.create_run(run)
         if secrets:
             self.secrets[run_id] = secrets
+        self.queue.add(run.without_graph())
         await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
         self.wake()
         return await self.get(run_id)
@@ -474,6 +481,7 @@ class RunService:
         self.active.pop(run_id, None)
         self.secrets.pop(run_id, None)
         self.stop_pending.discard(run_id)
+        self.queue.remove(run_id)
         if not ended:
             return
         for listener in self.listeners:
@@ -538,6 +546,9 @@ class RunService:
             await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
             return
         if await self.store.requeue(run_id, "waiting for the scheduler"):
+            back = await self.store.get_run(run_id)
+            if back is not None and back.status == "queued":
+                self.queue.add(back)
             log.warning("run %s: %s", run_id, reason)
             await self.record_cp(run_id, "run_warning", {"kind": "requeued", "message": reason})
         self.wake()
@@ -560,28 +571,64 @@ class RunService:
                 log.exception("dispatch failed")
 
     async def dispatch_once(self) -> None:
-        queued = await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"})
+        """One pass over the queue's lanes (see cdui/dispatch.py): oldest head first, each lane
+        placed until its head must wait. Its cost grows with the lanes and the runs placed,
+        not with the backlog."""
         used: dict[tuple[str, str], int] = {}
         for ex, dev in self.active.values():
             used[(ex, dev)] = used.get((ex, dev), 0) + 1
         blocked: set[tuple[str, str]] = set()
-        for run in queued:
-            if run.stop_requested or await self.oneshot.expire(self, run, self.wake):
+        free = self.queue.free_order([n for n, ex in self.executors.items() if self._has_free_slot(ex, used)])
+        heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
+        heapq.heapify(heads)
+        while heads:
+            _, key = heapq.heappop(heads)
+            lane = self.queue.lanes.get(key)
+            run = lane.head() if lane is not None else None
+            if lane is None or run is None:
                 continue
-            wanted = run.options.get("device")
-            fp = FilePlan.from_json(run.options.get("files"))
-            needs = "none" if not fp.uses_files else ("transfer" if fp.transfer_ok else "mount")
-            decision = place(run.target, wanted, self.executors, used, self.caps, len(self.active), blocked,
-                             needs)
+            if run.stop_requested or await self.oneshot.expire(self, run, self.wake):
+                # Stopping, or its one-shot wait is over (expire ended it): the lane's next run is looked at.
+                self.queue.remove(run.id)
+                if lane.runs:
+                    heapq.heappush(heads, (lane.head_order(), key))
+                continue
+            decision = self.place(run, used, blocked, free)
             if isinstance(decision, Placement):
                 used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
-                await self._start(run, decision)
+                self.queue.remove(run.id)
+                self.queue.used(decision.executor)
+                if decision.executor in free:
+                    free.remove(decision.executor)
+                    placed_on = self.executors.get(decision.executor)
+                    if placed_on is not None and self._has_free_slot(placed_on, used):
+                        free.append(decision.executor)  # least recently used is now the last
+                # The slot is held from now on, and the start (its claim, a writer round trip) runs on
+                # its own: the pass does not wait for one run's write before placing the next.
+                self.active[run.id] = (decision.executor, decision.device)
+                self.spawn(self._start(run, decision))
+                if lane.runs:
+                    heapq.heappush(heads, (lane.head_order(), key))
             else:
-                kind = device_kind(wanted)
+                if isinstance(run.target, str) and run.target == "any" and len(free) < len(self.executors):
+                    # The refusal came from the free executors only: say why over all of them.
+                    decision = str(self.place(run, used, blocked, None))
+                kind = device_kind(run.options.get("device"))
                 for name in candidates(run.target, self.executors):
                     blocked.add((name, kind))
-                if decision != run.queue_reason:
-                    await self.store.update_run(run.id, queue_reason=decision)
+                lane.reason = decision
+
+    def place(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
+              order: list[str] | None) -> Placement | str:
+        """Where ``run`` goes now, or why it waits: the one decision of a dispatch pass
+        (``order``: the executors ``any`` tries, least recently used first; None: all)."""
+        return place(run.target, run.options.get("device"), self.executors, used, self.caps, len(self.active),
+                     blocked, needs_of(run), order)
+
+    def _has_free_slot(self, ex: Executor, used: dict[tuple[str, str], int]) -> bool:
+        if ex.unavailable_reason():
+            return False
+        return any(used.get((ex.name, d), 0) < self.caps.slots(ex.name, d) for d in ex.devices())
 
     async def _start(self, run: Run, where: Placement) -> None:
         run_id = run.id
@@ -590,10 +637,15 @@ class RunService:
             await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
                                                  "when the server restarted before it started; submit it again")
             return
-        # Claim it atomically: a Stop that landed since the queue was read wins.
-        if not await self.store.claim_queued(run_id, worker_id=where.executor, slot_device=where.device,
-                                             started_at=self.clock.time()):
+        # Claim it atomically: a Stop that landed since the queue was read wins. The graph is read here, once.
+        graph = await self.store.claim_queued_graph(run_id, worker_id=where.executor, slot_device=where.device,
+                                                    started_at=self.clock.time())
+        if graph is None:
+            if self.active.get(run_id) == (where.executor, where.device):
+                self.active.pop(run_id, None)  # the slot the pass held for it
+                self.wake()
             return
+        run = replace(run, graph=graph)
         self.active[run_id] = (where.executor, where.device)
         job = self.build_job(run, where)
         try:
@@ -626,6 +678,7 @@ class RunService:
             return await self.get(run_id)
         await self.store.update_run(run_id, stop_requested=1)
         if run.status == "queued" and await self.store.cancel_queued(run_id):
+            self.queue.remove(run_id)
             await self._finish(run_id, "cancelled", "stopped before it started")
         else:
             self.stop_pending.add(run_id)  # for an executor still setting the run up
@@ -683,7 +736,7 @@ class RunService:
             "id": run.id, "name": run.name, "status": run.status, "target": run.target,
             "device": run.slot_device, "options": run.options,
             "worker_id": run.worker_id, "worker_status": None,
-            "queue_reason": run.queue_reason if run.status == "queued" else None,
+            "queue_reason": (self.queue.reason(run.id) or run.queue_reason) if run.status == "queued" else None,
             "error": run.error, "late_result": run.late_result,
             "execution_facts": run.execution_facts or {},
             "stop_requested": bool(run.stop_requested),

@@ -77,6 +77,10 @@ class Run:
         return replace(self, graph=None)
 
 
+_RUN_COLUMNS = ("id", "name", "status", "target", "options", "graph", "worker_id", "slot_device", "queue_reason",
+                "error", "late_result", "execution_facts", "stop_requested", "last_seq", "disconnected_at",
+                "adopted_at", "created_at", "started_at", "finished_at")
+_NO_GRAPH = ", ".join(c for c in _RUN_COLUMNS if c != "graph")  # the columns of a read without the graph
 _JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts")
 
 MIGRATIONS: list[str] = [
@@ -181,6 +185,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE workers ADD COLUMN one_shot INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE workers ADD COLUMN one_shot_run TEXT
+    """,
+    # 4: an index for every listing's sort and every lookup a connection makes
+    # (GET /api/runs sorted a full scan; a worker's credential was found by scanning workers)
+    """
+    CREATE INDEX runs_created ON runs(created_at);
+    CREATE INDEX runs_status_created ON runs(status, created_at);
+    CREATE INDEX workers_credential ON workers(credential_hash);
     """,
 ]
 
@@ -449,6 +460,20 @@ class Store:
             return cur.rowcount == 1
         return await self.write(fn)
 
+    async def claim_queued_graph(self, run_id: str, **fields: Any) -> dict[str, Any] | None:
+        """:meth:`claim_queued` that also reads the run's graph in the same transaction
+        (the graph is read once, when the run starts); None if the claim failed."""
+        sets = ", ".join(f"{k}=?" for k in fields)
+
+        def fn(c: sqlite3.Connection) -> str | None:
+            cur = c.execute(f"UPDATE runs SET status='running', queue_reason=NULL, {sets} "
+                            "WHERE id=? AND status='queued' AND stop_requested=0", (*fields.values(), run_id))
+            if cur.rowcount != 1:
+                return None
+            return str(c.execute("SELECT graph FROM runs WHERE id=?", (run_id,)).fetchone()[0])
+        text = await self.write(fn)
+        return None if text is None else json.loads(text)
+
     async def requeue(self, run_id: str, reason: str) -> bool:
         """running/disconnected -> queued, placement cleared; ``created_at`` is kept,
         so first come first served puts it back at its old place."""
@@ -468,6 +493,8 @@ class Store:
     @staticmethod
     def _run_from_row(r: sqlite3.Row, with_graph: bool = True) -> Run:
         d = dict(r)
+        if not with_graph:
+            d.pop("graph", None)  # never decoded only to be dropped
         for k in _JSON_COLUMNS:
             if d.get(k) is not None:
                 d[k] = json.loads(d[k])
@@ -479,13 +506,14 @@ class Store:
 
     async def get_run(self, run_id: str, with_graph: bool = False) -> Run | None:
         def fn(c: sqlite3.Connection) -> Run | None:
-            r = c.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+            cols = "*" if with_graph else _NO_GRAPH
+            r = c.execute(f"SELECT {cols} FROM runs WHERE id=?", (run_id,)).fetchone()
             return None if r is None else self._run_from_row(r, with_graph)
         return await self.read(fn)
 
     async def list_runs(self, status: str | None = None, limit: int = 200) -> list[Run]:
         def fn(c: sqlite3.Connection) -> list[Run]:
-            q = "SELECT * FROM runs"
+            q = f"SELECT {_NO_GRAPH} FROM runs"
             args: tuple[Any, ...] = ()
             if status:
                 q += " WHERE status=?"
@@ -494,9 +522,12 @@ class Store:
             return [self._run_from_row(r, with_graph=False) for r in c.execute(q, (*args, limit)).fetchall()]
         return await self.read(fn)
 
-    def runs_in_status_sync(self, statuses: set[str]) -> list[Run]:
-        q = f"SELECT * FROM runs WHERE status IN ({','.join('?' * len(statuses))}) ORDER BY created_at, rowid"
-        return [self._run_from_row(r) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
+    def runs_in_status_sync(self, statuses: set[str], with_graph: bool = False) -> list[Run]:
+        """Runs in ``statuses``, oldest first; without their graphs unless asked (they can be large)."""
+        cols = "*" if with_graph else _NO_GRAPH
+        q = (f"SELECT {cols} FROM runs WHERE status IN ({','.join('?' * len(statuses))}) "
+             "ORDER BY created_at, rowid")
+        return [self._run_from_row(r, with_graph) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
 
     async def delete_run(self, run_id: str) -> None:
         def fn(c: sqlite3.Connection) -> None:

@@ -187,3 +187,45 @@ def test_plugin_pack_nodes_are_prefixed(tmp_path: Path) -> None:
     reg = build_registry(None, tmp_path / "plugins")
     assert "mypack:Shout" in reg and "Shout" not in reg
     assert any("broken.py" in e["file"] and "boom" in e["error"] for e in reg.load_errors)
+
+
+def test_any_tries_workers_in_the_given_order_and_this_server_last() -> None:
+    """`any` follows the caller's least-recently-used order, so runs spread over free workers."""
+    ex = execs(Ex("local"), Ex("a"), Ex("b"), Ex("c"))
+    assert place("any", "cpu", ex, {}, Caps(), 0, set(), order=["c", "local", "a"]) == Placement("c", "cpu")
+    assert place("any", "cpu", ex, {("c", "cpu"): 1}, Caps(), 1, set(), order=["c", "local", "a"]) == \
+        Placement("a", "cpu")
+    assert place("any", "cpu", ex, {("c", "cpu"): 1, ("a", "cpu"): 1}, Caps(), 2, set(),
+                 order=["c", "local", "a"]) == Placement("local", "cpu")
+
+
+def test_the_reason_over_many_workers_is_one_short_line() -> None:
+    """500 busy workers make a reason of a few dozen characters, not one clause per worker."""
+    ex = execs(*(Ex(f"w{i:03d}") for i in range(500)), Ex("x", why="worker x is draining (no new runs)"))
+    busy = {(f"w{i:03d}", "cpu"): 1 for i in range(500)}
+    why = place("any", "cpu", ex, busy, Caps(), 500, set())
+    assert why == ("waiting for a free cpu slot: slots in use on 500 (w000, w001, w002, +497 more); "
+                   "unavailable on 1 (x)")
+
+
+def test_run_queue_lanes_keep_first_come_first_served() -> None:
+    """A requeued run goes back to its old place; lanes group runs by target, device and file needs."""
+    from cdui.dispatch import RunQueue
+    from cdui.store import Run
+
+    def run(rid: str, at: float, target: object = "any", device: str = "cpu") -> Run:
+        return Run(id=rid, status="queued", target=target, options={"device": device}, created_at=at)
+    q = RunQueue()
+    for r in (run("b", 2), run("c", 3), run("g", 1.5, device="cuda"), run("a", 1)):
+        q.add(r)
+    assert len(q) == 4 and len(q.lanes) == 2
+    heads = sorted((lane.head_order()[0], lane.head().id) for lane in q.lanes.values())  # type: ignore[union-attr]
+    assert heads == [(1, "a"), (1.5, "g")]
+    q.remove("a")
+    q.remove("g")
+    assert [lane.head().id for lane in q.lanes.values()] == ["b"]  # type: ignore[union-attr]
+    q.add(run("a", 1))  # requeued: it keeps its created_at, so it is first again
+    assert [lane.head().id for lane in q.lanes.values()] == ["a"]  # type: ignore[union-attr]
+    assert q.free_order(["y", "x", "z"]) == ["x", "y", "z"]
+    q.used("x")
+    assert q.free_order(["y", "x", "z"]) == ["y", "z", "x"]

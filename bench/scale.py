@@ -1,0 +1,231 @@
+"""Benchmark 2: dispatch throughput and scale, with simulated agents.
+
+One control plane process; N simulated agents in this one process, each a
+real ``/ws/worker`` connection speaking the real protocol (the typed messages
+of ``cdui.protocol``), whose runs succeed at once. Measured: enrollment of
+all agents through one shared token from one address, connect time, the
+control plane's CPU per heartbeat and RSS per connected agent, submit ->
+assigned latency when workers are free, how `any` spreads runs over free
+workers, and the dispatch rate for a backlog of R runs (submitted while every
+worker is drained, then released at once), with `/api/health` and
+`GET /api/runs` probed during the backlog.
+
+    .venv/bin/python bench/scale.py [--agents 500] [--runs 10000]
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+from common import Figure, cpu_s, parser, pct, report, rss_mb, say, server, tiny_graph
+
+from cdui import __version__, protocol
+
+
+class Agent:
+    def __init__(self, name: str, bench: Bench) -> None:
+        self.name = name
+        self.bench = bench
+        self.credential = ""
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.runs = 0
+
+    async def read(self) -> None:
+        assert self.ws is not None
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            m = protocol.parse_server_message(msg.data)
+            if isinstance(m, protocol.Assign):
+                self.runs += 1
+                self.bench.assigned[m.run_id] = time.perf_counter()
+                now = time.time()
+                evs = [{"src_seq": 1, "kind": "status", "data": {"status": "running", "pid": 1, "device": "cpu"},
+                        "at": now},
+                       {"src_seq": 2, "kind": "status", "data": {"status": "succeeded", "error": None}, "at": now}]
+                for text in protocol.encode_events(m.run_id, evs):
+                    await self.ws.send_str(text)
+            elif isinstance(m, protocol.Ack) and m.acked >= 2:
+                self.bench.done[m.run_id] = time.perf_counter()
+                self.bench.progress.set()
+
+
+class Bench:
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.assigned: dict[str, float] = {}
+        self.done: dict[str, float] = {}
+        self.progress = asyncio.Event()
+        self.http: aiohttp.ClientSession | None = None
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        assert self.http is not None
+        async with self.http.request(method, self.url + path, json=body,
+                                     headers={"X-CodefyUI-Token": self.token}) as r:
+            text = await r.text()
+            if r.status >= 300:
+                raise RuntimeError(f"{method} {path} answered {r.status}: {text[:300]}")
+            return json.loads(text) if text else None
+
+    async def submit_many(self, n: int, parallel: int) -> dict[str, float]:
+        """Submit ``n`` runs with ``parallel`` requests in flight; run id -> submit time."""
+        submitted: dict[str, float] = {}
+        left = iter(range(n))
+
+        async def one() -> None:
+            for _ in left:
+                t0 = time.perf_counter()
+                r = await self.call("POST", "/api/runs", {"graph": tiny_graph(), "options": {"target": "any",
+                                                                                              "device": "cpu"}})
+                submitted[r["id"]] = t0
+        await asyncio.gather(*(one() for _ in range(parallel)))
+        return submitted
+
+    async def wait_done(self, ids: set[str], timeout: float) -> None:
+        deadline = time.perf_counter() + timeout
+        while not ids <= self.done.keys():
+            self.progress.clear()
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError(f"{len(ids - self.done.keys())} of {len(ids)} runs not done in {timeout} s")
+            try:
+                await asyncio.wait_for(self.progress.wait(), min(left, 5))
+            except TimeoutError:
+                pass
+
+
+async def probe(b: Bench, path: str, out: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await b.call("GET", path)
+        out.append((time.perf_counter() - t0) * 1000)
+        try:
+            await asyncio.wait_for(stop.wait(), 0.02)
+        except TimeoutError:
+            pass
+
+
+async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) -> list[Figure]:
+    figs: list[Figure] = []
+    B = "scale"
+    # local/cpu=0: `any` goes to the simulated agents only, never to this server.
+    with server({"CODEFYUI_WORKER_HEARTBEAT_S": "30", "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}) as srv:
+        conn = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=conn) as http:
+            b = Bench(srv.url, srv.token)
+            b.http = http
+            agents = [Agent(f"w{i:04d}", b) for i in range(n_agents)]
+            # Enrollment: one token shared by every agent, all from 127.0.0.1.
+            tok = (await b.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": n_agents}))["token"]
+            t0 = time.perf_counter()
+            sem = asyncio.Semaphore(16)
+
+            async def enroll(a: Agent) -> None:
+                async with sem, http.post(srv.url + "/api/workers/enroll", json={
+                        "token": tok, "name": a.name, "devices": ["cpu"], "version": __version__,
+                        "machine_id": "bench-" + a.name}) as r:
+                    if r.status != 201:
+                        raise RuntimeError(f"enroll {a.name}: {r.status} {await r.text()}")
+                    a.credential = (await r.json())["credential"]
+            await asyncio.gather(*(enroll(a) for a in agents))
+            figs.append(Figure(B, f"enroll {n_agents} agents through one token from one address", time.perf_counter()
+                               - t0, "s", 60, note="no wait from the rate limit: it counts failures only"))
+            say('enrolled')
+            rss0 = rss_mb(srv.pid)
+            t0 = time.perf_counter()
+            readers = []
+
+            async def connect(a: Agent) -> None:
+                async with sem:
+                    a.ws = await http.ws_connect(srv.url.replace("http", "ws", 1) + "/ws/worker",
+                                                 headers={"Authorization": f"Bearer {a.credential}"},
+                                                 max_msg_size=protocol.MAX_MESSAGE)
+                    await a.ws.send_str(protocol.Hello(__version__, a.name, ["cpu"], {}, "bench-" + a.name).to_json())
+                    msg = await a.ws.receive(timeout=60)
+                    if not isinstance(protocol.parse_server_message(msg.data), protocol.Welcome):
+                        raise RuntimeError(f"{a.name}: {msg.data[:300]}")
+                readers.append(asyncio.create_task(a.read()))
+            await asyncio.gather(*(connect(a) for a in agents))
+            figs.append(Figure(B, f"connect {n_agents} agents (hello -> welcome)", time.perf_counter() - t0, "s", 5))
+            say('connected')
+            await asyncio.sleep(1)
+            figs.append(Figure(B, "control-plane RSS per connected agent", (rss_mb(srv.pid) - rss0) * 1e3 / n_agents,
+                               "KB", 50))
+            # Heartbeats: the control plane's CPU for `rounds` heartbeats of every agent.
+            c0 = cpu_s(srv.pid)
+            hb = protocol.Heartbeat([]).to_json()
+            for _ in range(rounds):
+                for a in agents:
+                    assert a.ws is not None
+                    await a.ws.send_str(hb)
+            await asyncio.sleep(1.0)  # let the control plane read them (a benchmark, not a test)
+            figs.append(Figure(B, "control-plane CPU per heartbeat", (cpu_s(srv.pid) - c0) * 1e3 / (rounds * n_agents),
+                               "ms", 0.1))
+            say('heartbeats done')
+            # Free workers: one run at a time, submit -> assigned.
+            lat = []
+            for _ in range(free_runs):
+                sub = await b.submit_many(1, 1)
+                (rid, t_sub), = sub.items()
+                await b.wait_done({rid}, 60)
+                lat.append((b.assigned[rid] - t_sub) * 1000)
+            figs.append(Figure(B, "submit -> assigned p50, workers free", pct(lat, 50), "ms", 50))
+            figs.append(Figure(B, "submit -> assigned p95, workers free", pct(lat, 95), "ms", 50))
+            say('free runs done')
+            used = sum(1 for a in agents if a.runs)
+            figs.append(Figure(B, f"workers `any` used for {free_runs} one-at-a-time runs", used, "workers",
+                               min(free_runs, n_agents), better="higher", note="least recently used first"))
+            # A backlog: every worker drained, runs submitted, then every worker released at once.
+            for a in agents:
+                await b.call("POST", f"/api/workers/{a.name}/drain")
+            say('drained')
+            t0 = time.perf_counter()
+            backlog = await b.submit_many(n_runs, 16)
+            sub_s = time.perf_counter() - t0
+            figs.append(Figure(B, f"submit rate ({n_runs} runs, 16 in flight)", n_runs / sub_s, "runs/s"))
+            say('backlog submitted')
+            stop = asyncio.Event()
+            health: list[float] = []
+            listing: list[float] = []
+            probes = [asyncio.create_task(probe(b, "/api/health", health, stop)),
+                      asyncio.create_task(probe(b, "/api/runs", listing, stop))]
+            t0 = time.perf_counter()
+            await asyncio.gather(*(b.call("POST", f"/api/workers/{a.name}/undrain") for a in agents))
+            await b.wait_done(set(backlog), 900)
+            dur = max(b.done[r] for r in backlog) - min(b.assigned[r] for r in backlog)
+            stop.set()
+            await asyncio.gather(*probes)
+            figs.append(Figure(B, f"dispatch rate, backlog of {n_runs} on {n_agents} agents", n_runs / dur, "runs/s",
+                               1000, better="higher", note="first assignment -> last run recorded succeeded"))
+            figs.append(Figure(B, "/api/health p95 during the backlog", pct(health, 95), "ms", 50))
+            figs.append(Figure(B, "GET /api/runs p95 during the backlog", pct(listing, 95), "ms", 50))
+            body = await b.call("GET", "/api/runs")
+            figs.append(Figure(B, "GET /api/runs body (200 runs)", len(json.dumps(body)) / 1e3, "KB"))
+            for a in agents:
+                if a.ws is not None:
+                    await a.ws.close()
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+    return figs
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--agents", type=int, default=500)
+    p.add_argument("--runs", type=int, default=10000)
+    p.add_argument("--free-runs", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    if a.smoke:
+        a.agents, a.runs, a.free_runs, a.rounds = 4, 40, 8, 1
+    report(asyncio.run(main_async(a.agents, a.runs, a.free_runs, a.rounds)), a.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

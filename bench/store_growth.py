@@ -1,0 +1,96 @@
+"""Benchmark 6: the store at 1 M events.
+
+The control plane's own :class:`cdui.store.Store` on a fresh sqlite file:
+``--runs`` runs, then ``--events`` log events appended through the one writer
+in batches (as ``record_events`` does). Measured: append rate, the latency
+of reading a page of events after an early and a late position (the
+``GET /api/runs/{id}/events?after=`` query) and of the runs listing, at the
+start and at the end, and the database's growth per event.
+
+    .venv/bin/python bench/store_growth.py [--events 1000000]
+"""
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from common import Figure, parser, report, say
+
+from cdui.store import Run, Store
+
+
+async def timed(coro_fn, n: int = 20) -> float:
+    """Median milliseconds of ``n`` calls."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await coro_fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return sorted(out)[len(out) // 2]
+
+
+async def main_async(n_runs: int, n_events: int) -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="cdui-bench-store-") as tmp:
+        store = Store(Path(tmp) / "cdui.sqlite3")
+        store.open()
+        try:
+            ids = [f"r{i:06d}" for i in range(n_runs)]
+            for rid in ids:
+                await store.create_run(Run(id=rid, status="succeeded", target="local", options={},
+                                           created_at=time.time(),
+                                           graph={"nodes": [], "edges": []}))
+            target = ids[0]
+
+            async def page_early() -> None:
+                await store.events(target, after=10, limit=1000)
+
+            async def page_late() -> None:
+                await store.events(target, after=max(0, per_run - 1000), limit=1000)
+
+            async def listing() -> None:
+                await store.list_runs(limit=200)
+            per_run = n_events // n_runs
+            await store.append_events(target, "local", [{"src_seq": i + 1, "kind": "log",
+                                                         "data": {"message": f"event {i}"}, "at": time.time()}
+                                                        for i in range(min(2000, per_run))])
+            early0, list0 = await timed(page_early), await timed(listing)
+            size0 = store.path.stat().st_size + Path(str(store.path) + "-wal").stat().st_size
+            say(f"appending {n_events:,} events")
+            t0 = time.perf_counter()
+            batch = 1000
+            for rid in ids:
+                start = 2000 if rid == target else 0
+                for lo in range(start, per_run, batch):
+                    evs = [{"src_seq": i + 1, "kind": "log", "data": {"message": f"event {i}", "level": "info"},
+                            "at": time.time()} for i in range(lo, min(per_run, lo + batch))]
+                    await store.append_events(rid, "local", evs)
+            rate = (n_events - min(2000, per_run)) / (time.perf_counter() - t0)
+            early1, late1, list1 = await timed(page_early), await timed(page_late), await timed(listing)
+            size1 = store.path.stat().st_size + Path(str(store.path) + "-wal").stat().st_size
+        finally:
+            store.close()
+    B = "store"
+    return [Figure(B, f"append rate into the store ({n_events:,} events)", rate, "events/s", 150000, better="higher"),
+            Figure(B, "events?after= page, early position, small table", early0, "ms"),
+            Figure(B, f"events?after= page, early position, {n_events:,} events", early1, "ms", max(5.0, early0 * 2)),
+            Figure(B, f"events?after= page, late position, {n_events:,} events", late1, "ms", max(5.0, early0 * 2)),
+            Figure(B, "runs listing (200), small table", list0, "ms"),
+            Figure(B, f"runs listing (200) with {n_events:,} events stored", list1, "ms", max(5.0, list0 * 2)),
+            Figure(B, "database growth per event", (size1 - size0) / max(1, n_events), "bytes")]
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--events", type=int, default=1_000_000)
+    a = p.parse_args()
+    if a.smoke:
+        a.runs, a.events = 5, 5000
+    report(asyncio.run(main_async(a.runs, a.events)), a.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
