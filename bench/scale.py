@@ -23,6 +23,13 @@ import aiohttp
 from common import Figure, cpu_s, parser, pct, report, rss_mb, say, server, tiny_graph
 
 from cdui import __version__, protocol
+from cdui.catalog import node_catalog
+from cdui.layout import INSTALL_ROOT
+from cdui.nodes.registry import build_registry
+
+# The node catalog every simulated agent reports: the control plane's own (built-ins and the
+# installation's plugins), so none is degraded and `any` may use them all.
+CATALOG = node_catalog(build_registry(None, INSTALL_ROOT / "plugins"))
 
 
 class Agent:
@@ -144,7 +151,8 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
                     a.ws = await http.ws_connect(srv.url.replace("http", "ws", 1) + "/ws/worker",
                                                  headers={"Authorization": f"Bearer {a.credential}"},
                                                  max_msg_size=protocol.MAX_MESSAGE)
-                    await a.ws.send_str(protocol.Hello(__version__, a.name, ["cpu"], {}, "bench-" + a.name).to_json())
+                    await a.ws.send_str(protocol.Hello(__version__, a.name, ["cpu"], {}, "bench-" + a.name,
+                                                       catalog=CATALOG).to_json())
                     msg = await a.ws.receive(timeout=60)
                     if not isinstance(protocol.parse_server_message(msg.data), protocol.Welcome):
                         raise RuntimeError(f"{a.name}: {msg.data[:300]}")
