@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import __version__, enroll, protocol
+from cdui import __version__, enroll, protocol, ssh_workers
 from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
@@ -56,6 +56,7 @@ class WorkerRoutes:
                 "same_machine": (r["machine_id"] == self.m.machine_id),
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
             })
+        await ssh_workers.annotate(request.app, out)
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
     async def create_token(self, request: web.Request) -> web.Response:
@@ -175,6 +176,8 @@ class WorkerRoutes:
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        if await ssh_workers.owns(request.app, name):
+            return await request.app[ssh_workers.SSH_WORKERS].delete(request)  # also ends ssh, cleans the host
         row = await self._worker_or_404(name)
         now = self.m.clock.time()
 
