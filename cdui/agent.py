@@ -85,7 +85,7 @@ class AgentRun:
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
-                 status_file: Path | None = None, config: Any = None) -> None:
+                 status_file: Path | None = None, config: Any = None, uds: str | None = None) -> None:
         from cdui.config import load
         self.config = config if config is not None else load()
         self.control = control.rstrip("/")
@@ -96,6 +96,8 @@ class Agent:
         self.machine_id = machine_id
         self.labels = labels or (lambda: {})
         self.status_file = status_file
+        # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
+        self.uds = uds
         self.spool_root = user_data / "spool"
         self.runs: dict[str, AgentRun] = {}
         self.ws: aiohttp.ClientWebSocketResponse | None = None
@@ -138,14 +140,17 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
         delays = backoff_delays()
-        async with aiohttp.ClientSession() as session:
+        connector = aiohttp.UnixConnector(path=self.uds) if self.uds else None
+        down_since = time.monotonic()
+        async with aiohttp.ClientSession(connector=connector) as session:
             self.session = session
             while not self.stopping:
                 up_since = time.monotonic()
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
-                    if exc.code in FATAL_REFUSALS:
+                    # Behind an SSH tunnel the control plane re-enrolls a refused credential itself.
+                    if exc.code in FATAL_REFUSALS or (self.uds and exc.code == "unknown_credential"):
                         log.error("refused by the control plane: %s", exc)
                         print(f"cdui: error: refused by the control plane: {exc}", flush=True)
                         self._status("refused", str(exc))
@@ -157,8 +162,15 @@ class Agent:
                     log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
                     self._status("connecting", f"unreachable: {exc}")
                 finally:
+                    if self.ws is not None:
+                        down_since = time.monotonic()
                     self.ws = None
                 if self.stopping:
+                    break
+                if self.uds and time.monotonic() - down_since > self.grace_s:
+                    # No tunnel came back within the control plane's resume grace: its runs there have ended.
+                    log.warning("no SSH tunnel for %.0f s (the resume grace); stopping", self.grace_s)
+                    self.stopping = True
                     break
                 if time.monotonic() - up_since > 60:
                     delays = backoff_delays()

@@ -107,12 +107,15 @@ def _load_credential(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _enroll(control: str, token: str, name: str | None, devices: list[str]) -> dict[str, Any]:
+def _enroll(control: str, token: str, name: str | None, devices: list[str], uds: str | None = None) -> dict[str, Any]:
     from cdui.client import Client
     from cdui.config import machine_id
+    body = {"token": token, "name": name, "devices": devices, "version": __version__, "machine_id": machine_id()}
+    if uds:  # an SSH worker: through the tunnel's socket; --control only names the credential
+        from cdui.uds_http import post_json
+        return dict(post_json(uds, urlsplit(control).netloc, "/api/workers/enroll", body))
     c = Client(control, timeout=30)
-    return c.call("POST", "/api/workers/enroll", {"token": token, "name": name, "devices": devices,
-                                                   "version": __version__, "machine_id": machine_id()})
+    return c.call("POST", "/api/workers/enroll", body)
 
 
 # Answers that say "not now" rather than "no": the control plane is down or restarting
@@ -126,13 +129,13 @@ def enroll_is_transient(err: CduiError) -> bool:
 
 
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
-                        sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+                        sleep: Callable[[float], None] = time.sleep, uds: str | None = None) -> dict[str, Any]:
     """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
     from cdui.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
-            return _enroll(control, token, name, devices)
+            return _enroll(control, token, name, devices, uds)
         except CduiError as err:
             if not enroll_is_transient(err):
                 raise
@@ -203,7 +206,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     except CduiError as err:
         return _die(str(err), 2)
     u = urlsplit(control)
-    if u.scheme == "http" and not is_loopback_host(u.hostname or ""):
+    if u.scheme == "http" and not is_loopback_host(u.hostname or "") and not args.uds:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
@@ -223,7 +226,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
                 return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on "
                             f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
             try:
-                res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices())
+                res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices(),
+                                          uds=args.uds)
             except CduiError as err:
                 # Refusals retrying cannot fix (version, name taken) are 2; other start failures 4 (CONTRACT.md).
                 return _die(f"enrollment failed: {err}", 2 if err.code in ("version_mismatch", "name_taken") else 4)
@@ -238,7 +242,9 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", 2)
     if args.foreground:
-        return _run_foreground(cfg, control, cred, devices, pidfile)
+        if args.uds:  # an SSH worker's agent: its PID next to its tunnel socket, where the remote script looks
+            pidfile = Path(args.uds).parent / "agent.pid"
+        return _run_foreground(cfg, control, cred, devices, pidfile, args.uds)
     running = _read_pid(pidfile)
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
@@ -298,7 +304,8 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
 
 
-def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path) -> int:
+def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
+                    uds: str | None = None) -> int:
     from cdui import config
     from cdui.agent import Agent
     from cdui.config import machine_id
@@ -309,7 +316,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     pidfile.write_text(str(os.getpid()))
     try:
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
-                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg)
+                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg, uds=uds)
         return asyncio.run(agent.run())
     finally:
         try:
@@ -376,6 +383,9 @@ def add_commands(sub: Any) -> None:
         s.add_argument("--control", default=None)
         s.set_defaults(func=cmd_action, action=action)
 
+    from cdui.cli_ssh import add_ssh_commands
+    add_ssh_commands(wsub)
+
     a = sub.add_parser("agent", help="run this machine as a worker")
     asub = a.add_subparsers(dest="agent_command", metavar="ACTION", required=True, parser_class=type(a))
     s = asub.add_parser("start", help="enroll (first time) and connect to a control plane")
@@ -387,6 +397,8 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="not available in this version (refused): certificate pinning is not implemented yet")
+    s.add_argument("--uds", default=None, metavar="PATH",
+                   help="connect through this Unix socket (SSH workers; --control still names the credential)")
     s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")
