@@ -113,3 +113,13 @@ def _end_test_leftovers(request):
     yield
     _end_leftovers(sweep, request, "test")
 # --- end leftover processes
+
+
+# --- system packages a test needs
+# A test that needs a system command skips with the package to install, e.g.
+# ``@requires_command("sshd", "openssh-server")``; CDUI_TEST_REQUIRE_ALL=1 makes that skip a failure.
+def requires_command(command, package):
+    import shutil
+    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
+    return pytest.mark.skipif(found is None, reason=f"`{command}` is not installed (apt-get install {package})")
+# --- end system packages
