@@ -93,15 +93,16 @@ async def run_short(argv: list[str], timeout: float, clock: Clock) -> tuple[int 
         await proc.wait()
     reader = asyncio.ensure_future(read())
     timer = asyncio.ensure_future(clock.sleep(timeout))
+    timed_out = True
     try:
         await asyncio.wait({reader, timer}, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not reader.done()
     finally:
         timer.cancel()
-    if not reader.done():
-        _kill(proc)
-        await asyncio.gather(reader, return_exceptions=True)
-        return None, lines
-    return proc.returncode, lines
+        if not reader.done():  # the timeout, or the caller cancelled (a stop): no ssh outlives its caller
+            _kill(proc)
+            await asyncio.shield(asyncio.gather(reader, return_exceptions=True))
+    return (None if timed_out else proc.returncode), lines
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import requires_command
 from procs import ServerProc, long_training_graph, wait_event, wait_for, wait_run
 from sshd import Sshd
