@@ -31,6 +31,18 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
     return 0
 
 
+def tunnel_line(s: dict[str, Any]) -> str:
+    """The SSH tunnel line under a worker in `cdui workers list`."""
+    t = s["tunnel"]
+    line = f"  ssh: {s['target']} slot {s['slot']}: {t['state']}"
+    if t.get("remote_pid"):
+        line += f" (remote agent pid {t['remote_pid']})"
+    if t["state"] == "failed":
+        line += f": {t['reason']}; " + (f"retrying in {t['next_attempt_s']:.0f} s" if t.get("retrying")
+                                       else f"not retrying; `cdui workers retry {s['name']}` tries again")
+    return line
+
+
 def cmd_ssh_action(args: argparse.Namespace) -> int:
     res = _client(args).call("POST", f"/api/workers/{args.name}/{args.action}")
     if args.action == "retry":

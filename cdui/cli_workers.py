@@ -70,6 +70,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
               f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
+        if w.get("ssh"):
+            from cdui.cli_ssh import tunnel_line
+            print(tunnel_line(w["ssh"]))
     for r in res.get("rejected", []):
         print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
     return 0

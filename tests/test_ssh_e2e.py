@@ -208,3 +208,32 @@ def test_delete_cleans_the_remote_folder_and_credential(server: ServerProc, sshd
     # The same name can be added again.
     server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gone"}, expect=201)
     assert json.dumps(ssh_view(server, "gone")["slot"]) == str(added["slot"])
+
+
+def test_shutdown_stops_ssh_agents_and_a_restart_reconnects(server: ServerProc, sshd: Sshd):
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gpu2"}, expect=201)
+    first = wait_tunnel(server, "gpu2", "connected")
+    run = server.submit(long_training_graph(), {"target": {"worker": "gpu2"}})
+    wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+    assert server.stop() == 0
+    assert tunnel_ssh_pids(".codefyui-ssh/") == []
+    wait_for(lambda: first["remote_pid"] not in sshd.agent_pids(), 60, 0.1, "the remote agent to exit")
+    server.start()
+    assert server.run(run["id"])["status"] == "cancelled"  # stopped by the agent, reported before the end
+    again = wait_tunnel(server, "gpu2", "connected")
+    assert again["remote_pid"] != first["remote_pid"]
+
+
+def test_a_refused_stored_credential_is_forgotten_and_enrolled_again(server: ServerProc, sshd: Sshd):
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "stale"}, expect=201)
+    wait_tunnel(server, "stale", "connected")
+    server.call("POST", "/api/workers/stale/disable")
+    cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-{added['slot']}.token"
+    data = json.loads(cred.read_text())
+    cred.write_text(json.dumps({**data, "credential": "cdw_" + "x" * 43}))  # one this control plane never issued
+    server.call("POST", "/api/workers/stale/enable")
+    t = wait_tunnel(server, "stale", "connected", timeout=180)
+    assert t["attempts"] == 2, t  # the refused start, then the one that enrolled again
+    assert any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
+    assert any("enrolled as worker stale" in line for line in t["recent_output"]), t["recent_output"]
+    assert json.loads(cred.read_text())["credential"] != "cdw_" + "x" * 43
