@@ -208,6 +208,8 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         control = _check_control(args.control)
     except CduiError as err:
         return _die(str(err), 2)
+    if args.uds and not args.foreground:
+        return _die("--uds needs --foreground (the control plane that started it over ssh keeps it running)", 2)
     u = urlsplit(control)
     if u.scheme == "http" and not is_loopback_host(u.hostname or "") and not args.uds:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "

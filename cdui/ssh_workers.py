@@ -250,7 +250,8 @@ class SshWorkers:
         return v
 
     async def list(self, request: web.Request) -> web.Response:
-        return web.json_response({"ssh_workers": [self.view(r) for r in await self.rows()]})
+        return web.json_response({"ssh_workers": [self.view(r) for r in await self.rows()],
+                                  "cleaning_slots": sorted(self.cleaning)})
 
     async def _row_or_404(self, name: str) -> dict[str, Any]:
         r = await self.row(name)

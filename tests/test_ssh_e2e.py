@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import requires_command
-from procs import ServerProc, long_training_graph, wait_event, wait_for, wait_run
+from procs import SESSION_ENV, ServerProc, long_training_graph, wait_event, wait_for, wait_run
 from sshd import Sshd
 
 pytestmark = [pytest.mark.e2e, requires_command("sshd", "openssh-server"), requires_command("ssh", "openssh-client")]
@@ -77,9 +77,14 @@ def tunnel_ssh_pids(slot_dir: str) -> list[int]:
 
 
 class CmdlineWatch:
-    """Reads every /proc/*/cmdline over and over until stopped; keeps any that holds a token."""
+    """Reads every /proc/*/cmdline over and over until stopped; keeps any that holds a token.
+
+    Only this test session's processes count (the control plane, its ssh, sshd's sessions and the
+    remote agent all carry the session marker): other suites on the machine may pass tokens on
+    purpose."""
 
     def __init__(self) -> None:
+        self.marker = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
         self.seen: list[bytes] = []
         self.scans = 0
         self._stop = threading.Event()
@@ -93,9 +98,15 @@ class CmdlineWatch:
                         cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
                     except OSError:
                         continue
-                    if TOKEN_RE.search(cmd):
+                    if TOKEN_RE.search(cmd) and self._ours(entry):
                         self.seen.append(cmd)
             self.scans += 1
+
+    def _ours(self, pid: str) -> bool:
+        try:
+            return self.marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
 
     def __enter__(self) -> CmdlineWatch:
         self._thread.start()
@@ -106,6 +117,7 @@ class CmdlineWatch:
         self._thread.join(30)
 
 
+@pytest.mark.timeout(900)  # a real training run on a machine other suites share
 def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd):
     """Add user@localhost on sshd's port: online within seconds, a targeted graph succeeds, and
     killing its ssh mid-run changes neither the remote agent nor the run's outcome."""
@@ -123,7 +135,8 @@ def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd)
     assert workers["localhost"]["online"] is True and workers["localhost"]["ssh"]["tunnel"]["state"] == "connected"
     assert workers["localhost"]["unencrypted"] is False
 
-    run = server.submit(long_training_graph(epochs=400), {"target": {"worker": "localhost"}})
+    # Killed after its first metric; if it ends while the tunnel is down, its ending is replayed on reconnect.
+    run = server.submit(long_training_graph(epochs=120), {"target": {"worker": "localhost"}})
     wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
     slot_dir = f"{added['slot']}"
     pids = tunnel_ssh_pids(f".codefyui-ssh/{added['control'].split('cp-')[1].split('.')[0]}-{slot_dir}")
@@ -203,6 +216,8 @@ def test_delete_cleans_the_remote_folder_and_credential(server: ServerProc, sshd
     wait_for(lambda: not folder.exists() and not cred.exists(), 120, 0.1, "the remote cleanup",
              detail=lambda: (list(folder.iterdir()) if folder.exists() else "gone", cred.exists()))
     assert sshd.agent_pids() == []
+    # The slot is free again once the cleanup has ended.
+    wait_for(lambda: server.call("GET", "/api/workers/ssh")["cleaning_slots"] == [], 120, 0.1, "the cleanup's end")
     names = [w["name"] for w in server.call("GET", "/api/workers")["workers"]]
     assert "gone" not in names
     # The same name can be added again.
@@ -237,3 +252,19 @@ def test_a_refused_stored_credential_is_forgotten_and_enrolled_again(server: Ser
     assert any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
     assert any("enrolled as worker stale" in line for line in t["recent_output"]), t["recent_output"]
     assert json.loads(cred.read_text())["credential"] != "cdw_" + "x" * 43
+
+
+def test_the_remote_agent_stops_when_no_tunnel_returns_within_the_grace(tmp_path: Path, sshd: Sshd):
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_WORKER_RESUME_GRACE_S": "5"}).start()
+    try:
+        added = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "lone"}, expect=201)
+        pid = wait_tunnel(srv, "lone", "connected")["remote_pid"]
+        sshd.stop()  # no new connection can come; the live session goes with its ssh client below
+        iid = added["control"].split("cp-")[1].split(".")[0]
+        for p in tunnel_ssh_pids(f".codefyui-ssh/{iid}-{added['slot']}"):
+            os.kill(p, signal.SIGKILL)
+        wait_for(lambda: pid not in sshd.agent_pids(), 120, 0.1, f"remote agent {pid} to stop without a tunnel")
+        log = (sshd.home / added["remote_dir"].removeprefix("~/") / "agent.log").read_text()
+        assert "no SSH tunnel for 5 s (the resume grace); stopping" in log
+    finally:
+        srv.stop()
