@@ -50,10 +50,13 @@ def ssh_view(server: ServerProc, name: str) -> dict[str, Any]:
     raise AssertionError(f"no SSH worker {name}")
 
 
-def wait_tunnel(server: ServerProc, name: str, state: str, timeout: float = 120, **want: Any) -> dict[str, Any]:
+def wait_tunnel(server: ServerProc, name: str, state: str, timeout: float = 120, after: int = 0,
+                **want: Any) -> dict[str, Any]:
+    """The tunnel once it is in ``state`` (with ``want``), on an attempt later than ``after``."""
     def check() -> dict[str, Any] | None:
         t = ssh_view(server, name)["tunnel"]
-        return t if t["state"] == state and all(t.get(k) == v for k, v in want.items()) else None
+        ok = t["state"] == state and t["attempts"] > after and all(t.get(k) == v for k, v in want.items())
+        return t if ok else None
 
     def detail() -> str:
         logs = [f"{p}: {p.read_text()[-3000:]}" for p in Path("/tmp").glob("rh-*/.codefyui-ssh/*/agent.log")]
@@ -73,6 +76,29 @@ def tunnel_ssh_pids(slot_dir: str) -> list[int]:
             continue
         if argv and argv[0].endswith(b"ssh") and b"-R" in argv and any(slot_dir.encode() in a for a in argv):
             out.append(int(entry))
+    return out
+
+
+def children_running(parent: int, needle: bytes) -> list[int]:
+    """Descendants of ``parent`` whose command line contains ``needle``."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                table[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out = []
+    for p in table:
+        q, hops = table.get(p, 0), 0
+        while q > 1 and q != parent and hops < 64:
+            q, hops = table.get(q, 0), hops + 1
+        if q == parent:
+            try:
+                if needle in Path(f"/proc/{p}/cmdline").read_bytes():
+                    out.append(p)
+            except OSError:
+                continue
     return out
 
 
@@ -135,17 +161,21 @@ def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd)
     assert workers["localhost"]["online"] is True and workers["localhost"]["ssh"]["tunnel"]["state"] == "connected"
     assert workers["localhost"]["unencrypted"] is False
 
-    # Killed after its first metric; if it ends while the tunnel is down, its ending is replayed on reconnect.
     run = server.submit(long_training_graph(epochs=120), {"target": {"worker": "localhost"}})
     wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+    # Held mid-run (SIGSTOP) while the ssh is killed, so "mid-run" does not depend on how fast it trains.
+    runproc = wait_for(lambda: children_running(pid, b"cdui.runproc"), 60, 0.1, "the run subprocess")
+    os.kill(runproc[0], signal.SIGSTOP)
+    assert server.run(run["id"])["status"] == "running"
     slot_dir = f"{added['slot']}"
     pids = tunnel_ssh_pids(f".codefyui-ssh/{added['control'].split('cp-')[1].split('.')[0]}-{slot_dir}")
     assert len(pids) == 1, pids
     os.kill(pids[0], signal.SIGKILL)
 
-    again = wait_tunnel(server, "localhost", "connected", timeout=180, remote_pid=pid)
+    again = wait_tunnel(server, "localhost", "connected", timeout=180, after=first["attempts"], remote_pid=pid)
     assert any(f"attached pid={pid}" in line for line in again["recent_output"]), again["recent_output"]
     assert sshd.agent_pids() == [pid]
+    os.kill(runproc[0], signal.SIGCONT)
     done = wait_run(server, run["id"], timeout=600)
     assert done["status"] == "succeeded", done
     kinds = [e["data"].get("kind") for e in server.events(run["id"]) if e["kind"] == "run_warning"]
