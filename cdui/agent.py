@@ -90,7 +90,8 @@ class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
                  status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
-                 on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None) -> None:
+                 on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None,
+                 uds: str | None = None) -> None:
         from cdui.config import load
         self.config = config if config is not None else load()
         # One certificate check for enrollment, /ws/worker and every file transfer (cdui/trust.py).
@@ -105,6 +106,8 @@ class Agent:
         self.machine_id = machine_id
         self.labels = labels or (lambda: {})
         self.status_file = status_file
+        # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
+        self.uds = uds
         self.spool_root = user_data / "spool"
         self.runs: dict[str, AgentRun] = {}
         self.ws: aiohttp.ClientWebSocketResponse | None = None
@@ -150,7 +153,10 @@ class Agent:
             loop.add_signal_handler(sig, self.request_shutdown)
         await self._probe_catalog()
         delays = backoff_delays()
-        async with aiohttp.ClientSession(connector=self.trust.connector()) as session:
+        # An SSH worker's agent reaches the control plane through its tunnel's Unix socket.
+        connector = aiohttp.UnixConnector(path=self.uds) if self.uds else self.trust.connector()
+        down_since = time.monotonic()
+        async with aiohttp.ClientSession(connector=connector) as session:
             self.session = session
             while not self.stopping:
                 up_since = time.monotonic()
@@ -162,7 +168,8 @@ class Agent:
                         print(f"cdui: error: refused by the control plane: {exc}", flush=True)
                         await self._stop_all_runs()
                         return self.one_shot.on_refused()
-                    if exc.code in FATAL_REFUSALS:
+                    # Behind an SSH tunnel the control plane re-enrolls a refused credential itself.
+                    if exc.code in FATAL_REFUSALS or (self.uds and exc.code == "unknown_credential"):
                         log.error("refused by the control plane: %s", exc)
                         print(f"cdui: error: refused by the control plane: {exc}", flush=True)
                         self._status("refused", str(exc))
@@ -184,8 +191,15 @@ class Agent:
                     log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
                     self._status("connecting", f"unreachable: {exc}")
                 finally:
+                    if self.ws is not None:
+                        down_since = time.monotonic()
                     self.ws = None
                 if self.stopping:
+                    break
+                if self.uds and time.monotonic() - down_since > self.grace_s:
+                    # No tunnel came back within the control plane's resume grace: its runs there have ended.
+                    log.warning("no SSH tunnel for %.0f s (the resume grace); stopping", self.grace_s)
+                    self.stopping = True
                     break
                 if time.monotonic() - up_since > 60:
                     delays = backoff_delays()

@@ -71,6 +71,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         from cdui.oneshot_cli import list_lines
         for line in list_lines(w):
             print(line)
+        if w.get("ssh"):
+            from cdui.cli_ssh import tunnel_line
+            print(tunnel_line(w["ssh"]))
     for r in res.get("rejected", []):
         print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
     return 0
@@ -110,12 +113,15 @@ def _load_credential(path: Path) -> dict[str, Any] | None:
 
 
 def _enroll(control: str, token: str, name: str | None, devices: list[str],
-            trust: Trust | None = None) -> dict[str, Any]:
+            trust: Trust | None = None, uds: str | None = None) -> dict[str, Any]:
     from cdui.client import Client
     from cdui.config import machine_id
+    body = {"token": token, "name": name, "devices": devices, "version": __version__, "machine_id": machine_id()}
+    if uds:  # an SSH worker: through the tunnel's socket; --control only names the credential
+        from cdui.uds_http import post_json
+        return dict(post_json(uds, urlsplit(control).netloc, "/api/workers/enroll", body))
     c = Client(control, timeout=30, trust=trust)
-    return c.call("POST", "/api/workers/enroll", {"token": token, "name": name, "devices": devices,
-                                                   "version": __version__, "machine_id": machine_id()})
+    return c.call("POST", "/api/workers/enroll", body)
 
 
 # Answers that say "not now" rather than "no": the control plane is down or restarting
@@ -129,13 +135,14 @@ def enroll_is_transient(err: CduiError) -> bool:
 
 
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
-                        sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None) -> dict[str, Any]:
+                        sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None,
+                        uds: str | None = None) -> dict[str, Any]:
     """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
     from cdui.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
-            return _enroll(control, token, name, devices, trust)
+            return _enroll(control, token, name, devices, trust, uds)
         except CduiError as err:
             if not enroll_is_transient(err):
                 raise
@@ -208,8 +215,10 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         control = _check_control(args.control)
     except CduiError as err:
         return _die(str(err), 2)
+    if args.uds and not args.foreground:
+        return _die("--uds needs --foreground (the control plane that started it over ssh keeps it running)", 2)
     u = urlsplit(control)
-    if u.scheme == "http" and not is_loopback_host(u.hostname or ""):
+    if u.scheme == "http" and not is_loopback_host(u.hostname or "") and not args.uds:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
               f"network in plain text; use this only on a trusted LAN or VPN", file=sys.stderr)
     pidfile = ud / "agent.pid"
@@ -233,7 +242,10 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
                             _agent_trust(pin_flag, cred, cred_path))
     if args.foreground:
-        return _run_foreground(cfg, control, cred, devices, pidfile, _agent_trust(pin_flag, cred, cred_path))
+        if args.uds:  # an SSH worker's agent: its PID next to its tunnel socket, where the remote script looks
+            pidfile = Path(args.uds).parent / "agent.pid"
+        return _run_foreground(cfg, control, cred, devices, pidfile, _agent_trust(pin_flag, cred, cred_path),
+                               args.uds)
     running = _read_pid(pidfile)
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
@@ -258,7 +270,7 @@ def _stored_or_enrolled(args: argparse.Namespace, control: str, cred_path: Path,
                             f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
             try:
                 res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices(),
-                                          trust=Trust(pin_flag))
+                                          trust=Trust(pin_flag), uds=args.uds)
             except CduiError as err:
                 # Refusals retrying cannot fix (version, name taken, not the pinned key) are 2; other start
                 # failures 4 (CONTRACT.md).
@@ -349,7 +361,7 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
-                    checks: tuple[Trust, Callable[[], None]] | None = None) -> int:
+                    checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None) -> int:
     from cdui import config
     from cdui.agent import Agent
     from cdui.config import machine_id
@@ -360,7 +372,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     with daemon.PidFile(pidfile).held():
         agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
                       labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
-                      trust=checks[0] if checks else None, on_connected=checks[1] if checks else None)
+                      trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
         return asyncio.run(agent.run())
 
 
@@ -416,6 +428,9 @@ def add_commands(sub: Any) -> None:
         s.add_argument("--control", default=None)
         s.set_defaults(func=cmd_action, action=action)
 
+    from cdui.cli_ssh import add_ssh_commands
+    add_ssh_commands(wsub)
+
     a = sub.add_parser("agent", help="run this machine as a worker")
     asub = a.add_subparsers(dest="agent_command", metavar="ACTION", required=True, parser_class=type(a))
     s = asub.add_parser("start", help="enroll (first time) and connect to a control plane")
@@ -434,6 +449,8 @@ def add_commands(sub: Any) -> None:
                    help="one-shot only: one of many agents sharing this credential, as NAME.ID (default ID from "
                         "SLURM_*; else random)")
     s.add_argument("--run-id", default=None, metavar="ID", help="one-shot only: take exactly this run")
+    s.add_argument("--uds", default=None, metavar="PATH",
+                   help="connect through this Unix socket (SSH workers; --control still names the credential)")
     s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")

@@ -52,6 +52,12 @@ def _str(v: str) -> str:
     return v
 
 
+def _ssh_strict(v: str) -> str:
+    if v.strip() not in ("accept-new", "yes"):
+        raise ValueError(v)
+    return v.strip()
+
+
 def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
 
@@ -112,9 +118,9 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_S3_STS_DURATION_S", 3600, _int, "lifetime of temporary credentials (900-43200)", "seconds"),
     Setting("CODEFYUI_S3_DOWNLOAD", "proxy", _str, "proxy or presign", "proxy|presign"),
     Setting("CODEFYUI_S3_PRESIGN_TTL_S", 900, _int, "validity of presigned URLs", "seconds"),
-    # -- SSH (later issue)
-    Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH", available=False),
-    Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _str, "accept-new or yes", "accept-new|yes", available=False),
+    # -- SSH workers
+    Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH"),
+    Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _ssh_strict, "accept-new or yes", "accept-new|yes"),
     # -- agent
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB", available=False),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds", available=False),

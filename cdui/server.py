@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from cdui import __version__, api_files, api_graphs, api_runs, s3_plane, transfer, worker_routes, workers
+from cdui import __version__, api_files, api_graphs, api_runs, s3_plane, ssh_workers, transfer, worker_routes, workers
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
 from cdui.atomic import write_private
 from cdui.clock import Clock, SystemClock
@@ -304,6 +304,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_runs.setup(app)
     api_files.setup(app)
     api_graphs.setup(app)
+    ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
     return app
 
 

@@ -193,6 +193,25 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_status_created ON runs(status, created_at);
     CREATE INDEX workers_credential ON workers(credential_hash);
     """,
+    # 5: SSH workers (cdui/ssh_workers.py): what to connect to, the slot, the tunnel line
+    """
+    CREATE TABLE ssh_workers (
+        name TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        port INTEGER NOT NULL DEFAULT 22,
+        identity TEXT,
+        remote_cdui TEXT NOT NULL,
+        slot INTEGER NOT NULL UNIQUE,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        forgot INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT 'connecting',
+        reason TEXT,
+        recent_output TEXT NOT NULL DEFAULT '[]',
+        remote_pid INTEGER,
+        token_id TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
 ]
 
 

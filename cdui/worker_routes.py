@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import __version__, catalog, enroll, protocol, trust
+from cdui import __version__, catalog, enroll, protocol, ssh_workers, trust
 from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
@@ -57,6 +57,7 @@ class WorkerRoutes:
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
             })
+        await ssh_workers.annotate(request.app, out)
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
     def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
@@ -185,6 +186,8 @@ class WorkerRoutes:
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        if await ssh_workers.owns(request.app, name):
+            return await request.app[ssh_workers.SSH_WORKERS].delete(request)  # also ends ssh, cleans the host
         instance = await self.m.runs.oneshot.remove_instance(name, self.m)
         if instance is not None:
             return web.json_response(instance)

@@ -138,4 +138,4 @@ def need_command():
 # --- end required system packages
 # --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
 from s3server import enforcing, moto, moto_server  # noqa: E402,F401
-from syspkgs import require_commands  # noqa: E402,F401
+from syspkgs import require_commands, requires_command  # noqa: E402,F401

@@ -15,3 +15,9 @@ def require_commands(*commands):
     missing = [c for c in commands if shutil.which(c) is None and not os.path.exists(f"/usr/sbin/{c}")]
     return pytest.mark.skipif(bool(missing), reason=f"needs the system command(s) {', '.join(missing)} "
                                                      f"(Debian: see APT_NEEDS in .ci/run)")
+
+
+def requires_command(command: str, package: str) -> pytest.MarkDecorator:
+    """``@requires_command("sshd", "openssh-server")``: skip, naming the package, when ``command`` is missing."""
+    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
+    return pytest.mark.skipif(found is None, reason=f"`{command}` is not installed (apt-get install {package})")

@@ -1,0 +1,309 @@
+"""SSH workers, the pure part: the ssh command lines, the remote scripts, and
+what an ended ssh means.
+
+Everything here is a function of its arguments (no I/O except
+:func:`instance_id`), so the exact argv the control plane runs is tested as a
+table. The loop that runs these commands is :mod:`cdui.ssh_supervisor`.
+
+The shape of the long-lived ssh (one per enabled SSH worker)::
+
+    ssh -T -o BatchMode=yes -o ExitOnForwardFailure=yes -o ServerAliveInterval=15 \\
+        -o StrictHostKeyChecking=accept-new [-p PORT] [-i KEY] \\
+        -R <remote dir>/sock:<local private socket> -- TARGET "sh -c '...'"
+
+Nothing secret is ever part of an argv: the one-time enrollment token is the
+first line of ssh's stdin, which the remote script reads. Later lines of stdin
+are commands to the remote script (``stop``: SIGTERM to the agent); the end of
+stdin means the control plane let go of the connection, and the remote script
+then exits while the agent keeps running (it reattaches on the next start).
+"""
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdui.errors import CduiError
+
+DEFAULT_REMOTE_CDUI = "~/CodefyUI/bin/cdui"
+STATE_ROOT = ".codefyui-ssh"  # under the remote user's home
+INSTANCE_FILE = "ssh-instance-id"
+# Lines the remote scripts print for the control plane; everything else is ssh's or the agent's output.
+MARK = "cdui-ssh:"
+FIRST_DELAY_S, MAX_DELAY_S = 2.0, 60.0
+RECOVERABLE_LIMIT_S = 600.0  # recoverable failures give up after this long without a success
+FORWARD_FAILURES_LIMIT = 3
+TARGET_RE = re.compile(r"^(?:[A-Za-z0-9._-]{1,64}@)?[A-Za-z0-9._:\[\]%-]{1,253}$")
+
+
+# -- identity: instance id, slots, names ---------------------------------------------------
+def instance_id(user_data: Path) -> str:
+    """This control plane's 8-hex instance id, made once and kept in its user data folder."""
+    path = user_data / INSTANCE_FILE
+    try:
+        v = path.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{8}", v):
+            return v
+    except OSError:
+        pass
+    from cdui.atomic import write_private
+    v = secrets.token_hex(4)
+    write_private(path, v + "\n")
+    return v
+
+
+def parse_slot_range(value: str) -> range:
+    m = re.fullmatch(r"\s*(\d{1,5})\s*-\s*(\d{1,5})\s*", value or "")
+    if not m or not (0 < int(m.group(1)) <= int(m.group(2)) <= 65535):
+        raise CduiError("bad_setting", f"CODEFYUI_SSH_REMOTE_PORT_RANGE={value!r} is not a range LOW-HIGH",
+                        hint="e.g. 18000-18100 (numbers from 1 to 65535, LOW <= HIGH)")
+    return range(int(m.group(1)), int(m.group(2)) + 1)
+
+
+def pick_slot(slots: range, taken: set[int]) -> int:
+    for s in slots:
+        if s not in taken:
+            return s
+    raise CduiError("no_slot", f"every SSH slot in {slots.start}-{slots.stop - 1} is in use",
+                    hint="remove an SSH worker, or widen CODEFYUI_SSH_REMOTE_PORT_RANGE", status=409)
+
+
+def check_target(target: object) -> str:
+    """``user@host`` or a Host alias; nothing ssh could read as an option."""
+    if not isinstance(target, str) or not TARGET_RE.match(target) or target.startswith("-"):
+        raise CduiError("bad_request", f"SSH target {str(target)[:80]!r} is not user@host or a Host alias",
+                        hint="e.g. alice@gpu1.lab, or a Host from ~/.ssh/config such as gpu-box")
+    return target
+
+
+def default_name(target: str) -> str:
+    """``alice@gpu1.lab`` -> ``gpu1``: the user part and the domain stripped."""
+    host = target.rsplit("@", 1)[-1].strip("[]")
+    first = host.split(".")[0] if not re.fullmatch(r"[\d.]+|[0-9a-fA-F:]+", host) else host
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", first).strip("-.") or "ssh-worker"
+    return name[:63]
+
+
+def control_url(iid: str, slot: int) -> str:
+    """The address the remote agent keys its credential by; it never resolves."""
+    return f"http://cp-{iid}.invalid:{slot}"
+
+
+def remote_dir_rel(iid: str, slot: int) -> str:
+    return f"{STATE_ROOT}/{iid}-{slot}"
+
+
+# -- command lines --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    target: str
+    port: int = 22
+    identity: str | None = None
+    strict: str = "accept-new"  # CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING
+
+
+def base_args(t: Target, ssh: str = "ssh") -> list[str]:
+    # Port 22 is not passed, so a Port line of the user's ssh config for that host applies.
+    args = [ssh, "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=15",
+            "-o", f"StrictHostKeyChecking={t.strict}"]
+    if t.port != 22:
+        args += ["-p", str(t.port)]
+    if t.identity:
+        args += ["-i", t.identity]
+    return args
+
+
+def _remote(script: str) -> str:
+    """One argument that any login shell (sh, bash, zsh, fish, csh) hands to sh unchanged."""
+    return "sh -c " + shlex.quote(script)
+
+
+def _launcher(path: str) -> str:
+    """The remote cdui as shell text: a leading ``~/`` means the remote home."""
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+_PRELUDE = 'PATH="$HOME/.local/bin:$PATH"; export PATH; umask 077; '
+
+
+def prepare_script(iid: str, slot: int, remote_cdui: str, forget: bool) -> str:
+    """The short preparatory ssh: the state folder (0700, its parent too), no stale socket,
+    the full path reported; the slot's old credential forgotten on its first use; an agent of
+    the legacy layout (``~/.codefyui-ssh/<slot>/``, TCP) stopped when nothing is connected."""
+    rel = remote_dir_rel(iid, slot)
+    url = control_url(iid, slot)
+    s = (_PRELUDE
+         + f'r="$HOME/{STATE_ROOT}"; d="$HOME/{rel}"; '
+         + 'mkdir -p "$r" && chmod 700 "$r" && mkdir -p "$d" && chmod 700 "$d" || exit 1; '
+         + 'rm -f "$d/sock"; ')
+    if forget:
+        s += f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; echo '{MARK} forgot {url}'; "
+    s += (f'l="$r/{slot}"; if [ -s "$l/agent.pid" ]; then p=$(cat "$l/agent.pid"); '
+          'if kill -0 "$p" 2>/dev/null; then '
+          f'if command -v ss >/dev/null 2>&1 && ss -Htn state established "( sport = :{slot} or dport = :{slot} )" '
+          f"| grep -q .; then echo '{MARK} legacy agent '\"$p\"' in '\"$l\"' has a connection; left running'; "
+          f"else kill -TERM \"$p\" && echo '{MARK} legacy agent '\"$p\"' in '\"$l\"' stopped'; fi; fi; fi; ")
+    s += f'cd "$d" && echo "{MARK} dir=$(pwd -P)"'
+    return s
+
+
+def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
+    """The long-lived ssh's remote side: reattach to a running agent, or start one detached
+    (its own session, output to agent.log, exit code to agent.exit), then follow its log
+    until the agent exits or stdin ends."""
+    rel = remote_dir_rel(iid, slot)
+    url = control_url(iid, slot)
+    launcher = _launcher(remote_cdui)
+    return (
+        _PRELUDE
+        + f'd="$HOME/{rel}"; '
+        + "exec 3<&0; IFS= read -r t <&3 || t=; "
+        + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
+        + 'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null && '
+          '{ [ ! -r "/proc/$p/cmdline" ] || tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
+        + f"echo \"{MARK} attached pid=$p\"; a=1; "
+        + "else a=; "
+        + f'if ! command -v {launcher} >/dev/null 2>&1; then echo "{MARK} {remote_cdui}: not found"; exit 127; fi; '
+        + f'if [ -f {launcher} ] && [ ! -x {launcher} ]; then echo "{MARK} {remote_cdui}: not executable"; '
+          "exit 126; fi; "
+        + 'rm -f "$d/agent.pid" "$d/agent.exit"; touch "$d/agent.log"; off=$(wc -c <"$d/agent.log"); '
+        + "CODEFYUI_AGENT_TOKEN=$t; export CODEFYUI_AGENT_TOKEN; "
+        + "if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi; "
+        + f'$s sh -c \'"$@" </dev/null >>"$0/agent.log" 2>&1; echo $? >"$0/agent.exit"\' "$d" {launcher} '
+          f'agent start --uds "$d/sock" --foreground --control {url} --name {shlex.quote(name)} & '
+        + "unset CODEFYUI_AGENT_TOKEN t; i=0; "
+        + 'while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 600 ]; do '
+          "sleep 0.1; i=$((i+1)); done; "
+        + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
+        + 'if [ -z "$p" ]; then tail -c +$((off+1)) "$d/agent.log"; '
+          'e=$(cat "$d/agent.exit" 2>/dev/null); echo "' + MARK + ' agent exited code=${e:-?}"; exit "${e:-1}"; fi; '
+        + f'echo "{MARK} started pid=$p"; '
+        + "fi; "
+        + 'if [ -n "$a" ]; then tail -n 0 -f --pid="$p" "$d/agent.log" & else '
+          'tail -c +$((off+1)) -f --pid="$p" "$d/agent.log" & fi; f=$!; '
+        # stdin: "stop" asks the agent to stop; its end (ssh gone) ends the follower, not the agent.
+        # (fd 3: a background list's stdin would otherwise be /dev/null.)
+        + '( while IFS= read -r c; do [ "$c" = stop ] && kill -TERM "$p" 2>/dev/null; done; '
+          'kill "$f" 2>/dev/null ) <&3 >/dev/null 2>&1 & '
+        + 'wait "$f"; if kill -0 "$p" 2>/dev/null; then exit 0; fi; i=0; '
+        + 'while [ ! -s "$d/agent.exit" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
+        + 'e=$(cat "$d/agent.exit" 2>/dev/null); echo "' + MARK + ' agent exited code=${e:-?}"; exit "${e:-1}"'
+    )
+
+
+def _stop_body(rel: str) -> str:
+    """SIGTERM to the slot's agent and wait (60 s at most) for it to exit; sets r=0 when none is left."""
+    return (f'd="$HOME/{rel}"; r=0; p=$(cat "$d/agent.pid" 2>/dev/null); '
+            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; i=0; '
+            'while kill -0 "$p" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; '
+            f'if kill -0 "$p" 2>/dev/null; then echo "{MARK} agent $p still running"; r=3; '
+            f'else echo "{MARK} agent $p stopped"; fi; else echo "{MARK} no agent running"; fi; ')
+
+
+def stop_script(iid: str, slot: int) -> str:
+    """A short ssh when no connection is there: stop the agent (its runs get their grace)."""
+    return _PRELUDE + _stop_body(remote_dir_rel(iid, slot)) + 'exit "$r"'
+
+
+def cleanup_script(iid: str, slot: int, remote_cdui: str) -> str:
+    """Delete and remove: stop the agent, forget the slot's credential, delete the slot's folder.
+    Only this control plane's own ``<id>-<slot>`` folder; both kept if the agent cannot be stopped
+    or a connection is still attached (its socket is still served)."""
+    rel = remote_dir_rel(iid, slot)
+    url = control_url(iid, slot)
+    return (_PRELUDE + _stop_body(rel)
+            + f'if [ "$r" -ne 0 ]; then echo "{MARK} kept $d and the credential for {url}"; exit 3; fi; '
+            + 'if [ -S "$d/sock" ] && command -v ss >/dev/null 2>&1 && ss -Hxl | grep -qF "$d/sock"; then '
+              f'echo "{MARK} a connection is still attached to $d/sock; kept $d and the credential for {url}"; '
+              "exit 3; fi; "
+            + f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; "
+            + f'rm -rf "$d" && echo "{MARK} cleaned $d and the credential for {url}"')
+
+
+def tunnel_command(t: Target, iid: str, slot: int, remote_abs_dir: str, local_socket: str, remote_cdui: str,
+                   name: str, ssh: str = "ssh") -> list[str]:
+    return (base_args(t, ssh) + ["-R", f"{remote_abs_dir}/sock:{local_socket}", "--", t.target,
+                                 _remote(tunnel_script(iid, slot, remote_cdui, name))])
+
+
+def short_command(t: Target, script: str, ssh: str = "ssh") -> list[str]:
+    """A short-lived ssh (preparation, stop, cleanup): no forwarding at all."""
+    return base_args(t, ssh) + ["-o", "ClearAllForwardings=yes", "--", t.target, _remote(script)]
+
+
+# -- what an ended ssh means ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # "forward", "terminal", "recoverable", "credential", "dropped"
+    reason: str
+
+
+def classify(rc: int | None, output: list[str], connected: bool) -> Outcome:
+    """Why the ssh (and the remote script in it) ended, and what that calls for.
+
+    - ``terminal``: retrying cannot fix it (host key, cdui not runnable: 127/126,
+      forwarding explicitly refused);
+    - ``forward``: a forwarding failure, terminal after three in a row;
+    - ``recoverable``: may clear on its own (login denied, name not resolving), retried
+      with backoff until it has lasted 10 minutes;
+    - ``credential``: the agent said its stored credential was refused or is another
+      worker's; forget it and start again so that it enrolls;
+    - ``dropped``: anything else (network outage, sleep, agent ended): retried.
+    """
+    text = "\n".join(output)
+    low = text.lower()
+    last = _last_line(output)
+    if "host key verification failed" in low or "remote host identification has changed" in low:
+        return Outcome("terminal", "host key verification failed" + _detail(last))
+    if "administratively prohibited" in low or "forwarding disabled" in low:
+        return Outcome("terminal", "the remote sshd refuses forwarding to Unix sockets (AllowStreamLocalForwarding "
+                                   "no or DisableForwarding yes); ask its administrator to allow it, then Retry")
+    if "bad remote forwarding specification" in low:
+        return Outcome("terminal", "ssh refused the forward: the remote folder's socket path is too long for a Unix "
+                                   "socket (about 100 characters at most); use a remote account with a shorter home"
+                       + _detail(last))
+    if "remote port forwarding failed" in low or "forwarding failed for listen path" in low:
+        return Outcome("forward", "remote forwarding to the Unix socket failed" + _detail(last))
+    if rc in (126, 127):
+        what = "not found" if rc == 127 else "not executable"
+        return Outcome("terminal", f"the remote shell cannot run cdui ({what}, exit {rc})" + _detail(last))
+    if rc == 2 and ("refused by the control plane" in low or "stored credential is for worker" in low):
+        return Outcome("credential", "the agent's stored credential was refused or belongs to another worker"
+                       + _detail(last))
+    if "permission denied" in low:
+        return Outcome("recoverable", "ssh login denied (Permission denied)" + _detail(last))
+    if "could not resolve hostname" in low or "name or service not known" in low:
+        return Outcome("recoverable", "the host name does not resolve" + _detail(last))
+    if connected:
+        return Outcome("dropped", f"the connection ended (ssh exit {rc})" + _detail(last))
+    return Outcome("dropped", f"ssh exited with code {rc} before the agent connected" + _detail(last))
+
+
+def _last_line(output: list[str]) -> str:
+    for line in reversed(output):
+        s = line.strip()
+        if s and not s.startswith(MARK):
+            return s
+    return ""
+
+
+def _detail(line: str) -> str:
+    return f": {line[:300]}" if line else ""
+
+
+def next_delay(previous: float | None) -> float:
+    """2 s, then doubling on each consecutive attempt, at most a minute."""
+    return FIRST_DELAY_S if previous is None else min(MAX_DELAY_S, previous * 2)
+
+
+def parse_mark(line: str) -> tuple[str, str] | None:
+    """A line of the remote scripts: (word, rest), e.g. ("started", "pid=123")."""
+    s = line.strip()
+    if not s.startswith(MARK):
+        return None
+    word, _, rest = s[len(MARK):].strip().partition(" ")
+    return word, rest

@@ -1,0 +1,143 @@
+"""The SSH supervisor's retry rules, stepped on the fake clock.
+
+The "ssh" it runs is a small real script that answers as OpenSSH does in each
+failure (its output and exit code), so the supervisor's own subprocess
+handling is what runs; only time is stepped."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cdui import ssh
+from cdui.clock import FakeClock
+from cdui.ssh_supervisor import Deps, Spec, Supervisor, TunnelState
+
+
+def fake_ssh(tmp: Path, prepare: str, tunnel: str) -> str:
+    """An ssh that prints ``prepare`` (a short ssh) or ``tunnel`` (one with -R) as 'MESSAGE|CODE'."""
+    path = tmp / "ssh"
+    msg_p, code_p = prepare.split("|")
+    msg_t, code_t = tunnel.split("|")
+    path.write_text("#!/bin/sh\n"
+                    f"for a in \"$@\"; do [ \"$a\" = -R ] && {{ echo '{msg_t}'; exit {code_t}; }}; done\n"
+                    f"echo '{msg_p}'; exit {code_p}\n")
+    path.chmod(0o755)
+    (tmp / "count").write_text("")
+    return str(path)
+
+
+def supervisor(tmp: Path, clock: FakeClock, binary: str) -> tuple[Supervisor, list[TunnelState]]:
+    seen: list[TunnelState] = []
+    forgot = {"v": False}
+
+    async def local() -> str:
+        return str(tmp / "s")
+
+    async def token() -> str:
+        return "abcdef.0123456789abcdef"
+
+    async def get_forgot() -> bool:
+        return forgot["v"]
+
+    async def set_forgot(v: bool) -> None:
+        forgot["v"] = v
+
+    async def changed(t: TunnelState) -> None:
+        seen.append(t)
+    spec = Spec("gpu1", ssh.Target("gpu-box"), 18000, "~/CodefyUI/bin/cdui")
+    return Supervisor(spec, Deps(clock, "3f9a12c4", local, token, get_forgot, set_forgot, changed, binary)), seen
+
+
+async def until(pred, what: str, timeout: float = 30.0) -> None:
+    """Wait for the supervisor's reaction to its subprocess (real I/O), never for clock time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def failed_waiting(sup: Supervisor, clock: FakeClock, attempt: int) -> None:
+    await until(lambda: sup.tunnel.attempts == attempt and sup.tunnel.state == "failed", f"attempt {attempt} to fail")
+
+
+async def test_recoverable_failures_back_off_and_give_up_after_ten_minutes(tmp_path: Path) -> None:
+    clock = FakeClock()
+    binary = fake_ssh(tmp_path, "alice@gpu-box: Permission denied (publickey).|255", "unused|0")
+    sup, _ = supervisor(tmp_path, clock, binary)
+    sup.start()
+    delays: list[float] = []
+    try:
+        while True:
+            await failed_waiting(sup, clock, len(delays) + 1)
+            t = sup.tunnel
+            assert t.reason is not None and t.reason.startswith("ssh login denied (Permission denied)")
+            if not t.retrying:
+                break
+            assert t.next_attempt_s is not None
+            delays.append(t.next_attempt_s)
+            await clock.wait_for_sleepers(1)
+            await clock.advance(t.next_attempt_s)
+        assert delays[:7] == [2, 4, 8, 16, 32, 60, 60]
+        assert sum(delays) >= ssh.RECOVERABLE_LIMIT_S and sum(delays[:-1]) < ssh.RECOVERABLE_LIMIT_S
+        assert "gave up after it lasted 10 minutes" in (sup.tunnel.reason or "")
+        assert sup.tunnel.next_attempt_s is None
+        # Retry starts again at once, with the series reset.
+        n = sup.tunnel.attempts
+        sup.retry()
+        await failed_waiting(sup, clock, n + 1)
+        assert sup.tunnel.retrying and sup.tunnel.next_attempt_s == 2
+    finally:
+        await sup.close()
+    assert sup.tunnel.state == "stopped"
+
+
+async def test_host_key_failure_is_terminal_at_once(tmp_path: Path) -> None:
+    clock = FakeClock()
+    binary = fake_ssh(tmp_path, "Host key verification failed.|255", "unused|0")
+    sup, _ = supervisor(tmp_path, clock, binary)
+    sup.start()
+    try:
+        await failed_waiting(sup, clock, 1)
+        assert not sup.tunnel.retrying and sup.tunnel.reason == "host key verification failed: " \
+                                                                 "Host key verification failed."
+        assert clock.sleepers == 0  # nothing scheduled: it waits for Retry
+        assert list(sup.tunnel.output) == ["Host key verification failed."]
+    finally:
+        await sup.close()
+
+
+async def test_three_forwarding_failures_in_a_row_are_terminal(tmp_path: Path) -> None:
+    clock = FakeClock()
+    binary = fake_ssh(tmp_path, "cdui-ssh: dir=/home/alice/.codefyui-ssh/3f9a12c4-18000|0",
+                      "Error: remote port forwarding failed for listen path /home/alice/x/sock|255")
+    sup, _ = supervisor(tmp_path, clock, binary)
+    sup.start()
+    try:
+        for attempt, delay in ((1, 2.0), (2, 4.0)):
+            await failed_waiting(sup, clock, attempt)
+            assert sup.tunnel.retrying and sup.tunnel.next_attempt_s == delay
+            await clock.wait_for_sleepers(1)
+            await clock.advance(delay)
+        await failed_waiting(sup, clock, 3)
+        assert not sup.tunnel.retrying
+        assert "3 times in a row" in (sup.tunnel.reason or "") and "AllowStreamLocalForwarding" in sup.tunnel.reason
+        # Only the last attempt's output is kept.
+        assert sum("cdui-ssh: dir=" in line for line in sup.tunnel.output) == 1
+    finally:
+        await sup.close()
+
+
+async def test_remote_cdui_missing_is_terminal(tmp_path: Path) -> None:
+    clock = FakeClock()
+    binary = fake_ssh(tmp_path, "cdui-ssh: dir=/home/alice/.codefyui-ssh/3f9a12c4-18000|0",
+                      "cdui-ssh: ~/CodefyUI/bin/cdui: not found|127")
+    sup, _ = supervisor(tmp_path, clock, binary)
+    sup.start()
+    try:
+        await failed_waiting(sup, clock, 1)
+        assert not sup.tunnel.retrying
+        assert (sup.tunnel.reason or "").startswith("the remote shell cannot run cdui (not found, exit 127)")
+    finally:
+        await sup.close()

@@ -1,0 +1,70 @@
+"""``POST /api/workers/ssh`` and the disable/enable/retry actions, in-process.
+
+The SSH targets here point at 127.0.0.1 port 1, where nothing listens: the
+real ssh fails at once and is retried on the fake clock, which never moves."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import FakeAgent, Plane
+
+TARGET = {"target": "nobody@127.0.0.1", "port": 1}
+
+
+async def test_adding_ssh_workers(dirs: dict[str, Path]) -> None:
+    async with Plane(dirs["user_data"], dirs["data_dir"], CODEFYUI_SSH_REMOTE_PORT_RANGE="18000-18001") as plane:
+        await FakeAgent(plane, "w1").enroll()
+        a = await plane.call("POST", "/api/workers/ssh", {**TARGET, "name": "gpu1"}, expect=201)
+        assert (a["name"], a["slot"], a["port"], a["remote_cdui"], a["enabled"]) == (
+            "gpu1", 18000, 1, "~/CodefyUI/bin/cdui", True)
+        iid = (dirs["user_data"] / "ssh-instance-id").read_text().strip()
+        assert a["control"] == f"http://cp-{iid}.invalid:18000" and a["remote_dir"] == f"~/.codefyui-ssh/{iid}-18000"
+        b = await plane.call("POST", "/api/workers/ssh", {"target": "alice@gpu2.lab", "port": 1}, expect=201)
+        assert (b["name"], b["slot"]) == ("gpu2", 18001)
+        for name in ("gpu1", "w1"):  # an SSH worker's name, an enrolled worker's name
+            status, body = await plane.api("POST", "/api/workers/ssh", {**TARGET, "name": name})
+            assert status == 409 and body["error"]["code"] == "name_taken", body
+        status, body = await plane.api("POST", "/api/workers/ssh", {**TARGET, "name": "gpu3"})
+        assert status == 409 and body["error"]["code"] == "no_slot"
+        for bad in ({"target": "-oProxyCommand=touch /tmp/x"}, {"target": "a b"}, {**TARGET, "port": 0},
+                    {**TARGET, "port": "22"}, {**TARGET, "name": "../x"}, {**TARGET, "identity": "-i/x"}):
+            status, body = await plane.api("POST", "/api/workers/ssh", bad)
+            assert status == 400, (bad, body)
+        workers = {w["name"]: w for w in (await plane.call("GET", "/api/workers"))["workers"]}
+        assert workers["gpu1"]["never_connected"] is True and workers["gpu1"]["ssh"]["slot"] == 18000
+        assert "ssh" not in workers["w1"]
+        listed = (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"]
+        assert [w["name"] for w in listed] == ["gpu1", "gpu2"]
+
+
+async def test_disable_enable_and_retry(dirs: dict[str, Path]) -> None:
+    async with Plane(dirs["user_data"], dirs["data_dir"]) as plane:
+        await plane.call("POST", "/api/workers/ssh", {**TARGET, "name": "gpu1"}, expect=201)
+        assert await plane.call("POST", "/api/workers/gpu1/disable") == {"name": "gpu1", "disabled": True}
+        view = (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"][0]
+        assert view["enabled"] is False and view["tunnel"]["state"] == "stopped"
+        status, body = await plane.api("POST", "/api/workers/gpu1/retry")
+        assert status == 409 and body["error"]["code"] == "disabled"
+        assert await plane.call("POST", "/api/workers/gpu1/enable") == {"name": "gpu1", "disabled": False}
+        assert (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"][0]["enabled"] is True
+        assert await plane.call("POST", "/api/workers/gpu1/retry") == {"name": "gpu1", "retrying": True}
+        assert (await plane.call("DELETE", "/api/workers/gpu1")) == {"removed": "gpu1", "cleanup": "started"}
+        assert (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"] == []
+        status, _ = await plane.api("POST", "/api/workers/nosuch/disable")
+        assert status == 404
+
+
+async def test_a_disabled_worker_takes_no_runs_whoever_connects(dirs: dict[str, Path]) -> None:
+    async with Plane(dirs["user_data"], dirs["data_dir"]) as plane:
+        agent = await FakeAgent(plane, "w1").enroll()
+        await plane.call("POST", "/api/workers/w1/drain")
+        await plane.call("POST", "/api/workers/w1/disable")
+        await agent.connect()
+        run = await plane.submit({"target": {"worker": "w1"}})
+        queued = await plane.wait_status(run["id"], "queued")
+        assert (await plane.worker("w1") or {})["status"] == "disabled"
+        await plane.call("POST", "/api/workers/w1/enable")  # also ends the drain
+        assert (await plane.worker("w1") or {})["drained"] is False
+        assert (await agent.assignment())["run_id"] == run["id"]
+        await agent.status(run["id"], "succeeded")
+        assert queued["status"] == "queued" and (await plane.run(run["id"]))["status"] == "succeeded"

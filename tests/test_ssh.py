@@ -1,0 +1,126 @@
+"""SSH workers, the pure part: the exact ssh argv, the names, the slots and what
+an ended ssh means, as tables (cdui/ssh.py)."""
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cdui import ssh
+from cdui.errors import CduiError
+
+IID, SLOT = "3f9a12c4", 18000
+DIR = "/home/alice/.codefyui-ssh/3f9a12c4-18000"
+COMMON = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=15"]
+
+
+@pytest.mark.parametrize("target, extra", [
+    (ssh.Target("alice@gpu-box"), ["-o", "StrictHostKeyChecking=accept-new"]),
+    (ssh.Target("alice@gpu-box", port=22), ["-o", "StrictHostKeyChecking=accept-new"]),
+    (ssh.Target("alice@gpu-box", port=2222), ["-o", "StrictHostKeyChecking=accept-new", "-p", "2222"]),
+    (ssh.Target("alice@gpu-box", identity="/k/id"), ["-o", "StrictHostKeyChecking=accept-new", "-i", "/k/id"]),
+    (ssh.Target("alice@gpu-box", port=2200, identity="/k/id", strict="yes"),
+     ["-o", "StrictHostKeyChecking=yes", "-p", "2200", "-i", "/k/id"]),
+])
+def test_tunnel_command_shape(target: ssh.Target, extra: list[str]) -> None:
+    argv = ssh.tunnel_command(target, IID, SLOT, DIR, "/tmp/cdui-ssh-k2j4/s", "~/CodefyUI/bin/cdui", "gpu-box")
+    assert argv[:len(COMMON) + len(extra)] == COMMON + extra
+    rest = argv[len(COMMON) + len(extra):]
+    assert rest[:4] == ["-R", f"{DIR}/sock:/tmp/cdui-ssh-k2j4/s", "--", "alice@gpu-box"]
+    assert len(rest) == 5 and rest[4].startswith("sh -c '")
+    remote = rest[4]
+    assert ('"$HOME"/CodefyUI/bin/cdui agent start --uds "$d/sock" --foreground '
+            '--control http://cp-3f9a12c4.invalid:18000 --name gpu-box') in remote
+    assert remote.index('PATH="$HOME/.local/bin:$PATH"') < remote.index("agent start")
+
+
+def test_short_command_has_no_forward() -> None:
+    argv = ssh.short_command(ssh.Target("gpu-box", port=2222), "echo hi")
+    assert argv == COMMON + ["-o", "StrictHostKeyChecking=accept-new", "-p", "2222", "-o", "ClearAllForwardings=yes",
+                             "--", "gpu-box", "sh -c 'echo hi'"]
+
+
+@pytest.mark.parametrize("script", [
+    ssh.prepare_script(IID, SLOT, "~/CodefyUI/bin/cdui", True), ssh.prepare_script(IID, SLOT, "/opt/x y/cdui", False),
+    ssh.tunnel_script(IID, SLOT, "~/CodefyUI/bin/cdui", "gpu-box"), ssh.stop_script(IID, SLOT),
+    ssh.cleanup_script(IID, SLOT, "~/CodefyUI/bin/cdui")])
+def test_remote_scripts_are_valid_sh(script: str) -> None:
+    r = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_prepare_makes_private_folders_and_reports_the_path(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    stale = home / ".codefyui-ssh" / f"{IID}-{SLOT}" / "sock"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("left by a broken connection")
+    r = subprocess.run(["sh", "-c", ssh.prepare_script(IID, SLOT, "/nonexistent/cdui", False)],
+                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == f"cdui-ssh: dir={stale.parent.resolve()}"
+    assert not stale.exists()
+    for d in (home / ".codefyui-ssh", stale.parent):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("target, name", [
+    ("alice@gpu1.lab", "gpu1"), ("gpu-box", "gpu-box"), ("bob@10.0.3.17", "10.0.3.17"), ("root@localhost", "localhost"),
+    ("carol@node7.cluster.example.org", "node7")])
+def test_default_name(target: str, name: str) -> None:
+    assert ssh.default_name(target) == name
+
+
+@pytest.mark.parametrize("bad", ["-oProxyCommand=x", "a b", "", "alice@", "x;rm", None, 7])
+def test_bad_targets_are_refused(bad: object) -> None:
+    with pytest.raises(CduiError):
+        ssh.check_target(bad)
+
+
+def test_slots_and_instance_id(tmp_path: Path) -> None:
+    assert ssh.parse_slot_range("18000-18100") == range(18000, 18101)
+    assert ssh.pick_slot(range(18000, 18003), {18000, 18002}) == 18001
+    with pytest.raises(CduiError, match="every SSH slot"):
+        ssh.pick_slot(range(18000, 18001), {18000})
+    for bad in ("18100-18000", "x", "0-5", "1-70000"):
+        with pytest.raises(CduiError):
+            ssh.parse_slot_range(bad)
+    iid = ssh.instance_id(tmp_path)
+    assert len(iid) == 8 and int(iid, 16) >= 0
+    assert ssh.instance_id(tmp_path) == iid == (tmp_path / "ssh-instance-id").read_text().strip()
+    assert stat.S_IMODE((tmp_path / "ssh-instance-id").stat().st_mode) == 0o600
+    assert ssh.control_url(iid, 18000) == f"http://cp-{iid}.invalid:18000"
+
+
+@pytest.mark.parametrize("rc, lines, connected, kind, starts", [
+    (255, ["Host key verification failed."], False, "terminal", "host key verification failed"),
+    (255, ["@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @"], False, "terminal", "host key"),
+    (127, ["cdui-ssh: ~/CodefyUI/bin/cdui: not found"], False, "terminal",
+     "the remote shell cannot run cdui (not found"),
+    (126, ["cdui-ssh: x: not executable"], False, "terminal", "the remote shell cannot run cdui (not executable"),
+    (255, ["Error: remote port forwarding failed for listen path /h/.codefyui-ssh/x/sock"], False, "forward",
+     "remote forwarding"),
+    (255, ["channel 0: open failed: administratively prohibited: open failed"], False, "terminal",
+     "the remote sshd refuses forwarding"),
+    (255, ["alice@gpu: Permission denied (publickey)."], False, "recoverable", "ssh login denied"),
+    (255, ["ssh: Could not resolve hostname gpu-box: Name or service not known"], False, "recoverable",
+     "the host name does not resolve"),
+    (2, ["cdui: error: refused by the control plane: unknown credential"], True, "credential", "the agent's stored"),
+    (2, ["cdui: error: the stored credential is for worker 'a', not 'b'"], False, "credential", "the agent's stored"),
+    (255, ["Connection to gpu closed by remote host."], True, "dropped", "the connection ended (ssh exit 255)"),
+    (1, [], False, "dropped", "ssh exited with code 1 before the agent connected"),
+])
+def test_classify(rc: int, lines: list[str], connected: bool, kind: str, starts: str) -> None:
+    out = ssh.classify(rc, lines, connected)
+    assert out.kind == kind
+    assert out.reason.startswith(starts), out.reason
+
+
+def test_backoff_doubles_to_a_minute() -> None:
+    delays, d = [], None
+    for _ in range(8):
+        d = ssh.next_delay(d)
+        delays.append(d)
+    assert delays == [2, 4, 8, 16, 32, 60, 60, 60]

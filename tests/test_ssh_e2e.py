@@ -1,0 +1,300 @@
+"""SSH workers end to end: a real control plane, a real OpenSSH server on
+loopback (see tests/sshd.py), real remote agents and real torch runs.
+
+The control plane listens on 127.0.0.1 only; sshd is the only other listener.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from procs import SESSION_ENV, ServerProc, long_training_graph, wait_event, wait_for, wait_run
+from sshd import Sshd
+from syspkgs import requires_command
+
+pytestmark = [pytest.mark.e2e, requires_command("sshd", "openssh-server"), requires_command("ssh", "openssh-client")]
+TOKEN_RE = re.compile(rb"[a-z0-9]{6}\.[a-z0-9]{16}")
+
+
+@pytest.fixture
+def sshd(tmp_path: Path):
+    s = Sshd(tmp_path / "ssh").setup().start()
+    try:
+        yield s
+    finally:
+        s.end_remote_agents()
+        s.stop()
+        s.remove_home()
+
+
+@pytest.fixture
+def server(tmp_path: Path, sshd: Sshd):
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_WORKER_HEARTBEAT_S": "2"}).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def ssh_view(server: ServerProc, name: str) -> dict[str, Any]:
+    for w in server.call("GET", "/api/workers/ssh")["ssh_workers"]:
+        if w["name"] == name:
+            return w
+    raise AssertionError(f"no SSH worker {name}")
+
+
+def wait_tunnel(server: ServerProc, name: str, state: str, timeout: float = 120, after: int = 0,
+                **want: Any) -> dict[str, Any]:
+    """The tunnel once it is in ``state`` (with ``want``), on an attempt later than ``after``."""
+    def check() -> dict[str, Any] | None:
+        t = ssh_view(server, name)["tunnel"]
+        ok = t["state"] == state and t["attempts"] > after and all(t.get(k) == v for k, v in want.items())
+        return t if ok else None
+
+    def detail() -> str:
+        logs = [f"{p}: {p.read_text()[-3000:]}" for p in Path("/tmp").glob("rh-*/.codefyui-ssh/*/agent.log")]
+        return f"{ssh_view(server, name)['tunnel']}; remote agent logs: {logs}"
+    return wait_for(check, timeout, 0.1, f"SSH worker {name}'s tunnel to be {state} {want or ''}", detail=detail)
+
+
+def tunnel_ssh_pids(slot_dir: str) -> list[int]:
+    """The long-lived ssh processes (those with the -R forward to this slot's folder)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"ssh") and b"-R" in argv and any(slot_dir.encode() in a for a in argv):
+            out.append(int(entry))
+    return out
+
+
+def children_running(parent: int, needle: bytes) -> list[int]:
+    """Descendants of ``parent`` whose command line contains ``needle``."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                table[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out = []
+    for p in table:
+        q, hops = table.get(p, 0), 0
+        while q > 1 and q != parent and hops < 64:
+            q, hops = table.get(q, 0), hops + 1
+        if q == parent:
+            try:
+                if needle in Path(f"/proc/{p}/cmdline").read_bytes():
+                    out.append(p)
+            except OSError:
+                continue
+    return out
+
+
+class CmdlineWatch:
+    """Reads every /proc/*/cmdline over and over until stopped; keeps any that holds a token.
+
+    Only this test session's processes count (the control plane, its ssh, sshd's sessions and the
+    remote agent all carry the session marker): other suites on the machine may pass tokens on
+    purpose."""
+
+    def __init__(self) -> None:
+        self.marker = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
+        self.seen: list[bytes] = []
+        self.scans = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if TOKEN_RE.search(cmd) and self._ours(entry):
+                        self.seen.append(cmd)
+            self.scans += 1
+
+    def _ours(self, pid: str) -> bool:
+        try:
+            return self.marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+
+    def __enter__(self) -> CmdlineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.mark.timeout(900)  # a real training run on a machine other suites share
+def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd):
+    """Add user@localhost on sshd's port: online within seconds, a targeted graph succeeds, and
+    killing its ssh mid-run changes neither the remote agent nor the run's outcome."""
+    with CmdlineWatch() as watch:
+        added = server.call("POST", "/api/workers/ssh", {"target": "root@localhost", "port": sshd.port},
+                            expect=201)
+        assert added["name"] == "localhost"
+        first = wait_tunnel(server, "localhost", "connected")
+    assert watch.scans > 0
+    assert watch.seen == [], f"a token appeared on a command line: {watch.seen[:2]}"
+    pid = first["remote_pid"]
+    assert isinstance(pid, int) and pid in sshd.agent_pids()
+    assert any("started pid=" in line for line in first["recent_output"])
+    workers = {w["name"]: w for w in server.call("GET", "/api/workers")["workers"]}
+    assert workers["localhost"]["online"] is True and workers["localhost"]["ssh"]["tunnel"]["state"] == "connected"
+    assert workers["localhost"]["unencrypted"] is False
+
+    run = server.submit(long_training_graph(epochs=120), {"target": {"worker": "localhost"}})
+    wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+    # Held mid-run (SIGSTOP) while the ssh is killed, so "mid-run" does not depend on how fast it trains.
+    runproc = wait_for(lambda: children_running(pid, b"cdui.runproc"), 60, 0.1, "the run subprocess")
+    os.kill(runproc[0], signal.SIGSTOP)
+    assert server.run(run["id"])["status"] == "running"
+    slot_dir = f"{added['slot']}"
+    pids = tunnel_ssh_pids(f".codefyui-ssh/{added['control'].split('cp-')[1].split('.')[0]}-{slot_dir}")
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+
+    again = wait_tunnel(server, "localhost", "connected", timeout=180, after=first["attempts"], remote_pid=pid)
+    assert any(f"attached pid={pid}" in line for line in again["recent_output"]), again["recent_output"]
+    assert sshd.agent_pids() == [pid]
+    os.kill(runproc[0], signal.SIGCONT)
+    done = wait_run(server, run["id"], timeout=600)
+    assert done["status"] == "succeeded", done
+    kinds = [e["data"].get("kind") for e in server.events(run["id"]) if e["kind"] == "run_warning"]
+    assert "worker_disconnected" in kinds and "worker_reconnected" in kinds
+
+
+def test_forwarding_refused_fails_without_retry(tmp_path: Path, sshd: Sshd):
+    sshd.restart("AllowStreamLocalForwarding no")
+    srv = ServerProc(tmp_path, extra_env=sshd.env()).start()
+    try:
+        srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "nofwd"}, expect=201)
+        t = wait_tunnel(srv, "nofwd", "failed", timeout=180, retrying=False)
+        assert t["attempts"] == 3
+        assert "forwarding" in t["reason"] and "AllowStreamLocalForwarding" in t["reason"]
+        assert sshd.agent_pids() == []
+    finally:
+        srv.stop()
+
+
+def test_wrong_host_key_fails(server: ServerProc, sshd: Sshd):
+    other = sshd.tmp / "otherkey"
+    os.system(f"ssh-keygen -q -t ed25519 -N '' -f {other}")  # noqa: S605 - a fixed command in the test's folder
+    sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {other.with_suffix('.pub').read_text().split(' ')[0]} "
+                                f"{other.with_suffix('.pub').read_text().split(' ')[1]}\n")
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "badkey"}, expect=201)
+    t = wait_tunnel(server, "badkey", "failed", retrying=False)
+    assert t["attempts"] == 1
+    assert t["reason"].startswith("host key verification failed")
+    assert any("Host key verification failed" in line or "HOST IDENTIFICATION" in line for line in t["recent_output"])
+
+
+def test_missing_remote_cdui_fails_127(server: ServerProc, sshd: Sshd):
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "nocdui", "remote_cdui": "~/nowhere/cdui"},
+                expect=201)
+    t = wait_tunnel(server, "nocdui", "failed", retrying=False)
+    assert t["attempts"] == 1
+    assert "cannot run cdui (not found, exit 127)" in t["reason"]
+
+
+def test_disable_with_a_running_run_then_enable(server: ServerProc, sshd: Sshd):
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gpu1"}, expect=201)
+    first = wait_tunnel(server, "gpu1", "connected")
+    run = server.submit(long_training_graph(), {"target": {"worker": "gpu1"}})
+    wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+    assert server.call("POST", "/api/workers/gpu1/disable") == {"name": "gpu1", "disabled": True}
+    done = server.run(run["id"])
+    assert done["status"] == "cancelled", done  # the agent stopped it within its 10 s grace
+    view = ssh_view(server, "gpu1")
+    assert view["enabled"] is False and view["tunnel"]["state"] == "stopped"
+    assert first["remote_pid"] not in sshd.agent_pids()
+    w = {x["name"]: x for x in server.call("GET", "/api/workers")["workers"]}["gpu1"]
+    assert w["status"] == "disabled" and w["online"] is False
+
+    server.call("POST", "/api/workers/gpu1/enable")
+    again = wait_tunnel(server, "gpu1", "connected")
+    assert again["remote_pid"] != first["remote_pid"]
+    # The stored credential is reused: no second enrollment of the name.
+    assert not any("enrolled as worker" in line for line in again["recent_output"]), again["recent_output"]
+
+
+def test_delete_cleans_the_remote_folder_and_credential(server: ServerProc, sshd: Sshd):
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gone"}, expect=201)
+    wait_tunnel(server, "gone", "connected")
+    folder = sshd.home / added["remote_dir"].removeprefix("~/")
+    cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-{added['slot']}.token"
+    assert folder.is_dir() and cred.is_file()
+    assert server.call("DELETE", "/api/workers/gone") == {"removed": "gone", "cleanup": "started"}
+    wait_for(lambda: not folder.exists() and not cred.exists(), 120, 0.1, "the remote cleanup",
+             detail=lambda: (list(folder.iterdir()) if folder.exists() else "gone", cred.exists()))
+    assert sshd.agent_pids() == []
+    # The slot is free again once the cleanup has ended.
+    wait_for(lambda: server.call("GET", "/api/workers/ssh")["cleaning_slots"] == [], 120, 0.1, "the cleanup's end")
+    names = [w["name"] for w in server.call("GET", "/api/workers")["workers"]]
+    assert "gone" not in names
+    # The same name can be added again.
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gone"}, expect=201)
+    assert json.dumps(ssh_view(server, "gone")["slot"]) == str(added["slot"])
+
+
+def test_shutdown_stops_ssh_agents_and_a_restart_reconnects(server: ServerProc, sshd: Sshd):
+    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gpu2"}, expect=201)
+    first = wait_tunnel(server, "gpu2", "connected")
+    run = server.submit(long_training_graph(), {"target": {"worker": "gpu2"}})
+    wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+    assert server.stop() == 0
+    assert tunnel_ssh_pids(".codefyui-ssh/") == []
+    wait_for(lambda: first["remote_pid"] not in sshd.agent_pids(), 60, 0.1, "the remote agent to exit")
+    server.start()
+    assert server.run(run["id"])["status"] == "cancelled"  # stopped by the agent, reported before the end
+    again = wait_tunnel(server, "gpu2", "connected")
+    assert again["remote_pid"] != first["remote_pid"]
+
+
+def test_a_refused_stored_credential_is_forgotten_and_enrolled_again(server: ServerProc, sshd: Sshd):
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "stale"}, expect=201)
+    wait_tunnel(server, "stale", "connected")
+    server.call("POST", "/api/workers/stale/disable")
+    cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-{added['slot']}.token"
+    data = json.loads(cred.read_text())
+    cred.write_text(json.dumps({**data, "credential": "cdw_" + "x" * 43}))  # one this control plane never issued
+    server.call("POST", "/api/workers/stale/enable")
+    t = wait_tunnel(server, "stale", "connected", timeout=180)
+    assert t["attempts"] == 2, t  # the refused start, then the one that enrolled again
+    assert any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
+    assert any("enrolled as worker stale" in line for line in t["recent_output"]), t["recent_output"]
+    assert json.loads(cred.read_text())["credential"] != "cdw_" + "x" * 43
+
+
+def test_the_remote_agent_stops_when_no_tunnel_returns_within_the_grace(tmp_path: Path, sshd: Sshd):
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_WORKER_RESUME_GRACE_S": "5"}).start()
+    try:
+        added = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "lone"}, expect=201)
+        pid = wait_tunnel(srv, "lone", "connected")["remote_pid"]
+        sshd.stop()  # no new connection can come; the live session goes with its ssh client below
+        iid = added["control"].split("cp-")[1].split(".")[0]
+        for p in tunnel_ssh_pids(f".codefyui-ssh/{iid}-{added['slot']}"):
+            os.kill(p, signal.SIGKILL)
+        wait_for(lambda: pid not in sshd.agent_pids(), 120, 0.1, f"remote agent {pid} to stop without a tunnel")
+        log = (sshd.home / added["remote_dir"].removeprefix("~/") / "agent.log").read_text()
+        assert "no SSH tunnel for 5 s (the resume grace); stopping" in log
+    finally:
+        srv.stop()
