@@ -384,13 +384,15 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
         page.screenshot(path=str(SHOTS / "add-worker-dialog.png"))
         page.click("#add-worker-close")
 
-        # The command as shown, plus this test's own name, device and foreground flags.
+        # The command as shown, plus this test's own name, device and foreground flags; the agent says it is
+        # another machine, so its inputs come by transfer as they would over the network.
         args = command.split()
         assert args[:3] == ["cdui", "agent", "start"]
         agent_data = tmp_path / "agent-data"
         agent_data.mkdir()
         agent = Proc([sys.executable, "-m", "cdui", *args[1:], "--name", "web-box", "--devices", "cpu",
-                      "--foreground"], env_for(tmp_path / "agent-ud", agent_data), tmp_path / "agent-web-box.log",
+                      "--foreground"], env_for(tmp_path / "agent-ud", agent_data, {"CODEFYUI_MACHINE_ID": "another-machine"}),
+                     tmp_path / "agent-web-box.log",
                      name="agent-web-box")
         procs.append(agent)
         agent.spawn()
@@ -424,6 +426,7 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
             page.click(f"#artifacts-body a[aria-label='Download {model[0]['name']}']")
         got = Path(dl.value.path()).read_bytes()
         assert hashlib.sha256(got).hexdigest() == model[0]["sha256"]
+        page.screenshot(path=str(SHOTS / "run-on-worker.png"), full_page=True)
 
         page.click("button[aria-label='Drain worker web-box']")
         page.wait_for_selector(f"{card} .badge.worker-draining")

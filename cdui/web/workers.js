@@ -67,7 +67,7 @@ export async function refresh() {
   fill($("rejected-list"), rejected.map((r) => h("li", { class: "rejected" },
     h("strong", {}, r.name || "(no name)"), `: ${r.reason || ""}`,
     h("div", { class: "small muted" }, [r.address, time(r.at)].filter(Boolean).join(" · ")))));
-  if (!missing) await refreshTokens();
+  if (!missing && $("add-worker").open) await refreshTokens();
 }
 
 export const isMissing = () => missing;
@@ -243,9 +243,10 @@ async function doAction(w, action, subject) {
     if (action === "drain" || action === "undrain" || action === "disable" || action === "enable") {
       await api("POST", `/api/workers/${name}/${action}`);
     } else if (action === "reissue") {
-      const t = await api("POST", `/api/workers/${name}/reissue`, { control: $("enroll-address").value || location.origin });
+      const chosen = chosenAddress();
+      const t = await api("POST", `/api/workers/${name}/reissue`, { control: asked(chosen) });
       openDialog();
-      showToken(t);
+      showToken(forAddress(t, chosen));
     } else if (action === "remove" || action === "delete" || action === "remove-instance") {
       await api("DELETE", `/api/workers/${name}`);
     }
@@ -319,6 +320,27 @@ async function openDialog() {
   fill($("address-choice"), h("option", { value: "" }, options.length ? "Choose an address…" : "(no other address found)"),
     options.map((o) => h("option", { value: o }, o)));
   addressChanged();
+  await ctx.act(refreshTokens);
+}
+
+/** The origin the dialog's address field names (the page's own when it is empty). */
+function chosenAddress() {
+  const raw = $("enroll-address").value.trim();
+  if (!raw) return location.origin;
+  const u = new URL(raw.includes("://") ? raw : `http://${raw}`);
+  if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error(`${raw} is not an http:// or https:// address`);
+  return u.origin;
+}
+
+// The server names in its commands only the host this page reached it by (a check against
+// forged origins), with the scheme the page asks for; so the page asks with its own host and the
+// chosen scheme (that decides the https fingerprint lines), then puts the chosen address in.
+const asked = (chosen) => `${new URL(chosen).protocol}//${location.host}`;
+
+function forAddress(t, chosen) {
+  const own = asked(chosen);
+  if (chosen === own || !t.command) return t;
+  return { ...t, command: t.command.replace(`--control ${own} `, `--control ${chosen} `) };
 }
 
 function addressChanged() {
@@ -331,10 +353,11 @@ async function generateToken(e) {
   btn.disabled = true;
   try {
     const hours = Number($("enroll-ttl").value);
+    const chosen = chosenAddress();
     const t = await api("POST", "/api/workers/tokens", {
-      ttl_s: Math.round(hours * 3600), uses: Number($("enroll-uses").value), control: $("enroll-address").value.trim(),
+      ttl_s: Math.round(hours * 3600), uses: Number($("enroll-uses").value), control: asked(chosen),
     });
-    showToken(t);
+    showToken(forAddress(t, chosen));
     await refreshTokens();
   } catch (err) {
     fill($("enroll"), h("p", { class: "error-text", role: "alert" }, err.message),
