@@ -13,7 +13,6 @@ nothing on the server.
 """
 from __future__ import annotations
 
-import array
 import fcntl
 import ipaddress
 import socket

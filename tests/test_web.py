@@ -185,6 +185,10 @@ def test_token_form_when_bootstrap_is_refused(server, browser):
     page.wait_for_selector("#token-form[hidden]", state="attached")
     page.wait_for_selector("#server-status.ok")
     page.wait_for_selector(f"#runs-body tr[data-run-id='{rid}']")
+    # The live log needs the session cookie, which the pasted token got through POST /api/auth/cookie.
+    page.click(f"#runs-body tr[data-run-id='{rid}'] button")
+    page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
+    assert [c["name"] for c in context.cookies() if c["httpOnly"]] == ["cdui_session"]
     assert not errors, errors
     context.close()
 
@@ -390,10 +394,9 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
         assert args[:3] == ["cdui", "agent", "start"]
         agent_data = tmp_path / "agent-data"
         agent_data.mkdir()
+        env = env_for(tmp_path / "agent-ud", agent_data, {"CODEFYUI_MACHINE_ID": "another-machine"})
         agent = Proc([sys.executable, "-m", "cdui", *args[1:], "--name", "web-box", "--devices", "cpu",
-                      "--foreground"], env_for(tmp_path / "agent-ud", agent_data, {"CODEFYUI_MACHINE_ID": "another-machine"}),
-                     tmp_path / "agent-web-box.log",
-                     name="agent-web-box")
+                      "--foreground"], env, tmp_path / "agent-web-box.log", name="agent-web-box")
         procs.append(agent)
         agent.spawn()
         card = "#workers-list li[data-worker='web-box']"
