@@ -30,10 +30,19 @@ MAX_ADDRESSES = 64
 _SIOCGIFADDR = 0x8915
 
 
+def cookie_name(request: web.Request) -> str:
+    """``cdui_session_PORT``: browsers share cookies across the ports of one host, so two servers on one
+    machine would otherwise overwrite each other's cookie. The port is the server socket's, the same for
+    setting and reading."""
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    port = sock[1] if isinstance(sock, tuple) and len(sock) >= 2 else 0
+    return f"{COOKIE}_{port}"
+
+
 def set_cookie(request: web.Request, response: web.StreamResponse) -> None:
     """Give the browser the session cookie (called by bootstrap and ``POST /api/auth/cookie``)."""
-    response.set_cookie(COOKIE, request.app[SESSION_TOKEN], path="/", httponly=True, samesite="Strict",
-                        secure=request.scheme == "https")
+    response.set_cookie(cookie_name(request), request.app[SESSION_TOKEN], path="/", httponly=True,
+                        samesite="Strict", secure=request.scheme == "https")
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -53,7 +62,7 @@ def cookie_token(request: web.Request) -> str | None:
     """The session cookie's token, for the routes that take it (the caller checked the route)."""
     if request.method not in ("GET", "HEAD"):
         return None
-    value = request.cookies.get(COOKIE)
+    value = request.cookies.get(cookie_name(request))
     if not value or len(value) > 256 or not _same_origin(request):
         return None
     return value
@@ -62,7 +71,7 @@ def cookie_token(request: web.Request) -> str | None:
 async def cookie_route(request: web.Request) -> web.Response:
     """``POST /api/auth/cookie``: a page that got the token by other means (pasted) asks for the cookie.
     The auth middleware already checked the header token."""
-    response = web.json_response({"cookie": COOKIE})
+    response = web.json_response({"cookie": cookie_name(request)})
     set_cookie(request, response)
     return response
 

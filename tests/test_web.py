@@ -188,7 +188,7 @@ def test_token_form_when_bootstrap_is_refused(server, browser):
     # The live log needs the session cookie, which the pasted token got through POST /api/auth/cookie.
     page.click(f"#runs-body tr[data-run-id='{rid}'] button")
     page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
-    assert [c["name"] for c in context.cookies() if c["httpOnly"]] == ["cdui_session"]
+    assert [c["name"] for c in context.cookies() if c["httpOnly"]] == [f"cdui_session_{server.port}"]
     assert not errors, errors
     context.close()
 

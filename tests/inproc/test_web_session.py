@@ -32,7 +32,8 @@ async def test_bootstrap_cookie_works_for_downloads_and_event_stream_only(dirs: 
             async with browser.get(cp.url + "/api/auth/bootstrap") as r:
                 assert r.status == 200, await r.text()
                 set_cookie = r.headers.getall("Set-Cookie")
-            [header] = [c for c in set_cookie if c.startswith(web_session.COOKIE + "=")]
+            port = cp.url.rsplit(":", 1)[1]
+            [header] = [c for c in set_cookie if c.startswith(f"{web_session.COOKIE}_{port}=")]
             assert "HttpOnly" in header and "SameSite=Strict" in header and "Path=/" in header
             # A download link and the event stream work with the cookie alone.
             async with browser.get(cp.url + "/api/files/download/hello.csv") as r:
@@ -86,7 +87,7 @@ async def test_cookie_for_a_pasted_token_and_the_old_ways_still_work(dirs: dict[
                 assert r.status == 200
             # A wrong cookie is no token.
             async with plain.get(cp.url + "/api/files/download/x.txt",
-                                 cookies={web_session.COOKIE: "wrong"}) as r:
+                                 cookies={f"{web_session.COOKIE}_{cp.url.rsplit(':', 1)[1]}": "wrong"}) as r:
                 assert r.status == 401
 
 
