@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: ./install.sh [--gpu cpu|cuXXX|rocmX.Y|skip] [--wheelhouse DIR] [--no-link]
+usage: ./install.sh [--gpu cpu|cuXXX|rocmX.Y|skip] [--wheelhouse DIR] [--s3] [--no-link]
 
 Creates .venv in this checkout, installs cdui and PyTorch into it, and links the
 launcher bin/cdui as ~/.local/bin/cdui.
@@ -16,6 +16,7 @@ launcher bin/cdui as ~/.local/bin/cdui.
   --gpu skip         install no torch
   --wheelhouse DIR   install offline from DIR (made by `bin/cdui wheelhouse DIR`):
                      pip --no-index --find-links DIR
+  --s3               also install boto3, for the S3 / MinIO bucket backend (docs/s3.md)
   --no-link          do not create ~/.local/bin/cdui
 
 Environment: CODEFYUI_TORCH_SPEC (a full pip requirement for torch, used when --gpu is
@@ -28,12 +29,14 @@ die() { printf 'install.sh: error: %s\n' "$*" >&2; exit 1; }
 gpu=""
 wheelhouse=${CODEFYUI_WHEELHOUSE:-}
 link=1
+s3=0
 while [ $# -gt 0 ]; do
     case $1 in
         --gpu) [ $# -ge 2 ] || die "--gpu needs a value"; gpu=$2; shift 2 ;;
         --gpu=*) gpu=${1#--gpu=}; shift ;;
         --wheelhouse) [ $# -ge 2 ] || die "--wheelhouse needs a directory"; wheelhouse=$2; shift 2 ;;
         --wheelhouse=*) wheelhouse=${1#--wheelhouse=}; shift ;;
+        --s3) s3=1; shift ;;
         --no-link) link=0; shift ;;
         -h | --help) usage; exit 0 ;;
         *) die "unknown option '$1' (see: ./install.sh --help)" ;;
@@ -57,6 +60,7 @@ fi
 args=()
 [ -z "$gpu" ] || args+=(--gpu "$gpu")
 [ -z "$wheelhouse" ] || args+=(--wheelhouse "$wheelhouse")
+[ "$s3" = 0 ] || args+=(--s3)
 "$launcher" install ${args[@]+"${args[@]}"}
 
 if [ "$link" = 1 ]; then

@@ -35,6 +35,8 @@ from cdui import __version__, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
+from cdui.oneshot_agent import OneShot
+from cdui.s3 import agent_capabilities
 from cdui.spool import RunSpool, spooled_runs
 from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
@@ -77,6 +79,7 @@ class AgentRun:
         self.handle: runner.RunHandle | None = None
         self.finished = spool.read_state().get("finished", False)
         self.lock = asyncio.Lock()
+        self.files: Any = None  # its cdui.agent_files.RunFiles, once assigned
 
     @property
     def running(self) -> bool:
@@ -87,7 +90,7 @@ class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
                  status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
-                 on_connected: Callable[[], None] | None = None) -> None:
+                 on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None) -> None:
         from cdui.config import load
         self.config = config if config is not None else load()
         # One certificate check for enrollment, /ws/worker and every file transfer (cdui/trust.py).
@@ -112,6 +115,7 @@ class Agent:
         self.exit_code = EXIT_OK
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
+        self.one_shot = one_shot
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
             self.runs[run_id] = r
@@ -151,6 +155,11 @@ class Agent:
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
+                    if self.one_shot is not None:  # a batch job cannot wait for a refusal to change
+                        log.error("refused by the control plane: %s", exc)
+                        print(f"cdui: error: refused by the control plane: {exc}", flush=True)
+                        await self._stop_all_runs()
+                        return self.one_shot.on_refused()
                     if exc.code in FATAL_REFUSALS:
                         log.error("refused by the control plane: %s", exc)
                         print(f"cdui: error: refused by the control plane: {exc}", flush=True)
@@ -184,7 +193,10 @@ class Agent:
                     await asyncio.wait_for(self._stop_event.wait(), delay)
                 except TimeoutError:
                     pass
-            await self._drain_on_shutdown(session)
+            if self.one_shot is None or self.one_shot.exit_code is None:
+                await self._drain_on_shutdown(session)
+        if self.one_shot is not None and self.one_shot.exit_code is not None:
+            return self.one_shot.exit_code
         return self.exit_code
 
     async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> None:
@@ -222,7 +234,13 @@ class Agent:
             self.heartbeat_s = welcome.heartbeat_s
             self.grace_s = welcome.resume_grace_s
             self.ws = ws
-            log.info("connected to %s as worker %s", self.control, self.name)
+            if self.stopping:
+                # SIGTERM came while connecting: the shutdown found no connection to close, so this
+                # one must not be served (it would keep the agent alive with nothing to stop it).
+                await ws.close()
+                return
+            log.info("connected to %s as worker %s (capabilities: %s)", self.control, welcome.worker,
+                     ", ".join(agent_capabilities()) or "none")
             self._status("connected")
             if self.on_connected is not None:
                 self.on_connected()
@@ -249,7 +267,11 @@ class Agent:
 
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
-        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held).to_json()
+        o = self.one_shot
+        # A one-shot agent names its run: the --run-id it waits for, or the run it took (on a reconnect).
+        wanted = (o.taken or o.run_id) if o else None
+        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
+                              o is not None, o.instance if o else None, agent_capabilities(), wanted).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:
@@ -310,6 +332,9 @@ class Agent:
 
     async def _handle(self, msg: protocol.ServerMessage) -> None:
         if isinstance(msg, protocol.Assign):
+            if self.one_shot is not None and (self.stopping or not self.one_shot.accept(msg.run_id)):
+                log.warning("run %s assigned, but this one-shot agent takes no other run; ignoring it", msg.run_id)
+                return
             # In the background: fetching inputs can take long, and stops and acks must get through meanwhile.
             task = asyncio.create_task(self._start_run(msg.run_id, msg.job))
             self._tasks.add(task)
@@ -326,6 +351,10 @@ class Agent:
                 r.handle.stop()
             else:  # its assignment is still being set up: stop it as soon as it exists
                 self._early_stops.add(msg.run_id)
+        elif isinstance(msg, protocol.S3CredentialsMessage):
+            r = self.runs.get(msg.run_id)
+            if r is not None and r.files is not None:
+                r.files.new_credentials(msg.credentials)
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
@@ -348,6 +377,8 @@ class Agent:
             for ev in events:
                 if ev["kind"] == "artifact" and "backend" not in ev["data"] and files is not None:
                     ev["data"] = await files.on_artifact(ev["data"])
+            if self.one_shot is not None:
+                self.one_shot.final_event(events)
             async with r.lock:
                 await asyncio.to_thread(r.spool.append, events)
                 await self._send(protocol.Events(run_id, events))
@@ -360,6 +391,7 @@ class Agent:
             handle.stop()
         files = RunFiles(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None), self.control,
                          self.credential, self.grace_s, handle.record, handle.stop_event)
+        r.files = files
         handle.open()
 
         async def on_done() -> None:
@@ -367,6 +399,10 @@ class Agent:
             log.info("run %s: %s", run_id, final["status"])
             r.finished = True
             r.spool.write_state({"run_id": run_id, "finished": True, "status": final["status"]})
+            if self.one_shot is not None and run_id == self.one_shot.taken:
+                self.one_shot.final = "interrupted" if self.one_shot.signalled and final["status"] == "cancelled" \
+                    else final["status"]
+                self._spawn(self._one_shot_deadline(r))
             self._maybe_forget(r)
         asyncio.create_task(on_done())
         try:
@@ -395,6 +431,32 @@ class Agent:
             r.spool.remove()
             self.runs.pop(r.run_id, None)
             self._prune_run_folders()
+            if self.one_shot is not None and r.run_id == self.one_shot.taken:
+                self._one_shot_exit(self.one_shot.on_delivered())
+
+    # -- one-shot: exit once the run's end is acknowledged, or after the grace without it ------
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one_shot_deadline(self, r: AgentRun) -> None:
+        await asyncio.sleep(self.grace_s)
+        if self.one_shot is not None and self.one_shot.exit_code is None and r.run_id in self.runs:
+            log.error("run %s: its end was not acknowledged within %g s (the resume grace); exiting with it left "
+                      "in the spool %s", r.run_id, self.grace_s, r.spool.dir)
+            self._one_shot_exit(1)
+
+    def _one_shot_exit(self, code: int) -> None:
+        assert self.one_shot is not None
+        if self.one_shot.exit_code is not None:
+            return
+        log.info("one-shot agent done; exit code %d", code)
+        self.one_shot.exit_code = code
+        self.stopping = True
+        self._stop_event.set()
+        if self.ws is not None:
+            self._spawn(self.ws.close())
 
     def _prune_run_folders(self) -> None:
         """The agent's own run retention (CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST): keep the newest run
@@ -414,6 +476,8 @@ class Agent:
             return
         log.info("SIGTERM: stopping runs (10 s grace each), then exiting")
         self.stopping = True
+        if self.one_shot is not None:
+            self.exit_code = self.one_shot.on_signal()
         self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown_sequence())
 
     async def _shutdown_sequence(self) -> None:

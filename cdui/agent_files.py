@@ -93,31 +93,49 @@ class RunFiles:
         self._left: list[tuple[Path, dict[str, Any], str]] = []
         self._uploader: asyncio.Task[Any] | None = None
         self._retry_deadline: float | None = None
+        self.s3: Any = None  # an s3 run's bucket access (cdui.s3_agent.S3RunFiles), with its credentials
 
     # -- before the run ----------------------------------------------------------
     def job_for_this_machine(self, job: Job, cfg: Any) -> Job:
         """The job with this machine's layout (and custom nodes), per backend (``cfg``: the agent's config)."""
         if job.layout is not None:
-            return job  # an agent on the control plane's own machine: its folders are the control plane's
+            # an agent on the control plane's own machine: its folders are the control plane's
+            return replace(job, s3_credentials=None)
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
             if not mount:
                 raise RuntimeError(f"the control plane placed a mount run here but no {self.label!r} mount is offered")
             self.data_dir = Path(mount)
             layout = Layout.for_data_dir(self.data_dir)
-        elif self.backend == "transfer":
+        elif self.backend in ("transfer", "s3"):
             self.data_dir = self.user_data / "agent-runs" / self.run_id / "data"
             layout = Layout.for_data_dir(self.data_dir)
             layout.ensure()
+            if self.backend == "s3":
+                self._s3_from(job)
         else:
             layout = cfg.layout
-        return replace(job, layout=layout.to_json(),
+        # The bucket credentials stay here, in memory: the run's process never sees them.
+        return replace(job, layout=layout.to_json(), s3_credentials=None,
                        custom_nodes_dir=job.custom_nodes_dir or str(cfg.custom_nodes_dir),
                        plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
 
+    def _s3_from(self, job: Job) -> None:
+        from cdui.s3 import S3Credentials
+        from cdui.s3_agent import S3RunFiles
+        if job.files.s3 is None or job.s3_credentials is None:
+            raise RuntimeError("the control plane sent an s3 run without its bucket or credentials")
+        self.s3 = S3RunFiles(self.run_id, job.files.s3, S3Credentials.from_dict(job.s3_credentials),
+                             self.stop_event, max(self.grace_s, 60.0), Unreachable, Refused)
+
+    def new_credentials(self, raw: dict[str, Any]) -> None:
+        """Fresh bucket credentials from the control plane (renewal, reconnect)."""
+        if self.s3 is not None:
+            self.s3.new_credentials(raw)
+
     async def fetch_inputs(self) -> bool:
         """Fetch every input (cache first). Returns False if the run was stopped meanwhile."""
-        if self.backend != "transfer" or not self.inputs:
+        if self.backend not in ("transfer", "s3") or not self.inputs:
             return True
         assert self.data_dir is not None
         cache = self.user_data / "agent-cache"
@@ -132,7 +150,9 @@ class RunFiles:
             how = "cached"
             if not (cached.is_file() and cached.stat().st_size == inp.get("size", cached.stat().st_size)):
                 how = "fetched"
-                if not await self._download(folder, name, sha, cached):
+                if self.s3 is not None:
+                    await self._s3_download(sha, cached)
+                elif not await self._download(folder, name, sha, cached):
                     return False
             dest = safe_join(self.data_dir / folder, name)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +163,22 @@ class RunFiles:
                                         "message": f"fetching inputs {i}/{n}: {Path(name).name} "
                                                    f"({human_size(inp.get('size', 0))}, {how})"})
         return True
+
+    async def _s3_download(self, sha: str, dest: Path) -> None:
+        """From the bucket, with the same retries through outages as the transfer backend's."""
+        delays = _delays()
+        deadline = time.monotonic() + self.grace_s
+        while True:
+            try:
+                await self.s3.download_input(sha, dest)
+                return
+            except Unreachable as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not download input {sha[:12]} from the bucket: {exc}") from None
+                log.warning("run %s: downloading input %s failed (%s); retrying", self.run_id, sha[:12], exc)
+                await asyncio.sleep(next(delays))
+            except Refused as exc:
+                raise RuntimeError(str(exc)) from None
 
     async def _download(self, folder: str, name: str, sha: str, dest: Path) -> bool:
         """Download one input into ``dest`` (whole and checked, or not at all); False if the run was stopped."""
@@ -192,7 +228,7 @@ class RunFiles:
 
     # -- during the run ----------------------------------------------------------
     def start(self) -> None:
-        if self.backend == "transfer":
+        if self.backend in ("transfer", "s3"):
             self._uploader = asyncio.create_task(self._upload_loop())
 
     async def on_artifact(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -205,9 +241,10 @@ class RunFiles:
                 return data
             size, sha = await asyncio.to_thread(describe, path) if path.exists() else (None, None)
             return {**data, "backend": "mount", "label": self.label, "relative_path": rel, "size": size, "sha256": sha}
-        if self.backend != "transfer" or self.data_dir is None:
+        if self.backend not in ("transfer", "s3") or self.data_dir is None:
             return data
-        out = {**data, "backend": "transfer"}
+        # The row comes with the upload (here: its own s3 event once the object is in the bucket).
+        out = {**data, "backend": self.backend, **({"upload": "queued"} if self.backend == "s3" else {})}
         try:
             inside = path.resolve().relative_to(self.data_dir.resolve())
         except ValueError:
@@ -262,6 +299,9 @@ class RunFiles:
                 await asyncio.sleep(delay)
 
     async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
+        if self.s3 is not None:
+            await self.s3.upload(path, meta, await self._sha(path), self.record)
+            return
         assert self.session is not None
         sha = (await asyncio.to_thread(sha256_file, path))[1]
         form = aiohttp.FormData()
@@ -293,7 +333,7 @@ class RunFiles:
 
         A Stop that ended the run came before this and does not count; a Stop pressed
         during these uploads leaves the rest on the worker."""
-        if self.backend != "transfer" or self.data_dir is None:
+        if self.backend not in ("transfer", "s3") or self.data_dir is None:
             return final
         stops_before = handle.stop_count
         self._queue.put_nowait(None)

@@ -171,8 +171,8 @@ async def stop(request: web.Request) -> web.Response:
 
 async def delete(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
-    await _runs(request).delete(run_id)
-    return web.json_response({"deleted": run_id})
+    warning = await _runs(request).delete(run_id)
+    return web.json_response({"deleted": run_id, **({"warning": warning} if warning else {})})
 
 
 def _artifact_out(a: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +202,14 @@ async def download_artifact(request: web.Request) -> web.StreamResponse:
         raise CduiError("not_here", f"artifact {aid} stayed on the worker, at {a['path']} there; "
                                     f"this server does not have it",
                         hint="copy it from the worker machine", status=404)
+    if a["backend"] == "s3":
+        from cdui.s3_plane import backend_of
+        bucket = backend_of(request.app)
+        if bucket is None:
+            raise CduiError("not_here", f"artifact {aid} is in {a['path']}, and the S3 backend is off here",
+                            hint="set CODEFYUI_S3_ENABLED=1 with the bucket's settings, or use `mc`/`aws s3`",
+                            status=404)
+        return await bucket.download(request, a)
     if not a["path"]:
         raise CduiError("not_here", f"artifact {aid} is not stored on this server ({a['backend']})",
                         hint="it lives on the worker or mount that produced it", status=404)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cdui.clock import Clock
     from cdui.config import Config
     from cdui.runs import RunService
+    from cdui.s3_plane import S3Backend
     from cdui.server import HostCheck
     from cdui.store import Store
     from cdui.workers import WorkerManager
@@ -35,3 +36,5 @@ HOSTS: web.AppKey[HostCheck] = web.AppKey("hosts")
 WORKER_AUTH: web.AppKey[WorkerAuth] = web.AppKey("worker_auth")
 # True on a listener reached through a tunnel: a loopback peer there is not this machine's user.
 TUNNEL_LISTENER: web.AppKey[bool] = web.AppKey("tunnel_listener")
+# The S3 bucket backend; present only when it is on (CODEFYUI_S3_ENABLED=1, a bucket, boto3).
+S3_BACKEND: web.AppKey[S3Backend] = web.AppKey("s3_backend")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cdui import __version__, cli_workers, daemon
+from cdui import __version__, cli_datasets, cli_workers, daemon
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 
@@ -43,6 +43,11 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from cdui.private import private_dir, restrict_umask
+    if args.extras:
+        # bin/cdui installs the extras and takes the flag away before starting; here
+        # (a cdui installed from a wheel) pip is the way.
+        return _die(f"--extras is done by the launcher: run `bin/cdui start --extras {args.extras}` from "
+                    f"the checkout, or install them with `pip install 'cdui[{args.extras}]'` and start again", 2)
     if args.foreground:
         # The server's database, logs and tokens are this user's alone. Only the
         # server process itself narrows its umask (the daemonising parent opens
@@ -257,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--extras", default=None, metavar="LIST",
+                   help="first install these node-family extras: all or a comma list (done by bin/cdui)")
     s.set_defaults(func=cmd_start)
 
     s = sub.add_parser("stop", help="stop the control plane gracefully")
@@ -290,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(func=_launcher_only, launcher_command=name)
 
     cli_workers.add_commands(sub)
+    cli_datasets.add_commands(sub)
     return p
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -69,6 +68,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
               f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
+        from cdui.oneshot_cli import list_lines
+        for line in list_lines(w):
+            print(line)
     for r in res.get("rejected", []):
         print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
     return 0
@@ -78,7 +80,8 @@ def cmd_action(args: argparse.Namespace) -> int:
     c = _client(args)
     if args.action == "remove":
         res = c.call("DELETE", f"/api/workers/{args.name}")
-        print(f"worker {args.name} removed; its credential is revoked")
+        print(f"departed instance {args.name} removed from the list" if res.get("instance") else
+              f"worker {args.name} removed; its credential is revoked")
     elif args.action == "reissue":
         res = c.call("POST", f"/api/workers/{args.name}/reissue", {})
         print(res["token"])
@@ -149,12 +152,8 @@ def enroll_lock(cred_path: Path) -> Iterator[None]:
     cred_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(str(cred_path.with_name(cred_path.name + ".lock")), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print("cdui: another agent in this user data folder is enrolling; waiting for it",
-                  file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        from cdui.instances import lock
+        lock(fd, "enrollment", "another agent in this user data folder is enrolling; waiting for it")
         yield
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
@@ -186,7 +185,13 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     pin_flag = _pin_flag(args)
     if isinstance(pin_flag, int):
         return pin_flag
+    from cdui.oneshot_cli import check_flags
     from cdui.private import private_dir, restrict_umask
+    bad = check_flags(args)
+    if bad is not None:
+        return _die(bad, 2)
+    if args.one_shot:
+        args.foreground = True  # a one-shot agent always runs in the foreground and writes no pidfile
     if args.foreground:
         # The agent's credential, spool and logs are this user's alone; the
         # daemonising parent opens its files with explicit modes instead, so the
@@ -194,6 +199,11 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         restrict_umask()
     cfg = config.load()
     ud = private_dir(cfg.user_data)
+    if args.one_shot:
+        from cdui.oneshot_cli import claim_instance
+        instance = claim_instance(args, ud)
+        if isinstance(instance, int):
+            return instance
     try:
         control = _check_control(args.control)
     except CduiError as err:
@@ -212,12 +222,16 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     cred = _stored_or_enrolled(args, control, cred_path, devices, pin_flag)
     if isinstance(cred, int):
         return cred
-    if args.token and not args.foreground_child:
+    if args.token and not args.foreground_child and args.instance is None:  # an array passes it to every task
         print(f"cdui: note: a credential for {control} is already stored ({cred_path}); --token is not used. "
               f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
     if args.name and args.name != cred["name"] and not args.foreground_child:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", 2)
+    if args.one_shot:
+        from cdui.oneshot_cli import run_one_shot
+        return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
+                            _agent_trust(pin_flag, cred, cred_path))
     if args.foreground:
         return _run_foreground(cfg, control, cred, devices, pidfile, _agent_trust(pin_flag, cred, cred_path))
     running = _read_pid(pidfile)
@@ -414,6 +428,12 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="pin the TLS proxy's key (SHA-256 of its certificate's SubjectPublicKeyInfo); stored with "
                         "the credential")
+    s.add_argument("--one-shot", action="store_true",
+                   help="take exactly one run, report it and exit (exit codes 0-4; for batch jobs and ssh)")
+    s.add_argument("--instance", nargs="?", const="", default=None, metavar="ID",
+                   help="one-shot only: one of many agents sharing this credential, as NAME.ID (default ID from "
+                        "SLURM_*; else random)")
+    s.add_argument("--run-id", default=None, metavar="ID", help="one-shot only: take exactly this run")
     s.add_argument("--_child", dest="foreground_child", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")

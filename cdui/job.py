@@ -21,7 +21,7 @@ from typing import Any
 
 Secret = tuple[tuple[Any, ...], Any]  # (path into the graph, value)
 
-BACKENDS = (None, "mount", "transfer")
+BACKENDS = (None, "mount", "transfer", "s3")
 
 
 class JobError(ValueError):
@@ -43,15 +43,21 @@ def _typed(d: dict[str, Any], key: str, typ: type | tuple[type, ...], default: A
 @dataclass(frozen=True)
 class JobFiles:
     """Where the run's files live: ``backend`` None (none used), ``mount`` (a shared
-    folder offered under ``label``) or ``transfer`` (``inputs`` fetched from the
-    control plane, outputs uploaded back)."""
+    folder offered under ``label``), ``transfer`` (``inputs`` fetched from the
+    control plane, outputs uploaded back) or ``s3`` (the same through the bucket
+    ``s3`` names: endpoint, region, bucket, prefix, addressing style; see cdui/s3.py)."""
 
     backend: str | None = None
     inputs: tuple[dict[str, Any], ...] = ()
     label: str = "data"
+    s3: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "inputs": [dict(i) for i in self.inputs], "label": self.label}
+        out: dict[str, Any] = {"backend": self.backend, "inputs": [dict(i) for i in self.inputs],
+                               "label": self.label}
+        if self.s3 is not None:
+            out["s3"] = dict(self.s3)
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> JobFiles:
@@ -65,7 +71,14 @@ class JobFiles:
         inputs = _typed(d, "inputs", list, [])
         if not all(isinstance(i, dict) for i in inputs):
             raise JobError("job: every files.inputs item must be an object")
-        return cls(backend, tuple(inputs), _typed(d, "label", str, "data"))
+        s3 = _typed(d, "s3", dict)
+        if backend == "s3":
+            from cdui.s3 import check_target
+            try:
+                s3 = check_target(s3)
+            except ValueError as exc:
+                raise JobError(f"job: {exc}") from None
+        return cls(backend, tuple(inputs), _typed(d, "label", str, "data"), s3)
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,9 @@ class Job:
     plugins_dir: str | None = None
     files: JobFiles = field(default_factory=JobFiles)
     secrets: tuple[Secret, ...] = field(default=(), repr=False)
+    # An s3 run's bucket credentials (cdui.s3.S3Credentials.to_dict()): like secrets, never in a
+    # repr; the agent keeps them in memory and takes them out before the job reaches the run process.
+    s3_credentials: dict[str, Any] | None = field(default=None, repr=False)
 
     def secret_pairs(self) -> list[tuple[list[Any], Any]]:
         """The secrets in the form the masking and filling functions take."""
@@ -103,7 +119,8 @@ class Job:
         return {"run_id": self.run_id, "graph": self.graph, "options": self.options,
                 "slot_device": self.slot_device, "process_device": self.process_device,
                 "layout": self.layout, "custom_nodes_dir": self.custom_nodes_dir, "plugins_dir": self.plugins_dir,
-                "files": self.files.to_dict(), "secrets": [[list(p), v] for p, v in self.secrets]}
+                "files": self.files.to_dict(), "secrets": [[list(p), v] for p, v in self.secrets],
+                "s3_credentials": self.s3_credentials}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False)
@@ -126,7 +143,8 @@ class Job:
                    custom_nodes_dir=_typed(d, "custom_nodes_dir", str),
                    plugins_dir=_typed(d, "plugins_dir", str),
                    files=JobFiles.from_dict(d.get("files")),
-                   secrets=tuple(secrets))
+                   secrets=tuple(secrets),
+                   s3_credentials=_typed(d, "s3_credentials", dict))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Job:

@@ -7,7 +7,8 @@ fields still gets a readable refusal.
 
 agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
-              one_shot, instance, capabilities}
+              one_shot, instance, capabilities, run_id}  (``instance`` and ``run_id``: one-shot agents
+              only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
 control plane -> agent
@@ -18,6 +19,7 @@ control plane -> agent
              name_in_use, bad_hello
   assign     {run_id, job}  (the job's shape: :class:`cdui.job.Job`)
   ack        {run_id, acked}
+  s3_credentials {run_id, credentials}  (fresh bucket credentials of an s3 run: cdui.s3.S3Credentials)
   stop       {run_id}
   revoked    {message}  (the worker was removed or its credential superseded; exit 2)
   error      {message}  (a malformed message; the connection stays up)
@@ -154,6 +156,7 @@ class Hello:
     one_shot: bool = False
     instance: str | None = None
     capabilities: list[str] = field(default_factory=list)
+    run_id: str | None = None  # a one-shot agent's --run-id: the one run it takes
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -164,7 +167,7 @@ class Hello:
                            "runs": [{"run_id": r.run_id, "running": r.running, "last_seq": r.last_seq}
                                     for r in self.runs],
                            "one_shot": self.one_shot, "instance": self.instance,
-                           "capabilities": self.capabilities})
+                           "capabilities": self.capabilities, "run_id": self.run_id})
 
 
 @dataclass
@@ -247,10 +250,12 @@ def parse_agent_message(raw: str) -> AgentMessage:
         caps = [_str(x, "hello.capabilities[]") for x in _list(_opt(d, "capabilities", list, [], "hello"),
                                                                "hello.capabilities", MAX_SMALL_LIST)]
         instance = _opt(d, "instance", str, None, "hello")
+        wanted = _opt(d, "run_id", str, None, "hello")
         return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
                      _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
                      _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
-                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps)
+                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps,
+                     None if wanted is None else _str(wanted, "hello.run_id"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):
@@ -368,6 +373,20 @@ class Assign:
 
 
 @dataclass(frozen=True)
+class S3CredentialsMessage:
+    """Fresh bucket credentials for a running s3 run (renewal, or after a reconnect). Like the
+    assignment's, they are secrets: left out of ``repr``, never logged."""
+
+    run_id: str
+    credentials: dict[str, Any] = field(repr=False)
+    type: ClassVar[str] = "s3_credentials"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "credentials": self.credentials},
+                          allow_nan=False)
+
+
+@dataclass(frozen=True)
 class Ack(_Flat):
     run_id: str
     acked: int
@@ -392,7 +411,7 @@ class Error(_Flat):
     type: ClassVar[str] = "error"
 
 
-ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error
+ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage
 AgentMessage = Hello | Events | Heartbeat
 
 
@@ -448,6 +467,15 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
         if job.run_id != run_id:
             raise ProtocolError(f"assign: the job is for run {job.run_id[:64]!r}, the message for {run_id!r}")
         return Assign(run_id, job)
+    if t == "s3_credentials":
+        from cdui.s3 import S3Credentials
+        run_id = _str(_req(d, "run_id", str, "s3_credentials"), "s3_credentials.run_id")
+        creds = _req(d, "credentials", dict, "s3_credentials")
+        try:
+            S3Credentials.from_dict(creds)
+        except ValueError as exc:
+            raise ProtocolError(f"s3_credentials: {exc}") from None
+        return S3CredentialsMessage(run_id, creds)
     if t == "ack":
         return Ack(_str(_req(d, "run_id", str, "ack"), "ack.run_id"), _int(_req(d, "acked", int, "ack"), "ack.acked"))
     if t == "stop":

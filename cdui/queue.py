@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cdui import oneshot
 from cdui.errors import CduiError
 
 POOL = "one-shot"
@@ -31,11 +32,13 @@ class Caps:
     per_executor: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def slots(self, executor: str, device: str) -> int:
-        if (executor, device) in self.per_executor:
-            return self.per_executor[(executor, device)]
         kind = device.split(":")[0]
-        if (executor, kind) in self.per_executor:
-            return self.per_executor[(executor, kind)]
+        # An instance NAME.ID has its own NAME.ID/DEVICE entry, else its credential's NAME/DEVICE one.
+        for name in (executor, executor.rpartition(".")[0]):
+            if (name, device) in self.per_executor:
+                return self.per_executor[(name, device)]
+            if (name, kind) in self.per_executor:
+                return self.per_executor[(name, kind)]
         if device in self.per_device:
             return self.per_device[device]
         if kind in self.per_device:
@@ -132,7 +135,7 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView]) -> list[str]:
     if target == "local":
         return ["local"] if "local" in executors else []
     if target == "any":
-        remote = sorted(n for n in executors if n != "local")
+        remote = oneshot.not_one_shot(sorted(n for n in executors if n != "local"), executors)
         return remote + (["local"] if "local" in executors else [])
     if isinstance(target, dict) and "worker" in target:
         return [target["worker"]] if target["worker"] in executors else []
@@ -149,7 +152,7 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     workers with the ``data`` mount)."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
-        return f"waiting for a one-shot worker that offers {wanted or 'a device'}"
+        return oneshot.place_pool(wanted, executors, used, caps, needs)
     names = candidates(target, executors)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first

@@ -93,7 +93,8 @@ def main() -> int:
                                   Path(job.plugins_dir) if job.plugins_dir else None)
         graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
-        plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES)
+        plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
+                                      layout=layout)
         if plan is None:
             msg = "; ".join(e["message"] for e in errors[:5])
             emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})

@@ -13,7 +13,6 @@ into calls here. It owns:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import uuid
@@ -30,11 +29,13 @@ from cdui.config import Config
 from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
 from cdui.errors import CduiError, NotFound
+from cdui.graph.presets import preset_library
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
 from cdui.graph.uses import presets_used
 from cdui.graph.validate import validate_graph
 from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
+from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
@@ -69,6 +70,17 @@ class RunListener(Protocol):
 
     async def on_disk_recovered(self) -> None:
         """The store's disk has room again."""
+
+
+class FileStore(Protocol):
+    """A bucket that replaces the transfer backend (cdui/s3_plane.py): it may change a run's job
+    just before it is sent, makes the rows of its artifacts, and removes a run's objects."""
+
+    async def prepare(self, run: Run, job: Job, executor: Executor) -> Job: ...
+
+    async def artifact_row(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any] | str | None: ...
+
+    async def cleanup(self, run: Run, by_retention: bool) -> str | None: ...
 
 
 class Executor(ExecutorView, Protocol):
@@ -149,6 +161,8 @@ class RunService:
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
+        self.storage: FileStore | None = None  # the S3 backend, when enabled
+        self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -169,6 +183,7 @@ class RunService:
         devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self._recover()
+        await self.oneshot.load(self)
         for listener in self.listeners:
             await listener.before_dispatch()
         self.spawn(self._dispatch_loop())
@@ -238,17 +253,10 @@ class RunService:
 
     # -- submit ------------------------------------------------------------
     def preset_library(self) -> dict[str, dict[str, Any]]:
-        lib: dict[str, dict[str, Any]] = {}
-        folder = self.layout.folder("presets")
-        if folder.is_dir():
-            for p in sorted(folder.glob("*.json")):
-                try:
-                    d = json.loads(p.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    continue
-                name = d.get("preset_name") or d.get("name") or p.stem
-                lib[str(name)] = d
-        return lib
+        """The installed presets: CodefyUI's built-in ones shipped with cdui,
+        then the data folder's ``presets/*.json`` (a file there replaces a
+        built-in of the same name)."""
+        return preset_library(self.layout.folder("presets"))
 
     async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
         if self.store.full:
@@ -263,21 +271,28 @@ class RunService:
         if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
         library = self.preset_library()
+        # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
+        # a worker's run subprocess checks the same on its own machine before any node runs.
+        here = self.layout if target == "local" else None
         plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
-                                               self.config["CODEFYUI_GRAPH_MAX_NODES"])
+                                               self.config["CODEFYUI_GRAPH_MAX_NODES"], here)
         if errors:
             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
         assert plan is not None
         files = await asyncio.to_thread(self.file_plan, graph, library)
         await self.check_target(target, graph, files)
+        await self.oneshot.refuse_record_outputs(self, target, bool(options.get("record_outputs", False)))
         # Embed the installed presets the run uses, so it runs the same anywhere;
         # then split secrets out of the whole of it, embedded presets included.
-        own = {str(p.get("preset_name") or p.get("name")) for p in graph.get("presets") or []
-               if isinstance(p, dict)}
+        # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
+        # the embedded copy it replaces is dropped.
         used = presets_used(graph, library)
-        extra = [p for name, p in library.items() if name not in own and name in used]
-        full_graph = {**graph, "presets": list(graph.get("presets") or []) + extra} if extra else graph
+        extra = [p for name, p in library.items() if name in used]
+        replaced = {str(p.get("preset_name") or p.get("name")) for p in extra}
+        own = [p for p in graph.get("presets") or []
+               if not (isinstance(p, dict) and str(p.get("preset_name") or p.get("name")) in replaced)]
+        full_graph = {**graph, "presets": own + extra} if extra else graph
         stored_graph, secrets = split_secrets(full_graph, self.registry, library)
         short = short_secrets(secrets)
         if short:
@@ -369,6 +384,12 @@ class RunService:
         if src != "local":
             if backend == "mount":
                 await self._record_mount_artifact(run_id, kind, data)
+            elif backend == "s3" and self.storage is not None:
+                row = await self.storage.artifact_row(run_id, kind, data)
+                if isinstance(row, str):
+                    await self._refuse_artifact(run_id, data.get("key"), row)
+                elif row is not None:
+                    await self.store.add_artifact(row)
             elif backend == "left_on_worker":
                 # Shown so the user knows where the file stayed; the download route refuses it.
                 await self.store.add_artifact({
@@ -492,6 +513,12 @@ class RunService:
         return [(rid, ex, dev) for rid, (ex, dev) in list(self.active.items())
                 if executor is None or ex == executor]
 
+    async def start_on(self, run: Run, executor: Executor, device: str) -> None:
+        """Start the queued ``run`` on ``executor`` now, out of queue order (a one-shot agent's --run-id)."""
+        fp = FilePlan.from_json(run.options.get("files"))
+        backend = None if not fp.uses_files else ("mount" if executor.mounted() else "transfer")
+        await self._start(run, Placement(executor.name, device, backend))
+
     async def requeue(self, run_id: str, reason: str) -> None:
         """Put a run whose assignment never reached its executor back in the queue.
 
@@ -534,7 +561,7 @@ class RunService:
             used[(ex, dev)] = used.get((ex, dev), 0) + 1
         blocked: set[tuple[str, str]] = set()
         for run in queued:
-            if run.stop_requested:
+            if run.stop_requested or await self.oneshot.expire(self, run, self.wake):
                 continue
             wanted = run.options.get("device")
             fp = FilePlan.from_json(run.options.get("files"))
@@ -565,6 +592,8 @@ class RunService:
         self.active[run_id] = (where.executor, where.device)
         job = self.build_job(run, where)
         try:
+            if self.storage is not None:  # before it is sent: a run without bucket credentials fails here
+                job = await self.storage.prepare(run, job, self.executors[where.executor])
             await self.executors[where.executor].start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
                 self.executors[where.executor].stop(run_id, self.stop_grace)
@@ -602,7 +631,8 @@ class RunService:
             await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
         return await self.get(run_id)
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, by_retention: bool = False) -> str | None:
+        """Remove a finished run, its folder and its bucket objects; a warning if the bucket was unreachable."""
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound("run", run_id)
@@ -610,7 +640,9 @@ class RunService:
             raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
         await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
+        warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
         await self.store.delete_run(run_id)
+        return warning
 
     def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
         folder = self.layout.run_dir(run_id)
@@ -636,7 +668,7 @@ class RunService:
         finished = [r for r in runs if r.status in TERMINAL]
         for r in finished[keep:]:
             try:
-                await self.delete(r.id)
+                await self.delete(r.id, by_retention=True)
             except CduiError:
                 pass
 

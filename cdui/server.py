@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from cdui import __version__, api_files, api_runs, transfer, web_session, worker_routes, workers
+from cdui import __version__, api_files, api_graphs, api_runs, s3_plane, transfer, web_session, worker_routes, workers
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
 from cdui.atomic import write_private
 from cdui.clock import Clock, SystemClock
@@ -291,6 +291,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app.cleanup_ctx.append(_workers_ctx)
     app.cleanup_ctx.append(_runs_ctx)
     app.on_shutdown.append(_close_sockets)
+    s3_plane.setup(app)  # after the run service's context: the bucket backend's renewal needs it started
 
     app.on_response_prepare.append(security_headers)
     app.router.add_get("/api/health", health)
@@ -302,6 +303,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     transfer.setup(app)
     api_runs.setup(app)
     api_files.setup(app)
+    api_graphs.setup(app)
     web_session.setup(app)
     return app
 

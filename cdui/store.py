@@ -176,6 +176,12 @@ MIGRATIONS: list[str] = [
         at REAL NOT NULL
     );
     """,
+    # 3: whether a worker's own last agent was one-shot (so after a restart runs naming it keep the
+    # one-shot queue timeout at once), and the run that agent took (NULL: none yet or none at all).
+    """
+    ALTER TABLE workers ADD COLUMN one_shot INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE workers ADD COLUMN one_shot_run TEXT
+    """,
 ]
 
 

@@ -54,6 +54,7 @@ class WorkerRoutes:
                 "unencrypted": bool(conn.unencrypted) if conn is not None else False,
                 "same_machine": (r["machine_id"] == self.m.machine_id),
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
+                **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
             })
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
@@ -179,6 +180,9 @@ class WorkerRoutes:
 
     async def remove(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        instance = await self.m.runs.oneshot.remove_instance(name, self.m)
+        if instance is not None:
+            return web.json_response(instance)
         await self._worker_or_404(name)
         await self.m.remove_worker(name)
         return web.json_response({"removed": name})

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, enroll, protocol
+from cdui import __version__, enroll, oneshot, protocol
 from cdui import worker_admission as admission
+from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
 from cdui.job import Job
 from cdui.netaddr import is_loopback
@@ -79,6 +80,11 @@ class RemoteExecutor:
         self.name = conn.name
         self.drained = False
         self.disabled = False
+        # One-shot agents (see cdui.oneshot): the credential an instance shares, its one run.
+        self.credential = conn.name
+        self.one_shot = False
+        self.taken: str | None = None
+        self.reserved: str | None = None
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
@@ -86,14 +92,19 @@ class RemoteExecutor:
     def mounted(self) -> bool:
         return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
 
+    def capabilities(self) -> list[str]:
+        """What the agent declared it offers (``s3`` where it has boto3)."""
+        return list(self.conn.hello.capabilities)
+
     def unavailable_reason(self) -> str | None:
         if self.disabled:
             return f"worker {self.name} is disabled"
         if self.drained:
             return f"worker {self.name} is draining (no new runs)"
-        return None
+        return oneshot.busy_reason(self)
 
     async def start(self, run: Run, job: Job) -> None:
+        await self.manager.runs.oneshot.took(self.manager, self, run.id)
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         if not await self.conn.send(protocol.Assign(run.id, job)):
@@ -125,16 +136,19 @@ class WorkerSession:
         assert conn is not None  # handshake admitted it
         executor = RemoteExecutor(self.m, conn)
         try:
+            await self.m.runs.oneshot.connected(self.m, executor, row["name"])
             await self.welcome()
             executor.drained = bool(row["drained"])
             executor.disabled = bool(row["disabled"])
             self.m.runs.attach_executor(executor)
+            await self.m.runs.oneshot.start_wanted(self.m, executor)
             watchdog = self.m.runs.spawn(self.watchdog())
             try:
                 await self.serve()
             finally:
                 watchdog.cancel()
         finally:
+            self.m.runs.oneshot.gone(executor)
             if self.m.conns.get(conn.name) is conn:
                 self.m.conns.pop(conn.name, None)
                 self.m.runs.detach_executor(conn.name, executor)
@@ -170,9 +184,11 @@ class WorkerSession:
                                                        (h,)).fetchone() if h else None)
         else:
             first = await self._first_message()
-        existing = self.m.conns.get(row["name"]) if row is not None else None
+        existing = self.m.conns.get(oneshot.peek_conn_name(row["name"], first)) if row is not None else None
         decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
                                     else None, __version__, h)
+        if isinstance(decision, admission.Accept):
+            decision = await self.m.runs.oneshot.admit(decision, self.m)
         if isinstance(decision, admission.Refuse):
             if decision.listed_name is not None:
                 self.m.reject(decision.listed_name, decision.listed_reason or decision.code, self.address,
@@ -235,6 +251,9 @@ class WorkerSession:
         await conn.send(protocol.Welcome(__version__, conn.name, m.heartbeat, m.grace, answer))
         for run_id in stops:
             await conn.send(protocol.Stop(run_id))
+        bucket = m.app.get(S3_BACKEND)
+        if bucket is not None:  # its bucket credentials may come from a control plane that is gone
+            await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
         active = await asyncio.to_thread(store.runs_in_status_sync, ACTIVE)
         for r in active:

@@ -156,6 +156,7 @@ class WorkerManager:
         ex = self.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
             ex.drained = drained
+        self.runs.oneshot.set_drain(name, drained, self)
         self.runs.wake()
 
     async def remove_worker(self, name: str) -> None:
@@ -186,6 +187,7 @@ class WorkerManager:
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
             if r.worker_id == name:
                 await self.runs.finish(r.id, "interrupted", f"worker {name} was removed")
+        await self.runs.oneshot.revoke_instances(name, self)
 
     # -- graceful shutdown: runs on workers are stopped, not left to adopt ----------------
     async def on_shutdown(self) -> None:
@@ -257,13 +259,14 @@ class WorkerManager:
             return
         name = target["worker"]
         rows = {r["name"]: r for r in await self.worker_rows()}
-        if name not in rows:
+        if name not in rows and not await self.runs.oneshot.names_instance(self.runs, name):
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
         if files is None or not files.uses_files or files.transfer_ok:
             return
         conn = self.conns.get(name)
-        labels = conn.labels if conn is not None else json.loads(rows[name]["labels"] or "{}")
+        row = rows.get(name) or rows[name.rpartition(".")[0]]  # an instance has its credential's mounts
+        labels = conn.labels if conn is not None else json.loads(row["labels"] or "{}")
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)

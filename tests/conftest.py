@@ -131,4 +131,11 @@ def require_command(command, package=None):
 def need_command():
     """``need_command("nginx")``: :func:`require_command` for tests and fixtures (no import of conftest needed)."""
     return require_command
+
+
+# require_commands (a skip mark) lives in tests/syspkgs.py: test modules import it from there,
+# since `from conftest import` would find whichever conftest (tests/ or tests/inproc/) loaded first.
 # --- end required system packages
+# --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
+from s3server import enforcing, moto, moto_server  # noqa: E402,F401
+from syspkgs import require_commands  # noqa: E402,F401

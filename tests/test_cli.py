@@ -298,13 +298,14 @@ def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
     no effect, once per setting; the server still starts."""
     from cdui import __version__
     from procs import ServerProc
-    s = ServerProc(tmp_path, extra_env={"CODEFYUI_S3_BUCKET": "my-bucket",
+    s = ServerProc(tmp_path, extra_env={"CODEFYUI_RUN_OUTPUT_STORE_MAX_MB": "100",
                                         "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}).start()
     try:
         lines = [ln.split(": ", 1)[1] for ln in s.log_text().splitlines() if "WARNING cdui.server:" in ln]
         assert lines == [f"`{name}` is set but not available in this version of cdui ({__version__}); it has no "
                          f"effect (unset it; see docs/configuration.md)"
-                         for name in ("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", "CODEFYUI_S3_BUCKET")], s.log_tail()
+                         for name in ("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S",
+                                      "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB")], s.log_tail()
     finally:
         s.stop()
 

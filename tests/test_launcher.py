@@ -194,7 +194,7 @@ def test_first_enrollment_waits_for_an_unreachable_control_plane(tmp_path: Path)
     cp = ServerProc(tmp_path).start()
     tok = new_token(cp)
     cp.stop()
-    agent = agent_proc(tmp_path, cp.url, tok, env_extra={"CODEFYUI_S3_BUCKET": "not-yet"})
+    agent = agent_proc(tmp_path, cp.url, tok, env_extra={"CODEFYUI_RUN_OUTPUT_STORE_MAX_MB": "100"})
     agent.spawn()
     try:
         wait_for(lambda: online_or_dead(agent) and agent.log_text().count(
@@ -206,7 +206,8 @@ def test_first_enrollment_waits_for_an_unreachable_control_plane(tmp_path: Path)
         wait_for(lambda: online(cp, "w1", agent), 120, 0.2, "w1 online", detail=agent.log_tail)
         assert f"enrolled as worker w1 at {cp.url}" in agent.log_text()
         # The agent, too, says that a setting it cannot honour is set.
-        assert ("`CODEFYUI_S3_BUCKET` is set but not available in this version of cdui" in agent.log_text())
+        assert ("`CODEFYUI_RUN_OUTPUT_STORE_MAX_MB` is set but not available in this version of cdui"
+                in agent.log_text())
     finally:
         agent.stop()
         cp.stop()

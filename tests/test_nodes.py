@@ -223,7 +223,7 @@ def test_linear_activation_flatten(ctx: RunContext) -> None:
 def test_sequential_model_from_layer_specs(ctx: RunContext) -> None:
     model = run(layers.SequentialModelNode, ctx, layers=MLP)["model"]
     assert model(torch.randn(5, 4)).shape == (5, 3)
-    assert set(model.state_dict()) == {"l1.weight", "l1.bias", "l2.weight", "l2.bias"}
+    assert set(model.state_dict()) == {"layers.l1.weight", "layers.l1.bias", "layers.l2.weight", "layers.l2.bias"}
     legacy = run(layers.SequentialModelNode, ctx, layers=json.dumps(
         [{"type": "Linear", "in_features": 4, "out_features": 8}, {"type": "ReLU"},
          {"type": "Linear", "params": {"in_features": 8, "out_features": 2}}]))["model"]
@@ -302,7 +302,7 @@ def test_checkpoint_round_trip_resumes_training(ctx: RunContext, tmp_path: Path)
     opt = run(training.OptimizerNode, ctx, {"model": model}, lr=0.01)["optimizer"]
     back = run(fileio.CheckpointLoaderNode, ctx, {"model": model, "optimizer": opt}, path="ck/iris.pt")
     assert back["epoch"] == 2 and back["losses"].tolist() == out["losses"].tolist()
-    assert torch.equal(model.state_dict()["l1.weight"], out["model"].state_dict()["l1.weight"])
+    assert torch.equal(model.state_dict()["layers.l1.weight"], out["model"].state_dict()["layers.l1.weight"])
     assert back["optimizer"].state  # Adam moments restored
     resumed = run(TrainingLoopNode, ctx, {**inputs, "model": back["model"], "optimizer": back["optimizer"],
                                           "start_epoch": back["epoch"]}, epochs=3, device="cpu")

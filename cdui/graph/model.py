@@ -177,8 +177,10 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None,
     if not isinstance(edges, list):
         errors.append(err(None, "bad_graph", "'edges' must be a list"))
         edges = []
-    g.presets = dict(library or {})
-    g.presets.update(preset_index(raw.get("presets"), errors))
+    # CodefyUI's order: the installed presets (the registry) first, then the
+    # graph's own embedded ones for names the registry does not have.
+    g.presets = preset_index(raw.get("presets"), errors)
+    g.presets.update(library or {})
 
     flat_nodes: list[dict[str, Any]] = []
     seen: set[str] = set()

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
-from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param
+from cdui.layout import Layout
+from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param, Port
+from cdui.nodes.codefyui_names import CODEFYUI_BUILTINS
 from cdui.nodes.registry import Registry
 
 START_TYPE = "Start"
@@ -152,21 +154,33 @@ def _reachable(g: Graph) -> set[str]:
 
 def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
                errors: list[dict[str, Any]] | None = None,
-               external_inputs: Set[tuple[str, str]] = frozenset()) -> Plan:
-    """Validate ``g`` restricted to ``keep`` and return the plan (errors appended)."""
+               external_inputs: Set[tuple[str, str]] = frozenset(), layout: Layout | None = None) -> Plan:
+    """Validate ``g`` restricted to ``keep`` and return the plan (errors appended).
+
+    With ``layout`` (the folders of the machine that will run it), each node's
+    :meth:`~cdui.nodes.base.Node.preflight` is checked too."""
     errors = [] if errors is None else errors
     keep = set(g.nodes) if keep is None else keep
     plan_nodes: dict[str, PlanNode] = {}
+    unknown: set[str] = set()
     for nid in sorted(keep, key=list(g.nodes).index):
         n = g.nodes[nid]
         cls = registry.get(n.type)
         if cls is None:
-            errors.append(err(n.origin, "unknown_type", f"node {n.origin!r} has unknown type {n.type!r}", value=n.type,
-                              hint="install the plugin or custom node that provides it, or remove the node"))
+            unknown.add(nid)
+            errors.append(unknown_type_error(n.origin, n.type))
             continue
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
+        if layout is not None:
+            for code, message in cls.preflight(plan_nodes[nid].params, layout):
+                errors.append(err(n.origin, code, f"{n.type} {n.origin!r}: {message}"))
 
     edges = [e for e in g.edges if e.source in keep and e.target in keep]
+    # An input fed by an edge from a node of unknown type (or from a preset that
+    # could not be expanded, whose node is gone), or by an edge reported below as
+    # wrong, is not also reported as missing: that one cause is the one to fix.
+    fed_by_unknown = {(e.target, e.target_handle) for e in g.edges
+                      if e.source in unknown or e.source not in g.nodes}
     for e in edges:
         src, dst = plan_nodes.get(e.source), plan_nodes.get(e.target)
         if src is None or dst is None:
@@ -176,7 +190,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         outs = {p.name: p for p in src.cls.define_outputs()}
         ins = {p.name: p for p in dst.cls.define_inputs()}
         ok = True
-        if e.source_handle not in outs:
+        out_port = outs.get(e.source_handle) or _dynamic_output(src, e.source_handle)
+        if out_port is None:
             errors.append(err(src.origin, "bad_port", f"{src.type} {src.origin!r} has no output {e.source_handle!r}",
                               value=e.source_handle, hint=f"outputs are {sorted(outs)}"))
             ok = False
@@ -184,24 +199,26 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             errors.append(err(dst.origin, "bad_port", f"{dst.type} {dst.origin!r} has no input {e.target_handle!r}",
                               value=e.target_handle, hint=f"inputs are {sorted(ins)}"))
             ok = False
-        if not ok:
+        if not ok or out_port is None:
+            fed_by_unknown.add((e.target, e.target_handle))  # the bad edge is the error to fix
             continue
-        st, tt = outs[e.source_handle].data_type, ins[e.target_handle].data_type
+        st, tt = out_port.data_type, ins[e.target_handle].data_type
         if not is_compatible(st, tt):
             errors.append(err(dst.origin, "type_mismatch",
                               f"{src.origin}.{e.source_handle} ({st}) cannot connect to "
                               f"{dst.origin}.{e.target_handle} ({tt})",
                               value=[st, tt]))
+            fed_by_unknown.add((e.target, e.target_handle))
             continue
-        if e.target_handle in dst.inputs:
-            errors.append(err(dst.origin, "bad_port",
-                              f"input {e.target_handle!r} of {dst.origin!r} has more than one edge"))
-            continue
+        # Several edges into one input: the later one in the graph's edge list
+        # wins, as in CodefyUI (its DQN and PPO examples rely on it).
         dst.inputs[e.target_handle] = (e.source, e.source_handle)
 
     for pn in plan_nodes.values():
         for port in pn.cls.define_inputs():
             if port.data_type == TRIGGER or port.optional:
+                continue
+            if (pn.id, port.name) in fed_by_unknown:
                 continue
             if port.name not in pn.inputs and (pn.id, port.name) not in external_inputs:
                 errors.append(err(pn.origin, "missing_input",
@@ -210,6 +227,34 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
 
     order = _toposort(plan_nodes, edges, errors)
     return Plan(order, g.presets, [n for n in g.nodes if n not in keep])
+
+
+def _dynamic_output(pn: PlanNode, name: str) -> Port | None:
+    """The port ``name`` of a node whose outputs depend on its params (Split's
+    ``chunk_<i>``), or None."""
+    check = getattr(pn.cls, "dynamic_output", None)
+    if check is not None and check(name, pn.params):
+        return Port(name, TENSOR)
+    return None
+
+
+def unknown_type_error(node_id: str, type_name: str) -> dict[str, Any]:
+    """The error for a node whose type is not installed, saying which kind of
+    type it is, so the user knows what to install or change."""
+    if ":" in type_name:
+        pack = type_name.split(":", 1)[0]
+        return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a node of the "
+                   f"plugin pack {pack!r}, which is not installed", value=type_name,
+                   hint=f"install the {pack!r} plugin pack under the plugins folder, or remove the node")
+    if type_name in CODEFYUI_BUILTINS:
+        return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a CodefyUI "
+                   f"built-in that this version of cdui does not have yet", value=type_name,
+                   hint="see docs/graphs-and-nodes.md for the types cdui runs; replace the node "
+                        "or run the graph in CodefyUI")
+    return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, which is not a "
+               f"CodefyUI built-in: a custom node that is not installed here", value=type_name,
+               hint="put the custom node's .py file in the custom_nodes folder and restart, "
+                    "or remove the node")
 
 
 def _toposort(nodes: dict[str, PlanNode], edges: list[GEdge], errors: list[dict[str, Any]]) -> list[PlanNode]:
@@ -236,10 +281,12 @@ def _toposort(nodes: dict[str, PlanNode], edges: list[GEdge], errors: list[dict[
 
 
 def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, Any]] | None = None,
-                   max_nodes: int = DEFAULT_MAX_NODES) -> tuple[Plan | None, list[dict[str, Any]]]:
+                   max_nodes: int = DEFAULT_MAX_NODES,
+                   layout: Layout | None = None) -> tuple[Plan | None, list[dict[str, Any]]]:
     """Parse, expand, prune and validate. Returns (plan, errors); plan is None on errors.
 
-    Raises ``graph_too_large`` before expanding past ``max_nodes`` nodes."""
+    Raises ``graph_too_large`` before expanding past ``max_nodes`` nodes. With
+    ``layout``, also what each node needs on that machine (see build_plan)."""
     g, errors = parse(raw, library, max_nodes)
     if not any(n.type == START_TYPE for n in g.nodes.values()):
         errors.append(err(None, "no_entry_point", "the graph has no Start node, so nothing would run",
@@ -248,7 +295,7 @@ def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, An
     if not errors and keep <= {n.id for n in g.nodes.values() if n.type == START_TYPE}:
         errors.append(err(None, "no_entry_point", "no node is connected to a Start node",
                           hint="connect the Start node's trigger to the first node"))
-    plan = build_plan(g, registry, keep, errors)
+    plan = build_plan(g, registry, keep, errors, layout=layout)
     _check_map_presets(plan, errors)
     return (None if errors else plan), errors
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
+    from cdui.layout import Layout
 
 # Port data types (CodefyUI's DataType values).
 TENSOR = "TENSOR"
@@ -97,6 +98,15 @@ class Node(ABC):
     DESCRIPTION: ClassVar[str] = ""
     # Data folder that ``output_path`` params are relative to ("models", "output").
     WRITES_TO: ClassVar[str | None] = None
+    # Packages beyond torch the node imports (import names), and the cdui extra
+    # that installs them (pyproject's optional-dependencies): a node whose
+    # packages are missing stays in the catalog, marked unavailable with the
+    # install command, and a graph using it is refused at validation.
+    NEEDS: ClassVar[tuple[str, ...]] = ()
+    EXTRA: ClassVar[str | None] = None
+    # A data folder ("media") every run of this node writes into, whatever its
+    # params (plot nodes keep their picture): the run's file plan says it writes.
+    ALWAYS_WRITES: ClassVar[str | None] = None
 
     @classmethod
     def define_inputs(cls) -> list[Port]:
@@ -108,6 +118,24 @@ class Node(ABC):
 
     @classmethod
     def define_params(cls) -> list[Param]:
+        return []
+
+    @classmethod
+    def missing_packages(cls) -> list[str]:
+        """The packages of :attr:`NEEDS` this Python cannot import."""
+        return [name for name in cls.NEEDS if not package_available(name)]
+
+    @classmethod
+    def preflight(cls, params: dict[str, Any], layout: Layout) -> list[tuple[str, str]]:
+        """What this node needs on the machine that runs it and does not find
+        there, as ``(code, message)`` pairs; checked at validation on that
+        machine, so a graph is refused before any node runs (a package of an
+        extra that is not installed; a dataset whose files are missing)."""
+        missing = cls.missing_packages()
+        if missing:
+            return [("missing_extra", f"needs {', '.join(PIP_NAMES.get(m, m) for m in missing)}, which "
+                     f"{'is' if len(missing) == 1 else 'are'} not installed on this machine: "
+                     f"{install_hint(cls.EXTRA)}")]
         return []
 
     @abstractmethod
@@ -128,7 +156,43 @@ class Node(ABC):
                          "description": p.description} for p in cls.define_outputs()],
             "params": [p.to_json() for p in cls.define_params()],
             "writes_to": cls.WRITES_TO,
+            **cls._availability(),
         }
+
+    @classmethod
+    def _availability(cls) -> dict[str, Any]:
+        if not cls.NEEDS:
+            return {"available": True}
+        missing = cls.missing_packages()
+        out: dict[str, Any] = {"available": not missing, "extra": cls.EXTRA,
+                               "needs": [PIP_NAMES.get(m, m) for m in cls.NEEDS]}
+        if missing:
+            out["install"] = install_hint(cls.EXTRA)
+        return out
+
+
+# Import name -> pip name, where they differ.
+PIP_NAMES = {"sklearn": "scikit-learn", "PIL": "Pillow"}
+_AVAILABLE: dict[str, bool] = {}
+
+
+def package_available(name: str) -> bool:
+    """Whether ``name`` can be imported here (looked up once, without importing it)."""
+    if name not in _AVAILABLE:
+        import importlib.util
+
+        try:
+            _AVAILABLE[name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            _AVAILABLE[name] = False
+    return _AVAILABLE[name]
+
+
+def install_hint(extra: str | None) -> str:
+    if extra is None:
+        return "install the packages into cdui's environment"
+    return (f"install the {extra} extra with `bin/cdui start --extras {extra}` (or `bin/cdui install "
+            f"--extras {extra}`; offline: `bin/cdui wheelhouse DIR --extras {extra}` on a connected machine)")
 
 
 @dataclass
@@ -168,6 +232,8 @@ def upload_name(folder: str, value: str) -> str | None:
 
 def file_usage(node_cls: type[Node], params: dict[str, Any], node_id: str = "") -> FileUsage:
     usage = FileUsage()
+    if node_cls.ALWAYS_WRITES:
+        usage.writes.append(f"{node_id or node_cls.NODE_NAME} writes into data/{node_cls.ALWAYS_WRITES}/")
     for p in node_cls.define_params():
         value = params.get(p.name, p.default)
         if p.param_type in UPLOAD_FOLDERS:

@@ -1,6 +1,7 @@
 // The Workers panel (cards, actions, rejected connections, issued tokens) and the Add worker dialog.
 import { api, ApiError } from "./api.js";
 import { $, badge, fill, h, time } from "./dom.js";
+import { oneShotBlock } from "./oneshot.js";
 
 let ctx = { act: async (fn) => fn(), select: () => {}, onWorkers: () => {} };
 // The action waiting for its second click: { name, action } (kept across refreshes).
@@ -165,7 +166,6 @@ function badges(w) {
   if (w.degraded) out.push(mark("Degraded"));
   if (w.drained && w.status !== "draining") out.push(mark("draining", "mark-muted"));
   if (w.disabled && w.status !== "disabled") out.push(mark("Disabled", "mark-muted"));
-  if (w.one_shot) out.push(mark("one-shot", "mark-info"));
   if (w.unencrypted) out.push(mark("Unencrypted HTTP"));
   if (w.ssh) out.push(mark("SSH", "mark-info"));
   return out;
@@ -209,19 +209,6 @@ function fingerprintText(w) {
   return String(f);
 }
 
-function instancesBlock(w) {
-  const inst = w.instances;
-  if (!inst) return null;
-  const rows = Array.isArray(inst) ? inst : inst.list || inst.instances || [];
-  const head = Array.isArray(inst) ? `${rows.length}` : `${inst.connected ?? 0} connected, ${inst.running ?? 0} running`;
-  return h("div", { class: "instances" }, h("strong", {}, "Instances: "), head,
-    rows.length ? h("ul", { class: "plain-list small" }, rows.slice(0, 50).map((i) => h("li", {},
-      h("span", { class: "mono" }, i.name || i.id || short(i)), " ",
-      i.status ? badge(i.status, "worker") : null, " ",
-      i.run || i.run_id ? h("button", { type: "button", class: "link mono", onclick: () => ctx.select(i.run || i.run_id) }, i.run || i.run_id) : null,
-      !i.online && i.status !== "online" && i.name ? button(w, "Remove", "remove-instance", i.name) : null))) : null);
-}
-
 function button(w, text, action, subject) {
   const target = subject || w.name;
   return h("button", { type: "button", class: ["remove", "delete", "remove-instance"].includes(action) ? "danger" : "",
@@ -262,7 +249,6 @@ function workerCard(w) {
   const neverConnected = w.ssh && !w.version && !w.last_seen;
   const removeAction = neverConnected ? ["Delete", "delete"] : ["Remove", "remove"];
   const confirmAction = w._pending;
-  const oneShotRun = w.one_shot_run ? h("button", { type: "button", class: "link mono", onclick: () => ctx.select(w.one_shot_run) }, w.one_shot_run) : w.one_shot_note || "";
   const fp = fingerprintText(w);
   return h("li", { class: `worker card-item status-${String(w.status || "").replace(/[^a-z_-]/gi, "")}`, dataset: { worker: w.name } },
     h("div", { class: "worker-head" }, h("strong", { class: "worker-name" }, w.name), badges(w)),
@@ -270,11 +256,14 @@ function workerCard(w) {
       fact("Version", w.version), fact("Devices", devices), fact("Address", w.address),
       fact("Mounts", labelsText(w.mounts || w.labels)), fact("Last seen", time(w.last_seen)),
       fact("Environment", fp), catalogFacts(w),
-      fact("One-shot run", w.one_shot ? oneShotRun : ""),
       fact("Runs", runs.length ? runs.map((id) => h("button", {
         type: "button", class: "link mono", "aria-label": `Show run ${id}`, onclick: () => ctx.select(id) }, id)) : "")),
     w.ssh ? tunnelRow(w.ssh, w) : null,
-    instancesBlock(w),
+    // The one-shot run and the instances under this credential (oneshot.js, from #13).
+    oneShotBlock(w, { openRun: ctx.select, removeInstance: (n) => ctx.act(async () => {
+      await api("DELETE", `/api/workers/${encodeURIComponent(n)}`);
+      await refresh();
+    }) }),
     h("div", { class: "actions" },
       !w.disabled && w.status !== "draining" && !w.drained ? button(w, "Drain", "drain") : null,
       !w.disabled && (w.status === "draining" || w.drained) ? button(w, "Undrain", "undrain") : null,

@@ -196,6 +196,7 @@ class FakeAgent:
         self.stops: list[str] = []
         self.inbox: list[dict[str, Any]] = []
         self.answer_stop = False
+        self.capabilities: list[str] = []  # what its hello offers (["s3"]: it has boto3)
         self._acks = asyncio.Condition()
         self._session = aiohttp.ClientSession()
         self._reader: asyncio.Task[None] | None = None
@@ -223,8 +224,9 @@ class FakeAgent:
         self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
                                                  headers={"Authorization": f"Bearer {self.credential}"},
                                                  autoclose=False)
-        await self.ws.send_str(json.dumps(protocol.hello(__version__, self.name, self.devices, {},
-                                                         "fake-machine", runs)))
+        hello = protocol.hello(__version__, self.name, self.devices, {}, "fake-machine", runs)
+        hello["capabilities"] = list(self.capabilities)
+        await self.ws.send_str(json.dumps(hello))
         msg = await self.ws.receive(timeout=30)
         assert msg.type == aiohttp.WSMsgType.TEXT, msg
         self.welcome = json.loads(msg.data)

@@ -13,6 +13,7 @@ An image is ``(width, height, mode, pixels)`` with ``mode`` one of ``L``,
 """
 from __future__ import annotations
 
+import importlib
 import struct
 import zlib
 from pathlib import Path
@@ -28,10 +29,9 @@ class ImageFormatError(ValueError):
 
 def _pillow():
     try:
-        from PIL import Image  # type: ignore[import-not-found]
+        return importlib.import_module("PIL.Image")
     except ImportError:
         return None
-    return Image
 
 
 # -- reading -------------------------------------------------------------------

@@ -109,6 +109,28 @@ class ModelSaverNode(Node):
         return {"path": str(path), "model": model}
 
 
+def load_weights(model: Any, state: Any, ctx: RunContext, where: str, strict: bool = True) -> None:
+    """Load ``state`` into ``model``: weights saved by CodefyUI or cdui (key
+    layout ``layers.<id>.<param>``), and with a warning those saved by cdui 0.1
+    (top-level keys). A mismatch is one sentence naming the keys, not
+    PyTorch's raw key error."""
+    from cdui.nodes.builtin._torchlib.layer_spec import adapt_state_dict, describe_mismatch
+
+    if not isinstance(state, dict):
+        raise ValueError(f"{where} holds {type(state).__name__}, not a state_dict of weights")
+    state, renamed = adapt_state_dict(model, state)
+    if renamed:
+        ctx.warning("legacy_weights", f"{where}: weights saved by cdui 0.1 (keys without the "
+                    f"'layers.' prefix); loaded by renaming them. Save them again to get the "
+                    f"layout CodefyUI and this cdui share.")
+    problem = describe_mismatch(model, state) if strict else None
+    if problem is not None:
+        raise ValueError(f"{where} does not fit the connected model: {problem}. Connect the "
+                         f"model the weights were trained with (same layers and sizes), or set "
+                         f"strict=false to load the weights that match")
+    model.load_state_dict(state, strict=strict)
+
+
 class ModelLoaderNode(Node):
     NODE_NAME = "ModelLoader"
     CATEGORY = "IO"
@@ -159,7 +181,8 @@ class ModelLoaderNode(Node):
                 state = torch.load(str(path), map_location="cpu", weights_only=True)
             if isinstance(state, dict) and "model_state_dict" in state:
                 state = state["model_state_dict"]  # a training checkpoint works too
-            model.load_state_dict(state, strict=as_bool(params.get("strict"), True))
+            load_weights(model, state, ctx, f"ModelLoader: {path.name}",
+                         strict=as_bool(params.get("strict"), True))
             model = model.to(device)
         else:
             if is_st:
@@ -274,7 +297,7 @@ class CheckpointLoaderNode(Node):
         if not isinstance(ckpt, dict) or "model_state_dict" not in ckpt:
             raise ValueError(f"CheckpointLoader: {path.name} is not a training checkpoint (no "
                              f"model_state_dict); load plain weights with ModelLoader")
-        model.load_state_dict(ckpt["model_state_dict"])
+        load_weights(model, ckpt["model_state_dict"], ctx, f"CheckpointLoader: {path.name}")
         model = model.to(device)
         # Re-point the optimizer at the (possibly moved) parameters, then let
         # load_state_dict cast its state onto their device.

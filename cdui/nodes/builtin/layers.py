@@ -37,8 +37,8 @@ class LinearNode(Node):
     @classmethod
     def define_params(cls) -> list[Param]:
         return [
-            Param("in_features", "int", 512, "Input feature size", min_value=1),
-            Param("out_features", "int", 10, "Output feature size", min_value=1),
+            Param("in_features", "int", 512, "Input feature size"),
+            Param("out_features", "int", 10, "Output feature size"),
         ]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],

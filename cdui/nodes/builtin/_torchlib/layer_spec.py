@@ -173,13 +173,8 @@ class GraphModel(nn.Module):
         self.order = list(order)
         self.in_edges = {k: list(v) for k, v in in_edges.items()}
         self.input_id, self.output_id = input_id, output_id
-        self.attr_of = {nid: nid.replace("-", "_").replace(".", "_") for nid in modules}
-        for nid, mod in modules.items():
-            self.add_module(self.attr_of[nid], mod)
-
-    @property
-    def layers(self) -> list[nn.Module]:
-        return [getattr(self, self.attr_of[n]) for n in self.order if n in self.attr_of]
+        self.attr_of = {nid: nid.replace(".", "_") for nid in modules}
+        self.layers = nn.ModuleDict({self.attr_of[nid]: mod for nid, mod in modules.items()})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values: dict[str, torch.Tensor] = {self.input_id: x}
@@ -191,9 +186,46 @@ class GraphModel(nn.Module):
                 raise RuntimeError(f"layer {nid!r} has no input edge")
             if nid == self.output_id:
                 return values[preds[0]]
-            mod = getattr(self, self.attr_of[nid])
+            mod = self.layers[self.attr_of[nid]]
             values[nid] = mod(*[values[p] for p in preds])
         raise RuntimeError("the Output layer was never reached")
+
+
+LEGACY_PREFIX = "layers."
+
+
+def adapt_state_dict(model: nn.Module, state: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``state`` with keys renamed to ``model``'s layout when it is a layer graph
+    saved by cdui 0.1 (top-level ``l1.weight`` instead of ``layers.l1.weight``).
+
+    Returns ``(state, renamed)``; any other state is returned unchanged, so the
+    caller's ``load_state_dict`` reports a real mismatch as it is."""
+    if not isinstance(model, GraphModel) or not state:
+        return state, False
+    keys = set(model.state_dict())
+    if any(str(k).startswith(LEGACY_PREFIX) for k in state):
+        return state, False
+    renamed = {LEGACY_PREFIX + str(k): v for k, v in state.items()}
+    if set(renamed) <= keys:
+        return renamed, True
+    return state, False
+
+
+def describe_mismatch(model: nn.Module, state: dict[str, Any]) -> str | None:
+    """One readable sentence when ``state`` does not fit ``model`` (missing and
+    unexpected keys, first few of each), or None when the keys match."""
+    want, have = set(model.state_dict()), {str(k) for k in state}
+    missing, unexpected = sorted(want - have), sorted(have - want)
+    if not missing and not unexpected:
+        return None
+    parts = []
+    if missing:
+        parts.append(f"the model has {len(missing)} weight(s) the file lacks ({', '.join(missing[:4])}"
+                     f"{', ...' if len(missing) > 4 else ''})")
+    if unexpected:
+        parts.append(f"the file has {len(unexpected)} weight(s) the model lacks ({', '.join(unexpected[:4])}"
+                     f"{', ...' if len(unexpected) > 4 else ''})")
+    return "; ".join(parts)
 
 
 def _topo_order(node_ids: list[str], in_edges: dict[str, list[str]]) -> list[str]:

@@ -7,9 +7,11 @@ when it is installed; files written either way are interchangeable.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,13 +23,18 @@ _DTYPES = {
 _BY_NAME = {v: k for k, v in _DTYPES.items()}
 
 
-def save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+def _library() -> Any:
+    """safetensors' torch module when the package is installed, else None."""
     try:
-        from safetensors.torch import save_file as _save
+        return importlib.import_module("safetensors.torch")
     except ImportError:
-        _save = None
-    if _save is not None:
-        _save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+        return None
+
+
+def save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    lib = _library()
+    if lib is not None:
+        lib.save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
         return
     header: dict[str, object] = {}
     chunks: list[bytes] = []
@@ -51,12 +58,9 @@ def save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def load_file(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
-    try:
-        from safetensors.torch import load_file as _load
-    except ImportError:
-        _load = None
-    if _load is not None:
-        return _load(str(path), device=device)
+    lib = _library()
+    if lib is not None:
+        return dict(lib.load_file(str(path), device=device))
     data = Path(path).read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + size])

@@ -1,7 +1,8 @@
 """Size bounds, checked before work is done: graph expansion (preset bombs),
 request bodies, enrollment tokens, the enrollment rate limit and the
-server's in-memory tables. Real ``cdui start`` processes; memory is read
-from the server's /proc/<pid>/status."""
+server's in-memory tables. The control plane runs in this test process
+(``InProcServer``), so "the server's memory" is this process's
+/proc/<pid>/status: an expansion or a body read whole would show there."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from threaded import InProcServer
 
 from cdui.enroll import RateLimiter
 from cdui.graph.model import DEFAULT_MAX_NODES
@@ -21,7 +23,7 @@ MB = 1024 * 1024
 
 @pytest.fixture
 def cp(tmp_path):
-    s = ServerProc(tmp_path).start()
+    s = InProcServer(tmp_path).start()
     yield s
     s.stop()
 
@@ -84,7 +86,7 @@ def test_graph_at_the_limit_validates_and_one_more_node_is_refused(cp):
 
 
 def test_graph_max_nodes_setting_is_read(tmp_path):
-    s = ServerProc(tmp_path, extra_env={"CODEFYUI_GRAPH_MAX_NODES": "150"}).start()
+    s = InProcServer(tmp_path, extra_env={"CODEFYUI_GRAPH_MAX_NODES": "150"}).start()
     try:
         status, answer = s.api("POST", "/api/graphs/validate", {"graph": near_limit(150)})
         assert status == 200 and answer["valid"] is True, answer

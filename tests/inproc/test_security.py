@@ -1,6 +1,8 @@
-"""Security properties of a real server: the session token, the Host
+"""Security properties of the control plane: the session token, the Host
 allowlist, paths from outside (node params, upload names, download names),
-the upload size limit, and SECRET params that must never be stored."""
+the upload size limit, and SECRET params that must never be stored. The
+control plane runs in this process; the e2e tests, which run graphs, use a
+real server process."""
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from threaded import InProcServer
 
 from cdui.graph.secrets import MIN_SECRET_LEN, fill_secrets, redact_text, redact_value, short_secrets, split_secrets
 from cdui.nodes.registry import build_registry
@@ -24,15 +27,28 @@ EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000
 
 
+SETTINGS = {"CODEFYUI_EXTRA_ALLOWED_HOSTS": EXTRA_HOST, "CODEFYUI_MAX_UPLOAD_SIZE": str(LIMIT)}
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
-    s = ServerProc(tmp_path_factory.mktemp("sec"), name="security-server",
-                   extra_env={"CODEFYUI_EXTRA_ALLOWED_HOSTS": EXTRA_HOST, "CODEFYUI_MAX_UPLOAD_SIZE": str(LIMIT)})
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    """The control plane in this process; with ``IN_A_PROCESS`` a real server process, since a
+    secret must be absent from everything that process wrote, its log (stderr) included."""
+    tmp = tmp_path_factory.mktemp("sec")
+    if getattr(request, "param", None) == "process":
+        s: ServerProc = ServerProc(tmp, name="security-server-proc", extra_env=SETTINGS)
+    else:
+        s = InProcServer(tmp, name="security-server", extra_env=SETTINGS)
     try:
         s.start()
         yield s
     finally:
         s.stop()
+
+
+# For the e2e tests: `server` is a real server process (set up with the module, before the
+# per-test sweep of leftover processes looks, so the sweep leaves it alone).
+IN_A_PROCESS = pytest.mark.parametrize("server", ["process"], indirect=True)
 
 
 def error_of(body: Any) -> dict[str, Any]:
@@ -116,6 +132,7 @@ def test_host_allowlist(server: ServerProc, host: str, ok: bool) -> None:
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "data/files/../../../etc/passwd",
                                   "data/../../etc/passwd"])
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
     """One safe-join for every outside path: a CSVReader reading outside
     the installation fails with a clear 'refused' error and never reads the file."""
@@ -133,6 +150,7 @@ def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_writer_path_traversal_refused(server: ServerProc) -> None:
     """ModelSaver writing outside its models folder fails with
     'refused' and creates no file outside the data folder."""
@@ -273,6 +291,7 @@ def assert_secret_nowhere(server: ServerProc, run_id: str, secret: str) -> None:
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
     """Secrets: the webhook node's secret reaches the
     webhook's request header, but appears nowhere in the sqlite files (db, -wal,
@@ -294,6 +313,7 @@ def test_secret_param_used_but_never_stored(server: ServerProc, webhook_receiver
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_secret_not_leaked_by_a_failing_run(server: ServerProc, webhook_receiver) -> None:
     """Secrets: when the webhook answers 500 the run fails
     with an error that names the problem, and the secret is still nowhere."""
@@ -347,6 +367,7 @@ def nested_preset_graph(ntype: str, pname: str, url: str, used: str, default: st
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, webhook_receiver) -> None:
     """A secret two presets deep reaches the webhook, and neither it nor the preset's own
     (overridden) default is in the database, WAL, logs, files or events, in any encoding."""
@@ -361,6 +382,7 @@ def test_secret_inside_nested_presets_used_but_never_stored(server: ServerProc, 
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
+@IN_A_PROCESS
 def test_secret_with_escaped_characters_is_masked(server: ServerProc, webhook_receiver) -> None:
     """Accents, quotes, a backslash, a tab and a newline change a secret's JSON form; it is
     masked anyway. A newline cannot go into an HTTP header, so the run fails with an error

@@ -1,4 +1,4 @@
-"""The run API against a real server with real run subprocesses:
+"""The run API against the control plane (in this process) with real run subprocesses:
 the iris example end to end, CodefyUI's own example graphs, validation with
 every error at once, the error shape, uploads, events and the WebSocket."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from threaded import InProcServer
 
 from procs import REPO_ROOT, ServerProc, broken_iris, csv_print_graph, load_example, wait_run
 
@@ -21,7 +22,7 @@ RUN_FIELDS = {"id", "status", "target", "worker_id", "worker_status", "queue_rea
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    s = ServerProc(tmp_path_factory.mktemp("api"), name="api-server")
+    s = InProcServer(tmp_path_factory.mktemp("api"), name="api-server")
     try:
         s.start()
         yield s

@@ -1,0 +1,220 @@
+"""Saved graphs, and calling a saved graph as an API function.
+
+- ``PUT /api/graphs/{name}`` saves a graph (the body is the graph, or
+  ``{"graph": ...}``) as ``data/graphs/<name>.json``; ``GET /api/graphs`` lists
+  them with their contracts; ``GET`` / ``DELETE /api/graphs/{name}``.
+- ``POST /api/graph/run/{name}`` ``{inputs, timeout_s, device, target,
+  record_outputs}`` submits the graph as an ordinary run (so it is queued,
+  placed on ``target`` — a worker name runs it there — logged and kept like
+  any run), waits for it to end, and answers CodefyUI's envelope
+  ``{status, run_id, graph, app, version, device, outputs, error, timing}``
+  with each GraphOutput's value under its name. A broken contract is 409
+  (cdui.graph.contract); a call that outlives ``timeout_s`` stops its run and
+  answers 504 with status ``timeout``.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cdui import __version__
+from cdui.appkeys import RUNS
+from cdui.atomic import atomic_write
+from cdui.errors import CduiError, NotFound
+from cdui.graph.contract import contract_of, fill_inputs
+from cdui.httpjson import read_json
+from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
+from cdui.store import TERMINAL
+
+GRAPH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# Names that read as route words, never graph names.
+RESERVED = {"validate", "run"}
+DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 300.0, 7 * 86400.0
+# Saved graphs listed at most (the list reads each file's contract).
+MAX_LISTED = 1000
+
+
+def _folder(request: web.Request) -> Path:
+    return Path(request.app[RUNS].layout.folder("graphs"))
+
+
+def _name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if not GRAPH_NAME.match(name) or name.endswith(".json") or name in RESERVED:
+        raise CduiError("bad_name", f"graph name {name[:100]!r} is not valid",
+                        hint="use up to 100 letters, digits, '_', '-' and '.', starting with a letter or digit "
+                             f"(not ending in .json, not {sorted(RESERVED)})")
+    return name
+
+
+def _load(request: web.Request, name: str) -> dict[str, Any]:
+    path = _folder(request) / f"{name}.json"
+    limit = request.app[RUNS].config["CODEFYUI_MAX_GRAPH_BYTES"]
+    try:
+        if path.stat().st_size > limit:
+            raise CduiError("graph_too_large", f"saved graph {name!r} is larger than CODEFYUI_MAX_GRAPH_BYTES")
+        graph = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFound("graph", name, hint="save it with PUT /api/graphs/{name}; list them with GET /api/graphs") \
+            from None
+    except ValueError as exc:
+        raise CduiError("bad_graph", f"saved graph {name!r} is not valid JSON ({exc})", status=500,
+                        hint="save it again with PUT /api/graphs/{name}") from None
+    if not isinstance(graph, dict):
+        raise CduiError("bad_graph", f"saved graph {name!r} is not a JSON object", status=500)
+    return graph
+
+
+def _describe(name: str, path: Path, graph: Any) -> dict[str, Any]:
+    st = path.stat()
+    out: dict[str, Any] = {"name": name, "size": st.st_size, "modified_at": st.st_mtime}
+    try:
+        out["contract"], out["callable"] = contract_of(graph).to_json(), True
+    except CduiError as exc:
+        out["contract"], out["callable"], out["not_callable_because"] = None, False, exc.message
+    return out
+
+
+async def put_graph(request: web.Request) -> web.Response:
+    name = _name(request)
+    service = request.app[RUNS]
+    body = await read_json(request, service.config["CODEFYUI_MAX_GRAPH_BYTES"], "CODEFYUI_MAX_GRAPH_BYTES")
+    graph = body["graph"] if isinstance(body, dict) and isinstance(body.get("graph"), dict) else body
+    if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list):
+        raise CduiError("bad_graph", "the body must be a graph (an object with a 'nodes' list) or {\"graph\": ...}",
+                        hint="send the graph JSON CodefyUI exports")
+    folder = _folder(request)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    created = not path.exists()
+    await asyncio.to_thread(atomic_write, path, json.dumps(graph))
+    return web.json_response(_describe(name, path, graph), status=201 if created else 200)
+
+
+async def list_graphs(request: web.Request) -> web.Response:
+    folder = _folder(request)
+    out = []
+    for path in sorted(folder.glob("*.json"))[:MAX_LISTED] if folder.is_dir() else []:
+        name = path.stem
+        if not GRAPH_NAME.match(name):
+            continue
+        try:
+            graph = _load(request, name)
+        except CduiError as exc:
+            out.append({"name": name, "callable": False, "not_callable_because": exc.message})
+            continue
+        out.append(_describe(name, path, graph))
+    return web.json_response({"graphs": out})
+
+
+async def get_graph(request: web.Request) -> web.Response:
+    return web.json_response(_load(request, _name(request)))
+
+
+async def delete_graph(request: web.Request) -> web.Response:
+    name = _name(request)
+    path = _folder(request) / f"{name}.json"
+    if not path.exists():
+        raise NotFound("graph", name, hint="list them with GET /api/graphs")
+    path.unlink()
+    return web.json_response({"deleted": name})
+
+
+def _timeout(body: dict[str, Any]) -> float:
+    raw = body.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_TIMEOUT_S:
+        raise CduiError("bad_timeout", f"timeout_s={raw!r} is not a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]")
+    return float(raw)
+
+
+async def _wait(service: Any, run_id: str, timeout: float) -> dict[str, Any] | None:
+    """The run once it has ended, or None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    queue = service.subscribe(run_id)
+    try:
+        while True:
+            run: dict[str, Any] = await service.get(run_id)
+            if run["status"] in TERMINAL:
+                return run
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(queue.get(), timeout=min(left, 2.0))
+            except TimeoutError:
+                pass
+    finally:
+        service.unsubscribe(run_id, queue)
+
+
+async def _outputs(service: Any, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    outputs: dict[str, Any] = {}
+    error: dict[str, Any] | None = None
+    after = 0
+    while True:
+        page = await service.store.events(run_id, after)
+        for ev in page:
+            if ev["kind"] == GRAPH_OUTPUT_EVENT and isinstance(ev["data"], dict):
+                d = ev["data"]
+                if "error" in d and error is None:
+                    error = {**d["error"], "node_id": d.get("node_id")}
+                elif "value" in d:
+                    outputs[str(d.get("name"))] = d["value"]
+        if len(page) < 10000:
+            return outputs, error
+        after = page[-1]["seq"]
+
+
+async def run_graph(request: web.Request) -> web.Response:
+    started = time.monotonic()
+    name = _name(request)
+    service = request.app[RUNS]
+    body = await read_json(request, service.config["CODEFYUI_MAX_GRAPH_BYTES"], "CODEFYUI_MAX_GRAPH_BYTES",
+                           default={})
+    if not isinstance(body, dict):
+        raise CduiError("bad_request", "the body must be an object: {inputs, timeout_s, device, target}")
+    graph = _load(request, name)
+    contract = contract_of(graph)
+    timeout = _timeout(body)
+    filled = fill_inputs(graph, contract, body.get("inputs"))
+    options = {k: body[k] for k in ("device", "target", "record_outputs") if k in body}
+    run = await service.submit({**filled, "name": filled.get("name") or name}, options)
+    done = await _wait(service, run["id"], timeout)
+    envelope: dict[str, Any] = {"status": None, "run_id": run["id"], "graph": name, "app": "cdui",
+                                "version": __version__, "device": None, "outputs": {}, "error": None,
+                                "timing": {}}
+    if done is None:
+        await service.stop(run["id"])
+        envelope.update(status="timeout", error={"code": "timeout", "message": f"the run did not end within "
+                        f"{timeout:g} s; it was stopped", "node_id": None, "details": None})
+        envelope["timing"] = {"total_s": round(time.monotonic() - started, 3)}
+        return web.json_response(envelope, status=504)
+    outputs, out_error = await _outputs(service, run["id"])
+    envelope.update(status=done["status"], device=done.get("device"), outputs=outputs)
+    if done["status"] != "succeeded":
+        envelope["error"] = out_error or {"code": f"run_{done['status']}", "message": done.get("error") or
+                                          done["status"], "node_id": None, "details": None}
+        envelope["error"].setdefault("details", None)
+    else:
+        missing = sorted(set(contract.outputs) - set(outputs))
+        if missing:
+            envelope["status"] = "failed"
+            envelope["error"] = {"code": "missing_outputs", "message": f"the run ended without output(s) {missing}",
+                                 "node_id": None, "details": None}
+    envelope["timing"] = {"total_s": round(time.monotonic() - started, 3)}
+    return web.json_response(envelope)
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/graphs", list_graphs)
+    r.add_put("/api/graphs/{name}", put_graph)
+    r.add_get("/api/graphs/{name}", get_graph)
+    r.add_delete("/api/graphs/{name}", delete_graph)
+    r.add_post("/api/graph/run/{name}", run_graph)

@@ -1,0 +1,178 @@
+"""SLURM for real: a single-host cluster runs the shipped ``deploy/slurm/codefyui.sbatch`` as an
+array of 4 against a real control plane.
+
+The fixture configures Debian's munged, slurmctld and slurmd in a temporary folder on
+loopback (a generated munge key, ``SlurmctldHost=localhost``, ``proctrack/linuxproc`` and
+``task/none`` so no cgroups are needed, root as ``SlurmUser``) and runs them as children
+of the test; the node may oversubscribe its CPUs so the four tasks run together, as an
+array on a real cluster does. Skipped with the reason when the binaries are missing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from procs import REPO_ROOT, Proc, ServerProc, csv_print_graph, env_for, free_port, wait_for, wait_run
+from syspkgs import require_commands
+
+pytestmark = [pytest.mark.e2e, require_commands("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="the single-host SLURM cluster runs as root")]
+SCRIPT = REPO_ROOT / "deploy" / "slurm" / "codefyui.sbatch"
+
+
+def _node_cpus() -> int:
+    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"\bCPUs=(\d+)", out)
+    return int(m.group(1)) if m else 1
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.procs: list[Proc] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def write_config(self) -> None:
+        sock, key = self.root / "sock", self.root / "munge"
+        for d in ("state", "spool", "log"):
+            (self.root / d).mkdir()
+        sock.mkdir(mode=0o755)  # munged wants its socket's folder open to everyone
+        key.mkdir(mode=0o700)
+        (key / "munge.key").write_bytes(os.urandom(1024))
+        os.chmod(key / "munge.key", 0o600)
+        r = self.root
+        self.conf.write_text(f"""\
+ClusterName=cduitest
+SlurmctldHost=localhost
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={sock}/munge.sock
+CredType=cred/munge
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+MinJobAge=3600
+NodeName=localhost NodeHostname={os.uname().nodename} NodeAddr=127.0.0.1 CPUs={_node_cpus()} RealMemory=500 \
+State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+""")
+
+    def start(self) -> None:
+        self.write_config()
+        r, env = self.root, self.env
+        for name, cmd in (
+                ("munged", ["munged", "-F", "-S", f"{r}/sock/munge.sock", f"--key-file={r}/munge/munge.key",
+                            f"--log-file={r}/log/munged.log", f"--pid-file={r}/munge/munged.pid",
+                            f"--seed-file={r}/munge/seed"]),
+                ("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)]),
+                ("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", "localhost"])):
+            p = Proc([shutil.which(cmd[0]) or cmd[0], *cmd[1:]], env, r / "log" / f"{name}.out", cwd=r, name=name)
+            p.spawn()
+            self.procs.append(p)
+            if name == "munged":
+                wait_for(lambda: (r / "sock" / "munge.sock").exists(), 60, 0.1, "munged's socket",
+                         detail=p.log_tail)
+
+        def idle() -> bool:
+            for p in self.procs:
+                if not p.alive:
+                    raise AssertionError(f"{p.name} exited with {p.returncode}:\n{p.log_tail(30)}")
+            out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True, timeout=60)
+            return out.stdout.strip() == "idle"
+        wait_for(idle, 120, 0.5, "the SLURM node to be idle", detail=lambda: self.procs[-1].log_tail(20))
+
+    def stop(self) -> None:
+        subprocess.run(["scancel", "--full", "--user=root"], env=self.env, capture_output=True, timeout=60)
+        for p in reversed(self.procs):
+            p.stop(30)
+
+    def job_tasks(self, job: str) -> list[dict[str, str]]:
+        """``scontrol show job`` of every task of an array job, as key=value maps."""
+        out = subprocess.run(["scontrol", "-o", "show", "job", job], env=self.env, capture_output=True, text=True,
+                             timeout=60).stdout
+        return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    root = Path(tempfile.mkdtemp(prefix="cdui-slurm-"))
+    os.chmod(root, 0o755)
+    c = Cluster(root)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(cluster: Cluster, tmp_path: Path):
+    cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
+    try:
+        runs = [cp.submit(csv_print_graph(label=f"run {i}"), {"target": {"pool": "one-shot"}, "device": "cpu"})["id"]
+                for i in range(4)]
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        home = tmp_path / "home"
+        home.mkdir()
+        # What a user's job environment would carry, pointed at the test control plane; the script
+        # itself is the shipped one. No GPU here: the command line overrides its gres and CPUs.
+        env = {**env_for(home / ".codefyui-agent", tmp_path / "agent-data"), **cluster.env, "HOME": str(home),
+               "CODEFYUI_ENROLL_TOKEN": tok, "CONTROL": cp.url, "CDUI": str(REPO_ROOT / "bin" / "cdui"),
+               "CDUI_NO_INSTALL": "1"}
+        env.pop("CODEFYUI_USER_DATA_DIR")  # the script sets it: $HOME/.codefyui-agent, shared by all tasks
+        out = subprocess.run(["sbatch", "--parsable", "--array=0-3", "--gres=none", "--cpus-per-task=1",
+                              f"--output={tmp_path}/codefyui-%A_%a.log", f"--chdir={tmp_path}", str(SCRIPT)],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip().split(";")[0]
+
+        def logs() -> str:
+            return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                             for p in sorted(tmp_path.glob("codefyui-*.log")))
+
+        def ended() -> list[dict[str, str]] | None:
+            tasks = cluster.job_tasks(job)
+            done = [t for t in tasks if t.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+            return tasks if len(tasks) == 4 and len(done) == 4 else None
+        tasks = wait_for(ended, 600, 1.0, f"the 4 tasks of job {job} to end", detail=logs)
+        tasks.sort(key=lambda t: t["ArrayTaskId"])
+        states = [(t["ArrayTaskId"], t["JobState"], t["ExitCode"]) for t in tasks]
+        assert states == [(str(i), "COMPLETED", "0:0") for i in range(4)], logs()
+
+        done: list[dict[str, Any]] = [wait_run(cp, r) for r in runs]
+        assert [r["status"] for r in done] == ["succeeded"] * 4
+        assert sorted(r["worker_id"] for r in done) == [f"slurm.{job}-{i}" for i in range(4)]
+        toks = cp.call("GET", "/api/workers/tokens")
+        assert [(t["uses_total"], t["uses_left"]) for t in toks] == [(1, 0)]
+        card = next(w for w in cp.call("GET", "/api/workers")["workers"] if w["name"] == "slurm")
+        assert sorted(d["name"] for d in card["instances"]["departed"]) == [f"slurm.{job}-{i}" for i in range(4)]
+        assert list((home / ".codefyui-agent" / "agent-instances").glob("*-*")) == []  # each removed its folder
+    finally:
+        cp.stop()
