@@ -10,8 +10,10 @@ friends; they never write to the database themselves. Middlewares, in order:
    except the public ones below. A ``?token=`` query parameter is accepted only
    where a browser cannot send a header (the run event WebSocket and download
    links): URLs end up in history, proxy logs and ``Referer`` headers, so
-   everywhere else a query token counts as absent. No cookie carries the
-   token: a cookie would be sent by any page that makes the browser call us.
+   everywhere else a query token counts as absent. The web page's session
+   cookie counts on those same routes only, from a page of this origin
+   (:mod:`cdui.web_session`): a cookie would be sent by any page that makes
+   the browser call us, so it never stands in for the header elsewhere.
 
 One response hook adds the headers every answer needs: anti-framing and
 ``nosniff`` on the page, ``Cache-Control: no-store`` on every ``/api/`` answer
@@ -38,7 +40,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from cdui import __version__, api_files, api_graphs, api_runs, s3_plane, ssh_workers, transfer, worker_routes, workers
+from cdui import (
+    __version__,
+    api_files,
+    api_graphs,
+    api_runs,
+    s3_plane,
+    ssh_workers,
+    transfer,
+    web_session,
+    worker_routes,
+    workers,
+)
 from cdui.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
 from cdui.atomic import write_private
 from cdui.clock import Clock, SystemClock
@@ -173,7 +186,7 @@ def request_token(request: web.Request) -> str | None:
     if token:
         return token
     if QUERY_TOKEN_ROUTES.match(request.path):
-        return request.query.get("token") or None
+        return request.query.get("token") or web_session.cookie_token(request)
     return None
 
 
@@ -246,7 +259,9 @@ async def bootstrap(request: web.Request) -> web.Response:
                         f"server runs as {_user_name(me)} (uid {me}); only that user gets the session token",
                         hint="run `cdui api` or the browser as the user that started the server, or, if you are "
                              f"that user, read {request.app[CONFIG].user_data / 'session-token'}", status=403)
-    return web.json_response({"token": request.app[SESSION_TOKEN]})
+    response = web.json_response({"token": request.app[SESSION_TOKEN]})
+    web_session.set_cookie(request, response)
+    return response
 
 
 def _user_name(uid: int) -> str:
@@ -305,6 +320,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_files.setup(app)
     api_graphs.setup(app)
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
+    web_session.setup(app)
     return app
 
 

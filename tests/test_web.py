@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = Path("/tmp/cdui-web.png")
+# The docs' screenshots: CDUI_WRITE_SCREENSHOTS=1 writes them into docs/img/, otherwise into /tmp.
+SHOTS = Path(__file__).resolve().parent.parent / "docs" / "img" if os.environ.get("CDUI_WRITE_SCREENSHOTS") == "1" \
+    else Path("/tmp/cdui-web-shots")
+SHOTS.mkdir(parents=True, exist_ok=True)
 LONG = 180_000  # ms: generous waits for selectors, never a timing assertion
 
 # Two nodes of types that do not exist: at least two validation errors.
@@ -115,13 +120,20 @@ def test_runs_detail_submit_errors_upload(server, browser):
     assert [a for a in arts if a["kind"] == "model"], arts
     page.wait_for_selector("#artifacts-body tr a[download]")
     assert page.locator("#artifacts-body tr").count() == len(arts)
+    # The download link carries no token: the session cookie from bootstrap authenticates it.
+    href = page.get_attribute("#artifacts-body tr a[download]", "href")
+    assert href and "token" not in href, href
+    assert "token" not in page.evaluate("() => location.href")
+    # Training runs draw their loss; per-node status is listed.
+    page.wait_for_selector("#loss-chart polyline")
+    page.wait_for_selector("#nodes li[data-node='train'] .badge")
 
     # An invalid graph submitted through the form: every validation error is listed.
     status, bad = server.api("POST", "/api/runs", {"graph": BAD_GRAPH})
     assert status == 400, bad
     details = bad["error"]["details"]
     page.fill("#graph-text", json.dumps(BAD_GRAPH, indent=1))
-    page.fill("#target", "local")
+    page.select_option("#target", "local")
     page.click("#submit-form button[type=submit]")
     page.wait_for_selector("#submit-errors li")
     items = page.locator("#submit-errors li")
@@ -140,7 +152,8 @@ def test_runs_detail_submit_errors_upload(server, browser):
     page.wait_for_selector("#upload-results li:has-text('hello.csv')")
     assert hashlib.sha256(up.read_bytes()).hexdigest() in page.inner_text("#upload-results")
 
-    # This server has no workers (the workers section has its own test with a real agent).
+    # This server has no workers (the workers panel has its own tests with real agents).
+    page.get_by_role("button", name="Workers", exact=True).click()
     page.wait_for_selector("#workers-empty:not([hidden])")
     assert page.locator("#workers-list li").count() == 0
     page.wait_for_selector("#btn-add-worker")
@@ -172,6 +185,10 @@ def test_token_form_when_bootstrap_is_refused(server, browser):
     page.wait_for_selector("#token-form[hidden]", state="attached")
     page.wait_for_selector("#server-status.ok")
     page.wait_for_selector(f"#runs-body tr[data-run-id='{rid}']")
+    # The live log needs the session cookie, which the pasted token got through POST /api/auth/cookie.
+    page.click(f"#runs-body tr[data-run-id='{rid}'] button")
+    page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
+    assert [c["name"] for c in context.cookies() if c["httpOnly"]] == [f"cdui_session_{server.port}"]
     assert not errors, errors
     context.close()
 
@@ -259,6 +276,11 @@ def test_workers_section(worker_setup, browser):
     errors: list[str] = []
     page = _page(browser, errors)
     page.goto(cp.url + "/")
+    page.wait_for_selector("#server-status.ok")
+    assert page.is_hidden("#workers")
+    # The Settings menu's Execution → Workers → Manage opens the same panel as the Runs panel's button.
+    page.click("#settings summary")
+    page.get_by_role("button", name="Manage workers").click()
     card = "#workers-list li[data-worker='gpu-box']"
     page.wait_for_selector(f"{card} .badge.worker-online")
     text = page.inner_text(card)
@@ -271,10 +293,10 @@ def test_workers_section(worker_setup, browser):
     assert page.is_hidden("#workers-empty")
     page.wait_for_selector("#rejected-list li:has-text('gpu-box')")
     assert "already connected" in page.inner_text("#rejected-list")
-    # Target choices: the three fixed ones and the worker.
-    page.wait_for_function("() => document.querySelectorAll('#target-options option').length === 4")
-    assert page.eval_on_selector_all("#target-options option", "els => els.map(e => e.value)") == [
-        "local", "any", "one-shot", "gpu-box"]
+    # Queue on…: the three fixed choices and the worker.
+    page.wait_for_function("() => document.querySelectorAll('#target option').length === 4")
+    assert page.eval_on_selector_all("#target option", "els => els.map(e => e.value)") == [
+        "local", "any", "one-shot", "worker:gpu-box"]
 
     def status_of() -> str:
         return [x for x in cp.call("GET", "/api/workers", expect=200)["workers"] if x["name"] == "gpu-box"][0]["status"]
@@ -285,15 +307,13 @@ def test_workers_section(worker_setup, browser):
     page.wait_for_selector(f"{card} .badge.worker-online")
     assert status_of() == "online"
 
-    page.click("#btn-add-worker")
-    page.wait_for_selector("#enroll-token")
-    shown = page.inner_text("#enroll-token").strip()
-    listed = [t["id"] for t in cp.call("GET", "/api/workers/tokens", expect=200)]
-    assert shown.split(".", 1)[0] in listed, (shown, listed)
-    assert f"--token {shown}" in page.inner_text("#enroll-command")
-
-    page.once("dialog", lambda d: d.accept())
+    # Remove takes a second click, and the first says what the second will do.
     page.click("button[aria-label='Remove worker gpu-box']")
+    page.wait_for_selector(f"{card} .confirm:has-text('credential is revoked')")
+    assert "running runs end interrupted" in page.inner_text(f"{card} .confirm")
+    assert [x["name"] for x in cp.call("GET", "/api/workers", expect=200)["workers"]] == ["gpu-box"]
+    assert agent.alive
+    page.click("button[aria-label='Confirm remove worker gpu-box']")
     page.wait_for_selector(card, state="detached")
     page.wait_for_selector("#workers-empty:not([hidden])")
     assert cp.call("GET", "/api/workers", expect=200)["workers"] == []
@@ -304,3 +324,118 @@ def test_workers_section(worker_setup, browser):
     page.screenshot(path="/tmp/cdui-web-workers.png", full_page=True)
     assert not errors, errors
     page.close()
+
+
+def _iris_on_upload(name: str) -> dict[str, Any]:
+    """The iris example reading an uploaded CSV, so a worker without mounts gets it by transfer."""
+    g = load_example()
+    for n in g["nodes"]:
+        if n["type"] == "CSVReader":
+            n["data"]["params"]["path"] = name
+    return g
+
+
+def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
+    """The acceptance, from a fresh start: the Add worker dialog makes the token and the command, the command
+    (as shown) starts a real agent whose card comes online, the page uploads the data and queues the iris graph
+    on that worker, the live log shows it succeed and the page downloads its model; then drain from the card."""
+    cp = ServerProc(tmp_path, name="web-add-server", extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"})
+    procs: list[Proc] = [cp]
+    errors: list[str] = []
+    try:
+        cp.start()
+        page = _page(browser, errors)
+        page.set_viewport_size({"width": 1280, "height": 800})
+        page.goto(cp.url + "/")
+        page.wait_for_selector("#server-status.ok")
+        page.get_by_role("button", name="Workers", exact=True).click()
+        page.wait_for_selector("#workers-empty:not([hidden])")
+        page.get_by_role("button", name="Add worker").click()
+        dialog = page.get_by_role("dialog", name="Add worker")
+        dialog.wait_for()
+        # The address defaults to the page's own; it is loopback, so the dialog warns and offers the others.
+        address = page.get_by_label("Control-plane address the worker connects to")
+        assert address.input_value() == cp.url
+        page.wait_for_selector("#address-warning:not([hidden])")
+        offered = cp.call("GET", "/api/server/addresses", expect=200)["addresses"]
+        choices = page.eval_on_selector_all("#address-choice option", "els => els.map(e => e.value).filter(Boolean)")
+        assert choices == [f"http://{a if ':' not in a else '[' + a + ']'}:{cp.port}" for a in offered], choices
+        assert page.get_by_label("Valid for (TTL, hours)").input_value() == "24"
+        assert page.get_by_label("Uses (agents it may enroll)").input_value() == "1"
+        if choices:
+            # Choosing one of the server's other addresses puts it into the command.
+            page.select_option("#address-choice", choices[0])
+            assert address.input_value() == choices[0]
+            page.wait_for_selector("#address-warning", state="hidden")
+            page.get_by_role("button", name="Generate token").click()
+            page.wait_for_selector(f"#enroll-command:has-text('--control {choices[0]} ')")
+            shown = page.inner_text("#enroll-token").strip()
+            # Listed under issued tokens until deleted; this test's agent talks loopback only, so delete it.
+            tid = shown.split(".", 1)[0]
+            page.wait_for_selector(f"#tokens-list li[data-token-id='{tid}']")
+            page.click(f"button[aria-label='Delete token {tid}']")
+            page.wait_for_selector(f"#tokens-list li[data-token-id='{tid}']", state="detached")
+            assert tid not in [t["id"] for t in cp.call("GET", "/api/workers/tokens", expect=200)]
+        address.fill(cp.url)
+        page.fill("#enroll-ttl", "2")
+        page.get_by_role("button", name="Generate token").click()
+        page.wait_for_selector("#enroll-command")
+        token = page.inner_text("#enroll-token").strip()
+        command = page.inner_text("#enroll-command").strip()
+        assert command == f"cdui agent start --control {cp.url} --token {token}", command
+        [issued] = cp.call("GET", "/api/workers/tokens", expect=200)
+        assert issued["uses_total"] == 1 and token.startswith(issued["id"])
+        page.screenshot(path=str(SHOTS / "add-worker-dialog.png"))
+        page.click("#add-worker-close")
+
+        # The command as shown, plus this test's own name, device and foreground flags; the agent says it is
+        # another machine, so its inputs come by transfer as they would over the network.
+        args = command.split()
+        assert args[:3] == ["cdui", "agent", "start"]
+        agent_data = tmp_path / "agent-data"
+        agent_data.mkdir()
+        env = env_for(tmp_path / "agent-ud", agent_data, {"CODEFYUI_MACHINE_ID": "another-machine"})
+        agent = Proc([sys.executable, "-m", "cdui", *args[1:], "--name", "web-box", "--devices", "cpu",
+                      "--foreground"], env, tmp_path / "agent-web-box.log", name="agent-web-box")
+        procs.append(agent)
+        agent.spawn()
+        card = "#workers-list li[data-worker='web-box']"
+        page.wait_for_selector(f"{card} .badge.worker-online")
+        assert "cpu (0/1 in use)" in page.inner_text(card)
+        page.screenshot(path=str(SHOTS / "workers-panel.png"))
+
+        # Upload the training data through the page, then queue the graph on the worker.
+        csv = ROOT / "data" / "samples" / "iris.csv"
+        page.set_input_files("#upload-file", str(csv))
+        page.click("#btn-upload")
+        page.wait_for_selector("#upload-results li:has-text('iris.csv')")
+        page.select_option("#target", "worker:web-box")
+        page.fill("#graph-text", json.dumps(_iris_on_upload("iris.csv")))
+        page.click("#btn-submit")
+        page.wait_for_selector("#submit-result .ok-text")
+        rid = page.inner_text("#submit-result").split()[-1].rstrip(".")
+        run = cp.call("GET", f"/api/runs/{rid}", expect=200)
+        assert run["target"] == {"worker": "web-box"}, run
+        page.wait_for_selector("#detail-facts .badge.status-succeeded")
+        assert cp.call("GET", f"/api/runs/{rid}", expect=200)["worker_id"] == "web-box"
+        page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
+        page.wait_for_selector("#loss-chart polyline")
+        page.wait_for_selector("#warnings li.warn-transfer_progress")
+        # The model downloads through its link (the cookie authenticates it), byte-identical.
+        model = [a for a in cp.call("GET", f"/api/runs/{rid}/artifacts", expect=200)
+                 if a.get("relative_path") == "models/iris/model.pt"]
+        assert len(model) == 1, model
+        with page.expect_download() as dl:
+            page.click(f"#artifacts-body a[aria-label='Download {model[0]['name']}']")
+        got = Path(dl.value.path()).read_bytes()
+        assert hashlib.sha256(got).hexdigest() == model[0]["sha256"]
+        page.screenshot(path=str(SHOTS / "run-on-worker.png"), full_page=True)
+
+        page.click("button[aria-label='Drain worker web-box']")
+        page.wait_for_selector(f"{card} .badge.worker-draining")
+        assert [w["status"] for w in cp.call("GET", "/api/workers", expect=200)["workers"]] == ["draining"]
+        assert not errors, errors
+        page.close()
+    finally:
+        for p in reversed(procs):
+            p.stop()

@@ -76,3 +76,25 @@ export async function api(method, path, body, retry = true) {
   if (!r.ok) throw new ApiError(r.status, data);
   return data;
 }
+
+/** POST a FormData with upload progress (fetch reports none): onProgress(sentBytes, totalBytes). */
+export function upload(path, form, onProgress) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", path);
+    if (token) xhr.setRequestHeader("X-CodefyUI-Token", token);
+    xhr.upload.onprogress = (e) => onProgress(e.loaded, e.lengthComputable ? e.total : 0);
+    xhr.onerror = () => reject(new Error(`the upload to ${path} failed: the server could not be reached`));
+    xhr.onload = () => {
+      let data = null;
+      try {
+        data = xhr.responseText ? JSON.parse(xhr.responseText) : null;
+      } catch {
+        data = { error: { message: `${xhr.status}: ${xhr.responseText.slice(0, 200)}` } };
+      }
+      if (xhr.status >= 200 && xhr.status < 300) resolve(data);
+      else reject(new ApiError(xhr.status, data));
+    };
+    xhr.send(form);
+  });
+}

@@ -1,12 +1,12 @@
-// cdui web page: runs, run detail with live events, submit, uploads, workers.
-import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken } from "./api.js";
+// cdui web page: runs, run detail with live events, submit, uploads; the Workers panel is workers.js.
+import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken, upload } from "./api.js";
 import { $, badge, fill, h, num, size, target, time, TERMINAL } from "./dom.js";
-import { oneShotBlock } from "./oneshot.js";
+import * as workersPanel from "./workers.js";
 
 const state = {
   runs: [], runsKey: "", selected: null, run: null,
   lastSeq: 0, finalStatus: null, stream: null, streamGen: 0, backoff: 1000, retry: null,
-  workersAt: 0, workersMissing: false,
+  workersAt: 0, pendingEvents: [], frame: 0, nodes: new Map(), losses: [], chartFrame: 0,
 };
 
 // -- errors and token --------------------------------------------------------
@@ -36,13 +36,19 @@ function askToken(message) {
 }
 onTokenNeeded((hadToken) => askToken(hadToken ? "The server did not accept that token." : ""));
 
-$("token-form").addEventListener("submit", (e) => {
+$("token-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   setToken($("token-input").value);
   $("token-input").value = "";
   $("token-form").hidden = true;
+  await sessionCookie();
   tick();
 });
+
+/** The HttpOnly cookie that the event WebSocket and download links use instead of a token in the URL. */
+async function sessionCookie() {
+  if (getToken()) await api("POST", "/api/auth/cookie").catch(() => {});
+}
 
 function setStatus(text, cls) {
   const el = $("server-status");
@@ -51,23 +57,29 @@ function setStatus(text, cls) {
 }
 
 // -- runs list -----------------------------------------------------------------
+function ago(iso) {
+  const t = Date.parse(iso);
+  if (isNaN(t)) return "";
+  const secs = Math.max(0, Math.round((Date.now() - t) / 1000));
+  if (secs < 120) return `${secs} s`;
+  if (secs < 7200) return `${Math.round(secs / 60)} min`;
+  return `${(secs / 3600).toFixed(1)} h`;
+}
+
 function runInfo(r) {
   if (r.status === "queued" && r.queue_reason) return r.queue_reason;
-  if (r.status === "disconnected" && r.worker_status) return r.worker_status.text || "worker disconnected";
+  if (r.status === "disconnected" && r.worker_status) {
+    const since = r.worker_status.since ? ` (disconnected for ${ago(r.worker_status.since)})` : "";
+    return (r.worker_status.text || "worker disconnected") + since;
+  }
   if (r.error) return r.error;
   return "";
 }
 
-function renderRuns() {
-  const key = JSON.stringify(state.runs) + state.selected;
-  if (key === state.runsKey) return;
-  state.runsKey = key;
-  $("runs-empty").hidden = state.runs.length > 0;
-  fill($("runs-body"), state.runs.map((r) => h("tr", {
-    class: r.id === state.selected ? "selected" : "", dataset: { runId: r.id },
-    onclick: () => select(r.id),
-  },
-  h("td", {}, h("button", { type: "button", class: "link mono", "aria-label": `Show run ${r.id}` }, r.id),
+function runRow(r) {
+  return h("tr", { class: r.id === state.selected ? "selected" : "", dataset: { runId: r.id },
+    onclick: (e) => { if (!e.target.closest("button") || e.target.closest("button").dataset.show) select(r.id); } },
+  h("td", {}, h("button", { type: "button", class: "link mono", dataset: { show: "1" }, "aria-label": `Show run ${r.id}` }, r.id),
     r.name ? h("div", { class: "small muted" }, r.name) : null),
   h("td", {}, badge(r.status)),
   h("td", {}, target(r.target)),
@@ -75,7 +87,32 @@ function renderRuns() {
   h("td", {}, r.device || (r.options && r.options.device !== "auto" ? r.options.device : "") || ""),
   h("td", { class: "info" }, runInfo(r)),
   h("td", { class: "nowrap" }, time(r.created_at)),
-  h("td", { class: "nowrap" }, time(r.finished_at)))));
+  h("td", { class: "nowrap" }, time(r.finished_at)));
+}
+
+/** Rows are updated by run id: an unchanged run keeps its row (and the focus in it). */
+function renderRuns() {
+  $("runs-empty").hidden = state.runs.length > 0;
+  const body = $("runs-body");
+  const old = new Map([...body.children].map((el) => [el.dataset.runId, el]));
+  let prev = null;
+  for (const r of state.runs) {
+    const sig = JSON.stringify(r) + (r.id === state.selected) + runInfo(r);
+    let el = old.get(r.id);
+    if (el && el.dataset.sig !== sig) {
+      const fresh = runRow(r);
+      const focused = el.contains(document.activeElement);
+      el.replaceWith(fresh);
+      if (focused) fresh.querySelector("button").focus();
+      el = fresh;
+    } else if (!el) el = runRow(r);
+    el.dataset.sig = sig;
+    old.delete(r.id);
+    const want = prev ? prev.nextSibling : body.firstChild;
+    if (want !== el) body.insertBefore(el, want);
+    prev = el;
+  }
+  for (const el of old.values()) el.remove();
 }
 
 // -- run detail ------------------------------------------------------------------
@@ -85,6 +122,7 @@ function select(id) {
   Object.assign(state, { selected: id, run: state.runs.find((r) => r.id === id) || null, lastSeq: 0, finalStatus: null });
   history.replaceState(null, "", id ? `#run=${encodeURIComponent(id)}` : location.pathname + location.search);
   fill($("log"));
+  resetLive();
   $("progress").hidden = true;
   $("detail-body").hidden = !id;
   $("detail-empty").hidden = !!id;
@@ -124,9 +162,19 @@ $("btn-stop").addEventListener("click", () => act(async () => {
   state.run = await api("POST", `/api/runs/${encodeURIComponent(state.selected)}/stop`);
   renderDetail();
 }));
+// Delete needs a second click; the first says what it will do.
+let deleteArmed = null;
 $("btn-delete").addEventListener("click", () => act(async () => {
   const id = state.selected;
-  if (!confirm(`Delete run ${id}, its events and its files on this server?`)) return;
+  if (deleteArmed !== id) {
+    deleteArmed = id;
+    $("btn-delete").textContent = "Confirm delete";
+    $("progress").hidden = false;
+    $("progress").textContent = `Click "Confirm delete" to delete run ${id}, its events and its files on this server.`;
+    return;
+  }
+  deleteArmed = null;
+  $("btn-delete").textContent = "Delete";
   await api("DELETE", `/api/runs/${encodeURIComponent(id)}`);
   select(null);
   tick();
@@ -150,8 +198,8 @@ function closeStream() {
 function openStream(id) {
   const gen = ++state.streamGen;
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${proto}//${location.host}/ws/runs/${encodeURIComponent(id)}` +
-    `?after=${state.lastSeq}&token=${encodeURIComponent(getToken())}`);
+  // The session cookie authenticates it: no token in the URL.
+  const ws = new WebSocket(`${proto}//${location.host}/ws/runs/${encodeURIComponent(id)}?after=${state.lastSeq}`);
   state.stream = ws;
   ws.onopen = () => { state.backoff = 1000; };
   ws.onmessage = (m) => { if (gen === state.streamGen) addEvent(JSON.parse(m.data)); };
@@ -191,27 +239,117 @@ function describe(ev) {
   }
 }
 
+const WARNINGS = new Set(["worker_disconnected", "worker_reconnected", "transfer_progress", "transfer_failed",
+  "storage_fallback"]);
+
+function resetLive() {
+  state.pendingEvents = [];
+  state.nodes = new Map();
+  state.losses = [];
+  fill($("nodes"));
+  fill($("warnings"));
+  fill($("loss-chart"));
+  $("warnings").hidden = true;
+  $("nodes-wrap").hidden = true;
+  $("chart-wrap").hidden = true;
+  deleteArmed = null;
+  $("btn-delete").textContent = "Delete";
+}
+
+/** Events are queued and drawn once per animation frame: thousands of events cost one layout per frame. */
 function addEvent(ev) {
   if (!ev || typeof ev.seq !== "number" || ev.seq <= state.lastSeq) return;
   state.lastSeq = ev.seq;
+  state.pendingEvents.push(ev);
   const d = ev.data || {};
-  const level = ev.kind === "log" ? d.level || "info" : ev.kind === "node_status" ? d.status : "";
+  if (ev.kind === "status" && TERMINAL.has(d.status)) state.finalStatus = d.status;
+  if (!state.frame) state.frame = requestAnimationFrame(flushEvents);
+}
+
+function warningKind(ev) {
+  const d = ev.data || {};
+  if (ev.kind === "run_warning") return d.kind || "warning";
+  return WARNINGS.has(ev.kind) ? ev.kind : null;
+}
+
+function flushEvents() {
+  state.frame = 0;
+  const batch = state.pendingEvents;
+  state.pendingEvents = [];
+  if (!batch.length) return;
   const log = $("log");
   const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
-  log.append(h("li", { class: `ev ev-${ev.kind} ${level ? `lvl-${level}` : ""}`, dataset: { seq: ev.seq } },
+  const frag = document.createDocumentFragment();
+  const warns = document.createDocumentFragment();
+  let progress = null, artifacts = false, finished = false, nodesChanged = false, lossChanged = false;
+  for (const ev of batch) {
+    const d = ev.data || {};
+    const warn = warningKind(ev);
+    const level = ev.kind === "log" ? d.level || "info" : ev.kind === "node_status" ? d.status : "";
+    frag.append(h("li", { class: `ev ev-${ev.kind} ${level ? `lvl-${level}` : ""} ${warn ? `ev-warning warn-${warn}` : ""}`,
+      dataset: { seq: ev.seq } },
     h("span", { class: "seq" }, ev.seq),
     h("time", { datetime: ev.at || "" }, ev.at ? new Date(ev.at).toLocaleTimeString() : ""),
-    h("span", { class: "kind" }, ev.kind === "run_warning" ? `⚠ ${d.kind || "warning"}` : ev.kind),
+    h("span", { class: "kind" }, warn ? `⚠ ${warn}` : ev.kind),
     h("span", { class: "msg" }, describe(ev))));
-  while (log.childElementCount > 5000) log.firstElementChild.remove();
-  if (stick) log.scrollTop = log.scrollHeight;
-  if (ev.kind === "progress") renderProgress(d);
-  if (ev.kind === "artifact") loadArtifacts();
-  if (ev.kind === "status" && TERMINAL.has(d.status)) {
-    state.finalStatus = d.status;
-    loadArtifacts();
-    tick();
+    if (warn) {
+      warns.append(h("li", { class: `warning warn-${warn}`, dataset: { seq: ev.seq } },
+        h("strong", {}, `⚠ ${warn}`), " ", d.message || describe(ev)));
+    }
+    if (ev.kind === "node_status" && d.node_id) {
+      state.nodes.set(d.node_id, { status: d.status, type: d.type, seconds: d.seconds, error: d.error });
+      nodesChanged = true;
+    }
+    const loss = ev.kind === "progress" ? d.loss : ev.kind === "metric" && /loss/i.test(d.name || "") ? d.value : null;
+    if (typeof loss === "number" && isFinite(loss)) {
+      state.losses.push(loss);
+      lossChanged = true;
+    }
+    if (ev.kind === "progress") progress = d;
+    if (ev.kind === "artifact") artifacts = true;
+    if (ev.kind === "status" && TERMINAL.has(d.status)) finished = true;
   }
+  log.append(frag);
+  let extra = log.childElementCount - 5000;
+  while (extra-- > 0) log.firstElementChild.remove();
+  if (stick) log.scrollTop = log.scrollHeight;
+  if (warns.childElementCount) {
+    $("warnings").append(warns);
+    $("warnings").hidden = false;
+  }
+  if (nodesChanged) renderNodes();
+  if (lossChanged) renderChart();
+  if (progress) renderProgress(progress);
+  if (artifacts || finished) loadArtifacts();
+  if (finished) tick();
+}
+
+function renderNodes() {
+  $("nodes-wrap").hidden = state.nodes.size === 0;
+  fill($("nodes"), [...state.nodes].map(([id, n]) => h("li", { class: "node-item", dataset: { node: id } },
+    h("span", { class: "mono" }, id), n.type ? h("span", { class: "small muted" }, ` ${n.type}`) : null, " ",
+    badge(n.status, "node"), n.seconds != null ? h("span", { class: "small muted" }, ` ${num(n.seconds)} s`) : null,
+    n.error ? h("div", { class: "error-text small" }, n.error) : null)));
+}
+
+/** A plain SVG line of the loss values; at most 2000 points are drawn (evenly picked). */
+function renderChart() {
+  const all = state.losses;
+  $("chart-wrap").hidden = all.length === 0;
+  const step = Math.max(1, Math.ceil(all.length / 2000));
+  const pts = all.filter((_, i) => i % step === 0 || i === all.length - 1);
+  const lo = Math.min(...pts), hi = Math.max(...pts);
+  const span = hi - lo || 1;
+  const W = 600, H = 160, pad = 6;
+  const xy = pts.map((v, i) => `${(pad + (i / Math.max(1, pts.length - 1)) * (W - 2 * pad)).toFixed(1)},` +
+    `${(H - pad - ((v - lo) / span) * (H - 2 * pad)).toFixed(1)}`);
+  const svg = $("loss-chart");
+  const ns = "http://www.w3.org/2000/svg";
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", xy.join(" "));
+  line.setAttribute("class", "loss-line");
+  svg.replaceChildren(line);
+  $("chart-caption").textContent = `${all.length} values · last ${num(all[all.length - 1])} · min ${num(lo)} · max ${num(hi)}`;
 }
 
 /** "epoch 3/10", "loss 0.41", then the other values of a progress event. */
@@ -243,15 +381,24 @@ async function loadArtifacts() {
   $("artifacts-empty").hidden = list.length > 0;
   fill($("artifacts-body"), list.map((a) => h("tr", {},
     h("td", {}, a.kind), h("td", {}, a.name), h("td", {}, a.backend),
-    h("td", { class: "mono path" }, a.path || (a.relative_path ? `(not here) ${a.relative_path}` : ""),
-      // A bucket's object: its s3:// address, for `mc cp` or `aws s3 cp`.
-      a.backend === "s3" ? h("button", { type: "button", onclick: () => navigator.clipboard && navigator.clipboard.writeText(a.path) }, "Copy path") : null),
+    h("td", { class: "mono path" }, artifactPath(a) || (a.relative_path ? `(not here) ${a.relative_path}` : "")),
     h("td", { class: "nowrap" }, size(a.size)),
     h("td", { class: "mono", title: a.sha256 || "" }, a.sha256 ? a.sha256.slice(0, 12) : ""),
-    h("td", {}, a.path ? h("a", {
-      href: `/api/runs/${encodeURIComponent(id)}/artifacts/${encodeURIComponent(a.id)}/download?token=${encodeURIComponent(getToken())}`,
+    h("td", { class: "nowrap" }, a.path || a.backend === "s3" ? h("a", {
+      // The session cookie authenticates the link: no token in the URL.
+      href: `/api/runs/${encodeURIComponent(id)}/artifacts/${encodeURIComponent(a.id)}/download`,
       download: "", "aria-label": `Download ${a.name}`,
-    }, "download") : ""))));
+    }, "download") : "", " ",
+    artifactPath(a) ? h("button", { type: "button", class: "small-btn", "aria-label": `Copy path of ${a.name}`,
+      onclick: () => navigator.clipboard && navigator.clipboard.writeText(artifactPath(a)).catch(() => {}) }, "Copy path") : ""))));
+}
+
+/** Where the artifact lies: its path here, or its s3:// address for a bucket artifact. */
+function artifactPath(a) {
+  if (a.uri) return a.uri;
+  if (a.backend === "s3" && a.bucket && a.key) return `s3://${a.bucket}/${a.key}`;
+  if (a.backend === "s3" && typeof a.url === "string" && a.url.startsWith("s3://")) return a.url;
+  return a.path || "";
 }
 
 // -- submit ----------------------------------------------------------------------
@@ -264,7 +411,23 @@ function targetValue(raw) {
   const t = raw.trim();
   if (!t || t === "local" || t === "any") return t || "local";
   if (t === "one-shot") return { pool: "one-shot" };
-  return { worker: t };
+  return { worker: t.replace(/^worker:/, "") };
+}
+
+$("target").addEventListener("change", () => { $("device-hint").hidden = $("target").value !== "one-shot"; });
+
+/** The Queue on… choices: the fixed ones, then one per worker (the chosen one kept). */
+function renderTargets(workers) {
+  const sel = $("target");
+  const keep = sel.value;
+  const fixed = [["local", "This server (local)"], ["any", "Any available"], ["one-shot", "One-shot worker"]];
+  const names = workers.map((w) => w.name);
+  const want = [...fixed, ...names.map((n) => [`worker:${n}`, `Worker ${n}`])];
+  const have = [...sel.options].map((o) => o.value);
+  if (JSON.stringify(have) !== JSON.stringify(want.map(([v]) => v))) {
+    fill(sel, want.map(([v, label]) => h("option", { value: v }, label)));
+    sel.value = want.some(([v]) => v === keep) ? keep : "local";
+  }
 }
 
 $("submit-form").addEventListener("submit", async (e) => {
@@ -281,6 +444,9 @@ $("submit-form").addEventListener("submit", async (e) => {
   const options = { target: targetValue($("target").value) };
   const device = $("device").value.trim();
   if (device && device !== "auto") options.device = device;
+  const btn = $("btn-submit");
+  if (btn.disabled) return;
+  btn.disabled = true; // one submission at a time: a double click queues one run
   try {
     const run = await api("POST", "/api/runs", { graph, options });
     fill(out, h("p", { class: "ok-text" }, `Submitted run ${run.id}.`));
@@ -296,6 +462,8 @@ $("submit-form").addEventListener("submit", async (e) => {
         d.node_id ? h("span", { class: "node" }, `node ${d.node_id}`) : null,
         h("span", {}, d.message || ""),
         d.hint ? h("div", { class: "hint" }, d.hint) : null))) : null));
+  } finally {
+    btn.disabled = false;
   }
 });
 
@@ -307,89 +475,28 @@ $("upload-form").addEventListener("submit", (e) => {
   const kind = $("upload-kind").value;
   const form = new FormData();
   form.append("file", file, file.name);
+  const btn = $("btn-upload"), bar = $("upload-progress"), text = $("upload-progress-text");
+  btn.disabled = true;
+  bar.hidden = false;
+  bar.value = 0;
   act(async () => {
-    const r = await api("POST", `/api/${encodeURIComponent(kind)}/upload`, form);
+    const r = await upload(`/api/${encodeURIComponent(kind)}/upload`, form, (sent, total) => {
+      bar.value = total ? (100 * sent) / total : 0;
+      text.textContent = `${size(sent)} of ${size(total)}`;
+    });
     $("upload-results").prepend(h("li", { class: "upload" },
       h("strong", {}, r.path || `${kind}/${r.name}`), " · ", size(r.size), " · ",
       h("span", { class: "mono", title: r.sha256 }, `sha256 ${r.sha256}`)));
     $("upload-file").value = "";
+  }).finally(() => {
+    btn.disabled = false;
+    bar.hidden = true;
+    text.textContent = "";
   });
 });
 
 // -- workers ---------------------------------------------------------------------
-async function loadWorkers() {
-  let data;
-  try {
-    data = await api("GET", "/api/workers");
-    state.workersMissing = false;
-  } catch (err) {
-    // Before the remote-workers feature the route does not exist: say "no workers" quietly.
-    state.workersMissing = err instanceof ApiError && err.status === 404;
-    data = { workers: [], rejected: [] };
-  }
-  const workers = (data && data.workers) || [];
-  const rejected = (data && data.rejected) || [];
-  $("workers-empty").hidden = workers.length > 0;
-  fill($("workers-list"), workers.map(workerCard));
-  $("rejected").hidden = rejected.length === 0;
-  fill($("rejected-list"), rejected.map((r) => h("li", {},
-    h("strong", {}, r.name || "(no name)"), `: ${r.reason || ""}`,
-    h("div", { class: "small muted" }, [r.address, time(r.at)].filter(Boolean).join(" · ")))));
-  fill($("target-options"), ["local", "any", "one-shot", ...workers.map((w) => w.name)].map((v) => h("option", { value: v })));
-}
-
-function labels(l) {
-  if (!l) return "";
-  if (Array.isArray(l)) return l.join(", ");
-  if (typeof l === "object") return Object.entries(l).map(([k, v]) => (v ? `${k}=${v}` : k)).join(", ");
-  return String(l);
-}
-
-function workerCard(w) {
-  const name = encodeURIComponent(w.name);
-  const button = (text, fn, cls) => h("button", { type: "button", class: cls || "", onclick: () => act(fn),
-    "aria-label": `${text} worker ${w.name}` }, text);
-  const devices = (w.devices || []).map((d) => `${d.device} (${d.in_use ?? 0}/${d.slots ?? "?"} in use)`).join(", ");
-  return h("li", { class: "worker", dataset: { worker: w.name } },
-    h("div", { class: "worker-head" }, h("strong", {}, w.name), badge(w.status, "worker"),
-      w.unencrypted ? h("span", { class: "badge mark-warn" }, "Unencrypted HTTP") : null),
-    h("dl", { class: "facts compact" },
-      fact("Version", w.version), fact("Devices", devices), fact("Address", w.address),
-      fact("Labels", labels(w.labels)), fact("Last seen", time(w.last_seen)),
-      fact("Runs", (w.runs || []).length ? (w.runs || []).map((id) => h("button", {
-        type: "button", class: "link mono", onclick: () => select(id) }, id)) : "")),
-    oneShotBlock(w, { openRun: select, removeInstance: (n) => act(async () => {
-      await api("DELETE", `/api/workers/${encodeURIComponent(n)}`);
-      await loadWorkers();
-    }) }),
-    h("div", { class: "actions" },
-      w.status === "online" ? button("Drain", () => api("POST", `/api/workers/${name}/drain`).then(loadWorkers)) : null,
-      w.status === "draining" ? button("Undrain", () => api("POST", `/api/workers/${name}/undrain`).then(loadWorkers)) : null,
-      button("Remove", async () => {
-        if (!confirm(`Remove worker ${w.name}? Its credential is revoked, its running runs end as interrupted and its queued runs fail.`)) return;
-        await api("DELETE", `/api/workers/${name}`);
-        await loadWorkers();
-      }, "danger")));
-}
-
-$("btn-add-worker").addEventListener("click", () => act(async () => {
-  // The page's own origin: behind a TLS proxy it is https:// although the server itself sees plain HTTP.
-  const t = await api("POST", "/api/workers/tokens", { ttl_s: 86400, uses: 1, control: location.origin });
-  const copy = (text) => h("button", { type: "button", onclick: () => navigator.clipboard && navigator.clipboard.writeText(text) }, "Copy");
-  fill($("enroll"),
-    h("p", {}, "Enrollment token, shown only this once (valid 24 h, one agent):"),
-    h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-token" }, t.token), copy(t.token)),
-    t.command ? [h("p", {}, "Run on the worker machine:"),
-      h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-command" }, t.command), copy(t.command))] : null,
-    t.ca_fingerprint ? h("p", { class: "small" }, "Proxy key fingerprint (pinned by --ca-fingerprint): ",
-      h("code", { class: "mono", id: "enroll-fingerprint" }, t.ca_fingerprint)) : null,
-    t.fingerprint_command ? [h("p", { class: "small muted" }, "To confirm the fingerprint, run on the proxy host:"),
-      h("div", { class: "copy-row" }, h("code", { class: "mono", id: "enroll-fingerprint-command" }, t.fingerprint_command),
-        copy(t.fingerprint_command))] : null,
-    t.expires_at ? h("p", { class: "small muted" }, `Expires ${time(t.expires_at)}`) : null,
-    h("button", { type: "button", onclick: () => { fill($("enroll")); $("enroll").hidden = true; } }, "Done"));
-  $("enroll").hidden = false;
-}));
+workersPanel.init({ act, select, onWorkers: renderTargets });
 
 // -- polling ---------------------------------------------------------------------
 let ticking = null;
@@ -406,9 +513,10 @@ async function tick() {
         if (!state.stream && !runFinished() && !state.retry) openStream(state.selected);
       }
       renderRuns();
-      if (Date.now() - state.workersAt > (state.workersMissing ? 30000 : 5000)) {
+      const every = workersPanel.isMissing() ? 30000 : workersPanel.panelOpen() ? 2000 : 5000;
+      if (Date.now() - state.workersAt >= every) {
         state.workersAt = Date.now();
-        await loadWorkers();
+        await workersPanel.refresh();
       }
     } catch (err) {
       if (!(err instanceof ApiError)) setStatus("server unreachable", "bad");
@@ -431,11 +539,14 @@ async function start() {
   }
   api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
   if (!getToken() && !(await bootstrap())) askToken(bootstrapRefusal);
+  else if (getToken()) await sessionCookie();
   const m = /^#run=(.+)$/.exec(location.hash);
   await tick();
   if (m) select(decodeURIComponent(m[1]));
-  const loop = async () => { await tick(); setTimeout(loop, 2000); };
+  // No polling in a hidden tab; coming back refreshes at once.
+  const loop = async () => { if (!document.hidden) await tick(); setTimeout(loop, 2000); };
   setTimeout(loop, 2000);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) { state.workersAt = 0; tick(); } });
 }
 
 start();
