@@ -53,6 +53,8 @@ IMPLEMENTED = {
     "GaussianNoise", "Lerp", "TimestepEmbedding", "Upsample", "DiffusionUNet", "DDPMSampler",
     "KLDivergence", "RewardModel", "CosineSimilarity", "AttentionMask", "PositionalEncoding",
     "Switch", "Reduce", "TextInput", "TensorInput", "RowSelector", "BackwardOnce",
+    # reinforcement learning (EnvWrapper with the rl extra)
+    "DQN", "PPO", "EnvWrapper",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}

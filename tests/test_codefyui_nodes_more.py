@@ -231,3 +231,50 @@ def test_row_selector_by_position_and_name(registry: Registry, ctx: RunContext) 
 def test_backward_once_is_the_identity(registry: Registry, ctx: RunContext) -> None:
     x = torch.randn(2)
     assert run(registry, "BackwardOnce", ctx, {"tensor": x})["tensor"] is x
+
+
+# -- reinforcement learning ----------------------------------------------------------------------------
+def test_dqn_is_codefyuis_sequential_and_scores_the_state(registry: Registry, ctx: RunContext) -> None:
+    state = torch.randn(2, 6)
+    out = run(registry, "DQN", ctx, {"state": state}, state_dim=6, action_dim=3, hidden_dim=5)
+    model = out["model"]
+    assert list(model.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+    with torch.no_grad():
+        assert torch.equal(out["action"], model(state))
+    assert out["action"].shape == (2, 3)
+    assert torch.equal(run(registry, "DQN", ctx, action_dim=3)["action"], torch.zeros(3))
+
+
+def test_ppo_gives_a_policy_that_sums_to_one(registry: Registry, ctx: RunContext) -> None:
+    out = run(registry, "PPO", ctx, {"state": torch.randn(4, 4)}, hidden_dim=8)
+    keys = list(out["model"].state_dict())
+    assert keys == ["shared.0.weight", "shared.0.bias", "shared.2.weight", "shared.2.bias", "actor.weight",
+                    "actor.bias", "critic.weight", "critic.bias"]
+    assert out["action"].shape == (4, 2) and torch.allclose(out["action"].sum(-1), torch.ones(4))
+
+
+def env_graph(env_name: str) -> dict[str, Any]:
+    return {"nodes": [{"id": "start", "type": "Start", "data": {"params": {}}},
+                      {"id": "env", "type": "EnvWrapper", "data": {"params": {"env_name": env_name}}},
+                      {"id": "print", "type": "Print", "data": {"params": {}}}],
+            "edges": [{"source": "start", "sourceHandle": "trigger", "target": "env", "type": "trigger"},
+                      {"source": "env", "sourceHandle": "observation", "target": "print", "targetHandle": "value"}]}
+
+
+@pytest.mark.parametrize(("env_name", "package"), [("ALE/Breakout-v5", "ale-py"), ("Humanoid-v4", "mujoco")])
+def test_simulator_environments_are_refused_at_validation_naming_the_package(
+        registry: Registry, tmp_path: Path, env_name: str, package: str) -> None:
+    from cdui.graph.presets import preset_library
+    from cdui.graph.validate import validate_graph
+
+    plan, errors = validate_graph(env_graph(env_name), registry, preset_library(), layout=Layout.for_data_dir(tmp_path))
+    assert plan is None
+    sim = [e for e in errors if f"needs {package} " in str(e)]
+    assert len(sim) == 1, errors
+
+
+def test_env_wrapper_makes_and_resets_cartpole(registry: Registry, ctx: RunContext) -> None:
+    pytest.importorskip("gymnasium", reason="EnvWrapper needs the rl extra (gymnasium)")
+    out = run(registry, "EnvWrapper", ctx, env_name="CartPole-v1")
+    assert out["observation"].shape == (4,) and out["observation"].dtype == torch.float32
+    assert out["env"].spec.id == "CartPole-v1"
