@@ -55,6 +55,8 @@ IMPLEMENTED = {
     "Switch", "Reduce", "TextInput", "TensorInput", "RowSelector", "BackwardOnce",
     # reinforcement learning (EnvWrapper with the rl extra)
     "DQN", "PPO", "EnvWrapper",
+    # training extras beside TrainingLoop
+    "LRScheduler", "EvaluateModel",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}

@@ -278,3 +278,32 @@ def test_env_wrapper_makes_and_resets_cartpole(registry: Registry, ctx: RunConte
     out = run(registry, "EnvWrapper", ctx, env_name="CartPole-v1")
     assert out["observation"].shape == (4,) and out["observation"].dtype == torch.float32
     assert out["env"].spec.id == "CartPole-v1"
+
+
+# -- training extras -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("kind", "cls_name"), [("StepLR", "StepLR"), ("CosineAnnealingLR", "CosineAnnealingLR"),
+                                                 ("MultiStepLR", "MultiStepLR"), ("OneCycleLR", "OneCycleLR"),
+                                                 ("ReduceLROnPlateau", "ReduceLROnPlateau")])
+def test_lr_scheduler_builds_torchs_scheduler(registry: Registry, ctx: RunContext, kind: str, cls_name: str) -> None:
+    opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=1.0)
+    sched = run(registry, "LRScheduler", ctx, {"optimizer": opt}, type=kind, step_size=2, gamma=0.5)["scheduler"]
+    assert type(sched).__name__ == cls_name
+    if kind == "StepLR":
+        for _ in range(2):
+            opt.step()
+            sched.step()
+        assert opt.param_groups[0]["lr"] == 0.5
+    if kind == "MultiStepLR":
+        assert sorted(sched.milestones) == [2, 4, 6, 8]
+
+
+def test_evaluate_model_counts_argmax_hits(registry: Registry, ctx: RunContext) -> None:
+    model = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]])
+    y = torch.tensor([0, 0, 0])
+    out = run(registry, "EvaluateModel", ctx, {"model": model, "dataset": torch.utils.data.TensorDataset(x, y)},
+              batch_size=2)
+    assert (out["correct"], out["total"]) == (2.0, 3.0) and out["accuracy"] == pytest.approx(2 / 3)
+    assert model.training
