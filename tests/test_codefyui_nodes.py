@@ -49,6 +49,14 @@ IMPLEMENTED = {
     # the classical and plots extras
     "DecisionTreeClassifier", "LinearRegression", "LogisticRegression", "MLPClassifier", "RandomForestClassifier",
     "SVMClassifier", "SyntheticDataset", "Visualize", "ScatterPlot2D", "DecisionBoundary",
+    # diffusion, RLHF, LLM blocks, data flow and inputs (tests/test_codefyui_nodes_more.py)
+    "GaussianNoise", "Lerp", "TimestepEmbedding", "Upsample", "DiffusionUNet", "DDPMSampler",
+    "KLDivergence", "RewardModel", "CosineSimilarity", "AttentionMask", "PositionalEncoding",
+    "Switch", "Reduce", "TextInput", "TensorInput", "RowSelector", "BackwardOnce",
+    # reinforcement learning (EnvWrapper with the rl extra)
+    "DQN", "PPO", "EnvWrapper",
+    # training extras beside TrainingLoop
+    "LRScheduler", "EvaluateModel",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}

@@ -1,0 +1,107 @@
+"""CodefyUI's own example graphs, vendored unchanged under
+tests/data/codefyui_examples/ (SOURCE.md names each one's origin), validated
+and run to completion through cdui's real validator and executor in this
+process, with each result checked against a value computed here."""
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from cdui.graph.context import RunContext
+from cdui.graph.executor import Executor
+from cdui.graph.presets import preset_library
+from cdui.graph.validate import validate_graph
+from cdui.layout import Layout
+from cdui.nodes.registry import Registry, build_registry
+
+EXAMPLES = Path(__file__).parent / "data" / "codefyui_examples"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return build_registry()
+
+
+def example(name: str) -> dict[str, Any]:
+    return json.loads((EXAMPLES / f"{name}.graph.json").read_text(encoding="utf-8"))
+
+
+def run_example(name: str, registry: Registry, data_dir: Path) -> dict[str, dict[str, Any]]:
+    layout = Layout.for_data_dir(data_dir)
+    plan, errors = validate_graph(example(name), registry, preset_library(), layout=layout)
+    assert errors == [] and plan is not None
+    ctx = RunContext("run-1", layout, emit=lambda kind, data: None)
+    return Executor(registry, ctx).run(plan)
+
+
+def test_rnn_one_step_unrolls_one_cell_three_times(registry: Registry, tmp_path: Path) -> None:
+    out = run_example("RNN-OneStep", registry, tmp_path)
+    # The three cells share their seed, so h_3 is one cell applied three times from zeros.
+    cell = registry.get("RNNCell")
+    assert cell is not None
+    from cdui.nodes.builtin.sequence import seeded_rnn_cell
+    ref = seeded_rnn_cell(4, 8, "tanh", 42)
+    h = torch.zeros(1, 8)
+    with torch.no_grad():
+        for x in ("x1", "x2", "x3"):
+            h = ref(out[x]["tensor"], h)
+    assert out["print"]["value"].shape == (1, 8)
+    assert torch.allclose(out["print"]["value"], h)
+
+
+def test_moe_top_k_routing_keeps_the_shape_and_picks_two_experts(registry: Registry, tmp_path: Path) -> None:
+    out = run_example("MoE-TopK-Routing", registry, tmp_path)
+    assert out["print_out"]["value"].shape == (2, 5, 32)
+    weights, idx = out["print_w"]["value"], out["print_idx"]["value"]
+    assert weights.shape == (2, 5, 2) and idx.shape == (2, 5, 2)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 5))
+    assert idx.min().item() >= 0 and idx.max().item() <= 3
+    assert bool((idx[..., 0] != idx[..., 1]).all())
+
+
+def test_rlhf_reward_and_kl(registry: Registry, tmp_path: Path) -> None:
+    out = run_example("RLHF-Reward-and-KL", registry, tmp_path)
+    assert out["print_r"]["value"].shape == (4,)
+    p = torch.softmax(out["p"]["tensor"], -1)
+    # KL against the uniform reference over 4 actions, batchmean over one row.
+    want = (p * (p.log() - math.log(0.25))).sum()
+    assert torch.allclose(out["print_kl"]["value"], want)
+
+
+def test_api_function_echoes_its_default_on_the_canvas(registry: Registry, tmp_path: Path) -> None:
+    out = run_example("Api-Function", registry, tmp_path)
+    assert out["print-1"]["value"] == "hello from the canvas"
+
+
+def test_mini_unet_compact_denoises_one_step_in_shape(registry: Registry, tmp_path: Path) -> None:
+    out = run_example("Mini-UNet-Compact", registry, tmp_path)
+    assert out["print"]["value"].shape == (1, 3, 16, 16)
+    assert bool(torch.isfinite(out["print"]["value"]).all())
+
+
+def test_toy_sampling_runs_twenty_steps_and_plots(registry: Registry, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="Visualize needs the plots extra (matplotlib)")
+    out = run_example("Toy-Sampling", registry, tmp_path)
+    assert out["print"]["value"].shape == (1, 3, 16, 16)
+    assert base64.b64decode(out["viz_x0"]["image"]).startswith(PNG_MAGIC)
+
+
+def test_forward_process_blends_a_digit_with_noise(registry: Registry, tmp_path: Path) -> None:
+    image = pytest.importorskip("PIL.Image", reason="ImageReader needs the vision extra (Pillow)")
+    pytest.importorskip("matplotlib", reason="Visualize needs the plots extra (matplotlib)")
+    (tmp_path / "images").mkdir()
+    pixels = bytes((i * 7) % 256 for i in range(28 * 28))
+    image.frombytes("L", (28, 28), pixels).save(tmp_path / "images" / "test_digit.png")
+    out = run_example("Forward-Process", registry, tmp_path)
+    x0 = torch.tensor(list(pixels), dtype=torch.float32).reshape(1, 28, 28) / 255.0
+    noise = torch.randn((1, 28, 28), generator=torch.Generator().manual_seed(42))
+    assert torch.allclose(out["print_xt"]["value"].reshape(1, 28, 28), 0.75 * x0 + 0.25 * noise, atol=1e-6)
+    assert out["print_emb"]["value"].shape == (1, 32)
+    assert base64.b64decode(out["viz_xt"]["image"]).startswith(PNG_MAGIC)
