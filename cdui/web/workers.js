@@ -189,17 +189,17 @@ function tunnelRow(ssh, w) {
 
 function catalogFacts(w) {
   const c = w.catalog || w.node_catalog || {};
-  const missingTypes = w.missing_types || c.missing || [];
-  const extraTypes = w.extra_types || c.extra || [];
+  const missingTypes = c.lacking || [];
+  const extraTypes = c.extra || [];
   return [
     fact("Missing node types", Array.isArray(missingTypes) ? missingTypes.join(", ") : short(missingTypes), "warn-text"),
     fact("Extra node types", Array.isArray(extraTypes) ? extraTypes.join(", ") : short(extraTypes)),
-    fact("Catalog", c.error || w.catalog_error || w.helper_error ? short(c.error || w.catalog_error || w.helper_error) : "", "warn-text"),
+    fact("Catalog", c.warning ? short(c.warning) : "", "warn-text"),
   ];
 }
 
 function fingerprintText(w) {
-  const f = w.fingerprint ?? w.environment ?? w.env_fingerprint;
+  const f = w.fingerprint;
   if (f === undefined) return null;
   if (f === null) return "not reported";
   if (typeof f === "object") {
