@@ -113,8 +113,12 @@ class RemoteExecutor:
         missing = catalog.missing_types(self.catalog, job.graph, {})
         if missing:
             raise catalog.refuse_missing(self.name, missing)
+        # The stored facts, not the ones read when the run was claimed: the storage backend may have
+        # added its own (the bucket of an s3 run) since.
+        stored = await self.manager.store.get_run(run.id)
+        facts = stored.execution_facts if stored is not None else run.execution_facts
         await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
-            run.execution_facts, self.conn.hello.fingerprint))
+            facts, self.conn.hello.fingerprint))
         if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
