@@ -86,7 +86,7 @@ class RemoteExecutor:
         self.taken: str | None = None
         self.reserved: str | None = None
         # Reported once, at the agent's start: it holds for this connection only.
-        self.catalog = catalog.compare(manager.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
+        self.catalog = manager.compare_catalog(conn.hello)
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)

@@ -261,7 +261,19 @@ class WorkerManager:
         conn = self.conns.get(name)
         if conn is None or conn.ws.closed:
             return None
-        return catalog.compare(self.own_catalog, conn.hello.catalog, conn.hello.catalog_error)
+        return self.compare_catalog(conn.hello)
+
+    def compare_catalog(self, hello: Any) -> catalog.CatalogState:
+        """A worker's catalog against ours. An agent on this machine runs its jobs with the control
+        plane's own plugin and custom-node folders (the job keeps the local paths), so those types
+        count as its own whatever its helper, reading its own data folder, saw."""
+        reported = hello.catalog
+        if reported is not None and hello.machine_id and hello.machine_id == self.machine_id:
+            local = {t for t, src in self.runs.registry.sources.items() if src != "builtin"}
+            types = set(reported.get("types") or []) | local
+            reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,
+                                                                                        "types": sorted(types)}
+        return catalog.compare(self.own_catalog, reported, hello.catalog_error)
 
     async def check_target(self, target: Any, graph: Any, files: Any) -> None:
         if not (isinstance(target, dict) and "worker" in target):

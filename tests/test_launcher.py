@@ -89,8 +89,9 @@ def test_run_of_invalid_graph_prints_every_error(server: ServerProc, tmp_path: P
     assert r.returncode == 1, explain(r)
     assert r.stderr.splitlines() == [
         "cdui: error: the graph has 2 error(s); nothing was stored",
-        "  - node ghost: node 'ghost' has unknown type 'NoSuchNodeType' (install the plugin or custom node that "
-        "provides it, or remove the node)",
+        "  - node ghost: node 'ghost' has type 'NoSuchNodeType', which is not a CodefyUI built-in: a custom node "
+        "that is not installed here (put the custom node's .py file in the custom_nodes folder and restart, or "
+        "remove the node)",
         "  - node a: nodes ['a', 'b'] form a cycle (remove one edge of the loop)",
     ], explain(r)
     assert r.stdout == ""

@@ -46,7 +46,7 @@ def test_module_process_survives_the_first_test(module_proc):
 
 def test_sweep_ends_what_a_test_left_and_keeps_module_fixtures(tmp_path: Path) -> None:
     tests_dir = Path(__file__).parent
-    for name in ("conftest.py", "procs.py"):
+    for name in ("conftest.py", "procs.py", "s3server.py", "syspkgs.py"):
         shutil.copy(tests_dir / name, tmp_path / name)
     (tmp_path / "test_leaky.py").write_text(LEAKY)
     pids: list[int] = []

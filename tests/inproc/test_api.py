@@ -190,6 +190,12 @@ def test_codefyui_examples_run_unchanged(server: ServerProc, path: Path | None) 
         pytest.fail(f"no CodefyUI example graphs in {EXAMPLES_DIR}: the folder must hold the copied "
                     f"graphs (see its SOURCE.md); this test must not pass without them")
     g = json.loads(path.read_text(encoding="utf-8"))
+    if path.name.startswith("Forward-Process"):
+        # The graph reads data/images/test_digit.png, which CodefyUI's repository does not ship either.
+        from cdui.nodes.builtin._imagecodec import encode_png
+        (server.data_dir / "images").mkdir(parents=True, exist_ok=True)
+        (server.data_dir / "images" / "test_digit.png").write_bytes(
+            encode_png(28, 28, "L", bytes((i * 7) % 256 for i in range(28 * 28))))
     run = server.submit(g)
     run = wait_run(server, run["id"])
     evs = server.events(run["id"])
