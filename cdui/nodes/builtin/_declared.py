@@ -14,11 +14,12 @@ from cdui.nodes.base import Node, Param, Port
 from cdui.nodes.builtin._util import as_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cdui.graph.context import RunContext
+    pass
 
 
 class DeclaredNode(Node):
-    """Base of the table-declared nodes; not registered itself (no NODE_NAME)."""
+    """Base of the table-declared nodes; not registered itself (no NODE_NAME). It stays
+    abstract: each node implements :meth:`Node.execute`."""
 
     INPUTS: ClassVar[tuple[Port, ...]] = ()
     OUTPUTS: ClassVar[tuple[Port, ...]] = ()
@@ -47,10 +48,6 @@ class DeclaredNode(Node):
     def float_tensor(self, inputs: dict[str, Any], name: str = "tensor") -> Any:
         x = self.tensor(inputs, name)
         return x if x.is_floating_point() else x.float()
-
-    def execute(self, inputs: dict[str, Any], params: dict[str, Any],
-                ctx: RunContext) -> dict[str, Any]:  # pragma: no cover - every subclass overrides
-        raise NotImplementedError
 
 
 def int_param(params: dict[str, Any], name: str, default: int) -> int:
