@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdui import enroll, protocol, ssh
+from cdui import enroll, ssh
 from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, read_object
@@ -313,26 +313,11 @@ class SshWorkers:
         await self.stop_agent(name, "removed")
         slot = int(r["slot"])
         self.cleaning.add(slot)
-        now = self.clock.time()
-
-        def fn(c: Any) -> None:
-            w = c.execute("SELECT credential_hash FROM workers WHERE name=?", (name,)).fetchone()
-            if w is not None and w[0]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
-                          "VALUES (?,?,?,?)", (w[0], name, "removed", now))
-            c.execute("DELETE FROM workers WHERE name=?", (name,))
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=? OR id=?", (name, r["token_id"]))
-            c.execute("DELETE FROM ssh_workers WHERE name=?", (name,))
-        await self.store.write(fn)
-        manager = self.app[WORKERS]
-        conn = manager.conns.pop(name, None)
-        self.runs.detach_executor(name)
-        if conn is not None:
-            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane"))
-            await conn.ws.close()
-        for q in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
-            if q.target == {"worker": name}:
-                await self.runs.finish(q.id, "failed", f"worker {name} was removed before the run started")
+        # Its launch token and its row here; the rest of forgetting a worker is the manager's one way.
+        await self.store.write(lambda c: (
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (r["token_id"],)),
+            c.execute("DELETE FROM ssh_workers WHERE name=?", (name,))))
+        await self.app[WORKERS].remove_worker(name)
         task = asyncio.ensure_future(self._cleanup(name, r))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
