@@ -23,6 +23,7 @@ def test_parse_probe(stdout: str, expected: list[str] | None) -> None:
     assert parse_probe(stdout) == expected
 
 
+@pytest.mark.e2e  # starts the probe subprocess, which imports torch
 def test_probe_offers_cpu_and_keeps_torch_out_of_the_caller() -> None:
     """The control plane and the agent both ask detect_devices; cpu is always offered
     (a CUDA worker used to drop it), and the caller's process has not imported torch."""

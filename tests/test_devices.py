@@ -110,6 +110,7 @@ def launch_and_collect(tmp_path: Path, slot: str) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.e2e  # starts a run subprocess
 def test_run_subprocess_gets_the_inherited_card_as_cuda0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Slot cuda:1 under an inherited 5,7 is physical card 7: the run process sees
     only that card and is told cuda:0; the events still name the slot."""

@@ -25,6 +25,9 @@ from harness import FakeAgent, Plane  # noqa: E402
 
 CSV = (REPO_ROOT / "data" / "samples" / "iris.csv").read_bytes()
 CSV_SHA = hashlib.sha256(CSV).hexdigest()
+# Every test here talks to moto's S3 server, a separate process started by the fixtures.
+pytestmark = pytest.mark.e2e
+
 QUIET = {"CODEFYUI_WORKER_HEARTBEAT_S": "100000"}  # no watchdog verdicts while a test steps the clock
 
 

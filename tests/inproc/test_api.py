@@ -137,6 +137,7 @@ def test_events_after(server: ServerProc, iris_run: dict[str, Any]) -> None:
     assert_error_shape(body, st, "not_found")
 
 
+@pytest.mark.e2e  # run subprocesses with torch: seconds each
 def test_websocket_streams_live_run(server: ServerProc) -> None:
     """/ws/runs/{id} streams every event of a live run, in order, the
     same as GET .../events, and closes after the terminal status; reconnecting
@@ -182,6 +183,7 @@ def _example_files() -> list[Any]:
     return [pytest.param(f, id=f.name.removesuffix(".graph.json")) for f in files]
 
 
+@pytest.mark.e2e  # run subprocesses with torch: seconds each
 @pytest.mark.parametrize("path", _example_files())
 def test_codefyui_examples_run_unchanged(server: ServerProc, path: Path | None) -> None:
     """CodefyUI's own example graphs (tests/data/codefyui_examples/,
@@ -276,6 +278,7 @@ def test_error_shape(server: ServerProc, method: str, path: str, data: bytes | N
 
 
 # -- uploads -----------------------------------------------------------------------------
+@pytest.mark.e2e  # run subprocesses with torch: seconds each
 def test_upload_download_and_use_in_a_run(server: ServerProc) -> None:
     """An uploaded CSV (multipart field `file`) answers name/sha256/size,
     downloads byte for byte, is listed, replaces an older upload of the same name,
