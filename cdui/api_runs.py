@@ -143,10 +143,22 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
             if get not in finished:
                 get.cancel()
                 run = await service.store.get_run(run_id)
+                if run is not None and run.last_seq > last:
+                    await catch_up()  # stored but not broadcast to us (e.g. dropped while we were behind)
                 if run is None or (run.status in TERMINAL and run.last_seq <= last):
                     break
                 continue
             ev = get.result()
+            if q.overflowed:
+                # This watcher fell too far behind and events were dropped for it: every
+                # broadcast event is committed, so read the rest from the store instead.
+                q.overflowed = False
+                while not q.empty():
+                    q.get_nowait()
+                await catch_up()
+                run = await service.store.get_run(run_id)
+                done = run is None or run.status in TERMINAL and run.last_seq <= last
+                continue
             if ev["seq"] <= last:
                 continue
             if ev["seq"] > last + 1:

@@ -44,6 +44,7 @@ from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
 from cdui.store import ACTIVE, TERMINAL, Run, Store
+from cdui.subscription import Subscription
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -760,8 +761,8 @@ class RunService:
     async def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         return [self.to_api(r) for r in await self.store.list_runs(status, limit)]
 
-    def subscribe(self, run_id: str) -> asyncio.Queue[dict[str, Any]]:
-        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    def subscribe(self, run_id: str) -> Subscription:
+        q = Subscription()  # bounded: a slow watcher reads what it missed from the store
         self.subscribers.setdefault(run_id, set()).add(q)
         return q
 
