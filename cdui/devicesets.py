@@ -297,12 +297,13 @@ class DeviceBook:
 
     def __init__(self) -> None:
         self.needs: dict[str, int] = {}
-        self.shared: dict[str, frozenset[str] | None] = {}
+        self.shared: dict[str, frozenset[str]] = {}  # worker -> the devices it shares ("*": all)
 
     async def load(self, store: Any) -> None:
         rows = await store.read(lambda c: c.execute(
             "SELECT name, share_by_memory FROM workers WHERE share_by_memory IS NOT NULL").fetchall())
-        self.shared = {r["name"]: parse_shared(r["share_by_memory"]) for r in rows}
+        settings = {r["name"]: parse_shared(r["share_by_memory"]) for r in rows}
+        self.shared = {name: s for name, s in settings.items() if s is not None}
 
     def hold(self, run_id: str, options: Mapping[str, Any]) -> None:
         self.needs[run_id] = memory_need(options)
@@ -327,6 +328,9 @@ class DeviceBook:
 
     def ask(self, options: Mapping[str, Any], executors: Mapping[str, Any], used_mb: dict[Key, int]) -> Ask | None:
         """The run's :class:`Ask`, or None for a plain run where no device is shared (the old path)."""
+        count = set_size(options)
+        if count == 1 and not self.shared:
+            return None  # the common case costs a dispatch pass nothing more
         capacity: dict[Key, int | None] = {}
         for name, ex in executors.items():
             setting = self.setting(name)
@@ -336,7 +340,6 @@ class DeviceBook:
             for d in ex.devices():
                 if shares(setting, d):
                     capacity[(name, d)] = (report.get(d) or {}).get("total_mb")
-        count = set_size(options)
         if count == 1 and not capacity:
             return None
         return Ask(count, memory_need(options), capacity, used_mb)

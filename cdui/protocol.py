@@ -8,7 +8,8 @@ fields still gets a readable refusal.
 agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
               one_shot, instance, capabilities, run_id,
-              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null}
+              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null,
+              device_memory: {device: {total_mb, free_mb}} | null}
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}

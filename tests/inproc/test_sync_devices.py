@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import FakeAgent, Plane, graph
 
 CUDA2 = ("cuda:0", "cuda:1", "cpu")
@@ -223,3 +224,17 @@ async def test_a_shared_card_whose_worker_reported_no_memory_admits_nothing(tmp_
             assert card["devices"][0]["memory"] is None
         finally:
             await w1.close()
+
+
+@pytest.mark.e2e  # a real run subprocess (it imports torch)
+async def test_a_local_cpu_set_runs_on_this_server(tmp_path: Path) -> None:
+    async with _plane(tmp_path, CODEFYUI_RUN_QUEUE_MAX_CONCURRENT="local/cpu=2") as cp:
+        run = await _submit(cp, target="local", device="cpu", devices=2)
+        done = await cp.wait_status(run["id"], "succeeded", "failed", timeout=300)
+        assert (done["status"], done["worker_id"], done["device"]) == ("succeeded", "local", "cpu,cpu"), done
+        assert done["execution_facts"]["devices"]["set"] == ["cpu", "cpu"]
+        assert done["execution_facts"]["devices"]["process"] == ["cpu", "cpu"]
+        status, body = await cp.api("POST", "/api/runs", {"graph": graph(), "options": {
+            "target": "local", "device": "cpu", "devices": 3}})
+        assert (status, body["error"]["code"]) == (400, "device_set_too_large")
+        assert "(local: 2)" in body["error"]["message"]
