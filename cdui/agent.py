@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, catalog, protocol, runner
+from cdui import __version__, catalog, devicesets, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -302,7 +302,8 @@ class Agent:
         return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
                               o is not None, o.instance if o else None, agent_capabilities(), wanted,
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
-                              fingerprint=self.probe.fingerprint).to_json()
+                              fingerprint=self.probe.fingerprint,
+                              device_memory=devicesets.memory_report(self.devices, self.probe.cards)).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdui import __version__
+from cdui import __version__, devicesets
 from cdui.errors import CduiError
 from cdui.graph.model import PRESET_PREFIX
 from cdui.graph.uses import presets_used
@@ -197,6 +197,8 @@ class Probe:
     catalog: dict[str, Any] | None = None
     fingerprint: dict[str, Any] | None = None
     error: str | None = None
+    # Each CUDA card's memory as the helper saw it ({"cuda:0": {total_mb, free_mb}}): for share by memory.
+    cards: dict[str, Any] | None = None
 
 
 def _helper_main(argv: list[str]) -> int:
@@ -208,6 +210,7 @@ def _helper_main(argv: list[str]) -> int:
     plugins = Path(argv[1]) if len(argv) > 1 and argv[1] else None
     registry = build_registry(custom, plugins)
     out = {"catalog": node_catalog(registry), "fingerprint": fingerprint(custom, plugins),
+           "device_memory": devicesets.cuda_memory(),
            "load_errors": [f"{e.get('file')}: {e.get('error')}" for e in registry.load_errors][:20]}
     sys.stdout.write(json.dumps(out, default=str) + "\n")
     return 0
@@ -237,7 +240,8 @@ def probe(custom_dir: Path | None, plugins_dir: Path | None, timeout: float = HE
         return Probe(error=f"the node catalog helper's answer could not be read ({exc})")
     for err in d.get("load_errors") or []:
         log.warning("node catalog: %s", err)
-    return Probe(cat, fp)
+    cards = d.get("device_memory")
+    return Probe(cat, fp, cards=cards if isinstance(cards, dict) else None)
 
 
 # -- checks on the control plane ---------------------------------------------------------
@@ -363,6 +367,9 @@ def with_run_report(facts: Mapping[str, Any] | None, data: Mapping[str, Any], sr
     if isinstance(num, dict):
         out["resolved"] = {"numerics": {str(k)[:64]: v if isinstance(v, (bool, int, float)) or v is None
                                         else str(v)[:256] for k, v in list(num.items())[:MAX_NUMERICS]}}
+    devices = devicesets.facts_from_report(data)  # the device set its process was given and saw
+    if devices is not None:
+        out["devices"] = devices
     return out
 
 

@@ -172,6 +172,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"target": _target(args.target)}
     if args.device:
         options["device"] = args.device
+    if args.devices is not None:
+        options["devices"] = args.devices
+    if args.memory_mb is not None:
+        options["memory_mb"] = args.memory_mb
     client = _client(args)
     try:
         run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
@@ -277,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("graph", metavar="GRAPH.json")
     s.add_argument("--target", default=None, help="local (default), any, a worker NAME, or one-shot")
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    s.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="a device set: N devices of --device's kind on one worker (default: one)")
+    s.add_argument("--memory-mb", type=int, default=None, metavar="MB",
+                   help="the MiB the run needs on each device, counted where a device shares by memory")
     s.add_argument("--wait", action="store_true", help="follow the run; exit 0 only if it succeeded")
     s.add_argument("--json", action="store_true", help="print the run object as JSON")
     s.add_argument("--control", default=None, help="control plane URL (default: the one `cdui start` recorded)")

@@ -96,6 +96,18 @@ def cmd_action(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_share_by_memory(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"enabled": args.state == "on"}
+    if args.device:
+        body["device"] = args.device
+    res = _client(args).call("POST", f"/api/workers/{args.name}/share-by-memory", body)
+    shared = res["share_by_memory"]
+    print(f"worker {args.name}: " + ("admits by slot count" if not shared else
+                                     "shares every device by memory" if shared == ["*"] else
+                                     f"shares {', '.join(shared)} by memory"))
+    return 0
+
+
 # -- agent -----------------------------------------------------------------------------
 def _check_control(url: str) -> str:
     u = urlsplit(url)
@@ -427,6 +439,12 @@ def add_commands(sub: Any) -> None:
         s.add_argument("name", metavar="NAME")
         s.add_argument("--control", default=None)
         s.set_defaults(func=cmd_action, action=action)
+    s = wsub.add_parser("share-by-memory", help="admit runs on a worker's devices by memory instead of slot count")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("state", choices=("on", "off"))
+    s.add_argument("--device", default=None, help="only this device, e.g. cuda:0 (default: every device)")
+    s.add_argument("--control", default=None)
+    s.set_defaults(func=cmd_share_by_memory)
 
     from cdui.cli_ssh import add_ssh_commands
     add_ssh_commands(wsub)

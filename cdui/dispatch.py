@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdui.devicesets import lane_extra
 from cdui.placement import FilePlan
 from cdui.store import Run
 
@@ -37,7 +38,9 @@ def needs_of(run: Run) -> str:
 
 
 def lane_of(run: Run) -> str:
-    return json.dumps([run.target, run.options.get("device"), needs_of(run)], sort_keys=True)
+    # A device set or a memory need is added only where asked for, so a plain run's key is as it was.
+    return json.dumps([run.target, run.options.get("device"), needs_of(run), *lane_extra(run.options)],
+                      sort_keys=True)
 
 
 @dataclass

@@ -8,7 +8,8 @@ fields still gets a readable refusal.
 agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
               one_shot, instance, capabilities, run_id,
-              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null}
+              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null,
+              device_memory: {device: {total_mb, free_mb}} | null}
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
@@ -38,6 +39,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from cdui.devicesets import parse_memory_report
 from cdui.job import Job, JobError
 
 # Bounds on what a worker may send (a worker may be hostile). Events come in
@@ -166,6 +168,8 @@ class Hello:
     catalog: dict[str, Any] | None = None
     catalog_error: str | None = None
     fingerprint: dict[str, Any] | None = None
+    # Each offered device's memory, {device: {total_mb, free_mb}} (cdui/devicesets.py); None: not reported.
+    device_memory: dict[str, dict[str, int]] | None = None
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -177,7 +181,8 @@ class Hello:
                                     for r in self.runs],
                            "one_shot": self.one_shot, "instance": self.instance,
                            "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
-                           "catalog_error": self.catalog_error, "fingerprint": self.fingerprint})
+                           "catalog_error": self.catalog_error, "fingerprint": self.fingerprint,
+                           "device_memory": self.device_memory})
 
 
 @dataclass
@@ -300,7 +305,7 @@ def parse_agent_message(raw: str) -> AgentMessage:
                      None if wanted is None else _str(wanted, "hello.run_id"),
                      _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
                                                                                       MAX_TEXT),
-                     _fingerprint(d.get("fingerprint")))
+                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):

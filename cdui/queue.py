@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cdui import oneshot
+from cdui import devicesets, oneshot
 from cdui.catalog import any_skips
 from cdui.errors import CduiError
 
@@ -151,13 +151,15 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView], order: Sequen
 
 def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
-          blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None) -> Placement | str:
+          blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
+          ask: devicesets.Ask | None = None) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
 
     ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
     first, then unmounted ones through the transfer backend) or "mount" (only
     workers with the ``data`` mount). ``order``: which executors ``any`` tries,
-    in that order (see :func:`candidates`). With several candidates the reason
+    in that order (see :func:`candidates`). ``ask``: a device set or shared devices
+    (see :mod:`cdui.devicesets`); None: one slot. With several candidates the reason
     is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
@@ -190,16 +192,19 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
         if (name, kind) in blocked:
             reasons.append((f"an earlier {kind} run waits", name, f"an earlier run for {kind} is waiting on {name}"))
             continue
-        dev = choose_device(ex, wanted, used, caps)
+        dev = choose_device(ex, wanted, used, caps) if ask is None else devicesets.choose(ex, wanted, used, caps, ask)
         if dev is not None:
             backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
             return Placement(name, dev, backend)
         busy = [d for d in ex.devices() if device_matches(wanted, d)]
-        reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use"))
+        reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
+                        else devicesets.busy_text(name, wanted, ask, ex.devices())))
     if not names:
         return "waiting for a worker to connect" if target == "any" else "no executor for this target"
     if len(reasons) <= 2:
         return "waiting: " + "; ".join(text for _, _, text in reasons)
+    if ask is not None and ask.count > 1:
+        return devicesets.fits_text(wanted, ask.count) + ": " + summarize(kind, reasons).partition(": ")[2]
     return summarize(kind, reasons)
 
 

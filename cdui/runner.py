@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cdui.devicesets import map_set
 from cdui.errors import CduiError
 from cdui.graph.secrets import redact_text, redact_value
 from cdui.job import Job
@@ -102,7 +103,10 @@ def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, st
     # Secrets never travel in the environment; make sure no stray one does.
     env.pop("CODEFYUI_AGENT_TOKEN", None)
     env["PYTHONUNBUFFERED"] = "1"
-    device, visible = map_slot_device(slot or "cpu", env.get("CUDA_VISIBLE_DEVICES"))
+    if "," in (slot or ""):  # a device set (cdui/devicesets.py): every card of it, and only those
+        device, visible = map_set(slot, env.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        device, visible = map_slot_device(slot or "cpu", env.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env, device

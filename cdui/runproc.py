@@ -73,6 +73,7 @@ def main() -> int:
 
     threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
 
+    from cdui.devicesets import process_devices, run_facts
     from cdui.graph.context import RunContext, RunStopped
     from cdui.graph.executor import Executor, NodeFailed
     from cdui.graph.model import DEFAULT_MAX_NODES
@@ -91,7 +92,7 @@ def main() -> int:
         layout = Layout.from_json(job.layout)
         registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
                                   Path(job.plugins_dir) if job.plugins_dir else None)
-        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir)
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, run_facts(slot, job.process_device))
         graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
@@ -101,6 +102,7 @@ def main() -> int:
             emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
             return 0
         ctx = RunContext(job.run_id, layout, emit, device=device, stop_event=stop)
+        ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
         Executor(registry, ctx).run(plan)
@@ -119,7 +121,8 @@ def main() -> int:
     return 0
 
 
-def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None) -> None:
+def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,
+                  devices: dict[str, Any]) -> None:
     """This process's own fingerprint and torch numerics, which replace the worker's for the run."""
     from cdui.catalog import run_facts
     try:
@@ -128,8 +131,8 @@ def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir:
     except Exception as exc:  # the facts describe the run; failing to gather them must not fail it
         emit("log", {"message": f"could not collect the run's fingerprint: {type(exc).__name__}: {exc}",
                      "level": "warning"})
-        return
-    emit("execution_facts", facts)
+        facts = {}
+    emit("execution_facts", {**facts, "devices": devices})
 
 
 def _json_safe(obj: Any) -> Any:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdui import runner
+from cdui import devicesets, runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.catalog import with_run_report
@@ -169,6 +169,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/dispatch.py)
+        self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -188,6 +189,7 @@ class RunService:
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
         devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
+        await self.devicebook.load(self.store)
         await self._recover()
         await self.oneshot.load(self)
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
@@ -278,6 +280,8 @@ class RunService:
         device = options.get("device") or "auto"
         if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
+        device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
+        await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
         library = self.preset_library()
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
@@ -313,7 +317,7 @@ class RunService:
         run_id = uuid.uuid4().hex[:12]
         opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
                 "files": files.to_json(), "has_secrets": bool(secrets),
-                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"]}
+                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"], **device_set}
         run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
                   status="queued", target=target, options=opts, graph=stored_graph,
                   created_at=now, queue_reason="waiting for the scheduler")
@@ -499,9 +503,11 @@ class RunService:
         """End a run now (the first ending stored wins) and free its slot."""
         await self._finish(run_id, status, error)
 
-    def adopt(self, run_id: str, executor: str, device: str) -> None:
-        """Count ``run_id`` as running on ``executor``/``device`` (it holds that slot)."""
+    def adopt(self, run_id: str, executor: str, device: str, options: dict[str, Any] | None = None) -> None:
+        """Count ``run_id`` as running on ``executor``/``device`` (it holds that slot, or that set;
+        ``options``: the run's, for the memory it needs on a shared device)."""
         self.active[run_id] = (executor, device)
+        self.devicebook.hold(run_id, options or {})
 
     def release(self, run_id: str) -> None:
         """Free a run's slot without ending it."""
@@ -575,9 +581,8 @@ class RunService:
         """One pass over the queue's lanes (see cdui/dispatch.py): oldest head first, each lane
         placed until its head must wait. Its cost grows with the lanes and the runs placed,
         not with the backlog."""
-        used: dict[tuple[str, str], int] = {}
-        for ex, dev in self.active.values():
-            used[(ex, dev)] = used.get((ex, dev), 0) + 1
+        used = devicesets.slots_used(self.active.values())  # a set holds a slot of each member
+        used_mb = self.devicebook.used_mb(self.active)
         blocked: set[tuple[str, str]] = set()
         free = self.queue.free_order([n for n, ex in self.executors.items() if self._has_free_slot(ex, used)])
         heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
@@ -594,9 +599,10 @@ class RunService:
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
                 continue
-            decision = self.place(run, used, blocked, free)
+            decision = self.place(run, used, blocked, free, used_mb)
             if isinstance(decision, Placement):
-                used[(decision.executor, decision.device)] = used.get((decision.executor, decision.device), 0) + 1
+                devicesets.take(used, decision.executor, decision.device)
+                self.devicebook.took(used_mb, decision.executor, decision.device, devicesets.memory_need(run.options))
                 self.queue.remove(run.id)
                 self.queue.used(decision.executor)
                 if decision.executor in free:
@@ -613,23 +619,27 @@ class RunService:
             else:
                 if isinstance(run.target, str) and run.target == "any" and len(free) < len(self.executors):
                     # The refusal came from the free executors only: say why over all of them.
-                    decision = str(self.place(run, used, blocked, None))
+                    decision = str(self.place(run, used, blocked, None, used_mb))
                 kind = device_kind(run.options.get("device"))
                 for name in candidates(run.target, self.executors):
                     blocked.add((name, kind))
                 lane.reason = decision
 
     def place(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
-              order: list[str] | None) -> Placement | str:
+              order: list[str] | None, used_mb: dict[tuple[str, str], int] | None = None) -> Placement | str:
         """Where ``run`` goes now, or why it waits: the one decision of a dispatch pass
         (``order``: the executors ``any`` tries, least recently used first; None: all)."""
+        ask = self.devicebook.ask(run.options, self.executors,
+                                  self.devicebook.used_mb(self.active) if used_mb is None else used_mb)
         return place(run.target, run.options.get("device"), self.executors, used, self.caps, len(self.active),
-                     blocked, needs_of(run), order)
+                     blocked, needs_of(run), order, ask)
 
     def _has_free_slot(self, ex: Executor, used: dict[tuple[str, str], int]) -> bool:
         if ex.unavailable_reason():
             return False
-        return any(used.get((ex.name, d), 0) < self.caps.slots(ex.name, d) for d in ex.devices())
+        # A device shared by memory is tried whatever its slot count: its admission is by memory.
+        return any(used.get((ex.name, d), 0) < self.caps.slots(ex.name, d)
+                   or devicesets.shares(self.devicebook.setting(ex.name), d) for d in ex.devices())
 
     async def _start(self, run: Run, where: Placement) -> None:
         run_id = run.id
@@ -648,6 +658,7 @@ class RunService:
             return
         run = replace(run, graph=graph)
         self.active[run_id] = (where.executor, where.device)
+        self.devicebook.hold(run_id, run.options)
         job = self.build_job(run, where)
         try:
             if self.storage is not None:  # before it is sent: a run without bucket credentials fails here

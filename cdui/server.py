@@ -46,6 +46,7 @@ from cdui import (
     api_graphs,
     api_runs,
     s3_plane,
+    share_memory,
     ssh_workers,
     transfer,
     web_session,
@@ -315,6 +316,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     if WEB_DIR.is_dir():
         app.router.add_static("/web/", WEB_DIR)
     worker_routes.setup(app)
+    share_memory.setup(app)
     transfer.setup(app)
     api_runs.setup(app)
     api_files.setup(app)

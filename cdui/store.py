@@ -212,6 +212,11 @@ MIGRATIONS: list[str] = [
         created_at REAL NOT NULL
     );
     """,
+    # 6: "Share by memory" (cdui/share_memory.py): the devices of a worker that admit runs by
+    # memory instead of slot count, a JSON list ("*": all); NULL: off
+    """
+    ALTER TABLE workers ADD COLUMN share_by_memory TEXT
+    """,
 ]
 
 

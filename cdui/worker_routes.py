@@ -56,6 +56,9 @@ class WorkerRoutes:
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
+                **self.m.runs.devicebook.card(r["name"], devices, here,
+                                              conn.hello.device_memory or {} if conn is not None else {},
+                                              self.m.runs.caps),
             })
         await ssh_workers.annotate(request.app, out)
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})

@@ -91,6 +91,9 @@ class RemoteExecutor:
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
 
+    def device_memory(self) -> dict[str, dict[str, int]]:
+        return dict(self.conn.hello.device_memory or {})
+
     def mounted(self) -> bool:
         return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
 
@@ -251,7 +254,7 @@ class WorkerSession:
                 continue
             answer[run_id] = protocol.RunAnswer(acked, "continue")
             m.cancel_timer(run_id)
-            m.runs.adopt(run_id, conn.name, run.slot_device or "cpu")
+            m.runs.adopt(run_id, conn.name, run.slot_device or "cpu", run.options)
             if run.status == "disconnected":
                 await store.update_run(run_id, status="running", disconnected_at=None)
                 away = m.clock.time() - (run.disconnected_at or m.clock.time())

@@ -78,7 +78,7 @@ class WorkerManager:
                                         "so worker runs are not adopted")
                 continue
             now = self.clock.time()
-            self.runs.adopt(r.id, r.worker_id, r.slot_device or "cpu")
+            self.runs.adopt(r.id, r.worker_id, r.slot_device or "cpu", r.options)
             await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
             await self.runs.record_cp(r.id, "run_warning", {
                 "kind": "worker_disconnected", "restart": True,

@@ -194,22 +194,42 @@ def first_epoch_loss(cp, run_id: str) -> float:
                 if e["kind"] == "metric" and e["data"]["name"] == "train_loss" and e["data"]["step"] == 1)
 
 
-def test_ddp_on_one_worker_matches_one_process(cp, tmp_path):
-    """strategy ddp with two gloo processes on worker w1 succeeds, with the first epoch's
-    loss of the same training in one process."""
+def test_ddp_on_a_two_slot_cpu_set_matches_one_process(tmp_path):
+    """strategy ddp on worker w1, given a set of its two CPU slots, trains with two gloo
+    processes (the set's size: ddp_processes is left unset) and matches the first epoch's
+    loss of the same training in one process; the set is recorded and released.
+
+    The agent also names three CUDA cards under an inherited CUDA_VISIBLE_DEVICES=4,6,7
+    (this machine has none): a ticker run given a set of two of them, which never touches
+    a card, shows that its subprocess saw exactly the set's two entries."""
+    cp = make_server(tmp_path, CODEFYUI_RUN_QUEUE_MAX_CONCURRENT="w1/cpu=2")
     (cp.data_dir / "custom_nodes" / "seed.py").write_text(SEED_NODE)
-    a = Agent(tmp_path, cp.url, token=token(cp))
+    a = Agent(tmp_path, cp.url, token=token(cp), extra=["--devices", "cuda:0,cuda:1,cuda:2,cpu"],
+              env_extra={"CUDA_VISIBLE_DEVICES": "4,6,7"})
     (a.data_dir / "custom_nodes" / "seed.py").write_text(SEED_NODE)
     cp.restart()  # the control plane loads custom nodes at start
     a.spawn()
     try:
         wait_online(cp, agent=a)
-        ddp = wait_run(cp, cp.submit(seeded_iris(strategy="ddp", ddp_processes=2), {"target": {"worker": "w1"}})["id"])
-        assert (ddp["status"], ddp["worker_id"]) == ("succeeded", "w1"), ddp
+        cpu_set = {"target": {"worker": "w1"}, "device": "cpu", "devices": 2}
+        ddp = wait_run(cp, cp.submit(seeded_iris(strategy="ddp"), cpu_set)["id"])
+        assert (ddp["status"], ddp["worker_id"], ddp["device"]) == ("succeeded", "w1", "cpu,cpu"), ddp
+        assert ddp["execution_facts"]["devices"] == {"set": ["cpu", "cpu"], "process": ["cpu", "cpu"],
+                                                     "cuda_visible_devices": "4,6,7"}
         one = wait_run(cp, cp.submit(seeded_iris(), {"target": "local"})["id"])
         assert one["status"] == "succeeded", one
         assert first_epoch_loss(cp, ddp["id"]) == pytest.approx(first_epoch_loss(cp, one["id"]), rel=1e-3)
         logs = [e["data"]["message"] for e in cp.events(ddp["id"]) if e["kind"] == "log"]
         assert "strategy ddp: 2 process(es) on cpu, cpu" in logs
+
+        cards = wait_run(cp, cp.submit(ticker_graph(), {"target": {"worker": "w1"}, "device": "cuda",
+                                                        "devices": 2})["id"])
+        assert (cards["status"], cards["device"]) == ("succeeded", "cuda:0,cuda:1"), cards
+        assert cards["execution_facts"]["devices"] == {"set": ["cuda:0", "cuda:1"], "process": ["cuda:0", "cuda:1"],
+                                                       "cuda_visible_devices": "4,6"}
+        # Released at the end: every slot of both sets is free again.
+        wait_for(lambda: [d["in_use"] for d in (worker(cp, "w1") or {}).get("devices", [])] == [0, 0, 0, 0],
+                 60, 0.2, "w1's slots released")
     finally:
         a.stop()
+        cp.stop()

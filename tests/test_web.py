@@ -272,7 +272,10 @@ def test_workers_section(worker_setup, browser):
     api = cp.call("GET", "/api/workers", expect=200)
     w = api["workers"][0]
     assert [x["name"] for x in api["workers"]] == ["gpu-box"] and w["status"] == "online"
-    assert w["runs"] == [run["id"]] and w["devices"] == [{"device": "cpu", "slots": 1, "in_use": 1}], w
+    slots = [{k: d[k] for k in ("device", "slots", "in_use", "shared_by_memory")} for d in w["devices"]]
+    assert w["runs"] == [run["id"]] and slots == [{"device": "cpu", "slots": 1, "in_use": 1,
+                                                   "shared_by_memory": False}], w
+    assert w["devices"][0]["memory"]["total_mb"] > 0, w  # the agent's /proc/meminfo
     errors: list[str] = []
     page = _page(browser, errors)
     page.goto(cp.url + "/")
@@ -298,14 +301,24 @@ def test_workers_section(worker_setup, browser):
     assert page.eval_on_selector_all("#target option", "els => els.map(e => e.value)") == [
         "local", "any", "one-shot", "worker:gpu-box"]
 
+    def card_of() -> dict[str, Any]:
+        return [x for x in cp.call("GET", "/api/workers", expect=200)["workers"] if x["name"] == "gpu-box"][0]
+
     def status_of() -> str:
-        return [x for x in cp.call("GET", "/api/workers", expect=200)["workers"] if x["name"] == "gpu-box"][0]["status"]
+        return str(card_of()["status"])
     page.click("button[aria-label='Drain worker gpu-box']")
     page.wait_for_selector(f"{card} .badge.worker-draining")
     assert status_of() == "draining"
     page.click("button[aria-label='Undrain worker gpu-box']")
     page.wait_for_selector(f"{card} .badge.worker-online")
     assert status_of() == "online"
+    # Share by memory: the card's checkbox turns it on for every device, and the card says so.
+    page.click("input[aria-label='Share by memory on worker gpu-box']")
+    page.wait_for_selector(f"{card} :text('shared by memory')")
+    assert card_of()["share_by_memory"] == ["*"]
+    page.click("input[aria-label='Share by memory on worker gpu-box']")
+    page.wait_for_selector(f"{card} :text('cpu (1/1 in use)')")
+    assert card_of()["share_by_memory"] == []
 
     # Remove takes a second click, and the first says what the second will do.
     page.click("button[aria-label='Remove worker gpu-box']")

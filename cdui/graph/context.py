@@ -26,6 +26,8 @@ class RunContext:
         self.run_id = run_id
         self.layout = layout
         self.device = device
+        # The run's device set as this process names them (one entry unless the run was given a set).
+        self.device_set: list[str] = [device]
         self._emit = emit
         self.stop_event = stop_event or threading.Event()
         self.node_id: str | None = None

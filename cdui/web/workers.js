@@ -242,10 +242,32 @@ async function doAction(w, action, subject) {
   }
 }
 
+// A device's slots, or under "Share by memory" its memory in use of its total (MiB).
+function deviceText(d) {
+  if (typeof d === "string") return d;
+  const mem = d.memory ? ` ${d.memory.free_mb} of ${d.memory.total_mb} MiB free` : "";
+  if (d.shared_by_memory) return `${d.device} (shared by memory: ${d.memory_in_use_mb ?? 0} MiB in use;${mem || " no memory reported"})`;
+  return `${d.device} (${d.in_use ?? 0}/${d.slots ?? "?"} in use)`;
+}
+
+// The worker's "Share by memory" setting, for every device of it at once.
+function shareToggle(w, shared) {
+  return h("label", { class: "share-by-memory" },
+    h("input", { type: "checkbox", checked: shared, "aria-label": `Share by memory on worker ${w.name}`,
+      onchange: (e) => ctx.act(async () => {
+        try {
+          await api("POST", `/api/workers/${encodeURIComponent(w.name)}/share-by-memory`, { enabled: e.target.checked });
+        } finally {
+          await refresh();
+        }
+      }) }),
+    " Share by memory");
+}
+
 function workerCard(w) {
   const runs = w.runs || [];
-  const devices = (w.devices || []).map((d) => (typeof d === "string" ? d
-    : `${d.device} (${d.in_use ?? 0}/${d.slots ?? "?"} in use)`)).join(", ");
+  const devices = (w.devices || []).map(deviceText).join(", ");
+  const shared = (w.share_by_memory || []).length > 0;
   const neverConnected = w.ssh && !w.version && !w.last_seen;
   const removeAction = neverConnected ? ["Delete", "delete"] : ["Remove", "remove"];
   const confirmAction = w._pending;
@@ -269,6 +291,7 @@ function workerCard(w) {
       !w.disabled && (w.status === "draining" || w.drained) ? button(w, "Undrain", "undrain") : null,
       w.ssh || w.disabled ? (w.disabled ? button(w, "Enable", "enable") : button(w, "Disable", "disable")) : null,
       !w.ssh ? button(w, "Reissue", "reissue") : null,
+      shareToggle(w, shared),
       button(w, ...removeAction)),
     confirmAction ? h("div", { class: "confirm", role: "alert" },
       h("p", {}, CONFIRM[confirmAction](w)),

@@ -203,6 +203,7 @@ class FakeAgent:
         self.inbox: list[dict[str, Any]] = []
         self.answer_stop = False
         self.capabilities: list[str] = []  # what its hello offers (["s3"]: it has boto3)
+        self.device_memory: dict[str, dict[str, int]] | None = None  # its devices' memory, as its hello says
         self._acks = asyncio.Condition()
         self._session = aiohttp.ClientSession()
         self._reader: asyncio.Task[None] | None = None
@@ -235,6 +236,7 @@ class FakeAgent:
         hello["catalog"] = (node_catalog(self.plane.runs.registry) if self.catalog == "same" else self.catalog)
         hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"
         hello["fingerprint"] = self.fingerprint
+        hello["device_memory"] = self.device_memory
         await self.ws.send_str(json.dumps(hello))
         msg = await self.ws.receive(timeout=30)
         assert msg.type == aiohttp.WSMsgType.TEXT, msg

@@ -94,18 +94,21 @@ class RankContext:
         return value
 
 
-def world_devices(requested: int, run_device: str) -> list[str]:
+def world_devices(requested: int, run_device: str, device_set: list[str] | None = None) -> list[str]:
     """One device per rank: CUDA cards this process sees (all of them unless
-    ``requested`` says how many), or ``requested`` CPU processes."""
+    ``requested`` says how many), or ``requested`` CPU processes. When the run was
+    given a set of several devices (``device_set``, as its process names them), an
+    unset ``requested`` means one process per member: the scheduler reserved them."""
+    given = len(device_set) if device_set and len(device_set) > 1 else 0
     if run_device.startswith("cuda"):
         import torch
         cards = torch.cuda.device_count()
-        n = requested or cards
+        n = requested or given or cards
         if n > cards:
             raise ValueError(f"strategy ddp asks for {n} processes but the run has {cards} CUDA card(s); "
                              f"set ddp_processes to at most {cards}")
         return [f"cuda:{i}" for i in range(n)]
-    n = requested or 1
+    n = requested or given or 1
     if not 1 <= n <= MAX_RANKS:
         raise ValueError(f"ddp_processes={n} is out of range (1..{MAX_RANKS})")
     return ["cpu"] * n

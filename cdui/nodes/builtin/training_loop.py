@@ -377,7 +377,7 @@ class TrainingLoopNode(Node):
         if strategy == "ddp":
             from cdui.nodes.builtin import _ddp
             devices = _ddp.world_devices(int(params.get("ddp_processes") or 0),
-                                         resolve_device(params.get("device"), ctx))
+                                         resolve_device(params.get("device"), ctx), ctx.device_set)
             ctx.log(f"strategy ddp: {len(devices)} process(es) on {', '.join(devices)}")
             return _ddp.run(self._logged, inputs, params, ctx, devices)
         return self._logged(inputs, params, ctx, None)
