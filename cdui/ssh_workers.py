@@ -190,15 +190,36 @@ class SshWorkers:
                                                           f"as ended within {DISABLE_WAIT_S:.0f} s")
 
     async def on_shutdown(self) -> None:
-        """Alongside the server's own runs: every SSH agent is told to stop; 25 s in all."""
-        sups = list(self.sups.values())
-        for sup in sups:
+        """Alongside the server's own runs: every SSH agent is told to stop (through its connection,
+        or a short ssh when there is none), and the SSH workers get 25 s in all. A host that does not
+        answer cannot hold the shutdown longer: its ssh is ended at the cap, and the runs its agent
+        has not reported by then end ``interrupted`` (the agent was told to stop them)."""
+        deadline = self.clock.monotonic() + SHUTDOWN_BUDGET_S
+        names = list(self.sups)
+
+        async def stop_one(name: str) -> None:
+            sup = self.sups[name]
             sup.stopping = True
-            await sup.ask_agent_to_stop()
-        if sups:
-            await asyncio.gather(*(s.wait_exit(SHUTDOWN_BUDGET_S) for s in sups))
-        for name in list(self.sups):
+            if not await sup.ask_agent_to_stop():
+                r = await self.row(name)
+                if r is not None:
+                    rc, lines = await run_short(ssh.short_command(self._target(r), ssh.stop_script(self.iid, r["slot"]),
+                                                                  self.ssh_binary),
+                                                max(0.0, deadline - self.clock.monotonic()), self.clock)
+                    log.info("ssh worker %s: stop over a short ssh at shutdown: exit %s: %s", name, rc,
+                             " | ".join(lines[-3:]))
+            if not await self._runs_gone(name, deadline - self.clock.monotonic()):
+                log.warning("ssh worker %s: runs not reported within %.0f s of the shutdown's stop notice; "
+                            "ending ssh", name, SHUTDOWN_BUDGET_S)
+                # Ended here, before ssh is, so that the reason is the cap and not the disconnect it causes.
+                for run_id, _, _ in self.runs.runs_on(name):
+                    await self.runs.finish(run_id, "interrupted", f"the server stopped and SSH worker {name} did "
+                                                                  f"not report the run within "
+                                                                  f"{SHUTDOWN_BUDGET_S:.0f} s")
+            await sup.wait_exit(max(0.0, deadline - self.clock.monotonic()))
             await self._end(name)
+        if names:
+            await asyncio.gather(*(stop_one(n) for n in names))
 
     async def before_dispatch(self) -> None:
         return None
