@@ -236,7 +236,8 @@ def cleanup_script(iid: str, slot: int, remote_cdui: str) -> str:
     url = control_url(iid, slot)
     return (_PRELUDE + _stop_body(rel)
             + f'if [ "$r" -ne 0 ]; then echo "{MARK} kept $d and the credential for {url}"; exit 3; fi; '
-            + 'if [ -S "$d/sock" ] && command -v ss >/dev/null 2>&1 && ss -Hxl | grep -qF "$d/sock"; then '
+            + 'if [ -S "$d/sock" ] && { if command -v ss >/dev/null 2>&1; then ss -Hxl; '
+              'else cat /proc/net/unix 2>/dev/null; fi; } | grep -qF "$d/sock"; then '
               f'echo "{MARK} a connection is still attached to $d/sock; kept $d and the credential for {url}"; '
               "exit 3; fi; "
             + f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; "

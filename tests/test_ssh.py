@@ -188,3 +188,37 @@ def test_a_reused_legacy_pid_is_left_alone(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait(30)
+
+
+@pytest.mark.e2e
+def test_cleanup_without_ss_keeps_a_slot_whose_socket_is_served(tmp_path: Path) -> None:
+    """A remote host without ``ss``: /proc/net/unix tells that the slot's socket is still served
+    (a connection is attached), so the folder is kept; once it is not, the slot is cleaned."""
+    import shutil
+    import socket
+    import tempfile
+    bin_dir = tmp_path / "bin"  # the tools the script uses, and no ss
+    bin_dir.mkdir()
+    for tool in ("cat", "grep", "rm", "sleep", "tr"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    home = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: a socket path has at most 108 bytes
+    try:
+        d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+        d.mkdir(parents=True)
+        served = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        served.bind(str(d / "sock"))
+        served.listen()
+
+        def cleanup() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["/bin/sh", "-c", ssh.cleanup_script(IID, SLOT, "/nonexistent/cdui")],
+                                  env={"HOME": str(home), "PATH": str(bin_dir)}, capture_output=True, text=True,
+                                  timeout=60)
+        r = cleanup()
+        assert r.returncode == 3 and "a connection is still attached" in r.stdout, (r.stdout, r.stderr)
+        assert d.is_dir()
+        served.close()
+        r = cleanup()
+        assert r.returncode == 0 and f"cdui-ssh: cleaned {d}" in r.stdout, (r.stdout, r.stderr)
+        assert not d.exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
