@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from cdui import ssh
 from cdui.clock import FakeClock
 from cdui.ssh_supervisor import Deps, Spec, Supervisor, TunnelState
@@ -166,6 +168,8 @@ async def next_failure(sup: Supervisor, clock: FakeClock) -> None:
     await failed_waiting(sup, clock, n + 1)
 
 
+# It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
+@pytest.mark.e2e
 async def test_a_connection_between_recoverable_failures_restarts_the_ten_minutes(tmp_path: Path) -> None:
     """Only ten minutes of failure without a break stop the retries: a connection in between
     starts the count again, so more than ten minutes of failures in all still retry."""

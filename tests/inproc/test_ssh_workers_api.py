@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import FakeAgent, Plane
 
 TARGET = {"target": "nobody@127.0.0.1", "port": 1}
@@ -85,6 +86,8 @@ async def tunnel_when(plane: Plane, name: str, pred: Any, what: str, timeout: fl
         await asyncio.sleep(0.01)
 
 
+# It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
+@pytest.mark.e2e
 async def test_retry_starts_at_once_and_keeps_the_drain(dirs: dict[str, Path]) -> None:
     async with Plane(dirs["user_data"], dirs["data_dir"]) as plane:
         await plane.call("POST", "/api/workers/ssh", {**TARGET, "name": "gpu1"}, expect=201)
