@@ -142,13 +142,32 @@ def prepare_script(iid: str, slot: int, remote_cdui: str, forget: bool) -> str:
          + 'rm -f "$d/sock"; ')
     if forget:
         s += f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; echo '{MARK} forgot {url}'; "
-    s += (f'l="$r/{slot}"; if [ -s "$l/agent.pid" ]; then p=$(cat "$l/agent.pid"); '
-          'if kill -0 "$p" 2>/dev/null; then '
-          f'if command -v ss >/dev/null 2>&1 && ss -Htn state established "( sport = :{slot} or dport = :{slot} )" '
-          f"| grep -q .; then echo '{MARK} legacy agent '\"$p\"' in '\"$l\"' has a connection; left running'; "
-          f"else kill -TERM \"$p\" && echo '{MARK} legacy agent '\"$p\"' in '\"$l\"' stopped'; fi; fi; fi; ")
+    s += _legacy_script(slot)
     s += f'cd "$d" && echo "{MARK} dir=$(pwd -P)"'
     return s
+
+
+def _legacy_script(slot: int) -> str:
+    """An older version's agent: its PID in ``~/.codefyui-ssh/<slot>/``, connected over the remote
+    loopback's TCP port ``<slot>``. It is stopped only once no connection on that port is confirmed
+    (``ss``, else ``/proc/net/tcp``); with one, or with no way to tell, it is only reported. The PID
+    must still be an ``agent start``: a reused PID is some other process of the user's."""
+    hexport = f"{slot:04X}"
+    # Established (state 01) with the port as either end; fields 2 and 3 are local and remote address.
+    awk = f"$4 == \"01\" && ($2 ~ /:{hexport}$/ || $3 ~ /:{hexport}$/) {{ f = 1 }} END {{ exit !f }}"
+    return (f'l="$r/{slot}"; if [ -s "$l/agent.pid" ]; then p=$(cat "$l/agent.pid"); '
+            'if kill -0 "$p" 2>/dev/null && { [ ! -r "/proc/$p/cmdline" ] || '
+            'tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
+            'if command -v ss >/dev/null 2>&1; then '
+            f'if ss -Htn state established "( sport = :{slot} or dport = :{slot} )" | grep -q .; then c=1; '
+            'else c=0; fi; '
+            'elif [ -r /proc/net/tcp ]; then '
+            f"if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk {shlex.quote(awk)}; then c=1; else c=0; fi; "
+            'else c=2; fi; '
+            f"if [ $c = 0 ]; then kill -TERM \"$p\" && echo \"{MARK} legacy agent $p in $l stopped\"; "
+            f"elif [ $c = 1 ]; then echo \"{MARK} legacy agent $p in $l has a connection; left running\"; "
+            f"else echo \"{MARK} legacy agent $p in $l left running: cannot tell whether a connection is "
+            f"attached (neither ss nor /proc/net/tcp)\"; fi; fi; fi; ")
 
 
 def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
@@ -217,7 +236,8 @@ def cleanup_script(iid: str, slot: int, remote_cdui: str) -> str:
     url = control_url(iid, slot)
     return (_PRELUDE + _stop_body(rel)
             + f'if [ "$r" -ne 0 ]; then echo "{MARK} kept $d and the credential for {url}"; exit 3; fi; '
-            + 'if [ -S "$d/sock" ] && command -v ss >/dev/null 2>&1 && ss -Hxl | grep -qF "$d/sock"; then '
+            + 'if [ -S "$d/sock" ] && { if command -v ss >/dev/null 2>&1; then ss -Hxl; '
+              'else cat /proc/net/unix 2>/dev/null; fi; } | grep -qF "$d/sock"; then '
               f'echo "{MARK} a connection is still attached to $d/sock; kept $d and the credential for {url}"; '
               "exit 3; fi; "
             + f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; "

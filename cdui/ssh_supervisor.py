@@ -131,9 +131,12 @@ class Supervisor:
         self._wake.set()
 
     async def ask_agent_to_stop(self) -> bool:
-        """Tell the remote agent to stop through the live connection; False if there is none."""
+        """Tell the remote agent to stop through the live connection; False if there is none.
+
+        Only a connection whose remote script reported the agent's PID reads stdin for commands:
+        an ssh still logging in or failing its forward would swallow the stop unseen."""
         proc = self.proc
-        if proc is None or proc.returncode is not None or proc.stdin is None:
+        if proc is None or proc.returncode is not None or proc.stdin is None or self.tunnel.remote_pid is None:
             return False
         try:
             proc.stdin.write(b"stop\n")

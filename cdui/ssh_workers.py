@@ -176,29 +176,54 @@ class SshWorkers:
         r = await self.row(name)
         sup = self.sups.get(name)
         told = sup is not None and await sup.ask_agent_to_stop()
+        if not told and sup is not None:
+            await sup.close()  # no attempt of its own may start an agent while the short ssh stops this one
         if not told and r is not None:
             rc, lines = await run_short(ssh.short_command(self._target(r), ssh.stop_script(self.iid, r["slot"]),
                                                           self.ssh_binary), SHORT_SSH_S + 10, self.clock)
             log.info("ssh worker %s: stop over a short ssh: exit %s: %s", name, rc, " | ".join(lines[-3:]))
         if not await self._runs_gone(name, DISABLE_WAIT_S):
             log.warning("ssh worker %s: runs not reported within %.0f s of the stop", name, DISABLE_WAIT_S)
+            # Ended before ssh is, so that the reason is the wait and not the disconnect ending ssh causes.
+            for run_id, _, _ in self.runs.runs_on(name):
+                await self.runs.finish(run_id, "interrupted", f"worker {name} was {why} and the run was not "
+                                                              f"reported as ended within {DISABLE_WAIT_S:.0f} s")
         if sup is not None:
             await sup.wait_exit(5.0)
         await self._end(name)
-        for run_id, _, _ in self.runs.runs_on(name):
-            await self.runs.finish(run_id, "interrupted", f"worker {name} was {why} and the run was not reported "
-                                                          f"as ended within {DISABLE_WAIT_S:.0f} s")
 
     async def on_shutdown(self) -> None:
-        """Alongside the server's own runs: every SSH agent is told to stop; 25 s in all."""
-        sups = list(self.sups.values())
-        for sup in sups:
+        """Alongside the server's own runs: every SSH agent is told to stop (through its connection,
+        or a short ssh when there is none), and the SSH workers get 25 s in all. A host that does not
+        answer cannot hold the shutdown longer: its ssh is ended at the cap, and the runs its agent
+        has not reported by then end ``interrupted`` (the agent was told to stop them)."""
+        deadline = self.clock.monotonic() + SHUTDOWN_BUDGET_S
+        names = list(self.sups)
+
+        async def stop_one(name: str) -> None:
+            sup = self.sups[name]
             sup.stopping = True
-            await sup.ask_agent_to_stop()
-        if sups:
-            await asyncio.gather(*(s.wait_exit(SHUTDOWN_BUDGET_S) for s in sups))
-        for name in list(self.sups):
+            if not await sup.ask_agent_to_stop():
+                await sup.close()  # no attempt of its own may start an agent while the short ssh stops this one
+                r = await self.row(name)
+                if r is not None:
+                    rc, lines = await run_short(ssh.short_command(self._target(r), ssh.stop_script(self.iid, r["slot"]),
+                                                                  self.ssh_binary),
+                                                max(0.0, deadline - self.clock.monotonic()), self.clock)
+                    log.info("ssh worker %s: stop over a short ssh at shutdown: exit %s: %s", name, rc,
+                             " | ".join(lines[-3:]))
+            if not await self._runs_gone(name, deadline - self.clock.monotonic()):
+                log.warning("ssh worker %s: runs not reported within %.0f s of the shutdown's stop notice; "
+                            "ending ssh", name, SHUTDOWN_BUDGET_S)
+                # Ended here, before ssh is, so that the reason is the cap and not the disconnect it causes.
+                for run_id, _, _ in self.runs.runs_on(name):
+                    await self.runs.finish(run_id, "interrupted", f"the server stopped and SSH worker {name} did "
+                                                                  f"not report the run within "
+                                                                  f"{SHUTDOWN_BUDGET_S:.0f} s")
+            await sup.wait_exit(max(0.0, deadline - self.clock.monotonic()))
             await self._end(name)
+        if names:
+            await asyncio.gather(*(stop_one(n) for n in names))
 
     async def before_dispatch(self) -> None:
         return None

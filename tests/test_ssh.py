@@ -124,3 +124,101 @@ def test_backoff_doubles_to_a_minute() -> None:
         d = ssh.next_delay(d)
         delays.append(d)
     assert delays == [2, 4, 8, 16, 32, 60, 60, 60]
+
+
+LEGACY_AGENT = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[-1])))
+while s.recv(1):
+    pass
+while True:
+    time.sleep(3600)
+"""
+
+
+def _prepare_in(home: Path, slot: int, path: str) -> list[str]:
+    r = subprocess.run(["/bin/sh", "-c", ssh.prepare_script(IID, slot, "/nonexistent/cdui", False)],
+                       env={"HOME": str(home), "PATH": path}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stdout.splitlines() if "legacy agent" in line]
+
+
+@pytest.mark.e2e
+def test_legacy_agent_without_ss_is_judged_by_proc_net_tcp(tmp_path: Path) -> None:
+    """A remote host without ``ss``: the connection is read from /proc/net/tcp; with it the legacy
+    agent is only reported, without it stopped."""
+    import socket
+    import sys
+    bin_dir = tmp_path / "bin"  # the tools the script uses, and no ss
+    bin_dir.mkdir()
+    for tool in ("mkdir", "chmod", "rm", "cat", "tr", "grep", "awk"):
+        (bin_dir / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                                   text=True, check=True).stdout.strip())
+    home = tmp_path / "home"
+    forward = socket.create_server(("127.0.0.1", 0))
+    slot = forward.getsockname()[1]
+    (home / ".codefyui-ssh" / str(slot)).mkdir(parents=True)
+    agent = subprocess.Popen([sys.executable, "-c", LEGACY_AGENT, "agent", "start", str(slot)])
+    try:
+        (home / ".codefyui-ssh" / str(slot) / "agent.pid").write_text(f"{agent.pid}\n")
+        forward.settimeout(60)
+        conn, _ = forward.accept()
+        legacy = f"cdui-ssh: legacy agent {agent.pid} in {home}/.codefyui-ssh/{slot}"
+        assert _prepare_in(home, slot, str(bin_dir)) == [f"{legacy} has a connection; left running"]
+        assert agent.poll() is None
+        conn.close()
+        forward.close()
+        assert _prepare_in(home, slot, str(bin_dir)) == [f"{legacy} stopped"]
+        assert agent.wait(60) == -15
+    finally:
+        agent.kill()
+        agent.wait(30)
+
+
+@pytest.mark.e2e
+def test_a_reused_legacy_pid_is_left_alone(tmp_path: Path) -> None:
+    """The PID in a legacy folder now belongs to another process of the user's: not stopped."""
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        home = tmp_path / "home"
+        (home / ".codefyui-ssh" / str(SLOT)).mkdir(parents=True)
+        (home / ".codefyui-ssh" / str(SLOT) / "agent.pid").write_text(f"{other.pid}\n")
+        assert _prepare_in(home, SLOT, "/usr/bin:/bin") == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait(30)
+
+
+@pytest.mark.e2e
+def test_cleanup_without_ss_keeps_a_slot_whose_socket_is_served(tmp_path: Path) -> None:
+    """A remote host without ``ss``: /proc/net/unix tells that the slot's socket is still served
+    (a connection is attached), so the folder is kept; once it is not, the slot is cleaned."""
+    import shutil
+    import socket
+    import tempfile
+    bin_dir = tmp_path / "bin"  # the tools the script uses, and no ss
+    bin_dir.mkdir()
+    for tool in ("cat", "grep", "rm", "sleep", "tr"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    home = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: a socket path has at most 108 bytes
+    try:
+        d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+        d.mkdir(parents=True)
+        served = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        served.bind(str(d / "sock"))
+        served.listen()
+
+        def cleanup() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["/bin/sh", "-c", ssh.cleanup_script(IID, SLOT, "/nonexistent/cdui")],
+                                  env={"HOME": str(home), "PATH": str(bin_dir)}, capture_output=True, text=True,
+                                  timeout=60)
+        r = cleanup()
+        assert r.returncode == 3 and "a connection is still attached" in r.stdout, (r.stdout, r.stderr)
+        assert d.is_dir()
+        served.close()
+        r = cleanup()
+        assert r.returncode == 0 and f"cdui-ssh: cleaned {d}" in r.stdout, (r.stdout, r.stderr)
+        assert not d.exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -5,17 +5,21 @@ The control plane listens on 127.0.0.1 only; sshd is the only other listener.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
+import sqlite3
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from procs import SESSION_ENV, ServerProc, long_training_graph, wait_event, wait_for, wait_run
+from procs import SESSION_ENV, Proc, ServerProc, free_port, long_training_graph, wait_event, wait_for, wait_run
 from sshd import Sshd
 from syspkgs import requires_command
 
@@ -297,4 +301,120 @@ def test_the_remote_agent_stops_when_no_tunnel_returns_within_the_grace(tmp_path
         log = (sshd.home / added["remote_dir"].removeprefix("~/") / "agent.log").read_text()
         assert "no SSH tunnel for 5 s (the resume grace); stopping" in log
     finally:
+        srv.stop()
+
+
+def slot_ssh_pids(added: dict[str, Any]) -> list[int]:
+    iid = added["control"].split("cp-")[1].split(".")[0]
+    return tunnel_ssh_pids(f".codefyui-ssh/{iid}-{added['slot']}")
+
+
+def test_disable_without_a_connection_stops_the_agent_over_a_short_ssh(server: ServerProc, sshd: Sshd):
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "cut"}, expect=201)
+    first = wait_tunnel(server, "cut", "connected")
+    pid = first["remote_pid"]
+    # The connection cannot come back (the host now refuses forwarding); its agent waits for one.
+    sshd.restart("AllowStreamLocalForwarding no")
+    for p in slot_ssh_pids(added):
+        os.kill(p, signal.SIGKILL)
+    wait_tunnel(server, "cut", "failed", after=first["attempts"])
+    assert pid in sshd.agent_pids()
+    assert server.call("POST", "/api/workers/cut/disable") == {"name": "cut", "disabled": True}
+    # Told through a short ssh of its own, the agent is gone by the time disable answers.
+    assert sshd.agent_pids() == []
+    assert re.search(rf"ssh worker cut: stop over a short ssh: exit 0: .*agent {pid} stopped", server.log_text())
+    assert ssh_view(server, "cut")["tunnel"]["state"] == "stopped"
+
+
+# An older version's agent as far as the preparation can see it: "agent start" on its command line,
+# a TCP connection to the slot's port on the remote loopback while its ssh forward was there.
+LEGACY_AGENT = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[-1].rsplit(":", 1)[1])))
+while s.recv(1):
+    pass
+s.close()
+while True:
+    time.sleep(3600)
+"""
+
+
+def test_a_legacy_agent_is_stopped_only_once_no_connection_is_attached(tmp_path: Path, sshd: Sshd):
+    slot = free_port()
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_SSH_REMOTE_PORT_RANGE": f"{slot}-{slot}"}).start()
+    # What an older version's `ssh -R <slot>:...` opened on the remote loopback.
+    forward = socket.create_server(("127.0.0.1", slot))
+    forward.settimeout(60)
+    legacy_dir = sshd.home / ".codefyui-ssh" / str(slot)
+    legacy_dir.mkdir(mode=0o700, parents=True)
+    legacy = Proc([sys.executable, "-c", LEGACY_AGENT, "agent", "start", "--control", f"http://127.0.0.1:{slot}"],
+                  dict(os.environ), tmp_path / "legacy.log", name="legacy-agent")
+    try:
+        legacy.spawn()
+        (legacy_dir / "agent.pid").write_text(f"{legacy.pid}\n")
+        conn, _ = forward.accept()
+        added = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "new"}, expect=201)
+        first = wait_tunnel(srv, "new", "connected")
+        assert f"cdui-ssh: legacy agent {legacy.pid} in {legacy_dir} has a connection; left running" \
+               in first["recent_output"], first["recent_output"]
+        assert legacy.alive
+        conn.close()  # its connection ends (its old ssh is gone) ...
+        forward.close()
+        for p in slot_ssh_pids(added):  # ... and the next preparation stops it
+            os.kill(p, signal.SIGKILL)
+        again = wait_tunnel(srv, "new", "connected", after=first["attempts"])
+        assert f"cdui-ssh: legacy agent {legacy.pid} in {legacy_dir} stopped" in again["recent_output"], \
+            again["recent_output"]
+        wait_for(lambda: not legacy.alive, 60, 0.1, "the legacy agent to exit")
+        assert legacy.returncode == -signal.SIGTERM
+        assert again["remote_pid"] == first["remote_pid"]  # the current agent is not touched
+    finally:
+        forward.close()
+        legacy.stop(10)
+        srv.stop()
+
+
+def sshd_sessions(sshd: Sshd) -> list[int]:
+    """The sshd processes serving the open connections (descendants of the listening sshd)."""
+    assert sshd.proc is not None and sshd.proc.pid is not None
+    return [p for p in children_running(sshd.proc.pid, b"") if Path(f"/proc/{p}/cmdline").read_bytes()
+            .startswith(b"sshd:")]
+
+
+@pytest.mark.timeout(600)
+def test_shutdown_gives_ssh_workers_25_s_when_a_host_does_not_answer(tmp_path: Path, sshd: Sshd):
+    """A long shutdown grace would let a silent host hold the stop for 125 s; the SSH workers get
+    25 s in all, alongside the server's own runs, which still get their grace."""
+    # A user's ssh config may wait long for a silent host (ServerAliveCountMax): 25 min here, so only
+    # the control plane's own cap can end the wait.
+    sshd.config_file.write_text(sshd.config_file.read_text().replace("Host sshtest\n",
+                                                                     "Host sshtest\n  ServerAliveCountMax 100\n"))
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_SHUTDOWN_GRACE_S": "120"}).start()
+    frozen: list[int] = []
+    try:
+        srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "silent"}, expect=201)
+        wait_tunnel(srv, "silent", "connected")
+        remote = srv.submit(long_training_graph(), {"target": {"worker": "silent"}})
+        local = srv.submit(long_training_graph(), {"target": "local"})
+        for run in (remote, local):
+            wait_event(srv, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
+        # The host stops answering: the sshd side of the connection is frozen, the ssh stays up.
+        frozen = sshd_sessions(sshd)
+        assert frozen
+        for p in frozen:
+            os.kill(p, signal.SIGSTOP)
+        # A generous wait, yet well short of the 125 s the grace alone would hold the stop.
+        assert srv.stop(timeout=100) == 0, srv.log_tail(40)
+        assert tunnel_ssh_pids(".codefyui-ssh/") == []
+        with sqlite3.connect(srv.db_path) as db:
+            ended = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, status, error FROM runs")}
+        assert ended[local["id"]][0] == "cancelled", ended
+        assert ended[remote["id"]] == ("interrupted", "the server stopped and SSH worker silent did not report "
+                                                      "the run within 25 s"), ended
+        log = srv.log_text()
+        assert "ssh worker silent: runs not reported within 25 s of the shutdown's stop notice" in log
+    finally:
+        for p in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
         srv.stop()

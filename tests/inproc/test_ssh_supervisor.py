@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from cdui import ssh
 from cdui.clock import FakeClock
 from cdui.ssh_supervisor import Deps, Spec, Supervisor, TunnelState
@@ -139,5 +141,61 @@ async def test_remote_cdui_missing_is_terminal(tmp_path: Path) -> None:
         await failed_waiting(sup, clock, 1)
         assert not sup.tunnel.retrying
         assert (sup.tunnel.reason or "").startswith("the remote shell cannot run cdui (not found, exit 127)")
+    finally:
+        await sup.close()
+
+
+def switchable_ssh(tmp: Path) -> str:
+    """An ssh whose answer the test switches with ``tmp/mode``: ``denied`` (login refused at the
+    preparation) or ``up`` (the preparation works and the agent connects, then the link drops)."""
+    path = tmp / "ssh"
+    path.write_text("#!/bin/sh\n"
+                    f"mode=$(cat '{tmp / 'mode'}')\n"
+                    'for a in "$@"; do [ "$a" = -R ] && { echo "cdui-ssh: started pid=4242"; '
+                    "echo 'agent: connected to http://cp-3f9a12c4.invalid:18000 as worker gpu1'; exit 255; }; done\n"
+                    'if [ "$mode" = up ]; then echo "cdui-ssh: dir=/home/alice/.codefyui-ssh/3f9a12c4-18000"; '
+                    "exit 0; fi\n"
+                    "echo 'alice@gpu-box: Permission denied (publickey).'; exit 255\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+async def next_failure(sup: Supervisor, clock: FakeClock) -> None:
+    """Step the clock through the delay the last failure set, then wait until the next attempt failed."""
+    n = sup.tunnel.attempts
+    await clock.wait_for_sleepers(1)
+    await clock.advance(sup.tunnel.next_attempt_s or 0)
+    await failed_waiting(sup, clock, n + 1)
+
+
+# It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
+@pytest.mark.e2e
+async def test_a_connection_between_recoverable_failures_restarts_the_ten_minutes(tmp_path: Path) -> None:
+    """Only ten minutes of failure without a break stop the retries: a connection in between
+    starts the count again, so more than ten minutes of failures in all still retry."""
+    clock = FakeClock()
+    mode = tmp_path / "mode"
+    mode.write_text("denied")
+    sup, _ = supervisor(tmp_path, clock, switchable_ssh(tmp_path))
+    sup.start()
+    try:
+        await failed_waiting(sup, clock, 1)
+        first = clock.monotonic()
+        while clock.monotonic() - first < 480:  # eight minutes of login failures, still retried
+            assert sup.tunnel.retrying and "Permission denied" in (sup.tunnel.reason or ""), sup.tunnel
+            await next_failure(sup, clock)
+        assert sup.tunnel.retrying
+        mode.write_text("up")  # one attempt whose agent connects, then its link drops
+        await next_failure(sup, clock)
+        assert sup.tunnel.remote_pid == 4242 and (sup.tunnel.reason or "").startswith("the connection ended")
+        assert sup.tunnel.retrying and sup.tunnel.next_attempt_s == 2  # the backoff starts again too
+        mode.write_text("denied")
+        await next_failure(sup, clock)
+        second = clock.monotonic()
+        while sup.tunnel.retrying:  # the failures after the connection get ten minutes of their own
+            assert clock.monotonic() - second < ssh.RECOVERABLE_LIMIT_S
+            await next_failure(sup, clock)
+        assert clock.monotonic() - second >= ssh.RECOVERABLE_LIMIT_S
+        assert "gave up after it lasted 10 minutes" in (sup.tunnel.reason or "")
     finally:
         await sup.close()

@@ -4,8 +4,11 @@ The SSH targets here point at 127.0.0.1 port 1, where nothing listens: the
 real ssh fails at once and is retried on the fake clock, which never moves."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
 from harness import FakeAgent, Plane
 
 TARGET = {"target": "nobody@127.0.0.1", "port": 1}
@@ -68,3 +71,39 @@ async def test_a_disabled_worker_takes_no_runs_whoever_connects(dirs: dict[str, 
         assert (await agent.assignment())["run_id"] == run["id"]
         await agent.status(run["id"], "succeeded")
         assert queued["status"] == "queued" and (await plane.run(run["id"]))["status"] == "succeeded"
+
+
+async def tunnel_when(plane: Plane, name: str, pred: Any, what: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The SSH worker's tunnel once ``pred`` holds: waits for the reaction to a real ssh's exit."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        t = {w["name"]: w for w in (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"]}[name]["tunnel"]
+        if pred(t):
+            return dict(t)
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {t}")
+        await asyncio.sleep(0.01)
+
+
+# It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
+@pytest.mark.e2e
+async def test_retry_starts_at_once_and_keeps_the_drain(dirs: dict[str, Path]) -> None:
+    async with Plane(dirs["user_data"], dirs["data_dir"]) as plane:
+        await plane.call("POST", "/api/workers/ssh", {**TARGET, "name": "gpu1"}, expect=201)
+        failed = await tunnel_when(plane, "gpu1", lambda t: t["state"] == "failed" and t["retrying"],
+                                   "the first attempt to fail and wait for its retry")
+        assert failed["next_attempt_s"] == 2 and failed["attempts"] == 1
+        # The worker has enrolled once (its row exists) and is drained.
+        await FakeAgent(plane, "gpu1").enroll()
+        await plane.call("POST", "/api/workers/gpu1/drain")
+        assert (await plane.worker("gpu1") or {})["drained"] is True
+        before = plane.clock.monotonic()
+        assert await plane.call("POST", "/api/workers/gpu1/retry") == {"name": "gpu1", "retrying": True}
+        # The fake clock has not moved: only Retry can have started the second attempt.
+        again = await tunnel_when(plane, "gpu1", lambda t: t["attempts"] == 2 and t["state"] == "failed",
+                                  "the retried attempt")
+        assert plane.clock.monotonic() == before
+        assert again["retrying"] and again["next_attempt_s"] == 2  # a fresh series, not the next step of the old
+        w = await plane.worker("gpu1") or {}
+        assert w["drained"] is True and w["status"] != "disabled", w
