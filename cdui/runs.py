@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdui import runner
+from cdui import outputs, runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.catalog import with_run_report
@@ -127,6 +127,7 @@ class LocalExecutor:
                 await self.service.fail_for_full_disk(run_id, err)
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
+        job = outputs.for_this_machine(job, self.service.config.user_data, self.service.config)
         handle = await runner.launch(job, sink, log_path)
         self.handles[run_id] = handle
 
