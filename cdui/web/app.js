@@ -448,6 +448,7 @@ $("submit-form").addEventListener("submit", async (e) => {
   const options = { target: targetValue($("target").value) };
   const device = $("device").value.trim();
   if (device && device !== "auto") options.device = device;
+  if ($("record-outputs").checked) options.record_outputs = true;
   const btn = $("btn-submit");
   if (btn.disabled) return;
   btn.disabled = true; // one submission at a time: a double click queues one run
