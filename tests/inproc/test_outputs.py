@@ -186,39 +186,29 @@ def test_the_drawing_keeps_the_graphs_places_or_lays_nodes_out_in_layers():
     assert "secret" not in json.dumps(d) and len(d["edges"]) == 3
 
 
-def _sized(shape: str) -> dict[str, Any]:
-    g = json.loads(json.dumps(GRAPH))
-    g["nodes"][1]["data"]["params"]["shape"] = shape
-    return g
-
-
-@pytest.mark.e2e  # real run subprocesses, each importing torch
-async def test_local_runs_record_into_the_control_planes_store_oldest_dropped_first(tmp_path):
-    # 1 MiB holds one run's 750 kB image tensor, not two: the second run's capture drops the first's.
-    async with Plane(tmp_path / "ud", tmp_path / "data", CODEFYUI_RUN_OUTPUT_STORE_MAX_MB="1") as plane:
-        ids = []
-        for _ in range(2):
-            status, run = await plane.api("POST", "/api/runs", {"graph": _sized("1,3,250,250"), "options": {
-                "target": "local", "device": "cpu", "record_outputs": True}})
-            assert status == 201, run
-            done = await plane.wait_status(run["id"], "succeeded", "failed", timeout=180)
-            assert done["status"] == "succeeded", done
-            ids.append(run["id"])
-        first, second = [await plane.call("GET", f"/api/runs/{rid}/outputs") for rid in ids]
-        assert first["nodes"] == []
-        assert second == {"run_id": ids[1], "record_outputs": True, "worker": None, "nodes": [
-            {"node_id": "start", "type": "Start"}, {"node_id": "img", "type": "TensorCreate"},
-            {"node_id": "seq", "type": "TensorCreate"}]}
-        img = await plane.call("GET", f"/api/runs/{ids[1]}/outputs/img")
+@pytest.mark.e2e  # a real run subprocess, importing torch
+async def test_a_local_run_records_into_the_control_planes_own_store(tmp_path):
+    async with Plane(tmp_path / "ud", tmp_path / "data") as plane:
+        status, run = await plane.api("POST", "/api/runs", {"graph": GRAPH, "options": {
+            "target": "local", "device": "cpu", "record_outputs": True}})
+        assert status == 201, run
+        rid = run["id"]
+        done = await plane.wait_status(rid, "succeeded", "failed", timeout=180)
+        assert done["status"] == "succeeded", done
+        assert await plane.call("GET", f"/api/runs/{rid}/outputs") == {
+            "run_id": rid, "record_outputs": True, "worker": None, "nodes": [
+                {"node_id": "start", "type": "Start"}, {"node_id": "img", "type": "TensorCreate"},
+                {"node_id": "seq", "type": "TensorCreate"}]}
+        img = await plane.call("GET", f"/api/runs/{rid}/outputs/img")
         thumb = img["outputs"][0].pop("thumbnail")
-        assert img == {"run_id": ids[1], "worker": None, "node_id": "img", "type": "TensorCreate", "outputs": [
-            {"port": "tensor", "kind": "tensor", "shape": [1, 3, 250, 250], "dtype": "float32",
+        assert img == {"run_id": rid, "worker": None, "node_id": "img", "type": "TensorCreate", "outputs": [
+            {"port": "tensor", "kind": "tensor", "shape": [1, 3, 8, 8], "dtype": "float32",
              "min": 0.5, "max": 0.5, "mean": 0.5}]}
-        # 250 px scaled by 4 to 63 px: the thumbnail's own header says so.
-        assert base64.b64decode(thumb)[16:24] == (63).to_bytes(4, "big") * 2
-        seq = await plane.call("GET", f"/api/runs/{ids[1]}/outputs/seq")
+        assert base64.b64decode(thumb)[16:24] == (8).to_bytes(4, "big") * 2  # the PNG's own width and height
+        seq = await plane.call("GET", f"/api/runs/{rid}/outputs/seq")
         assert seq["outputs"] == [{"port": "tensor", "kind": "tensor", "shape": [5], "dtype": "float32",
                                    "min": 0.0, "max": 4.0, "mean": 2.0}]
+        # The capture is in this control plane's user data folder, raw tensors included.
         store = plane.config.user_data / "outputs"
-        assert sorted(p.name for p in store.iterdir()) == [ids[1]]
-        assert len(list((store / ids[1]).glob("*.pt"))) == 2  # both raw tensors fit
+        assert sorted(p.name for p in store.iterdir()) == [rid]
+        assert len(list((store / rid).glob("*.pt"))) == 2
