@@ -699,6 +699,7 @@ class RunService:
             raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
         await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
+        await asyncio.to_thread(outputs.forget_run, outputs.store_dir(self.config.user_data), run_id)
         warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
         await self.store.delete_run(run_id)
         return warning

@@ -212,3 +212,6 @@ async def test_a_local_run_records_into_the_control_planes_own_store(tmp_path):
         store = plane.config.user_data / "outputs"
         assert sorted(p.name for p in store.iterdir()) == [rid]
         assert len(list((store / rid).glob("*.pt"))) == 2
+        # Deleting the run deletes its capture.
+        await plane.call("DELETE", f"/api/runs/{rid}")
+        assert list(store.iterdir()) == []
