@@ -17,6 +17,7 @@ with exit code 2; the others are retried with advice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, catalog, devicesets, protocol, runner
+from cdui import __version__, catalog, devicesets, outputs, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -387,12 +388,23 @@ class Agent:
             r = self.runs.get(msg.run_id)
             if r is not None and r.files is not None:
                 r.files.new_credentials(msg.credentials)
+        elif isinstance(msg, protocol.OutputsRequest):
+            task = asyncio.create_task(self._answer_outputs(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
             log.warning("the control plane reported: %s", msg.message)
         else:  # a welcome or refusal comes first or not at all
             log.warning("unexpected %r message from the control plane after the welcome", msg.type)
+
+    async def _answer_outputs(self, msg: protocol.OutputsRequest) -> None:
+        answer = await outputs.agent_answer(outputs.store_dir(self.user_data), msg)
+        ws = self.ws
+        if ws is not None and not ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
+                await ws.send_str(answer.to_json())
 
     async def _start_run(self, run_id: str, job: Job) -> None:
         if run_id in self.runs:
@@ -440,6 +452,7 @@ class Agent:
         try:
             # This machine's folders: the job as assigned stays as it was.
             local = files.job_for_this_machine(job, self.config)
+            local = outputs.for_this_machine(local, self.user_data, self.config)
             fetched = await files.fetch_inputs()
         except Exception as exc:  # a failed download or a missing mount fails this run only
             log.warning("run %s: preparing its files failed: %s", run_id, exc)

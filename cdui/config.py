@@ -97,7 +97,7 @@ SETTINGS: list[Setting] = [
     # -- workers (control plane)
     Setting("CODEFYUI_WORKER_RESUME_GRACE_S", 300.0, _float, "seconds a disconnected worker's runs wait for it (0 ends them at once)", "seconds"),
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
-    Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds", available=False),
+    Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds"),
     Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds"),
     Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file", path=True),
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
@@ -122,8 +122,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH"),
     Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _ssh_strict, "accept-new or yes", "accept-new|yes"),
     # -- agent
-    Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB", available=False),
-    Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds", available=False),
+    Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
+    Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token"),
     Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),

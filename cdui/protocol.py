@@ -13,6 +13,7 @@ agent -> control plane
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
+  outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.outputs)
 control plane -> agent
   welcome    {version, worker, heartbeat_s, resume_grace_s, runs: {run_id: {acked, action}}}
              action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here),
@@ -25,6 +26,7 @@ control plane -> agent
   stop       {run_id}
   revoked    {message}  (the worker was removed or its credential superseded; exit 2)
   error      {message}  (a malformed message; the connection stays up)
+  outputs_request {request_id, run_id, node_id}  (node_id null: which nodes have recorded outputs)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -316,6 +318,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
                                                               "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
         return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
+    if t == "outputs_answer":
+        return _outputs_answer(d)
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
@@ -461,8 +465,47 @@ class Error(_Flat):
     type: ClassVar[str] = "error"
 
 
-ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage
-AgentMessage = Hello | Events | Heartbeat
+@dataclass(frozen=True)
+class OutputsRequest(_Flat):
+    request_id: str
+    run_id: str
+    node_id: str | None
+    type: ClassVar[str] = "outputs_request"
+
+
+@dataclass(frozen=True)
+class OutputsAnswer(_Flat):
+    """A worker's answer: the recorded nodes (``node_id`` None) or one node's summary, or an error.
+    ``nodes`` and ``summary`` are rebuilt field by field by :mod:`cdui.outputs` when parsed."""
+
+    request_id: str
+    run_id: str
+    node_id: str | None
+    nodes: list[dict[str, str]] | None = None
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    type: ClassVar[str] = "outputs_answer"
+
+
+def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
+    from cdui import outputs
+    w = "outputs_answer"
+    node_id = _opt(d, "node_id", str, None, w)
+    node_id = None if node_id is None else _str(node_id, f"{w}.node_id", outputs.MAX_NODE_ID)
+    error = _opt(d, "error", str, None, w)
+    try:
+        nodes = None if d.get("nodes") is None else outputs.clean_nodes(d["nodes"])
+        summary = None if d.get("summary") is None or node_id is None else outputs.clean_summary(d["summary"],
+                                                                                                  node_id)
+    except ValueError as exc:
+        raise ProtocolError(f"{w}: {exc}") from None
+    return OutputsAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                         _str(_req(d, "run_id", str, w), f"{w}.run_id"), node_id, nodes, summary,
+                         None if error is None else _str(error, f"{w}.error", MAX_TEXT))
+
+
+ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -535,6 +578,11 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                             MAX_TEXT))
     if t == "error":
         return Error(_str(_opt(d, "message", str, "", "error"), "error.message", MAX_TEXT))
+    if t == "outputs_request":
+        node = _opt(d, "node_id", str, None, "outputs_request")
+        return OutputsRequest(_str(_req(d, "request_id", str, "outputs_request"), "outputs_request.request_id"),
+                              _str(_req(d, "run_id", str, "outputs_request"), "outputs_request.run_id"),
+                              None if node is None else _str(node, "outputs_request.node_id", 256))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 

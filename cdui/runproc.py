@@ -105,7 +105,9 @@ def main() -> int:
         ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
-        Executor(registry, ctx).run(plan)
+        from cdui import outputs
+        with outputs.recording(job, emit) as on_outputs:
+            Executor(registry, ctx, on_outputs).run(plan)
     except RunStopped:
         emit("result", {"status": "cancelled", "error": "stopped on request"})
         return 0

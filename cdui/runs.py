@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdui import devicesets, runner
+from cdui import devicesets, outputs, runner
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.catalog import with_run_report
@@ -128,6 +128,7 @@ class LocalExecutor:
                 await self.service.fail_for_full_disk(run_id, err)
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
+        job = outputs.for_this_machine(job, self.service.config.user_data, self.service.config)
         handle = await runner.launch(job, sink, log_path)
         self.handles[run_id] = handle
 
@@ -710,6 +711,7 @@ class RunService:
             raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
         await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
+        await asyncio.to_thread(outputs.forget_run, outputs.store_dir(self.config.user_data), run_id)
         warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
         await self.store.delete_run(run_id)
         return warning

@@ -44,6 +44,7 @@ from cdui import (
     __version__,
     api_files,
     api_graphs,
+    api_outputs,
     api_runs,
     s3_plane,
     share_memory,
@@ -323,6 +324,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_graphs.setup(app)
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
     web_session.setup(app)
+    api_outputs.setup(app)
     return app
 
 

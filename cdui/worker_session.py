@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, catalog, enroll, oneshot, protocol
+from cdui import __version__, api_outputs, catalog, enroll, oneshot, protocol
 from cdui import worker_admission as admission
 from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
@@ -310,6 +310,8 @@ class WorkerSession:
                     await self.events(m)
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
+                elif isinstance(m, protocol.OutputsAnswer):
+                    api_outputs.answered(conn, m)
                 else:
                     await conn.send(protocol.Error("hello was already received"))
             except DiskFull:
@@ -388,6 +390,7 @@ class WorkerSession:
         assert conn is not None
         m, name = self.m, conn.name
         log.warning("worker %s disconnected", name)
+        api_outputs.gone(conn)
         for run_id, _, _ in m.runs.runs_on(name):
             if m.closing:
                 # Nobody would be left to wait for its return: the server is stopping.

@@ -4,6 +4,7 @@ own user data dir: version, usage errors, start/stop in the background, run
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -294,18 +295,20 @@ def test_every_setting_is_read_or_marked_unavailable() -> None:
 
 
 def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
-    """Starting the server with a setting this version does not implement logs that it has
-    no effect, once per setting; the server still starts."""
+    """Starting the server logs one warning per set setting this version does not implement,
+    and none for an implemented one (the recorded-output settings were the last marked ones)."""
     from cdui import __version__
+    from cdui.config import SETTINGS, warn_unavailable
     from procs import ServerProc
-    s = ServerProc(tmp_path, extra_env={"CODEFYUI_RUN_OUTPUT_STORE_MAX_MB": "100",
-                                        "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}).start()
+    marked = [s.name for s in SETTINGS if not s.available]
+    env = {name: "1" for name in marked} | {"CODEFYUI_RUN_OUTPUT_STORE_MAX_MB": "100",
+                                           "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}
+    s = ServerProc(tmp_path, extra_env=env).start()
     try:
         lines = [ln.split(": ", 1)[1] for ln in s.log_text().splitlines() if "WARNING cdui.server:" in ln]
         assert lines == [f"`{name}` is set but not available in this version of cdui ({__version__}); it has no "
-                         f"effect (unset it; see docs/configuration.md)"
-                         for name in ("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S",
-                                      "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB")], s.log_tail()
+                         f"effect (unset it; see docs/configuration.md)" for name in marked], s.log_tail()
+        assert warn_unavailable(logging.getLogger("test"), env) == marked
     finally:
         s.stop()
 

@@ -29,6 +29,10 @@ AGENT_MESSAGES: list[protocol.AgentMessage] = [
     protocol.Events("r1", []),
     protocol.Heartbeat(["r1", "r2"], {"data": "/mnt"}),
     protocol.Heartbeat([]),
+    protocol.OutputsAnswer("q1", "r1", None, nodes=[{"node_id": "n", "type": "T"}]),
+    protocol.OutputsAnswer("q2", "r1", "n", summary={"node_id": "n", "type": "T", "outputs": [
+        {"port": "p", "kind": "tensor", "shape": [2], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}]}),
+    protocol.OutputsAnswer("q3", "r1", "n", error="no recorded outputs of run r1 are kept here"),
 ]
 
 SERVER_MESSAGES: list[protocol.ServerMessage] = [
@@ -43,6 +47,8 @@ SERVER_MESSAGES: list[protocol.ServerMessage] = [
     protocol.Stop("r1"),
     protocol.Revoked("worker w1 was removed"),
     protocol.Error("malformed message: not JSON"),
+    protocol.OutputsRequest("q1", "r1", None),
+    protocol.OutputsRequest("q2", "r1", "node"),
 ]
 
 
@@ -106,6 +112,13 @@ AGENT_REFUSALS = [
     (json.dumps({"type": "hello", "version": "1", "name": "w", "devices": ["d"] * (protocol.MAX_SMALL_LIST + 1)}),
      "over the limit"),
     ('"x' + "y" * protocol.MAX_MESSAGE + '"', "byte limit"),
+    ('{"type": "outputs_answer", "run_id": "r1"}', "missing field 'request_id'"),
+    (json.dumps({"type": "outputs_answer", "request_id": "q", "run_id": "r1",
+                 "nodes": [{"node_id": "n", "type": "T"}] * 10001}), "nodes must be a list of at most 10000"),
+    (json.dumps({"type": "outputs_answer", "request_id": "q", "run_id": "r1", "node_id": "n",
+                 "summary": {"node_id": "m", "outputs": []}}), "outputs_answer: the summary is for another node"),
+    (json.dumps({"type": "outputs_answer", "request_id": "q", "run_id": "r1", "node_id": "n" * 257}),
+     "outputs_answer.node_id is 257 characters long"),
 ]
 
 
@@ -149,6 +162,7 @@ SERVER_REFUSALS = [
     (_assign({"run_id": "r1", "graph": {}, "slot_device": 0}), "field 'slot_device' has type int"),
     ('{"type": "hello"}', "unknown message type 'hello'"),
     ('"x' + "y" * protocol.MAX_MESSAGE + '"', "byte limit"),
+    ('{"type": "outputs_request", "request_id": "q"}', "missing field 'run_id'"),
 ]
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -452,3 +454,171 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+# -- the graph drawing with recorded outputs, polling in a hidden tab, focus in the runs table, and the
+# one-shot pool in Queue on…. Time in the page is Playwright's clock where a test is about polling: the
+# page's 2 s refresh runs when the test moves that clock, so "no request while hidden" is checked after
+# many refresh periods without waiting for them.
+
+# Start triggers two tensors: an 8x8 RGB image of 0.5 and the sequence 0..4.
+OUTPUTS_GRAPH = {"format_version": 1, "name": "two tensors", "edges": [
+    {"id": f"t{i}", "source": "start", "sourceHandle": "trigger", "target": t, "targetHandle": None, "type": "trigger"}
+    for i, t in enumerate(("img", "seq"))],
+    "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "img", "type": "TensorCreate", "position": {"x": 0, "y": 0},
+         "data": {"params": {"shape": "1,3,8,8", "fill": "full", "value": 0.5}}},
+        {"id": "seq", "type": "TensorCreate", "position": {"x": 0, "y": 0},
+         "data": {"params": {"shape": "5", "fill": "arange"}}}]}
+
+
+@pytest.fixture(scope="module")
+def plane(server, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The module's control plane with one more real agent, worker ``box``."""
+    tmp = tmp_path_factory.mktemp("web-box")
+    cp = server
+    procs: list[Proc] = []
+    try:
+        (tmp / "agent-data").mkdir()
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        agent = _agent(tmp, cp.url, tmp / "agent-ud", tmp / "agent-data", "box", "agent-box.log", tok)
+        procs.append(agent)
+        agent.spawn()
+
+        def online() -> bool:
+            assert agent.alive, f"the agent exited with {agent.returncode}:\n{agent.log_tail(30)}"
+            return any(w["name"] == "box" and w["online"] for w in cp.call("GET", "/api/workers")["workers"])
+        wait_for(online, 120, 0.2, "worker box online", detail=lambda: agent.log_tail(20))
+        yield {"cp": cp, "agent": agent, "agent_ud": tmp / "agent-ud"}
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def _submit(page: Any, target: str, device: str = "", record: bool = False) -> None:
+    page.fill("#graph-text", json.dumps(OUTPUTS_GRAPH))
+    page.select_option("#target", target)
+    page.fill("#device", device)
+    page.set_checked("#record-outputs", record)
+    page.click("#btn-submit")
+
+
+def test_recorded_outputs_of_a_worker_run_in_the_graph_drawing(plane, browser):
+    cp = plane["cp"]
+    errors: list[str] = []
+    page = _page(browser, errors)
+    page.goto(cp.url + "/")
+    page.wait_for_selector("#server-status.ok")
+    page.wait_for_selector("#target option[value='worker:box']", state="attached")
+    _submit(page, "worker:box", record=True)
+    page.wait_for_selector("#submit-result:has-text('Submitted run')")
+    rid = re.search(r"Submitted run (\w+)", page.inner_text("#submit-result")).group(1)
+    # The drawing shows every node done, from the live events.
+    for nid in ("start", "img", "seq"):
+        page.wait_for_selector(f"#graph g.g-node[data-node='{nid}'][data-status='done']")
+    page.wait_for_selector("#detail-facts .badge.status-succeeded")
+    run = cp.call("GET", f"/api/runs/{rid}")
+    assert (run["status"], run["worker_id"]) == ("succeeded", "box"), run
+    # The captures are on the worker's machine, in the agent's user data folder, not the control plane's.
+    assert (plane["agent_ud"] / "outputs" / rid / "index.json").is_file()
+    assert not (cp.user_data / "outputs" / rid).exists()
+
+    # A click on a recorded node fetches its summary over the worker's connection.
+    page.click("#graph g.g-node.recorded[data-node='img']")
+    row = "#node-output tr[data-port='tensor']"
+    page.wait_for_selector("#node-output h4:has-text('Outputs of img')")
+    cells = page.eval_on_selector_all(f"{row} td", "els => els.map(e => e.textContent)")
+    assert cells[:7] == ["tensor", "tensor", "[1, 3, 8, 8]", "float32", "0.5", "0.5", "0.5"], cells
+    page.wait_for_function("() => { const i = document.querySelector('#node-output img.thumb');"
+                           " return i && i.complete && i.naturalWidth === 8 && i.naturalHeight === 8; }")
+    # The keyboard does the same: focus a node, press Enter.
+    page.focus("#graph g.g-node[data-node='seq']")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#node-output h4:has-text('Outputs of seq')")
+    cells = page.eval_on_selector_all(f"{row} td", "els => els.map(e => e.textContent)")
+    assert cells[:7] == ["tensor", "tensor", "[5]", "float32", "0", "4", "2"], cells
+    assert page.get_attribute("#graph g.g-node[data-node='seq']", "aria-label") == \
+        "Show the recorded outputs of node seq (done)"
+    page.screenshot(path="/tmp/cdui-web-shots/graph-outputs.png", full_page=True)
+    assert not errors, errors
+    page.close()
+
+
+def _is_poll(request: Any) -> bool:
+    return request.method == "GET" and urlsplit(request.url).path == "/api/runs"
+
+
+def _barrier(page: Any) -> None:
+    """Every request the page made before this one has been reported to the test."""
+    with page.expect_request(lambda r: urlsplit(r.url).path == "/api/health"):
+        page.evaluate("() => { fetch('/api/health'); }")
+
+
+def _set_hidden(page: Any, hidden: bool) -> None:
+    page.evaluate("""(hidden) => {
+        Object.defineProperty(document, 'visibilityState',
+                              {get: () => hidden ? 'hidden' : 'visible', configurable: true});
+        Object.defineProperty(document, 'hidden', {get: () => hidden, configurable: true});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""", hidden)
+
+
+def test_one_shot_pool_hidden_tab_and_focus_in_the_runs_table(plane, browser):
+    cp = plane["cp"]
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.clock.install()
+    page.goto(cp.url + "/")
+    page.wait_for_selector("#server-status.ok")
+
+    # Queue on… the one-shot pool: recording outputs is refused with the server's message…
+    _submit(page, "one-shot", "cpu", record=True)
+    page.wait_for_selector("#submit-result .error-text")
+    assert page.inner_text("#submit-result .error-text").startswith("a run with record_outputs on cannot go to")
+    # …and without it the run waits, with its queue reason in the table and the detail.
+    _submit(page, "one-shot", "cpu")
+    page.wait_for_selector("#submit-result:has-text('Submitted run')")
+    rid = re.search(r"Submitted run (\w+)", page.inner_text("#submit-result")).group(1)
+    run = cp.call("GET", f"/api/runs/{rid}")
+    assert (run["status"], run["target"], run["queue_reason"]) == (
+        "queued", {"pool": "one-shot"}, "waiting for a one-shot worker that offers cpu"), run
+    row = f"#runs-body tr[data-run-id='{rid}']"
+    page.wait_for_selector(f"{row} .badge.status-queued")
+    assert page.inner_text(f"{row} td.info") == run["queue_reason"]
+    facts = page.eval_on_selector_all("#detail-facts > *", "els => els.map(e => e.textContent)")
+    assert facts[facts.index("Queue reason") + 1] == run["queue_reason"], facts
+
+    # Visible: the 2 s refresh asks for the runs.
+    with page.expect_request(_is_poll):
+        page.clock.run_for(2100)
+    # Hidden: five refresh periods pass without one request for the runs.
+    _set_hidden(page, True)
+    _barrier(page)
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url) if _is_poll(r) else None)
+    page.clock.run_for(10_000)
+    _barrier(page)
+    assert seen == [], seen
+    # Shown again: it refreshes at once, then every 2 s.
+    with page.expect_request(_is_poll):
+        _set_hidden(page, False)
+    with page.expect_request(_is_poll):
+        page.clock.run_for(2100)
+
+    # Focus stays on a row's button when a refresh redraws that row (its status changed).
+    page.focus(f"{row} button")
+    cp.call("POST", f"/api/runs/{rid}/stop")
+    assert cp.call("GET", f"/api/runs/{rid}")["status"] == "cancelled"
+    with page.expect_request(_is_poll):
+        page.clock.run_for(2100)
+    page.wait_for_selector(f"{row} .badge.status-cancelled")
+    # Where the focus is: the row's run id, or the focused element's tag when it left the table.
+    assert page.evaluate("() => { const a = document.activeElement, tr = a.closest('tr');"
+                         " return tr ? tr.dataset.runId : a.tagName; }") == rid
+    assert page.evaluate("() => document.activeElement.dataset.show") == "1"
+    assert not errors, errors
+    context.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from cdui.graph.context import RunContext, RunStopped
@@ -45,9 +46,12 @@ def _summary(value: Any) -> Any:
 
 
 class Executor:
-    def __init__(self, registry: Registry, ctx: RunContext) -> None:
+    def __init__(self, registry: Registry, ctx: RunContext,
+                 on_outputs: Callable[[str, str, dict[str, Any]], None] | None = None) -> None:
         self.registry = registry
         self.ctx = ctx
+        # Given each reported node's outputs when it completes (recorded outputs, cdui/outputs.py).
+        self.on_outputs = on_outputs
 
     def run(self, plan: Plan) -> dict[str, dict[str, Any]]:
         self.ctx.run_preset = lambda name, inputs: self.run_preset(plan, name, inputs)
@@ -94,6 +98,8 @@ class Executor:
                     "status": "done", "type": pn.type, "seconds": round(time.monotonic() - t0, 3),
                     "outputs": {k: _summary(v) for k, v in result.items()}})
                 self.ctx.node_id = prev[0]
+                if self.on_outputs is not None:
+                    self.on_outputs(pn.id, pn.type, result)
         return outputs
 
     def run_preset(self, plan: Plan, name: str, inputs: dict[str, Any]) -> dict[str, Any]:

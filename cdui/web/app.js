@@ -1,6 +1,7 @@
 // cdui web page: runs, run detail with live events, submit, uploads; the Workers panel is workers.js.
 import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken, upload } from "./api.js";
 import { $, badge, fill, h, num, size, target, time, TERMINAL } from "./dom.js";
+import * as graphView from "./graphview.js";
 import * as workersPanel from "./workers.js";
 
 const state = {
@@ -127,9 +128,12 @@ function select(id) {
   $("detail-body").hidden = !id;
   $("detail-empty").hidden = !!id;
   renderRuns();
-  if (!id) return;
+  if (!id) { graphView.showRun(null); return; }
   if (state.run) renderDetail();
   else tick();
+  graphView.showRun(id).then(() => graphView.setStatuses(state.nodes)).then(() => {
+    if (runFinished()) graphView.loadRecorded(state.run, showError);
+  }).catch(showError);
   openStream(id);
   loadArtifacts();
 }
@@ -317,11 +321,11 @@ function flushEvents() {
     $("warnings").append(warns);
     $("warnings").hidden = false;
   }
-  if (nodesChanged) renderNodes();
+  if (nodesChanged) { renderNodes(); graphView.setStatuses(state.nodes); }
   if (lossChanged) renderChart();
   if (progress) renderProgress(progress);
   if (artifacts || finished) loadArtifacts();
-  if (finished) tick();
+  if (finished) tick().then(() => graphView.loadRecorded(state.run, showError));
 }
 
 function renderNodes() {
@@ -444,6 +448,7 @@ $("submit-form").addEventListener("submit", async (e) => {
   const options = { target: targetValue($("target").value) };
   const device = $("device").value.trim();
   if (device && device !== "auto") options.device = device;
+  if ($("record-outputs").checked) options.record_outputs = true;
   const btn = $("btn-submit");
   if (btn.disabled) return;
   btn.disabled = true; // one submission at a time: a double click queues one run
