@@ -164,6 +164,34 @@ def test_mounted_worker_comes_first(tmp_path: Path, moto: MotoServer) -> None:
     run(main())
 
 
+
+def test_s3_replaces_transfer_so_transfer_off_still_sends_runs_to_unmounted_workers(
+        tmp_path: Path, moto: MotoServer) -> None:
+    """CODEFYUI_TRANSFER_ENABLED=0 turns off the control plane as the file store; the bucket is
+    another store, so an unmounted worker offering S3 still gets the run, and one without boto3
+    (which could only fall back to the transfer that is off) fails before it is sent."""
+    async def main() -> None:
+        async with Plane(tmp_path / "ud", tmp_path / "data", CODEFYUI_TRANSFER_ENABLED="0",
+                         **moto.settings()) as plane:
+            await upload(plane)
+            agent = await s3_agent(plane)
+            run_id = await submit(plane)
+            job = (await agent.assignment())["job"]
+            assert (job["run_id"], job["files"]["backend"]) == (run_id, "s3")
+            assert moto.keys() == [f"inputs/{CSV_SHA}"]
+            await agent.close()
+
+            plain = await s3_agent(plane, "w2", capabilities=())
+            other = await submit(plane, "w2")
+            r = await plane.wait_status(other, "failed")
+            assert (r["status"], r["error"]) == ("failed", (
+                "could not start the run on w2: worker w2 does not offer S3 (boto3 is not installed there) and "
+                "the transfer backend is off (CODEFYUI_TRANSFER_ENABLED=0), so this run's files have no way to "
+                "it; install boto3 with `pip install boto3` in the worker's cdui environment"))
+            assert plain.assigned.empty()
+            await plain.close()
+    run(main())
+
 # -- credentials ----------------------------------------------------------------------------------
 def test_sts_credentials_renewed_before_expiry_and_sent_at_once_after_reconnect(
         tmp_path: Path, moto: MotoServer) -> None:
