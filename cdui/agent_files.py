@@ -100,6 +100,9 @@ class RunFiles:
         """The job with this machine's layout (and custom nodes), per backend (``cfg``: the agent's config)."""
         if job.layout is not None:
             # an agent on the control plane's own machine: its folders are the control plane's
+            if self.backend == "mount":
+                # its data folder is the mount, so its artifacts (a checkpoint) get mount rows
+                self.data_dir = Layout.from_json(job.layout).data_dir
             return replace(job, s3_credentials=None)
         if self.backend == "mount":
             mount = self.mounts.get(self.label)

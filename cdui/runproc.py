@@ -8,6 +8,9 @@ Protocol with its parent (:mod:`cdui.runner`):
   for any CUDA slot, see :func:`cdui.runner.map_slot_device`); ``slot_device``
   is the slot's name, used in messages.
   Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
+- SIGTERM asks the same as ``stop``: a batch system (SLURM at a job's time
+  limit, ``scancel``) signals every process of the job, this one included,
+  and the run must still end through its nodes (the interrupt checkpoint).
 - fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
   one has kind ``result`` (``{"status", "error"}``). Anything a node or library
   prints is moved to stderr so it cannot corrupt the event stream.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -72,6 +76,7 @@ def main() -> int:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
 
     from cdui.devicesets import process_devices, run_facts
     from cdui.graph.context import RunContext, RunStopped

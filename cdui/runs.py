@@ -350,7 +350,8 @@ class RunService:
             if key not in self._sha_cache:
                 self._sha_cache[key] = sha256_file(path)[1]
             return self._sha_cache[key], st.st_size
-        return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"],
+        # A bucket backend replaces the transfer backend, so the transfer setting alone does not decide.
+        return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"] or self.storage is not None,
                                 self.config["CODEFYUI_TRANSFER_MAX_INPUT_BYTES"])
 
     def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:

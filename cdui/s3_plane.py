@@ -148,6 +148,12 @@ class S3Backend:
             return job
         caps = executor.capabilities() if hasattr(executor, "capabilities") else []
         if s3.CAPABILITY not in caps:
+            if not self.app[CONFIG]["CODEFYUI_TRANSFER_ENABLED"]:
+                # The fallback would be the transfer backend, which the operator turned off.
+                raise CduiError("s3_not_offered", (
+                    f"worker {executor.name} does not offer S3 (boto3 is not installed there) and the transfer "
+                    f"backend is off (CODEFYUI_TRANSFER_ENABLED=0), so this run's files have no way to it; "
+                    f"install boto3 with `pip install boto3` in the worker's cdui environment"))
             await self.app[RUNS].record_cp(run.id, "run_warning", {
                 "kind": "storage_fallback",
                 "message": f"worker {executor.name} does not offer S3 (boto3 is not installed there), so this "

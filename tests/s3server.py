@@ -116,10 +116,9 @@ SETUP_ACTIONS = 4
 S3_ONLY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
 
 
-@pytest.fixture
-def enforcing(tmp_path: Path) -> Iterator[tuple[MotoServer, str, str]]:
-    """A moto server that checks IAM policies, with a bucket and a user allowed ``s3:*`` only
-    (no ``sts:AssumeRole``). Yields (server, the user's key id, its secret)."""
+def start_enforcing(tmp_path: Path, policy: dict[str, Any] = S3_ONLY) -> tuple[MotoServer, str, str]:
+    """A moto server that checks IAM policies, with the bucket ``codefyui`` and a user whose only
+    policy is ``policy``. Returns (server, the user's key id, its secret); the caller stops it."""
     _need_moto()
     server = MotoServer(tmp_path / "moto-enforcing.log",
                         {"INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_ACTIONS)}).start()
@@ -127,8 +126,20 @@ def enforcing(tmp_path: Path) -> Iterator[tuple[MotoServer, str, str]]:
         server.client().create_bucket(Bucket="codefyui")
         iam = server.client("iam")
         iam.create_user(UserName="cdui")
-        iam.put_user_policy(UserName="cdui", PolicyName="s3-only", PolicyDocument=json.dumps(S3_ONLY))
+        iam.put_user_policy(UserName="cdui", PolicyName="cdui", PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName="cdui")["AccessKey"]
-        yield server, key["AccessKeyId"], key["SecretAccessKey"]
+    except BaseException:
+        server.stop()
+        raise
+    return server, key["AccessKeyId"], key["SecretAccessKey"]
+
+
+@pytest.fixture
+def enforcing(tmp_path: Path) -> Iterator[tuple[MotoServer, str, str]]:
+    """A moto server that checks IAM policies, with a bucket and a user allowed ``s3:*`` only
+    (no ``sts:AssumeRole``). Yields (server, the user's key id, its secret)."""
+    server, key, secret = start_enforcing(tmp_path)
+    try:
+        yield server, key, secret
     finally:
         server.stop()

@@ -167,6 +167,35 @@ def test_mounted_worker_comes_first(tmp_path: Path, moto: MotoServer) -> None:
     run(main())
 
 
+
+@pytest.mark.e2e  # over a second: out of the default tier
+def test_s3_replaces_transfer_so_transfer_off_still_sends_runs_to_unmounted_workers(
+        tmp_path: Path, moto: MotoServer) -> None:
+    """CODEFYUI_TRANSFER_ENABLED=0 turns off the control plane as the file store; the bucket is
+    another store, so an unmounted worker offering S3 still gets the run, and one without boto3
+    (which could only fall back to the transfer that is off) fails before it is sent."""
+    async def main() -> None:
+        async with Plane(tmp_path / "ud", tmp_path / "data", CODEFYUI_TRANSFER_ENABLED="0",
+                         **moto.settings()) as plane:
+            await upload(plane)
+            agent = await s3_agent(plane)
+            run_id = await submit(plane)
+            job = (await agent.assignment())["job"]
+            assert (job["run_id"], job["files"]["backend"]) == (run_id, "s3")
+            assert moto.keys() == [f"inputs/{CSV_SHA}"]
+            await agent.close()
+
+            plain = await s3_agent(plane, "w2", capabilities=())
+            other = await submit(plane, "w2")
+            r = await plane.wait_status(other, "failed")
+            assert (r["status"], r["error"]) == ("failed", (
+                "could not start the run on w2: worker w2 does not offer S3 (boto3 is not installed there) and "
+                "the transfer backend is off (CODEFYUI_TRANSFER_ENABLED=0), so this run's files have no way to "
+                "it; install boto3 with `pip install boto3` in the worker's cdui environment"))
+            assert plain.assigned.empty()
+            await plain.close()
+    run(main())
+
 # -- credentials ----------------------------------------------------------------------------------
 def test_sts_credentials_renewed_before_expiry_and_sent_at_once_after_reconnect(
         tmp_path: Path, moto: MotoServer) -> None:
@@ -328,6 +357,43 @@ def test_listing_and_download_proxied_and_presigned(tmp_path: Path, moto: MotoSe
                 await agent.close()
     run(main())
 
+
+@pytest.mark.e2e  # over a second: out of the default tier
+def test_a_changed_bucket_and_prefix_affect_only_new_runs(tmp_path: Path, moto: MotoServer) -> None:
+    """Each row keeps its bucket and its key (with the prefix of its time): after a restart with
+    another bucket and prefix, an earlier run's file is still listed, downloaded and removed where it is."""
+    model, ckpt = b"old model", b"old checkpoint"
+    moto.client().create_bucket(Bucket="newer")
+
+    async def main() -> None:
+        async with Plane(tmp_path / "ud", tmp_path / "data", **moto.settings()) as plane:
+            await upload(plane)
+            agent = await s3_agent(plane)
+            old, _ = await _s3_run_with_objects(plane, agent, moto, {"output/models/m.pt": model,
+                                                                     "checkpoint/c.pt": ckpt})
+            await agent.status(old, "succeeded")
+            await agent.close()
+        async with Plane(tmp_path / "ud", tmp_path / "data",
+                         **moto.settings(bucket="newer", CODEFYUI_S3_PREFIX="cdui/")) as plane:
+            arts = await plane.call("GET", f"/api/runs/{old}/artifacts")
+            assert sorted((a["path"], a["label"]) for a in arts) == [
+                (f"s3://codefyui/runs/{old}/checkpoint/c.pt", "codefyui"),
+                (f"s3://codefyui/runs/{old}/output/models/m.pt", "codefyui")]
+            m = next(a for a in arts if a["kind"] == "output")
+            assert plane.session is not None
+            async with plane.session.get(f"{plane.url}/api/runs/{old}/artifacts/{m['id']}/download") as r:
+                assert r.status == 200 and await r.read() == model
+            agent = await s3_agent(plane, "w2")
+            new = await submit(plane, "w2")
+            job = (await agent.assignment())["job"]
+            assert (job["run_id"], job["files"]["s3"]["bucket"], job["files"]["s3"]["prefix"]) == (
+                new, "newer", "cdui/")
+            assert moto.keys(bucket="newer") == [f"cdui/inputs/{CSV_SHA}"]
+            await agent.status(new, "succeeded")
+            assert (await plane.call("DELETE", f"/api/runs/{old}"))["deleted"] == old
+            assert moto.keys(prefix=f"runs/{old}/") == [f"runs/{old}/output/models/m.pt"]
+            await agent.close()
+    run(main())
 
 def test_worker_cannot_name_another_runs_key(tmp_path: Path, moto: MotoServer) -> None:
     async def main() -> None:

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 from procs import ServerProc, wait_for, wait_run
-from s3server import MotoServer
-from test_files_on_workers import Agent, install_nodes, iris_on_upload, start_agent, upload_train, warnings
+from s3server import MotoServer, start_enforcing
+from test_files_on_workers import (
+    Agent,
+    install_nodes,
+    iris_on_upload,
+    start_agent,
+    upload_train,
+    warnings,
+    writer_graph,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -101,3 +109,40 @@ def test_agent_without_boto3_gets_transfer_runs_with_storage_fallback(tmp_path: 
     finally:
         cp.stop()
 
+
+
+# The control plane's key may do anything in the bucket except write the runs' files.
+NO_RUN_WRITES = {"Version": "2012-10-17", "Statement": [
+    {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+    {"Effect": "Deny", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::codefyui/runs/*"}]}
+
+
+def test_a_file_the_bucket_refuses_stays_on_the_worker_with_transfer_failed(tmp_path: Path) -> None:
+    """AccessDenied is no reason to retry: the worker keeps the file, the run says so, and the
+    listing shows where the file stayed (the worker's own path, never served here)."""
+    moto, key, secret = start_enforcing(tmp_path, NO_RUN_WRITES)
+    try:
+        cp = start_s3_server(tmp_path, moto, CODEFYUI_S3_CREDENTIALS="static", CODEFYUI_S3_ACCESS_KEY_ID=key,
+                             CODEFYUI_S3_SECRET_ACCESS_KEY=secret)
+        try:
+            a = start_agent(cp, tmp_path)
+            try:
+                run = cp.submit(writer_graph(text="refused"), {"target": {"worker": "w2"}})
+                done = wait_run(cp, run["id"])
+                assert done["status"] == "succeeded", done
+                assert done["execution_facts"]["storage"]["backend"] == "s3"
+                failed = warnings(cp, run["id"], "transfer_failed")
+                assert len(failed) == 1 and "AccessDenied" in failed[0] and "stays on the worker" in failed[0], \
+                    failed
+                arts = cp.call("GET", f"/api/runs/{run['id']}/artifacts", expect=200)
+                left = [(x["name"], x["backend"]) for x in arts if x["name"] == "fixed.txt"]
+                assert left == [("fixed.txt", "left_on_worker")], arts
+                listed = moto.client(key=key, secret=secret).list_objects_v2(Bucket="codefyui", Prefix="runs/")
+                assert listed.get("Contents", []) == []
+                assert not (cp.data_dir / "output" / "fixed.txt").exists()
+            finally:
+                a.stop()
+        finally:
+            cp.stop()
+    finally:
+        moto.stop()

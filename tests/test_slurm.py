@@ -20,7 +20,17 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, csv_print_graph, env_for, free_port, wait_for, wait_run
+from procs import (
+    REPO_ROOT,
+    Proc,
+    ServerProc,
+    csv_print_graph,
+    env_for,
+    free_port,
+    long_training_graph,
+    wait_for,
+    wait_run,
+)
 from syspkgs import require_commands
 
 pytestmark = [pytest.mark.e2e, require_commands("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo"),
@@ -79,6 +89,10 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
 MinJobAge=3600
+# The time-limit test: SIGTERM exactly at the limit (no overtime), and SIGKILL only if the agent
+# has not ended 30 s later, well past the 10 s it gives the run to write its interrupt checkpoint.
+OverTimeLimit=0
+KillWait=30
 NodeName=localhost NodeHostname={os.uname().nodename} NodeAddr=127.0.0.1 CPUs={_node_cpus()} RealMemory=500 \
 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
@@ -133,6 +147,21 @@ def cluster() -> Iterator[Cluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _job_env(cluster: Cluster, cp: ServerProc, home: Path, data: Path, tok: str) -> dict[str, str]:
+    """What a user's job environment would carry, pointed at the test control plane; the script
+    itself is the shipped one."""
+    env = {**env_for(home / ".codefyui-agent", data), **cluster.env, "HOME": str(home),
+           "CODEFYUI_ENROLL_TOKEN": tok, "CONTROL": cp.url, "CDUI": str(REPO_ROOT / "bin" / "cdui"),
+           "CDUI_NO_INSTALL": "1"}
+    env.pop("CODEFYUI_USER_DATA_DIR")  # the script sets it: $HOME/.codefyui-agent, shared by all tasks
+    return env
+
+
+def _logs(folder: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                     for p in sorted(folder.glob("codefyui-*.log")))
+
+
 def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(cluster: Cluster, tmp_path: Path):
     cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
     try:
@@ -141,12 +170,8 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
         home = tmp_path / "home"
         home.mkdir()
-        # What a user's job environment would carry, pointed at the test control plane; the script
-        # itself is the shipped one. No GPU here: the command line overrides its gres and CPUs.
-        env = {**env_for(home / ".codefyui-agent", tmp_path / "agent-data"), **cluster.env, "HOME": str(home),
-               "CODEFYUI_ENROLL_TOKEN": tok, "CONTROL": cp.url, "CDUI": str(REPO_ROOT / "bin" / "cdui"),
-               "CDUI_NO_INSTALL": "1"}
-        env.pop("CODEFYUI_USER_DATA_DIR")  # the script sets it: $HOME/.codefyui-agent, shared by all tasks
+        env = _job_env(cluster, cp, home, tmp_path / "agent-data", tok)
+        # No GPU here: the command line overrides the script's gres and CPUs.
         out = subprocess.run(["sbatch", "--parsable", "--array=0-3", "--gres=none", "--cpus-per-task=1",
                               f"--output={tmp_path}/codefyui-%A_%a.log", f"--chdir={tmp_path}", str(SCRIPT)],
                              env=env, capture_output=True, text=True, timeout=60)
@@ -154,8 +179,7 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         job = out.stdout.strip().split(";")[0]
 
         def logs() -> str:
-            return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                             for p in sorted(tmp_path.glob("codefyui-*.log")))
+            return _logs(tmp_path)
 
         def ended() -> list[dict[str, str]] | None:
             tasks = cluster.job_tasks(job)
@@ -174,5 +198,44 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         card = next(w for w in cp.call("GET", "/api/workers")["workers"] if w["name"] == "slurm")
         assert sorted(d["name"] for d in card["instances"]["departed"]) == [f"slurm.{job}-{i}" for i in range(4)]
         assert list((home / ".codefyui-agent" / "agent-instances").glob("*-*")) == []  # each removed its folder
+    finally:
+        cp.stop()
+
+
+def test_the_jobs_time_limit_interrupts_the_run_with_its_checkpoint_and_the_agent_exits_1(cluster: Cluster,
+                                                                                          tmp_path: Path):
+    """SLURM's own time limit, not a signal the test sends: at ``--time=1`` slurmstepd sends
+    SIGTERM to every process of the job (the agent and the run's subprocess alike)."""
+    cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
+    try:
+        run_id = cp.submit(long_training_graph(), {"target": {"pool": "one-shot"}, "device": "cpu"})["id"]
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        home = tmp_path / "home"
+        home.mkdir()
+        env = _job_env(cluster, cp, home, tmp_path / "agent-data", tok)
+        out = subprocess.run(["sbatch", "--parsable", "--array=0", "--time=1", "--gres=none", "--cpus-per-task=1",
+                              f"--output={tmp_path}/codefyui-%A_%a.log", f"--chdir={tmp_path}", str(SCRIPT)],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip().split(";")[0]
+
+        def ended() -> dict[str, str] | None:
+            tasks = cluster.job_tasks(job)
+            return tasks[0] if len(tasks) == 1 and tasks[0].get("JobState") not in ("PENDING", "RUNNING",
+                                                                                    "CONFIGURING", "COMPLETING") \
+                else None
+        # The limit is a minute; slurmctld looks for jobs past it every 30 s.
+        task = wait_for(ended, 300, 1.0, f"job {job} to reach its time limit", detail=lambda: _logs(tmp_path))
+        # TIMEOUT: SLURM ended it at the limit; 1:0: the agent itself exited 1 (no signal killed it).
+        assert (task["JobState"], task["ExitCode"]) == ("TIMEOUT", "1:0"), _logs(tmp_path)
+
+        r = wait_run(cp, run_id)
+        assert (r["status"], r["worker_id"]) == ("interrupted", f"slurm.{job}-0"), r
+        assert "one-shot agent was stopped" in r["error"]
+        arts = cp.call("GET", f"/api/runs/{run_id}/artifacts")
+        # The single-host cluster's node is the control plane's machine: the checkpoint is in its data folder.
+        ckpt = [(a["name"], a["backend"]) for a in arts if a["kind"] == "checkpoint"]
+        assert ckpt == [("interrupt.pt", "mount")], arts
+        assert (cp.data_dir / "runs" / run_id / "checkpoints" / "interrupt.pt").stat().st_size > 0
     finally:
         cp.stop()

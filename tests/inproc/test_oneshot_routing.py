@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from harness import FakeAgent, Plane
 
 from cdui import __version__, protocol
@@ -332,3 +333,72 @@ def test_the_credentials_device_cap_applies_to_each_instance_and_one_instance_ca
     caps = parse_caps("slurm/cpu=0,slurm.7-1/cpu=1")
     assert (caps.slots("slurm.7-0", "cpu"), caps.slots("slurm.7-1", "cpu"), caps.slots("slurm", "cpu")) == (0, 1, 0)
     assert caps.slots("other.7-0", "cpu") == 1
+
+
+async def test_the_credentials_cap_and_drain_hold_for_every_instance_in_placement(tmp_path):
+    # slurm/cpu=0 closes cpu on every instance of the credential; slurm.7-1/cpu=1 and slurm.8-0/cpu=1
+    # reopen it on those two.
+    caps = "slurm/cpu=0,slurm.7-1/cpu=1,slurm.8-0/cpu=1"
+    async with _plane(tmp_path, CODEFYUI_RUN_QUEUE_MAX_CONCURRENT=caps) as cp:
+        normal = FakeAgent(cp, "slurm")
+        a = b = c = None
+        try:
+            await normal.enroll()
+            a = await _instance(cp, normal.credential, "7-0")
+            await a.connect()
+            pool = await cp.submit({"target": {"pool": "one-shot"}, "device": "cpu"})
+            named = await cp.submit({"target": {"worker": "slurm.7-0"}, "device": "cpu"})
+            await _reason(cp, pool["id"], "waiting for a one-shot worker that offers cpu")
+            await _reason(cp, named["id"], "slots of slurm.7-0 cpu")
+            b = await _instance(cp, normal.credential, "7-1")
+            await b.connect()
+            assert (await b.assignment())["run_id"] == pool["id"]
+            assert a.assigned.empty()
+
+            # Drain is the credential's: it holds for an instance that connects after it was set.
+            await cp.call("POST", "/api/workers/slurm/drain")
+            c = await _instance(cp, normal.credential, "8-0")
+            await c.connect()
+            later = await cp.submit({"target": {"pool": "one-shot"}, "device": "cpu"})
+            r = await _reason(cp, later["id"], "waiting for a one-shot worker that offers cpu")
+            assert r["worker_id"] is None and c.assigned.empty()
+            await cp.call("POST", "/api/workers/slurm/undrain")
+            assert (await c.assignment())["run_id"] == later["id"]
+        finally:
+            for x in (a, b, c, normal):
+                if x is not None:
+                    await x.close()
+
+
+@pytest.mark.e2e  # 51 connections one after the other: over a second, so out of the default tier
+async def test_the_workers_list_keeps_the_last_50_departed_instances(tmp_path):
+    async with _plane(tmp_path) as cp:
+        normal = FakeAgent(cp, "slurm")
+        try:
+            await normal.enroll()
+            for i in range(51):
+                inst = await _instance(cp, normal.credential, f"1-{i}")
+                try:
+                    await inst.connect()
+                finally:
+                    await inst.close()
+                await _newest_departed(cp, "slurm", f"slurm.1-{i}")
+            card = await cp.worker("slurm")
+            assert card is not None
+            # Newest first; the oldest (1-0) made room for the 51st.
+            assert [d["name"] for d in card["instances"]["departed"]] == [f"slurm.1-{i}" for i in range(50, 0, -1)]
+            assert {d["note"] for d in card["instances"]["departed"]} == {"it exited without taking a run"}
+        finally:
+            await normal.close()
+
+
+async def _newest_departed(cp: Plane, name: str, instance: str) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        w = await cp.worker(name)
+        assert w is not None
+        if w["instances"]["departed"] and w["instances"]["departed"][0]["name"] == instance:
+            return w
+        assert loop.time() < deadline, w
+        await asyncio.sleep(0.01)
