@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -64,8 +66,9 @@ def tokenizer_candidates(layout: Layout, family: str) -> list[Path]:
     snapshots = hub / f"models--{repo.replace('/', '--')}" / "snapshots"
     found = sorted(snapshots.glob("*/tokenizer.json")) if snapshots.is_dir() else []
     ref = hub / f"models--{repo.replace('/', '--')}" / "refs" / "main"
-    if ref.is_file():  # the revision the hub cache calls current comes first
-        main = snapshots / ref.read_text(encoding="utf-8").strip()[:64] / "tokenizer.json"
+    revision = ref.read_text(encoding="utf-8", errors="replace").strip()[:64] if ref.is_file() else ""
+    if re.fullmatch(r"[0-9a-f]{7,64}", revision):  # the revision the hub cache calls current comes first
+        main = snapshots / revision / "tokenizer.json"
         found = [main] + [p for p in found if p != main]
     return [base / family / "tokenizer.json", *found] if found else [base / family / "tokenizer.json",
                                                                      snapshots / "<revision>" / "tokenizer.json"]
@@ -96,22 +99,32 @@ def _load_tiktoken(family: str, path: Path) -> Any:
     from tiktoken_ext import openai_public
 
     name = TIKTOKEN_FAMILIES[family]
-    real_loader = openai_public.load_tiktoken_bpe
 
     def local(_url: str, expected_hash: str | None = None) -> Any:
         # tiktoken's own reader on the local file instead of the URL; tiktoken checks the
         # published SHA-256 only of what it downloads, so it is checked here
         if expected_hash and hashlib.sha256(path.read_bytes()).hexdigest() != expected_hash:
-            raise ValueError(f"its SHA-256 is not the published {expected_hash}")
+            raise ValueError(f"{path}: its SHA-256 is not the published {expected_hash}")
         return tiktoken.load.load_tiktoken_bpe(str(path), expected_hash=expected_hash)
 
+    with _TIKTOKEN_LOCK:  # the constructor's loader is swapped for the duration of the call
+        return _construct_tiktoken(name, local, openai_public)
+
+
+_TIKTOKEN_LOCK = threading.Lock()
+
+
+def _construct_tiktoken(name: str, local: Any, openai_public: Any) -> Any:
+    import tiktoken
+
+    real_loader = openai_public.load_tiktoken_bpe
     previous = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""  # tiktoken: an empty cache folder means read the file, copy nothing
     openai_public.load_tiktoken_bpe = local
     try:
         spec = openai_public.ENCODING_CONSTRUCTORS[name]()
     except ValueError as exc:
-        raise ValueError(f"Tokenizer: {path} is not the published {name}.tiktoken ({exc})") from None
+        raise ValueError(f"Tokenizer: the file is not the published {name}.tiktoken ({exc})") from None
     finally:
         openai_public.load_tiktoken_bpe = real_loader
         if previous is None:
