@@ -589,3 +589,30 @@ def test_diffusion_training_loop_stops_with_an_interrupt_checkpoint(
     saved = torch.load(ctx.layout.run_dir("run-1") / "checkpoints" / "interrupt.pt", weights_only=False)
     assert saved["epoch"] == 1 and set(saved["model_state_dict"]) == {"conv.weight", "conv.bias", "time.weight"}
     assert [d["kind"] for k, d in events if k == "artifact"] == ["checkpoint"]
+
+
+def test_a_codefyui_diffusion_graph_trains_and_samples(registry: Registry, ctx: RunContext) -> None:
+    """SyntheticShapes -> DiffusionUNet -> DiffusionTrainingLoop -> DDPMSampler, as CodefyUI's canvas wires them."""
+    from cdui.graph.executor import Executor
+    from cdui.graph.presets import preset_library
+
+    def node(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
+        return {"id": nid, "type": ntype, "data": {"params": params}}
+
+    def edge(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
+        return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
+
+    graph = {"nodes": [node("start", "Start"), node("shapes", "SyntheticShapes", image_size=8, n_samples=8),
+                       node("unet", "DiffusionUNet", in_channels=1, base_channels=4, channel_mult="1,2",
+                            time_emb_dim=8, num_groups=2),
+                       node("train", "DiffusionTrainingLoop", epochs=2, batch_size=8, num_timesteps=10),
+                       node("noise", "GaussianNoise", shape="1,1,8,8"),
+                       node("sample", "DDPMSampler", num_steps=10)],
+             "edges": [{"source": "start", "sourceHandle": "trigger", "target": t, "type": "trigger"}
+                       for t in ("shapes", "unet", "noise")]
+             + [edge("shapes", "dataset", "train", "dataset"), edge("unet", "model", "train", "model"),
+                edge("train", "model", "sample", "model"), edge("noise", "noise", "sample", "noise")]}
+    plan, errors = validate_graph(graph, registry, preset_library(), layout=ctx.layout)
+    assert errors == [] and plan is not None
+    results = Executor(registry, ctx).run(plan)
+    assert results["train"]["losses"].shape == (2,) and results["sample"]["image"].shape == (1, 1, 8, 8)
