@@ -554,7 +554,7 @@ def reference_losses(dataset: Any, epochs: int, batch: int, steps: int, seed: in
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total, n = total + float(loss), n + 1
+            total, n = total + loss.item(), n + 1
         out.append(total / n)
     return out
 
@@ -591,6 +591,7 @@ def test_diffusion_training_loop_stops_with_an_interrupt_checkpoint(
     assert [d["kind"] for k, d in events if k == "artifact"] == ["checkpoint"]
 
 
+@pytest.mark.e2e  # a U-Net trained and sampled: seconds on a busy CPU
 def test_a_codefyui_diffusion_graph_trains_and_samples(registry: Registry, ctx: RunContext) -> None:
     """SyntheticShapes -> DiffusionUNet -> DiffusionTrainingLoop -> DDPMSampler, as CodefyUI's canvas wires them."""
     from cdui.graph.executor import Executor
@@ -605,9 +606,9 @@ def test_a_codefyui_diffusion_graph_trains_and_samples(registry: Registry, ctx: 
     graph = {"nodes": [node("start", "Start"), node("shapes", "SyntheticShapes", image_size=8, n_samples=8),
                        node("unet", "DiffusionUNet", in_channels=1, base_channels=4, channel_mult="1,2",
                             time_emb_dim=8, num_groups=2),
-                       node("train", "DiffusionTrainingLoop", epochs=2, batch_size=8, num_timesteps=10),
+                       node("train", "DiffusionTrainingLoop", epochs=2, batch_size=8, num_timesteps=4),
                        node("noise", "GaussianNoise", shape="1,1,8,8"),
-                       node("sample", "DDPMSampler", num_steps=10)],
+                       node("sample", "DDPMSampler", num_steps=4)],
              "edges": [{"source": "start", "sourceHandle": "trigger", "target": t, "type": "trigger"}
                        for t in ("shapes", "unet", "noise")]
              + [edge("shapes", "dataset", "train", "dataset"), edge("unet", "model", "train", "model"),
