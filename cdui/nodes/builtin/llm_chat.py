@@ -230,6 +230,9 @@ class LLMChatNode(DeclaredNode):
                 raw = resp.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             detail = exc.read(2048).decode("utf-8", "replace") if exc.fp else ""
+            key = api_key(provider, params)
+            if key:  # a server may echo the key it refused; the message must not carry it
+                detail = detail.replace(key, "***")
             raise RuntimeError(f"LLMChat: {where} answered HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
