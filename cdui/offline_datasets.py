@@ -164,6 +164,10 @@ class OfflineImageDataset:
         img = self.images[index]
         if img.dim() == 2:
             img = img.unsqueeze(0)
+        if getattr(self.transform, "takes_raw", False):
+            # Transform's pipeline replaces ToTensor + Normalize, as it replaces
+            # a torchvision dataset's transform: it gets the 8-bit image
+            return self.transform(img), int(self.labels[index])
         x = img.to(torch.float32).div(255).sub(0.5).div(0.5)
         if self.transform is not None:
             x = self.transform(x)

@@ -57,6 +57,10 @@ IMPLEMENTED = {
     "DQN", "PPO", "EnvWrapper",
     # training extras beside TrainingLoop
     "LRScheduler", "EvaluateModel",
+    # generated images, image pipelines, diffusion training, LLM and local-cache datasets
+    # (tests/test_codefyui_nodes_rest.py)
+    "SyntheticSegmentation", "SyntheticShapes", "Transform", "ImageBatchReader", "DiffusionTrainingLoop",
+    "AttentionHeatmap", "Tokenizer", "LLMChat", "KaggleDataset", "HuggingFaceDataset",
 }
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}

@@ -97,6 +97,9 @@ class ImageFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         path, target = self.samples[index]
+        if self.transform is not None and getattr(self.transform, "takes_raw", False):
+            # Transform's pipeline replaces ToTensor: it gets the 8-bit image
+            return self.transform(load_uint8(Path(path), "RGB")), target
         image = load_tensor(Path(path), "RGB")
         if self.transform is not None:
             image = self.transform(image)
