@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as functional
 
 EXAMPLES = Path(__file__).parent / "data" / "codefyui_examples"
 # Samples per split: 16 is one batch of the examples' DataLoaders (batch 64) and
 # exactly the batch InferenceCNN's DatasetBatch takes (16).
 SAMPLES = 16
+# The 28x28 grey pixels of test_digit.png.
+DIGIT_PIXELS = bytes((i * 7) % 256 for i in range(28 * 28))
 
 
 def example(name: str) -> dict[str, Any]:
@@ -70,7 +73,7 @@ def digit_png() -> bytes:
     from PIL import Image
 
     out = io.BytesIO()
-    Image.frombytes("L", (28, 28), bytes((i * 7) % 256 for i in range(28 * 28))).save(out, format="PNG")
+    Image.frombytes("L", (28, 28), DIGIT_PIXELS).save(out, format="PNG")
     return out.getvalue()
 
 
@@ -81,3 +84,19 @@ def write_example_data(root: Path, images: bool = True) -> None:
     if images:
         (root / "images").mkdir(parents=True, exist_ok=True)
         (root / "images" / "test_digit.png").write_bytes(digit_png())
+
+
+# TrainCNN-MNIST's layer spec and the state_dict CodefyUI's SequentialModel saves for it: its
+# sub-layers sit in a ModuleDict named "layers", keyed by the spec's node ids.
+CNN_WEIGHTS = {"layers.c1.weight": (32, 1, 3, 3), "layers.c1.bias": (32,), "layers.c2.weight": (64, 32, 3, 3),
+               "layers.c2.bias": (64,), "layers.l1.weight": (128, 3136), "layers.l1.bias": (128,),
+               "layers.l2.weight": (10, 128), "layers.l2.bias": (10,)}
+
+
+def cnn_forward(weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """TrainCNN-MNIST's spec written out by hand with torch's functions."""
+    for conv in ("c1", "c2"):
+        x = functional.max_pool2d(functional.relu(functional.conv2d(
+            x, weights[f"layers.{conv}.weight"], weights[f"layers.{conv}.bias"], padding=1)), 2, 2)
+    x = functional.relu(functional.linear(x.flatten(1), weights["layers.l1.weight"], weights["layers.l1.bias"]))
+    return functional.linear(x, weights["layers.l2.weight"], weights["layers.l2.bias"])
