@@ -36,6 +36,7 @@ import aiohttp
 from cdui.atomic import replacing
 from cdui.job import Job, JobFiles
 from cdui.layout import Layout
+from cdui.offline_datasets import DATASETS_FOLDER
 from cdui.paths import safe_join, sha256_file
 from cdui.placement import human_size
 
@@ -114,6 +115,8 @@ class RunFiles:
             self.data_dir = self.user_data / "agent-runs" / self.run_id / "data"
             layout = Layout.for_data_dir(self.data_dir)
             layout.ensure()
+            # Datasets are not sent with a run: the Dataset node reads this machine's own data folder.
+            layout.folders[DATASETS_FOLDER] = cfg.layout.data_dir
             if self.backend == "s3":
                 self._s3_from(job)
         else:

@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 NAMES = ("MNIST", "CIFAR10", "FashionMNIST")
+# The layout folder a worker's per-run layout (transfer, s3) names the machine's own data
+# folder by: datasets stay where they were imported, they are not sent with each run.
+DATASETS_FOLDER = "datasets"
 # Largest archive member or decompressed file accepted (the real ones are < 200 MB).
 MAX_FILE_BYTES = 512 * 1024 * 1024
 

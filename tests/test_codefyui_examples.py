@@ -5,7 +5,6 @@ process, with each result checked against a value computed here."""
 from __future__ import annotations
 
 import base64
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,14 @@ from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
 from cdui.layout import Layout
 from cdui.nodes.registry import Registry, build_registry
+from codefyui_example_data import CNN_WEIGHTS, cnn_forward, example, example_names, write_example_data
 
-EXAMPLES = Path(__file__).parent / "data" / "codefyui_examples"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
     return build_registry()
-
-
-def example(name: str) -> dict[str, Any]:
-    return json.loads((EXAMPLES / f"{name}.graph.json").read_text(encoding="utf-8"))
 
 
 def run_example(name: str, registry: Registry, data_dir: Path) -> dict[str, dict[str, Any]]:
@@ -105,3 +100,119 @@ def test_forward_process_blends_a_digit_with_noise(registry: Registry, tmp_path:
     assert torch.allclose(out["print_xt"]["value"].reshape(1, 28, 28), 0.75 * x0 + 0.25 * noise, atol=1e-6)
     assert out["print_emb"]["value"].shape == (1, 32)
     assert base64.b64decode(out["viz_xt"]["image"]).startswith(PNG_MAGIC)
+
+
+# -- every vendored example ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def example_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("numpy", reason="the CIFAR10 batches are numpy arrays")
+    pytest.importorskip("PIL.Image", reason="test_digit.png is written with Pillow (the vision extra)")
+    root = tmp_path_factory.mktemp("example-data")
+    write_example_data(root)
+    return root
+
+
+@pytest.mark.parametrize("name", example_names())
+def test_every_example_validates_given_its_datasets(name: str, registry: Registry, example_data: Path) -> None:
+    """Validation only (the whole plan, with the Dataset nodes' check that their
+    files are on this machine); tests/test_codefyui_examples_e2e.py runs them."""
+    plan, errors = validate_graph(example(name), registry, preset_library(),
+                                  layout=Layout.for_data_dir(example_data))
+    assert errors == [] and plan is not None
+
+
+def test_word_embedding_analogy_finds_queen(registry: Registry, tmp_path: Path) -> None:
+    pytest.importorskip("sklearn", reason="EmbeddingScatter needs the classical extra (scikit-learn)")
+    out = run_example("Word-Embedding-Analogy", registry, tmp_path)
+    # Cosines with king - man + woman = (royalty 1, feminine 1), worked out by hand from the
+    # vocabulary: queen 1, duchess 0.949, princess 0.911, mother 0.707, goddess 0.704.
+    assert out["similarity"]["top_k_labels"] == [["queen", "duchess", "princess", "mother", "goddess"]]
+    assert out["print_top"]["value"] == [["queen", "duchess", "princess", "mother", "goddess"]]
+    points = out["scatter"]["points_2d"]
+    assert points.shape == (59, 2) and float(points.abs().max()) == pytest.approx(1.0)
+    assert out["scatter"]["labels"] == sorted(out["scatter"]["labels"]) and len(out["scatter"]["labels"]) == 59
+
+
+# -- weights trained by CodefyUI ------------------------------------------------------------------
+def write_weights(weights: dict[str, torch.Tensor], path: Path) -> None:
+    """As CodefyUI's ModelSaver writes a state_dict: torch.save, or safetensors' save_file."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file(weights, str(path))
+    else:
+        torch.save(weights, path)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """As CodefyUI's ModelLoader reads one (state_dict mode)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, weights_only=True)
+
+
+def _node(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
+    return {"id": nid, "type": ntype, "data": {"params": params}}
+
+
+def _edge(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
+    return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
+
+
+@pytest.mark.parametrize("fmt", ["pytorch", "safetensors"])
+def test_weights_trained_by_codefyui_load_compute_and_save_back(fmt: str, registry: Registry,
+                                                                 tmp_path: Path) -> None:
+    """A file as CodefyUI writes it (built here by key name, not by cdui's model) loads
+    into cdui's SequentialModel, computes what the layers compute, and ModelSaver
+    writes it back with the same keys and tensors, which CodefyUI loads strictly."""
+    ext = {"pytorch": "pt", "safetensors": "safetensors"}[fmt]
+    if fmt == "safetensors":
+        pytest.importorskip("safetensors", reason="the safetensors extra")
+    gen = torch.Generator().manual_seed(7)
+    weights = {k: torch.randn(shape, generator=gen) * 0.05 for k, shape in CNN_WEIGHTS.items()}
+    models = tmp_path / "models"
+    models.mkdir()
+    write_weights(weights, models / f"codefyui.{ext}")
+    spec = next(n for n in example("TrainCNN-MNIST")["nodes"] if n["id"] == "model-builder")["data"]["params"]
+    graph = {"nodes": [
+        _node("start", "Start"), _node("model", "SequentialModel", **spec),
+        _node("load", "ModelLoader", path=f"codefyui.{ext}", load_mode="state_dict", device="cpu", strict=True),
+        _node("x", "TensorCreate", shape="2,1,28,28", fill="full", value=0.25),
+        _node("infer", "Inference", device="cpu"),
+        _node("save", "ModelSaver", path="back.pt", save_mode="state_dict", format=fmt)],
+        "edges": [{"source": "start", "sourceHandle": "trigger", "target": t, "type": "trigger"}
+                  for t in ("model", "x")]
+        + [_edge("model", "model", "load", "model"), _edge("load", "model", "infer", "model"),
+           _edge("x", "tensor", "infer", "input"), _edge("load", "model", "save", "model")]}
+    layout = Layout.for_data_dir(tmp_path)
+    plan, errors = validate_graph(graph, registry, preset_library(), layout=layout)
+    assert errors == [] and plan is not None
+    out = Executor(registry, RunContext("run-1", layout, emit=lambda kind, data: None)).run(plan)
+    assert torch.allclose(out["infer"]["output"], cnn_forward(weights, torch.full((2, 1, 28, 28), 0.25)), atol=1e-5)
+    back_path = models / f"back.{ext}"
+    assert out["save"]["path"] == str(back_path)
+    back = read_weights(back_path)
+    assert sorted(back) == sorted(weights)
+    assert all(torch.equal(back[k], weights[k]) for k in weights)
+
+
+def test_dataset_on_a_workers_transfer_run_reads_the_machines_data_folder(registry: Registry,
+                                                                         tmp_path: Path) -> None:
+    """A worker's transfer run has a fresh data folder of its own; the datasets stay in
+    the machine's data folder, which the run's layout names as ``datasets``."""
+    from cdui.offline_datasets import DATASETS_FOLDER
+    from codefyui_example_data import write_mnist
+
+    machine = tmp_path / "machine-data"
+    write_mnist(machine)
+    dataset = registry.get("Dataset")
+    assert dataset is not None
+    run_layout = Layout.for_data_dir(tmp_path / "agent-runs" / "r1" / "data")
+    params = {"name": "MNIST", "split": "train", "data_dir": "./data"}
+    assert [code for code, _ in dataset.preflight(params, run_layout)] == ["missing_dataset"]
+    run_layout.folders[DATASETS_FOLDER] = machine
+    assert dataset.preflight(params, run_layout) == []
+    escape = dataset.preflight({**params, "data_dir": "./data/../../elsewhere"}, run_layout)
+    assert [code for code, _ in escape] == ["bad_param"]

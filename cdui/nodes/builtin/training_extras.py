@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdui.nodes.base import ANY, DATASET, MODEL, OPTIMIZER, SCALAR, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, float_param, int_param
+from cdui.nodes.builtin._util import resolve_device
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -56,7 +57,10 @@ class EvaluateModelNode(DeclaredNode):
     OUTPUTS = (Port("accuracy", SCALAR, "correct / total"), Port("correct", SCALAR, "Right answers"),
                Port("total", SCALAR, "Labels compared"))
     PARAMS = (I("batch_size", 256, "Items per forward pass", lo=1),
-              Param("device", "select", "cpu", "Where to evaluate", options=["cpu", "cuda"]))
+              # "auto" (the run's device) is not in CodefyUI 1.4.2's options, but graphs exported
+              # from later CodefyUI versions set it (tests/data/codefyui_examples/TrainCNN-MNIST).
+              Param("device", "select", "cpu", "Where to evaluate ('auto': the run's device)",
+                    options=["cpu", "cuda", "auto"]))
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch
@@ -68,6 +72,8 @@ class EvaluateModelNode(DeclaredNode):
         if dataset is None:
             raise ValueError("EvaluateModel: the dataset input is required")
         device = str(params.get("device") or "cpu")
+        if device == "auto":
+            device = resolve_device("auto", ctx)
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("EvaluateModel: device is cuda but this machine has no CUDA device; choose cpu")
         batch = min(max(1, int_param(params, "batch_size", 256)), 65536)

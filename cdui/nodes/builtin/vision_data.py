@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from cdui.errors import CduiError
 from cdui.nodes.base import DATASET, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, I, T, int_param
-from cdui.offline_datasets import NAMES, DatasetMissing, load, missing_message
+from cdui.offline_datasets import DATASETS_FOLDER, NAMES, DatasetMissing, load, missing_message
+from cdui.paths import safe_join
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -24,8 +25,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def data_root(layout: Layout, value: Any) -> Path:
     """The folder a ``data_dir`` param names: ``./data`` (the default) is the
-    machine's data folder; other relative paths follow the usual path rules."""
+    machine's data folder, also for a worker's run whose own data folder is a
+    per-run one (its layout names the machine's as ``datasets``); other
+    relative paths follow the usual path rules."""
     v = str(value or "./data").strip().replace("\\", "/").removeprefix("./").rstrip("/") or "data"
+    machine = layout.folders.get(DATASETS_FOLDER)
+    if machine is not None and (v == "data" or v.startswith("data/")):
+        return layout.check_not_private(safe_join(machine, v[5:], allow_empty=True), str(value))
     return layout.resolve(v)
 
 
