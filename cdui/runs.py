@@ -43,6 +43,7 @@ from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
+from cdui.spare import SparePool
 from cdui.store import ACTIVE, TERMINAL, Run, Store
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class LocalExecutor:
                 await self.service.fail_for_full_disk(run_id, err)
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
-        handle = await runner.launch(job, sink, log_path)
+        handle = await runner.launch(job, sink, log_path, spares=self.service.spares)
         self.handles[run_id] = handle
 
         async def forget() -> None:
@@ -168,6 +169,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/dispatch.py)
+        self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/spare.py)
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -231,6 +233,7 @@ class RunService:
             if not stopped.done():
                 stopped.cancel()
                 log.error("runs did not stop within the shutdown grace")
+        await self.spares.close()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
