@@ -38,6 +38,7 @@ from cdui.backoff import backoff_delays
 from cdui.job import Job
 from cdui.oneshot_agent import OneShot
 from cdui.s3 import agent_capabilities
+from cdui.spare import SparePool
 from cdui.spool import RunSpool, spooled_runs
 from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
@@ -120,6 +121,8 @@ class Agent:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot
+        # Warm run processes from the second run on; a one-shot agent has no second run (cdui/spare.py).
+        self.spares = SparePool(bool(self.config["CODEFYUI_RUN_WARM_SPARE"]) and one_shot is None)
         self.probe = catalog.Probe(error="the node catalog helper has not run yet")
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
@@ -212,6 +215,7 @@ class Agent:
                     pass
             if self.one_shot is None or self.one_shot.exit_code is None:
                 await self._drain_on_shutdown(session)
+        await self.spares.close()
         if self.one_shot is not None and self.one_shot.exit_code is not None:
             return self.one_shot.exit_code
         return self.exit_code
@@ -469,7 +473,7 @@ class Agent:
         files.start()
         handle.before_final = lambda final: files.finish(final, handle)
         log.info("run %s: starting on %s (files: %s)", run_id, local.slot_device, files.backend or "none")
-        await handle.start(local)
+        await handle.start(local, spares=self.spares)
 
     def _maybe_forget(self, r: AgentRun) -> None:
         if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:
@@ -542,6 +546,7 @@ class Agent:
             h.stop(runner.STOP_GRACE_S)
         if handles:
             await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+        await self.spares.close()  # every way out of the agent passes here
 
     async def _drain_on_shutdown(self, session: aiohttp.ClientSession) -> None:
         """After SIGTERM: wait for runs to end, then deliver their last events (best effort)."""

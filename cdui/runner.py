@@ -16,6 +16,11 @@ Devices: a run on slot ``cuda:N`` gets ``CUDA_VISIBLE_DEVICES`` set to the one
 card that slot is (see :func:`map_slot_device`) and is told, in the job's
 ``process_device``, that its card is ``cuda:0``. The slot name
 (``slot_device``) is what events and the run object show.
+
+Warm start: given a :class:`cdui.spare.SparePool`, a run takes the pool's
+spare process (torch already imported) when it would have been started the
+same way, and hands it the job on stdin just as a fresh one; everything above
+holds for it unchanged.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from cdui.errors import CduiError
 from cdui.graph.secrets import redact_text, redact_value
 from cdui.job import Job
 from cdui.private import open_private_append, user_umask
+from cdui.spare import SparePool
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +116,18 @@ def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, st
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env, device
+
+
+def process_shape(python: str | None = None) -> tuple[str, str, int, dict[str, str]]:
+    """How a run process is started here: python, working folder, umask, and the environment
+    before a slot narrows it (what a spare is built with)."""
+    return (python or sys.executable, str(Path(__file__).resolve().parent.parent), user_umask(),
+            run_env("cpu")[0])
+
+
+def prime_spare(spares: SparePool) -> None:
+    """Start the pool's spare now instead of at the first run."""
+    spares.prime(*process_shape())
 
 
 class RunHandle:
@@ -211,7 +229,7 @@ class RunHandle:
         if not self._tasks:
             self._tasks.append(asyncio.create_task(self._deliver()))
 
-    async def start(self, job: Job, python: str | None = None) -> None:
+    async def start(self, job: Job, python: str | None = None, spares: SparePool | None = None) -> None:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.open()
@@ -222,22 +240,23 @@ class RunHandle:
             # the run with the reason, rather than running it on the wrong device.
             await self._close({"status": "failed", "error": str(exc)})
             return
-        self.proc = await asyncio.create_subprocess_exec(
-            python or sys.executable, "-m", "cdui.runproc",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, cwd=str(Path(__file__).resolve().parent.parent),
-            start_new_session=True, limit=16 * 1024 * 1024, umask=user_umask())
+        pool = spares if spares is not None else SparePool(enabled=False)
+        self.proc, handover = await pool.process(*process_shape(python), env)
         # Events and the run keep naming the slot; only the subprocess sees its own numbering.
         self.record("status", {"status": "running", "pid": self.proc.pid, "device": job.slot_device})
         assert self.proc.stdin
-        # The job goes on the pipe, secrets included: they are never in argv or the environment.
-        self.proc.stdin.write((replace(job, process_device=device).to_json() + "\n").encode())
-        await self.proc.stdin.drain()
-        if self.stop_requested:
-            # Stop was asked for while the run was being prepared: tell the process at once.
-            self.proc.stdin.write(b"stop\n")
+        try:
+            # A spare first gets its card set, then the job. The job goes on the pipe, secrets
+            # included: they are never in argv or the environment.
+            self.proc.stdin.write((handover or b"") + (replace(job, process_device=device).to_json() + "\n").encode())
             await self.proc.stdin.drain()
-            self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
+            if self.stop_requested:
+                # Stop was asked for while the run was being prepared: tell the process at once.
+                self.proc.stdin.write(b"stop\n")
+                await self.proc.stdin.drain()
+                self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
+        except ConnectionError:
+            pass  # it died before reading its job: _finish reports its exit code
         self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
         self._tasks.extend(self._readers)
         self._tasks.append(asyncio.create_task(self._finish()))
@@ -316,7 +335,7 @@ class RunHandle:
 
 
 async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
-                 first_seq: int = 1) -> RunHandle:
+                 first_seq: int = 1, spares: SparePool | None = None) -> RunHandle:
     handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq)
-    await handle.start(job)
+    await handle.start(job, spares=spares)
     return handle

@@ -16,6 +16,14 @@ Protocol with its parent (:mod:`cdui.runner`):
   prints is moved to stderr so it cannot corrupt the event stream.
 - stderr: free text, kept in the run's log.
 
+``python -m cdui.runproc --spare`` is a warm spare (:mod:`cdui.spare`): it
+imports torch and the built-in node modules first, then reads one handover
+line before the job, ``{"env": {NAME: value or null}}`` for each name in
+:data:`DEFERRED_ENV`, and sets those variables for itself. Nothing it imports
+before that initialises CUDA, which reads ``CUDA_VISIBLE_DEVICES`` only when
+it first initialises, so the run sees its own card set. Plugin and
+custom-node folders are loaded after the job, as in a fresh process.
+
 Every event has secret values replaced by ``***`` in its decoded data (keys
 included) before it is encoded, so escaping cannot hide a secret from the mask.
 """
@@ -31,8 +39,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+# Variables a spare is started without (they differ per run) and gets on its handover line.
+DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
+MAX_HANDOVER = 64 * 1024
 
-def main() -> int:
+
+def main(argv: list[str] | None = None) -> int:
+    spare = "--spare" in (sys.argv[1:] if argv is None else argv)
     import warnings
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -56,6 +69,16 @@ def main() -> int:
             out.write(line + "\n")
             out.flush()
 
+    if spare:
+        _warm()
+        handover = sys.stdin.readline(MAX_HANDOVER)
+        if not handover:
+            return 2  # its owner closed the pipe without a run: nothing to report
+        problem = _apply_handover(handover)
+        if problem:
+            emit("result", {"status": "failed", "error": f"the spare run process could not read its handover: "
+                                                         f"{problem}"})
+            return 0
     first = sys.stdin.readline()
     if not first:
         return 2
@@ -126,6 +149,40 @@ def main() -> int:
         return 0
     emit("result", {"status": "succeeded", "error": None})
     return 0
+
+
+def _warm() -> None:
+    """What every run imports anyway, done before its job arrives. None of it initialises CUDA."""
+    import torch  # noqa: F401
+
+    import cdui.catalog  # noqa: F401
+    import cdui.graph.context  # noqa: F401
+    import cdui.graph.executor  # noqa: F401
+    import cdui.graph.validate  # noqa: F401
+    import cdui.job  # noqa: F401
+    import cdui.layout  # noqa: F401
+    from cdui.nodes.registry import Registry
+    Registry().load_builtin()  # imports the built-in node modules; the run's registry is built after its job
+
+
+def _apply_handover(line: str) -> str | None:
+    """Set this process's deferred variables from the handover line; the problem, if it is not one."""
+    try:
+        msg = json.loads(line)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    env = msg.get("env") if isinstance(msg, dict) else None
+    if not isinstance(env, dict) or set(env) - set(DEFERRED_ENV):
+        return f"expected {{\"env\": {{...}}}} naming only {', '.join(DEFERRED_ENV)}"
+    for name in DEFERRED_ENV:
+        value = env.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        elif isinstance(value, str):
+            os.environ[name] = value
+        else:
+            return f"{name} must be a string or null, got {type(value).__name__}"
+    return None
 
 
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,

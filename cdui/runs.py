@@ -43,6 +43,7 @@ from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, transfer_verdict
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
+from cdui.spare import SparePool
 from cdui.store import ACTIVE, TERMINAL, Run, Store
 from cdui.subscription import Subscription
 
@@ -129,7 +130,7 @@ class LocalExecutor:
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
         job = outputs.for_this_machine(job, self.service.config.user_data, self.service.config)
-        handle = await runner.launch(job, sink, log_path)
+        handle = await runner.launch(job, sink, log_path, spares=self.service.spares)
         self.handles[run_id] = handle
 
         async def forget() -> None:
@@ -171,6 +172,7 @@ class RunService:
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/dispatch.py)
         self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
+        self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/spare.py)
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -235,6 +237,7 @@ class RunService:
             if not stopped.done():
                 stopped.cancel()
                 log.error("runs did not stop within the shutdown grace")
+        await self.spares.close()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

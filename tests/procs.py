@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from cdui.spare import live_pools, spare_pids
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 _ALL: list[Proc] = []
@@ -276,11 +278,15 @@ class ProcessSweep:
     def __init__(self) -> None:
         self.before: set[ProcKey] = {(pid, st) for pid, (_, st) in session_processes().items()}
         self.procs_before = list(_ALL)
+        # An in-process server of a module keeps its warm spare run process across tests; a spare
+        # of a pool made during this scope is this scope's to end, as any process it started.
+        self.pools_before = live_pools()
 
     def leftovers(self) -> dict[int, tuple[int, int]]:
         now = session_processes()
         owners = {pid for pid, (_, st) in now.items() if (pid, st) in self.before}
         owners |= {p.pid for p in self.procs_before if p.alive and p.pid is not None}
+        owners |= spare_pids(self.pools_before)
 
         def owned(pid: int) -> bool:
             hops = 0
