@@ -170,9 +170,13 @@ class Server:
         self.user_data.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([python(), "-m", "cdui", "start", "--foreground", "--host", "127.0.0.1",
-                                          "--port", str(self.port)], cwd=CDUI_ROOT, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            # CDUI_BENCH_PROFILE=DIR: the control plane runs under cProfile, its profile written to DIR on stop.
+            prof = os.environ.get("CDUI_BENCH_PROFILE")
+            wrap = ["-m", "cProfile", "-o", str(Path(prof) / f"server-{self.port}.prof")] if prof else []
+            self.proc = subprocess.Popen([python(), *wrap, "-m", "cdui", "start", "--foreground", "--host",
+                                          "127.0.0.1", "--port", str(self.port)], cwd=CDUI_ROOT,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True,
                                          env=base_env(self.user_data, self.data_dir, self.extra_env))
         deadline = time.monotonic() + 120
         while True:
