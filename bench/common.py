@@ -272,6 +272,8 @@ class Flood(Node):
 
     def execute(self, inputs, params, ctx):
         for i in range(int(params["count"])):
+            if i % 1000 == 0 and ctx.should_stop():
+                break
             ctx.log(f"event {i}")
         return {"value": float(params["count"])}
 '''
