@@ -170,9 +170,13 @@ class Server:
         self.user_data.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([python(), "-m", "cdui", "start", "--foreground", "--host", "127.0.0.1",
-                                          "--port", str(self.port)], cwd=CDUI_ROOT, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            # CDUI_BENCH_PROFILE=DIR: the control plane runs under cProfile, its profile written to DIR on stop.
+            prof = os.environ.get("CDUI_BENCH_PROFILE")
+            wrap = ["-m", "cProfile", "-o", str(Path(prof) / f"server-{self.port}.prof")] if prof else []
+            self.proc = subprocess.Popen([python(), *wrap, "-m", "cdui", "start", "--foreground", "--host",
+                                          "127.0.0.1", "--port", str(self.port)], cwd=CDUI_ROOT,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True,
                                          env=base_env(self.user_data, self.data_dir, self.extra_env))
         deadline = time.monotonic() + 120
         while True:
@@ -268,6 +272,8 @@ class Flood(Node):
 
     def execute(self, inputs, params, ctx):
         for i in range(int(params["count"])):
+            if i % 1000 == 0 and ctx.should_stop():
+                break
             ctx.log(f"event {i}")
         return {"value": float(params["count"])}
 '''
@@ -289,9 +295,10 @@ def flood_graph(count: int) -> dict[str, Any]:
 class AgentProc:
     """``cdui agent start --foreground`` with its own user data, enrolled on ``srv`` as ``name``."""
 
-    def __init__(self, srv: Server, name: str = "w1") -> None:
+    def __init__(self, srv: Server, name: str = "w1", extra_env: dict[str, str] | None = None) -> None:
         self.srv = srv
         self.name = name
+        self.extra_env = extra_env or {}
         self.user_data = srv.root / f"agent-{name}"
         self.data_dir = srv.root / f"agent-{name}-data"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -304,7 +311,8 @@ class AgentProc:
             self.proc = subprocess.Popen([python(), "-m", "cdui", "agent", "start", "--control", self.srv.url,
                                           "--name", self.name, "--devices", "cpu", "--token", tok, "--foreground"],
                                          cwd=CDUI_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, env=base_env(self.user_data, self.data_dir))
+                                         start_new_session=True,
+                                         env=base_env(self.user_data, self.data_dir, self.extra_env))
         deadline = time.monotonic() + 120
         while not any(w["name"] == self.name and w["status"] == "online"
                       for w in self.srv.call("GET", "/api/workers")["workers"]):
@@ -317,6 +325,11 @@ class AgentProc:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def credential(self) -> str:
+        """The worker credential the agent enrolled with (what it sends as its Bearer token)."""
+        files = sorted((self.user_data / "agent").glob("*.token"))
+        return str(json.loads(files[0].read_text())["credential"])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -5,11 +5,97 @@ events persisted per second, from the run's ``running`` event to its final
 status (each event stored before it is acknowledged), locally and on an agent
 process connected over loopback.
 
+Fairness: while a flood runs on the agent, a second run here logs one event
+every 20 ms (``Tick``); a client of ``/ws/runs/{id}`` (which sends an event
+only once it is committed) measures, for each tick born while the flood was
+logging, how long after its birth it arrived. Goal: never over 100 ms. The
+same figure without a flood is the machine's floor.
+
     .venv/bin/python bench/events.py [--events 200000]
 """
 from __future__ import annotations
 
-from common import AgentProc, Figure, at_s, flood_graph, install_flood, parser, report, say, server, wait_run
+import asyncio
+import json
+import time
+
+import aiohttp
+from common import AgentProc, Figure, at_s, flood_graph, install_flood, parser, pct, report, say, server, wait_run
+
+TICK_NODE = '''
+import time
+from cdui.nodes.base import Node, Param, Port
+
+
+class Tick(Node):
+    """Logs ``count`` events, one every ``every_ms`` ms (benchmark only)."""
+    NODE_NAME = "Tick"
+    CATEGORY = "bench"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("count", "int", 100), Param("every_ms", "int", 20)]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        for i in range(int(params["count"])):
+            ctx.log(f"tick {i}")
+            time.sleep(int(params["every_ms"]) / 1000)
+        return {"value": 0.0}
+'''
+
+
+def tick_graph(count: int) -> dict:
+    return {"format_version": 1, "name": "tick", "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "t", "type": "Tick", "position": {"x": 0, "y": 0}, "data": {"params": {"count": count}}}],
+        "edges": [{"id": "e", "source": "start", "sourceHandle": "trigger", "target": "t", "targetHandle": None,
+                   "type": "trigger"}]}
+
+
+async def tick_delays(srv, run_id: str) -> list[tuple[float, float]]:
+    """(birth, delay until a /ws/runs client had it) of each tick of ``run_id``, in seconds."""
+    out = []
+    url = srv.url.replace("http", "ws", 1) + f"/ws/runs/{run_id}?after=0&token={srv.token}"
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, max_msg_size=0) as ws:
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            now = time.time()
+            ev = json.loads(msg.data)
+            if ev.get("kind") == "log" and str((ev.get("data") or {}).get("message", "")).startswith("tick "):
+                born = at_s(ev["at"])
+                out.append((born, now - born))
+            if ev.get("kind") == "status" and (ev.get("data") or {}).get("status") in (
+                    "succeeded", "failed", "cancelled", "interrupted"):
+                break
+    return out
+
+
+def fairness(srv, n: int, ticks: int) -> tuple[list[float], list[float], int]:
+    """Tick delays alone, then during a flood of ``n`` events on the worker; and how many ticks overlapped it."""
+    say("ticks alone")
+    alone = srv.call("POST", "/api/runs", {"graph": tick_graph(ticks), "options": {"target": "local", "device": "cpu"}})
+    floor = [d for _, d in asyncio.run(tick_delays(srv, alone["id"]))]
+    say("ticks during a flood on the worker")
+    # Far more events than it will get to log: it is stopped once the ticks are done, so it floods all along.
+    flood = srv.call("POST", "/api/runs", {"graph": flood_graph(100 * n), "options": {"target": "w1", "device": "cpu"}})
+    deadline = time.monotonic() + 600
+    while srv.call("GET", f"/api/runs/{flood['id']}")["last_seq"] < 1000:  # the flood is logging
+        if time.monotonic() > deadline:
+            raise TimeoutError("the flood did not start logging")
+        time.sleep(0.05)
+    tick = srv.call("POST", "/api/runs", {"graph": tick_graph(ticks), "options": {"target": "local", "device": "cpu"}})
+    got = asyncio.run(tick_delays(srv, tick["id"]))
+    srv.call("POST", f"/api/runs/{flood['id']}/stop")
+    end = wait_run(srv, flood["id"], interval=0.05)
+    last = srv.call("GET", f"/api/runs/{flood['id']}/events?after={end['last_seq'] - 2}")
+    flood_end = min(at_s(e["at"]) for e in last)  # its last log event and its final status
+    during = [d for born, d in got if born <= flood_end]
+    return floor, during, len(during)
 
 
 def rate(srv, target: str, n: int) -> float:
@@ -31,8 +117,10 @@ def main() -> int:
     p.add_argument("--events", type=int, default=200000)
     a = p.parse_args()
     n = 2000 if a.smoke else a.events
+    ticks = 10 if a.smoke else 100
     with server() as srv:
         install_flood(srv.data_dir)
+        (srv.data_dir / "custom_nodes" / "tick.py").write_text(TICK_NODE)
         srv.stop()
         srv.start()  # the custom node is read at start
         agent = AgentProc(srv).start()
@@ -41,12 +129,20 @@ def main() -> int:
             local = rate(srv, "local", n)
             say("worker run")
             remote = rate(srv, "w1", n)
+            floor, during, overlapped = fairness(srv, n, ticks)
         finally:
             agent.stop()
     B = "events"
+    ms = 1000.0
     report([Figure(B, f"local: {n:,} events persisted", local, "events/s", 150000, better="higher"),
             Figure(B, f"worker: {n:,} events persisted and acknowledged", remote, "events/s", 150000, better="higher"),
-            Figure(B, "worker/local event rate", remote / local, "x", 0.9, better="higher")], a.json)
+            Figure(B, "worker/local event rate", remote / local, "x", 0.9, better="higher"),
+            Figure(B, "another run's event, birth -> committed and streamed, no flood: max", max(floor) * ms, "ms"),
+            Figure(B, "another run's event during a flood on the worker: p95",
+                   pct(during, 95) * ms if during else None, "ms",
+                   note=f"{overlapped} of {ticks} ticks born while the flood logged"),
+            Figure(B, "another run's event during a flood on the worker: max", max(during) * ms if during else None,
+                   "ms", 100.0)], a.json)
     return 0
 
 

@@ -6,8 +6,12 @@ Invariants (see docs/architecture.md):
   function to the single writer thread. The writer takes every job waiting in
   its queue, runs each in its own SAVEPOINT inside one ``BEGIN IMMEDIATE``
   transaction (group commit), commits once, then resolves the callers'
-  futures. A failing job rolls back only itself. The event loop never blocks
-  on sqlite; request handlers never write directly.
+  futures: an event batch is acknowledged only after the commit that holds
+  it. A transaction takes at most ``BATCH_JOBS`` jobs and stops taking more
+  once they carry ``BATCH_EVENTS`` events, so a run logging flat out delays
+  other runs' events by one bounded transaction at most. A failing job
+  rolls back only itself. The event loop never blocks on sqlite; request
+  handlers never write directly.
 - **Reads** run on worker threads, each with its own connection.
 - **Events** are stored with a gapless per-run ``seq`` assigned here, and the
   pair ``(src, src_seq)`` given by the recorder that produced them. An event
@@ -249,15 +253,23 @@ def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
     return dict(r) if r is not None else None
 
 
+# One transaction takes at most this many jobs, and stops taking more once its jobs carry this many
+# events: a run logging flat out queues batches of up to a thousand events, and a transaction of many
+# such batches would hold back every other run's events (and everyone's acknowledgements) behind it.
+BATCH_JOBS = 500
+BATCH_EVENTS = 4000
+
+
 class _Job:
-    __slots__ = ("fn", "future", "loop", "essential")
+    __slots__ = ("fn", "future", "loop", "essential", "weight")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None,
-                 loop: asyncio.AbstractEventLoop | None, essential: bool = False) -> None:
+                 loop: asyncio.AbstractEventLoop | None, essential: bool = False, weight: int = 1) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
         self.essential = essential
+        self.weight = weight  # rows it writes, roughly: what bounds a transaction (BATCH_EVENTS)
 
 
 class Store:
@@ -313,8 +325,9 @@ class Store:
                 conn.close()
                 return
             jobs = [job]
+            weight = job.weight
             stop = False
-            while len(jobs) < 500:
+            while len(jobs) < BATCH_JOBS and weight < BATCH_EVENTS:
                 try:
                     nxt = self._q.get_nowait()
                 except queue.Empty:
@@ -323,6 +336,7 @@ class Store:
                     stop = True
                     break
                 jobs.append(nxt)
+                weight += nxt.weight
             self._run_jobs(conn, jobs)
             if stop:
                 conn.close()
@@ -431,12 +445,13 @@ class Store:
                                                  f"whose events could not be stored ended failed",
                  "hint": err.hint}]
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False, weight: int = 1) -> T:
         """Run ``fn`` in the writer's next transaction. ``essential``: tried even while the
-        disk is full, with the reserve given up if needed (for a run's final status)."""
+        disk is full, with the reserve given up if needed (for a run's final status).
+        ``weight``: about how many rows it writes (a batch of events: their number)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put(_Job(fn, fut, loop, essential))
+        self._q.put(_Job(fn, fut, loop, essential, max(1, weight)))
         return await fut
 
     def _reader(self) -> sqlite3.Connection:
@@ -564,7 +579,7 @@ class Store:
         """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
 
         ``assign``: the events are born here; number them after what is stored."""
-        return await self.write(lambda c: _append(c, run_id, src, events, assign), essential)
+        return await self.write(lambda c: _append(c, run_id, src, events, assign), essential, len(events))
 
     async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
                          event: dict[str, Any] | None) -> tuple[bool, list[dict[str, Any]]]:
@@ -628,6 +643,10 @@ class Store:
         return await self.read(fn)
 
 
+# One encoder for every event: json.dumps(default=...) builds a new encoder per call.
+_encode = json.JSONEncoder(default=str).encode
+
+
 def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
             assign: bool) -> tuple[list[dict[str, Any]], int]:
     """The events part of a write job: accept each source's next ``src_seq`` only,
@@ -640,6 +659,8 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
     acked = a[0] if a else 0
     batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
     stored = []
+    rows = []
+    now = time.time()
     for ev in sorted(batch, key=lambda e: e["src_seq"]):
         s = int(ev["src_seq"])
         if s <= acked:
@@ -648,11 +669,14 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
             break  # a gap: refuse the rest; the sender replays from acked + 1
         last += 1
         acked = s
-        data = json.dumps(ev.get("data") or {}, default=str)
-        at = float(ev.get("at") or time.time())
-        c.execute("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
-                  (run_id, last, src, s, ev["kind"], data, at))
-        stored.append({"seq": last, "kind": ev["kind"], "data": ev.get("data") or {}, "at": at})
+        data = ev.get("data") or {}
+        at = float(ev.get("at") or now)
+        rows.append((run_id, last, src, s, ev["kind"], _encode(data), at))
+        stored.append({"seq": last, "kind": ev["kind"], "data": data, "at": at})
+    if rows:
+        # One statement for the whole batch: a per-row execute() cost more than sqlite's own work.
+        c.executemany("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
+                      rows)
     if stored:
         c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
     c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "

@@ -1,0 +1,223 @@
+"""Benchmark 4: a 1 GiB input fetched and a 1 GiB output uploaded by a real agent, vs curl.
+
+A control plane and an agent process that counts as another machine (so the
+run uses the transfer backend). A custom node (``BigIO``) reads a 1 GiB
+upload, writes a 1 GiB output, then waits for a flag file. Measured, on the
+same loopback server and in the same run:
+
+- the agent fetching the input (streamed to disk, sha256 checked before it
+  enters the cache) vs ``curl`` GETting the same download route with the
+  worker's credential;
+- the agent uploading the output after the run (``POST .../artifacts/upload``,
+  the server hashing it on the way) vs ``curl`` POSTing the same file to the
+  same route with the worker's credential, while the run waits on the flag;
+- the agent's peak RSS (``VmHWM``) over its idle RSS: transfers stream, so it
+  stays flat whatever the file size.
+
+The agent's download is timed from its temporary file appearing to the
+checked file in its cache; its upload from the server's temporary file
+appearing to the stored file (the agent hashes the file before it sends it:
+that pass is reported on its own). The files are deleted afterwards.
+
+    .venv/bin/python bench/transfer.py [--mib 1024]
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from common import AgentProc, Figure, parser, report, rss_mb, say, server, wait_run
+
+BIGIO_NODE = '''
+import os
+import time
+from pathlib import Path
+
+from cdui.nodes.base import Node, Param, Port
+
+
+class BigIO(Node):
+    """Reads an upload, writes ``mib`` MiB to output/<out>, waits for ``flag`` (benchmark only)."""
+    NODE_NAME = "BigIO"
+    CATEGORY = "bench"
+    WRITES_TO = "output"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("input", "data_file", ""), Param("out", "output_path", "big.bin"), Param("mib", "int", 1),
+                Param("flag", "string", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        size = ctx.resolve_upload("files", params["input"]).stat().st_size
+        p = ctx.output_path("output", params["out"])
+        block = os.urandom(8 << 20)
+        with open(p, "wb") as fh:
+            for _ in range(int(params["mib"]) // 8):
+                fh.write(block)
+        ctx.log(f"read {size} bytes, wrote {p.stat().st_size}")
+        while params["flag"] and not Path(params["flag"]).exists():
+            if ctx.should_stop():
+                break
+            time.sleep(0.02)
+        return {"value": float(size)}
+'''
+
+GIB = 1 << 30
+
+
+def install_bigio(data_dir: Path) -> None:
+    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (data_dir / "custom_nodes" / "bigio.py").write_text(BIGIO_NODE)
+
+
+def bigio_graph(mib: int, flag: Path) -> dict[str, Any]:
+    return {"format_version": 1, "name": "transfer", "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "b", "type": "BigIO", "position": {"x": 0, "y": 0},
+         "data": {"params": {"input": "big.bin", "out": "big.bin", "mib": mib, "flag": str(flag)}}}],
+        "edges": [{"id": "t", "source": "start", "sourceHandle": "trigger", "target": "b", "targetHandle": None,
+                   "type": "trigger"}]}
+
+
+def write_random(path: Path, mib: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(8 << 20)
+    with open(path, "wb") as fh:
+        for _ in range(mib // 8):
+            fh.write(block)
+
+
+def hwm_mb(pid: int) -> float:
+    """Peak resident set size of one process so far, in MB (10^6 bytes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    return 0.0
+
+
+def watch(appears: Any, done: Any, timeout: float = 600) -> tuple[float, float]:
+    """Poll until ``appears()`` and then ``done()`` hold; the monotonic time each was first seen."""
+    deadline = time.monotonic() + timeout
+    t_start: float | None = None
+    while True:
+        now = time.monotonic()
+        if t_start is None and (appears() or done()):
+            t_start = now
+        if t_start is not None and done():
+            return t_start, now
+        if now > deadline:
+            raise TimeoutError("the transfer did not finish within the benchmark's timeout")
+        time.sleep(0.002)
+
+
+def curl(args: list[str]) -> float:
+    t0 = time.monotonic()
+    res = subprocess.run(["curl", "-sS", "--fail-with-body", "-o", os.devnull if "-F" in args else args.pop(0),
+                          *args], capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"curl exited {res.returncode}: {res.stderr[-500:]} {res.stdout[-500:]}")
+    return took
+
+
+def measure(mib: int) -> list[Figure]:
+    size = mib << 20
+    env = {"CODEFYUI_MAX_UPLOAD_SIZE": str(4 * GIB), "CODEFYUI_TRANSFER_MAX_INPUT_BYTES": str(4 * GIB)}
+    with server(extra_env=env) as srv:
+        install_bigio(srv.data_dir)
+        srv.stop()
+        srv.start()  # the custom node is read at start
+        say(f"writing the {mib} MiB input")
+        write_random(srv.data_dir / "files" / "big.bin", mib)
+        agent = AgentProc(srv, "w1", extra_env={"CODEFYUI_MACHINE_ID": "another-machine"})
+        install_bigio(agent.data_dir)
+        agent.start()
+        try:
+            idle = rss_mb(agent.pid)
+            cache = agent.user_data / "agent-cache"
+            flag = srv.root / "flag"
+            run = srv.call("POST", "/api/runs", {"graph": bigio_graph(mib, flag),
+                                                 "options": {"target": "w1", "device": "cpu"}})
+            inp = (run.get("options") or {}).get("files", {}).get("inputs") or []
+            sha = inp[0]["sha256"] if inp else None
+            if sha is None:
+                raise RuntimeError(f"the run is not a transfer run: {json.dumps(run.get('options'))[:500]}")
+            say("the agent fetches the input")
+            t0, t1 = watch(lambda: cache.is_dir() and any(p.name.endswith(".tmp") for p in cache.iterdir()),
+                           lambda: (cache / sha).is_file())
+            agent_get = size / (t1 - t0)
+            peak_get = hwm_mb(agent.pid)
+            out = agent.user_data / "agent-runs" / run["id"] / "data" / "output" / "big.bin"
+            # The run now writes its output and waits on the flag; the run stays active for curl's turn.
+            deadline = time.monotonic() + 600
+            while not (out.is_file() and out.stat().st_size == size
+                       and any(e["kind"] == "log" for e in srv.call("GET", f"/api/runs/{run['id']}/events?after=0"))):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the run did not write its output")
+                time.sleep(0.05)
+            cred = agent.credential()
+            auth = f"Authorization: Bearer {cred}"
+            say("curl fetches the input")
+            got = srv.root / "curl-got.bin"
+            curl_get = size / curl([str(got), "-H", auth, f"{srv.url}/api/files/download/big.bin"])
+            got.unlink()
+            say("curl uploads the output")
+            meta = json.dumps({"group": "artifact", "kind": "output", "name": "curl.bin"})
+            curl_put = size / curl(["-H", auth, "-F", f"meta={meta};type=application/json",
+                                    "-F", f"file=@{out};type=application/octet-stream",
+                                    f"{srv.url}/api/runs/{run['id']}/artifacts/upload"])
+            shutil.rmtree(srv.data_dir / "runs" / run["id"] / "output", ignore_errors=True)
+            say("the agent uploads the output")
+            dest = srv.data_dir / "output"
+            before_hash = time.monotonic()
+            flag.touch()
+            t2, t3 = watch(lambda: dest.is_dir() and any(p.name.startswith(".upload-") for p in dest.iterdir()),
+                           lambda: (dest / "big.bin").is_file())
+            agent_put = size / (t3 - t2)
+            hash_s = t2 - before_hash
+            peak_put = hwm_mb(agent.pid)
+            end = wait_run(srv, run["id"], interval=0.05)
+            if end["status"] != "succeeded":
+                raise RuntimeError(f"run {run['id']} ended {end['status']}: {end['error']}")
+        finally:
+            agent.stop()
+            for p in (srv.data_dir / "files", srv.data_dir / "output", srv.data_dir / "runs",
+                      agent.user_data / "agent-cache", agent.user_data / "agent-runs"):
+                shutil.rmtree(p, ignore_errors=True)
+    B = "transfer"
+    mb = 1e6
+    gib = f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib} MiB"
+    return [
+        Figure(B, f"agent fetches a {gib} input (sha256 checked)", agent_get / mb, "MB/s"),
+        Figure(B, f"curl GETs the same {gib} from the same route", curl_get / mb, "MB/s"),
+        Figure(B, "agent/curl download throughput", agent_get / curl_get, "x", 0.8, better="higher"),
+        Figure(B, f"agent uploads a {gib} output", agent_put / mb, "MB/s",
+               note=f"after {hash_s:.1f} s hashing it and ending the run"),
+        Figure(B, f"curl POSTs the same {gib} to the same route", curl_put / mb, "MB/s"),
+        Figure(B, "agent/curl upload throughput", agent_put / curl_put, "x", 0.8, better="higher"),
+        Figure(B, "agent idle RSS", idle, "MB"),
+        Figure(B, "agent peak RSS over idle, during the download", peak_get - idle, "MB", 60.0),
+        Figure(B, "agent peak RSS over idle, during the upload", peak_put - idle, "MB", 60.0),
+    ]
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--mib", type=int, default=1024, help="size of the input and of the output, in MiB")
+    a = p.parse_args()
+    mib = 16 if a.smoke else max(8, a.mib - a.mib % 8)
+    report(measure(mib), a.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
