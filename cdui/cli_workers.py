@@ -397,7 +397,8 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
         return 0
     # Runs get 10 s to stop, then their last events and files go out; margin for the final uploads.
     from cdui.agent import STOP_BUDGET_S
-    limit = STOP_BUDGET_S + 30
+    # Runs recording node outputs may also take up to the write timeout to finish writing them.
+    limit = STOP_BUDGET_S + 30 + float(cfg["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"])
     # Not killed at the deadline: it may still be uploading its runs' outputs, which a kill would cut off.
     if daemon.stop(pid, limit, kill=False) == "running":
         return _die(f"the agent (pid {pid}) did not stop within {limit:.0f} s", 1)

@@ -320,6 +320,9 @@ def recording(job: Any, emit: Callable[[str, dict[str, Any]], None]) -> Iterator
     try:
         yield rec.node
     finally:
+        # Tell the launcher, so a stop waits for these writes (up to the timeout) rather
+        # than killing the process at the stop grace.
+        emit("outputs_writing", {})
         rec.close(float(opts.get(OPT_TIMEOUT) or 0.0))
 
 

@@ -43,6 +43,11 @@ from cdui.job import Job
 from cdui.private import open_private_append, user_umask
 from cdui.spare import SparePool
 
+# An event only the launcher reads (never stored): the run has finished executing nodes
+# and is writing its recorded outputs (cdui/outputs.py).
+OUTPUTS_WRITING = "outputs_writing"
+WRITE_MARGIN_S = 5.0  # past the write timeout, so the run's own bound ends the writes first
+
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
@@ -141,6 +146,10 @@ class RunHandle:
         self.proc: asyncio.subprocess.Process | None = None
         self.stop_requested = False
         self.stop_grace = STOP_GRACE_S  # the grace the stop was asked with (CODEFYUI_STOP_GRACE_S)
+        # Recorded outputs: once the run says it is writing them, a stop waits up to the
+        # job's write timeout (CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S) before the kill.
+        self.outputs_write_timeout = 0.0
+        self.writing_outputs = False
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
@@ -200,6 +209,9 @@ class RunHandle:
             if kind == "result":
                 self.result = data
                 continue
+            if kind == OUTPUTS_WRITING:
+                self._outputs_writing()
+                continue
             # The run subprocess masks its own events; the parent knows the same
             # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
             self.record(kind, redact_value(data, self.secrets), ev.get("at"))
@@ -230,6 +242,7 @@ class RunHandle:
             self._tasks.append(asyncio.create_task(self._deliver()))
 
     async def start(self, job: Job, python: str | None = None, spares: SparePool | None = None) -> None:
+        self.outputs_write_timeout = _write_timeout(job)
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.open()
@@ -312,6 +325,8 @@ class RunHandle:
         self.stop_count += 1
         if self.stop_requested:
             return
+        if self.writing_outputs:
+            grace = max(grace, self.outputs_write_timeout + WRITE_MARGIN_S)
         self.stop_grace = grace
         self.stop_requested = True
         self.stop_event.set()
@@ -324,6 +339,16 @@ class RunHandle:
             pass
         self._stop_task = asyncio.create_task(self._kill_after(grace))
 
+    def _outputs_writing(self) -> None:
+        """The run has stopped executing nodes and writes its recorded outputs: it bounds
+        that by the write timeout itself, so a stop already counting down waits that long
+        (plus a margin) instead of killing it at the stop grace."""
+        self.writing_outputs = True
+        if self._stop_task is not None and self.outputs_write_timeout > 0:
+            self._stop_task.cancel()
+            self.stop_grace = self.outputs_write_timeout + WRITE_MARGIN_S
+            self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
+
     async def _kill_after(self, grace: float) -> None:
         await asyncio.sleep(grace)
         if self.proc and self.proc.returncode is None:
@@ -332,6 +357,14 @@ class RunHandle:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _write_timeout(job: Job) -> float:
+    from cdui import outputs
+    try:
+        return max(0.0, float(job.options.get(outputs.OPT_TIMEOUT) or 0.0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
