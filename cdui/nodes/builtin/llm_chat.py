@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from cdui.nodes.base import IMAGE, LIST, STRING, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, float_param, int_param
+from cdui.nodes.builtin.notify import _redact  # the URL without credentials or query, as the webhook logs it
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -190,12 +191,6 @@ def answer_text(provider: str, reply: Any) -> tuple[str, dict[str, int]]:
                          f"{json.dumps(reply)[:300]}") from None
 
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
 
 
 class LLMChatNode(DeclaredNode):
