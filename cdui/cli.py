@@ -18,6 +18,8 @@ from cdui import __version__, cli_datasets, cli_workers, daemon
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 
+QUICK_STOP_S = 2.0  # `cdui stop` kills the server this long after asking it to stop
+
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, with the usage hint
@@ -114,8 +116,18 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not pid:
         print("cdui is not running")
         return 0
-    if daemon.stop(pid, cfg["CODEFYUI_SHUTDOWN_GRACE_S"] + 20, kill=True) == "killed":
-        print(f"cdui (pid {pid}) did not stop in time and was killed")
+    # The server is asked to stop (SIGTERM: workers and SSH agents get the stop notice, local runs
+    # are asked to stop), then killed after about 2 s: a stop that waits for every run is SIGTERM
+    # alone (`systemctl stop`, `kill PID`). What had not ended by the kill ends `interrupted` at the
+    # next start (cdui/stopping.py).
+    if daemon.stop(pid, QUICK_STOP_S, kill=True) == "killed":
+        daemon.wait_gone(pid, 10)
+        daemon.PidFile(cfg.user_data / "cdui.pid").remove_if(pid)
+        from cdui.client import server_info
+        if (server_info(cfg.user_data) or {}).get("pid") == pid:
+            (cfg.user_data / "server.json").unlink(missing_ok=True)
+        print(f"cdui (pid {pid}) stopped: killed {QUICK_STOP_S:g} s after the stop request; runs that had not "
+              f"ended by then end interrupted at the next start (to wait for them instead: kill -TERM {pid})")
     else:
         print(f"cdui (pid {pid}) stopped")
     return 0
@@ -270,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first install these node-family extras: all or a comma list (done by bin/cdui)")
     s.set_defaults(func=cmd_start)
 
-    s = sub.add_parser("stop", help="stop the control plane gracefully")
+    s = sub.add_parser("stop", help="stop the control plane (it is killed after about 2 s)")
     s.set_defaults(func=cmd_stop)
 
     s = sub.add_parser("status", help="show the control plane's state")

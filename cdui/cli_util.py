@@ -14,13 +14,20 @@ def _die(msg: str, code: int = 1) -> int:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Is ``pid`` a running process? A zombie (ended, not yet reaped by its parent) is not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read(4096)
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all there is to go by
+    # "pid (comm) S ...": the state follows the last ")", since comm may hold one itself.
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
 def _read_pid(path: Path) -> int | None:

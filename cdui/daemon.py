@@ -35,6 +35,14 @@ class PidFile:
         """The pid in the file if that process is alive, else None."""
         return _read_pid(self.path)
 
+    def remove_if(self, pid: int) -> None:
+        """Remove the file if it still names ``pid`` (a killed daemon could not remove its own)."""
+        try:
+            if self.path.read_text().strip() == str(pid):
+                self.path.unlink()
+        except OSError:
+            pass
+
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """This process is the daemon while the block runs."""
@@ -96,3 +104,15 @@ def stop(pid: int, timeout: float, kill: bool, sleep: Callable[[float], None] = 
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     return "killed"
+
+
+def wait_gone(pid: int, timeout: float, sleep: Callable[[float], None] = time.sleep,
+              monotonic: Callable[[], float] = time.monotonic) -> bool:
+    """Wait up to ``timeout`` for ``pid`` to be gone (a SIGKILLed process still lets go of its port
+    and files); True if it is."""
+    deadline = monotonic() + timeout
+    while _pid_alive(pid):
+        if monotonic() >= deadline:
+            return False
+        sleep(0.05)
+    return True

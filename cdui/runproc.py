@@ -8,6 +8,9 @@ Protocol with its parent (:mod:`cdui.runner`):
   for any CUDA slot, see :func:`cdui.runner.map_slot_device`); ``slot_device``
   is the slot's name, used in messages.
   Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
+- end of stdin (the launcher is gone) asks the same, and after
+  :data:`ORPHAN_GRACE_S` the process kills its own process group: no one else
+  is left to end a node that ignores the stop.
 - SIGTERM asks the same as ``stop``: a batch system (SLURM at a job's time
   limit, ``scancel``) signals every process of the job, this one included,
   and the run must still end through its nodes (the interrupt checkpoint).
@@ -42,6 +45,9 @@ from typing import Any
 # Variables a spare is started without (they differ per run) and gets on its handover line.
 DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
 MAX_HANDOVER = 64 * 1024
+# A run whose launcher is gone gets the launcher's own stop grace (cdui.runner.STOP_GRACE_S) to end
+# through its nodes before it kills itself.
+ORPHAN_GRACE_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         for line in sys.stdin:
             if line.strip() == "stop":
                 stop.set()
-        # parent closed the pipe: it is gone, so stop too
+        # The parent closed the pipe: it is gone (killed, say, by `cdui stop` after its 2 s), so
+        # stop too. Nobody is left to kill a node that ignores the stop after the grace, and an
+        # orphan must not keep a GPU or its data loaders: the process ends its own group then.
         stop.set()
+        time.sleep(ORPHAN_GRACE_S)
+        _kill_own_group()
 
     threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
@@ -149,6 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     emit("result", {"status": "succeeded", "error": None})
     return 0
+
+
+def _kill_own_group() -> None:
+    """SIGKILL this process and what it started: its whole process group when it leads one
+    (its launcher starts it in a session of its own), else just itself."""
+    pid = os.getpid()
+    try:
+        if os.getpgrp() == pid:
+            os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        os._exit(1)
 
 
 def _warm() -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdui import devicesets, outputs, runner
+from cdui import devicesets, outputs, runner, stopping
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.catalog import with_run_report
@@ -147,6 +147,10 @@ class LocalExecutor:
         return True
 
 
+STOPPED_KILLED = ("the server was killed while it was stopping (`cdui stop` kills it about 2 s after asking), "
+                  "before the run's ending was stored")
+
+
 class RunService:
     def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
         self.config = config
@@ -173,6 +177,8 @@ class RunService:
         self.queue = RunQueue()  # the queued runs, in memory (cdui/dispatch.py)
         self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/spare.py)
+        # The previous server was killed in the middle of its stop (cdui/stopping.py): its runs end, none is adopted.
+        self.killed_while_stopping = False
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -193,6 +199,7 @@ class RunService:
         devices = await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self.devicebook.load(self.store)
+        self.killed_while_stopping = stopping.take(self.config.user_data)
         await self._recover()
         await self.oneshot.load(self)
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
@@ -205,10 +212,11 @@ class RunService:
         """After a restart: local runs that were executing end ``interrupted``;
         queued runs stay queued (NOTES.md); worker runs are left to adoption."""
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        why = (STOPPED_KILLED if self.killed_while_stopping
+               else "the server restarted while the run was executing on it")
         for r in rows:
             if r.worker_id in (None, "local"):
-                await self._finish(r.id, "interrupted",
-                                   "the server restarted while the run was executing on it")
+                await self._finish(r.id, "interrupted", why)
 
     async def close(self) -> None:
         """Graceful shutdown: stop every active run, give them the shutdown grace.
@@ -221,6 +229,7 @@ class RunService:
 
     async def _close(self) -> None:
         self._closing = True
+        stopping.begin(self.config.user_data)
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
         waits: list[Awaitable[object]] = [listener.on_shutdown() for listener in self.listeners]
         local = self.executors.get("local")
@@ -228,6 +237,7 @@ class RunService:
             for h in list(local.handles.values()):
                 h.stop(grace)
                 waits.append(h.wait())
+        all_stopped = True
         if waits:
             stopped = asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True))
             timer = asyncio.ensure_future(self.clock.sleep(grace + 15))
@@ -235,8 +245,11 @@ class RunService:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             timer.cancel()
             if not stopped.done():
+                all_stopped = False
                 stopped.cancel()
                 log.error("runs did not stop within the shutdown grace")
+        if all_stopped:
+            stopping.end(self.config.user_data)  # else the next start ends what is still active
         await self.spares.close()
         for t in list(self._tasks):
             t.cancel()

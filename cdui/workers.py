@@ -35,7 +35,7 @@ from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
 from cdui.errors import CduiError
 from cdui.placement import no_mount_message
-from cdui.runs import RunService, iso
+from cdui.runs import STOPPED_KILLED, RunService, iso
 from cdui.store import ACTIVE
 from cdui.worker_session import Conn, RemoteExecutor, WorkerSession
 
@@ -71,6 +71,11 @@ class WorkerManager:
         rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
         for r in rows:
             if r.worker_id in (None, "local"):
+                continue
+            if self.runs.killed_while_stopping:
+                # Its worker was told to stop it before the kill: there is nothing to adopt.
+                await self.runs.finish(r.id, "interrupted", f"{STOPPED_KILLED}; worker {r.worker_id} had been "
+                                                             f"told to stop it")
                 continue
             if self.grace <= 0:
                 await self.runs.finish(r.id, "interrupted",

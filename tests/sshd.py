@@ -14,11 +14,13 @@ remote agent's own user data folder in the remote home.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from procs import REPO_ROOT, SESSION_ENV, Proc, free_port, pid_alive, wait_for
@@ -143,3 +145,15 @@ class Sshd:
                 return
             except AssertionError:
                 continue
+
+
+@contextlib.contextmanager
+def running(tmp: Path) -> Iterator[Sshd]:
+    """A started sshd for one test; afterwards its remote agents, the daemon and the remote home are gone."""
+    s = Sshd(tmp).setup().start()
+    try:
+        yield s
+    finally:
+        s.end_remote_agents()
+        s.stop()
+        s.remove_home()

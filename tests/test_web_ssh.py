@@ -14,6 +14,7 @@ import pytest
 
 from procs import ServerProc, wait_for
 from sshd import Sshd
+from sshd import running as running_sshd
 from syspkgs import requires_command
 
 pytestmark = [pytest.mark.e2e, requires_command("sshd", "openssh-server"), requires_command("ssh", "openssh-client")]
@@ -42,13 +43,8 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    s = Sshd(tmp_path / "ssh").setup().start()
-    try:
+    with running_sshd(tmp_path / "ssh") as s:
         yield s
-    finally:
-        s.end_remote_agents()
-        s.stop()
-        s.remove_home()
 
 
 @pytest.mark.timeout(600)
