@@ -139,3 +139,15 @@ def need_command():
 # --- S3 backend: moto's standalone server (tests/s3server.py) as fixtures for tests/test_s3*.py
 from s3server import enforcing, moto, moto_server  # noqa: E402,F401
 from syspkgs import require_commands, requires_command  # noqa: E402,F401
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A fresh, opened store (cdui/store.py) in the test's own folder, closed afterwards."""
+    from cdui.store import Store
+    s = Store(tmp_path / "cdui.sqlite3")
+    s.open()
+    try:
+        yield s
+    finally:
+        s.close()

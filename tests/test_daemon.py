@@ -93,3 +93,4 @@ def test_wait_ready_gives_up_at_the_deadline() -> None:
         assert now[0] >= 5
     finally:
         proc.kill()
+        proc.wait(timeout=60)  # gone before the leftover-process check looks

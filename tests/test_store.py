@@ -19,16 +19,6 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "cdui.sqlite3")
-    s.open()
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 def new_run(run_id: str, **over: Any) -> Run:
     return replace(Run(id=run_id, name=run_id, status="queued", target="local", options={"target": "local"},
                        graph={"nodes": []}, created_at=time.time()), **over)

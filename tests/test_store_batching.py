@@ -6,20 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from cdui.store import BATCH_EVENTS, Store
 from test_store import Blocker, ev, new_run, run, writes_queued
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "cdui.sqlite3")
-    s.open()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def committed_rows(path: Path, run_id: str) -> int:
