@@ -173,7 +173,11 @@ def _legacy_script(slot: int) -> str:
 def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
     """The long-lived ssh's remote side: reattach to a running agent, or start one detached
     (its own session, output to agent.log, exit code to agent.exit), then follow its log
-    until the agent exits or stdin ends."""
+    until the agent exits or stdin ends.
+
+    Between the start and the agent writing agent.pid (its imports, maybe its enrollment) the
+    starting wrapper's PID is in agent.starting, so that a stop arriving meanwhile over a short ssh
+    waits for the agent instead of finding none (see :func:`_stop_body`)."""
     rel = remote_dir_rel(iid, slot)
     url = control_url(iid, slot)
     launcher = _launcher(remote_cdui)
@@ -189,14 +193,17 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
         + f'if ! command -v {launcher} >/dev/null 2>&1; then echo "{MARK} {remote_cdui}: not found"; exit 127; fi; '
         + f'if [ -f {launcher} ] && [ ! -x {launcher} ]; then echo "{MARK} {remote_cdui}: not executable"; '
           "exit 126; fi; "
-        + 'rm -f "$d/agent.pid" "$d/agent.exit"; touch "$d/agent.log"; off=$(wc -c <"$d/agent.log"); '
+        + 'rm -f "$d/agent.pid" "$d/agent.exit" "$d/agent.starting"; touch "$d/agent.log"; '
+          'off=$(wc -c <"$d/agent.log"); '
         + "CODEFYUI_AGENT_TOKEN=$t; export CODEFYUI_AGENT_TOKEN; "
         + "if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi; "
         + f'$s sh -c \'"$@" </dev/null >>"$0/agent.log" 2>&1; echo $? >"$0/agent.exit"\' "$d" {launcher} '
           f'agent start --uds "$d/sock" --foreground --control {url} --name {shlex.quote(name)} & '
+        + 'echo $! >"$d/agent.starting"; '
         + "unset CODEFYUI_AGENT_TOKEN t; i=0; "
         + 'while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 600 ]; do '
           "sleep 0.1; i=$((i+1)); done; "
+        + 'rm -f "$d/agent.starting"; '
         + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
         + 'if [ -z "$p" ]; then tail -c +$((off+1)) "$d/agent.log"; '
           'e=$(cat "$d/agent.exit" 2>/dev/null); echo "' + MARK + ' agent exited code=${e:-?}"; exit "${e:-1}"; fi; '
@@ -215,12 +222,25 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
 
 
 def _stop_body(rel: str) -> str:
-    """SIGTERM to the slot's agent and wait (60 s at most) for it to exit; sets r=0 when none is left."""
-    return (f'd="$HOME/{rel}"; r=0; p=$(cat "$d/agent.pid" 2>/dev/null); '
+    """SIGTERM to the slot's agent and wait (60 s at most) for it to exit; sets r=0 when none is left.
+
+    An agent the tunnel script has launched but that has not written agent.pid yet would be missed
+    and start afterwards with nobody stopping it: while agent.starting names a live starting wrapper
+    (an ``agent start`` command line; a reused PID is not one) and neither agent.pid nor agent.exit
+    is there, it waits for one of them, 30 s at most, and reports an agent still starting after that."""
+    starting = ('w=$(cat "$d/agent.starting" 2>/dev/null) && [ -n "$w" ] && kill -0 "$w" 2>/dev/null && '
+                '{ [ ! -r "/proc/$w/cmdline" ] || tr "\\000" " " <"/proc/$w/cmdline" | grep -q "agent start"; }')
+    return (f'd="$HOME/{rel}"; r=0; i=0; '
+            f'while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 300 ] && {starting}; do '
+            'sleep 0.1; i=$((i+1)); done; '
+            'p=$(cat "$d/agent.pid" 2>/dev/null); '
             'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; i=0; '
             'while kill -0 "$p" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; '
             f'if kill -0 "$p" 2>/dev/null; then echo "{MARK} agent $p still running"; r=3; '
-            f'else echo "{MARK} agent $p stopped"; fi; else echo "{MARK} no agent running"; fi; ')
+            f'else echo "{MARK} agent $p stopped"; fi; '
+            f'elif [ ! -s "$d/agent.exit" ] && {starting}; then '
+            f'echo "{MARK} agent starting (pid $w) did not report its PID within 30 s; left running"; r=3; '
+            f'else echo "{MARK} no agent running"; fi; ')
 
 
 def stop_script(iid: str, slot: int) -> str:

@@ -12,19 +12,28 @@ keeps even if an agent reconnects under the name), then tells the remote agent
 to stop (over the ssh connection's stdin, or a short ssh when there is none),
 waits at most 60 s for its runs to be reported, ends ssh, and ends what is
 still unreported ``interrupted``. Delete/remove do the same, revoke the worker,
-and clean the remote slot in the background; the slot stays reserved until
-that cleanup ends. Server shutdown stops every SSH agent alongside the server's
-own runs (a :class:`~cdui.runs.RunListener`), 25 s at most in all.
+and clean the remote slot in the background. Server shutdown stops every SSH
+agent alongside the server's own runs (a :class:`~cdui.runs.RunListener`), 25 s
+at most in all.
 
-Rows live in the ``ssh_workers`` table (store migration 3): target, port,
+Rows live in the ``ssh_workers`` table (store migration 5): target, port,
 identity, remote cdui, slot, enabled, the tunnel state and reason, the last
 attempt's output, the remote agent's PID.
+
+A pending remote cleanup is a row of ``ssh_cleanups`` (store migration 7), keyed
+by the slot. The delete moves the worker's row there in one transaction, so at
+no moment is the slot free while its old folder, agent or credential may still
+be on the remote host; ``add`` never picks a slot of either table. Every stored
+cleanup is resumed at start, and its row goes only when an attempt has ended
+(cleaned, or what was left logged): a shutdown that cancels the attempt leaves
+it for the next start.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -56,7 +65,6 @@ class SshWorkers:
         self.store = self.runs.store
         self.sups: dict[str, Supervisor] = {}
         self.listeners: dict[str, TunnelListener] = {}
-        self.cleaning: set[int] = set()  # slots whose remote cleanup has not ended yet
         self.iid = ""
         self.ssh_binary = "ssh"
         self._ended = asyncio.Event()
@@ -74,6 +82,10 @@ class SshWorkers:
         sets = ", ".join(f"{k}=?" for k in cols)
         await self.store.write(lambda c: c.execute(f"UPDATE ssh_workers SET {sets} WHERE name=?",
                                                    (*cols.values(), name)))
+
+    async def cleanups(self) -> list[dict[str, Any]]:
+        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM ssh_cleanups "
+                                                                           "ORDER BY slot")])
 
     def view(self, r: dict[str, Any]) -> dict[str, Any]:
         sup = self.sups.get(r["name"])
@@ -93,6 +105,10 @@ class SshWorkers:
         for r in await self.rows():
             if r["enabled"]:
                 self._supervise(r)  # after a restart every enabled SSH worker reconnects
+        for c in await self.cleanups():
+            log.info("ssh worker %s: resuming the remote cleanup of slot %s on %s (deleted at %s)", c["name"],
+                     c["slot"], c["target"], time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c["started_at"])))
+            self._start_cleanup(c)
 
     async def close(self) -> None:
         for name in list(self.sups):
@@ -252,7 +268,9 @@ class SshWorkers:
                     or c.execute("SELECT 1 FROM ssh_workers WHERE name=?", (name,)).fetchone()):
                 raise CduiError("name_taken", f"worker name {name!r} is already used by another worker",
                                 hint="give another name (--name), or remove that worker first", status=409)
-            taken = {int(x[0]) for x in c.execute("SELECT slot FROM ssh_workers")} | self.cleaning
+            # A slot whose remote cleanup has not ended may still hold the old worker's folder, agent and
+            # credential there: a new worker on it would attach to that agent or have its folder deleted.
+            taken = {int(x[0]) for x in c.execute("SELECT slot FROM ssh_workers UNION SELECT slot FROM ssh_cleanups")}
             slot = ssh.pick_slot(slots, taken)
             c.execute("INSERT INTO ssh_workers (name, target, port, identity, remote_cdui, slot, enabled, state, "
                       "created_at) VALUES (?,?,?,?,?,?,1,'connecting',?)",
@@ -276,7 +294,7 @@ class SshWorkers:
 
     async def list(self, request: web.Request) -> web.Response:
         return web.json_response({"ssh_workers": [self.view(r) for r in await self.rows()],
-                                  "cleaning_slots": sorted(self.cleaning)})
+                                  "cleaning_slots": [int(c["slot"]) for c in await self.cleanups()]})
 
     async def _row_or_404(self, name: str) -> dict[str, Any]:
         r = await self.row(name)
@@ -336,34 +354,52 @@ class SshWorkers:
         r = await self._row_or_404(name)
         await self._set_disabled(name, True, False)
         await self.stop_agent(name, "removed")
-        slot = int(r["slot"])
-        self.cleaning.add(slot)
-        # Its launch token and its row here; the rest of forgetting a worker is the manager's one way.
-        await self.store.write(lambda c: (
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (r["token_id"],)),
-            c.execute("DELETE FROM ssh_workers WHERE name=?", (name,))))
+        cleanup = {"slot": int(r["slot"]), "name": name, "target": r["target"], "port": r["port"],
+                   "identity": r["identity"], "remote_cdui": r["remote_cdui"], "started_at": self.clock.time()}
+
+        # Its launch token and its row here, the row handed to a pending cleanup in the same transaction
+        # (so the slot is never free while the remote host may still hold its folder); the rest of
+        # forgetting a worker is the manager's one way.
+        def fn(c: Any) -> None:
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (r["token_id"],))
+            c.execute("DELETE FROM ssh_workers WHERE name=?", (name,))
+            c.execute("INSERT INTO ssh_cleanups (slot, name, target, port, identity, remote_cdui, started_at) "
+                      "VALUES (:slot, :name, :target, :port, :identity, :remote_cdui, :started_at)", cleanup)
+        await self.store.write(fn)
         await self.app[WORKERS].remove_worker(name)
-        task = asyncio.ensure_future(self._cleanup(name, r))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._start_cleanup(cleanup)
         return web.json_response({"removed": name, "cleanup": "started"})
 
-    async def _cleanup(self, name: str, r: dict[str, Any]) -> None:
-        slot = int(r["slot"])
-        left = (f"~/{ssh.remote_dir_rel(self.iid, slot)} and the credential for {ssh.control_url(self.iid, slot)}")
+    def _start_cleanup(self, c: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self._cleanup(c))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _cleanup(self, c: dict[str, Any]) -> None:
+        """One attempt at the remote cleanup of a deleted worker's slot. Its stored row (and so the
+        slot's reservation) ends only with the attempt: a cancel (the server stopping) propagates
+        before that, so the next start runs it again."""
+        name, slot = c["name"], int(c["slot"])
+        left = f"~/{ssh.remote_dir_rel(self.iid, slot)} and the credential for {ssh.control_url(self.iid, slot)}"
+        by_hand = f"cdui agent forget {ssh.control_url(self.iid, slot)}; rm -r ~/{ssh.remote_dir_rel(self.iid, slot)}"
+        argv = ssh.short_command(self._target(c), ssh.cleanup_script(self.iid, slot, c["remote_cdui"]),
+                                 self.ssh_binary)
         try:
-            rc, lines = await run_short(ssh.short_command(self._target(r), ssh.cleanup_script(self.iid, slot,
-                                                                                              r["remote_cdui"]),
-                                                          self.ssh_binary), CLEANUP_WAIT_S + 15, self.clock)
-            if rc == 0:
-                log.info("ssh worker %s: remote cleanup done: %s", name, " | ".join(lines[-2:]))
-            else:
-                log.warning("ssh worker %s: remote cleanup on %s did not finish (exit %s): left %s; to clean by "
-                            "hand run on that host: cdui agent forget %s; rm -r ~/%s. Output: %s", name, r["target"],
-                            rc, left, ssh.control_url(self.iid, slot), ssh.remote_dir_rel(self.iid, slot),
-                            " | ".join(lines[-3:]))
-        finally:
-            self.cleaning.discard(slot)
+            rc, lines = await run_short(argv, CLEANUP_WAIT_S + 15, self.clock)
+        except OSError as exc:  # no ssh on PATH: retrying at every start would not change that
+            rc, lines = -1, [f"could not start ssh: {exc}"]
+        if rc == 0:
+            log.info("ssh worker %s: remote cleanup done: %s", name, " | ".join(lines[-2:]))
+        else:
+            why = (f"did not answer within {CLEANUP_WAIT_S + 15:.0f} s" if rc is None
+                   else f"did not finish (exit {rc})")
+            log.warning("ssh worker %s: remote cleanup on %s %s: left %s; to clean by hand run on that host: %s. "
+                        "Output: %s", name, c["target"], why, left, by_hand, " | ".join(lines[-3:]))
+        try:
+            await self.store.write(lambda db: db.execute("DELETE FROM ssh_cleanups WHERE slot=?", (slot,)))
+        except Exception:  # the row stays: the next start runs the cleanup again, which is harmless
+            log.exception("ssh worker %s: could not record the end of the remote cleanup of slot %s; it runs "
+                          "again at the next start", name, slot)
 
 
 def setup(app: web.Application) -> None:

@@ -221,6 +221,19 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE workers ADD COLUMN share_by_memory TEXT
     """,
+    # 7: the remote cleanups of deleted SSH workers that have not ended (cdui/ssh_workers.py): kept
+    # across a restart so the cleanup resumes and its slot stays out of use until it ends
+    """
+    CREATE TABLE ssh_cleanups (
+        slot INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        target TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        identity TEXT,
+        remote_cdui TEXT NOT NULL,
+        started_at REAL NOT NULL
+    );
+    """,
 ]
 
 

@@ -2,8 +2,13 @@
 an ended ssh means, as tables (cdui/ssh.py)."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import stat
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -222,3 +227,112 @@ def test_cleanup_without_ss_keeps_a_slot_whose_socket_is_served(tmp_path: Path) 
         assert not d.exists()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+# The remote cdui as far as the scripts can see it: an `agent start` that writes its PID next to the
+# socket only once the test opens the gate (its imports, its enrollment), then runs until SIGTERM.
+FAKE_AGENT = """#!{python}
+import os, signal, sys, time
+d = os.path.dirname(sys.argv[sys.argv.index("--uds") + 1])
+def stop(*_):
+    open(os.path.join(d, "fake.term"), "w").write("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(os.path.join(d, "fake.ready"), "w").write(str(os.getpid()))
+while not os.path.exists(os.path.join(d, "fake.gate")):
+    time.sleep(0.02)
+with open(os.path.join(d, "agent.pid.tmp"), "w") as f:
+    f.write(f"{{os.getpid()}}\\n")
+os.replace(os.path.join(d, "agent.pid.tmp"), os.path.join(d, "agent.pid"))
+while True:
+    time.sleep(3600)
+"""
+
+
+def _children(pid: int) -> list[str]:
+    """The command names of ``pid``'s children."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat_line = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, _, rest = stat_line.partition("(")[2].rpartition(")")
+            if int(rest.split()[1]) == pid:
+                out.append(name)
+    return out
+
+
+def _wait(what: str, pred: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll a condition on real processes; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.e2e
+def test_a_stop_that_lands_before_the_agent_reported_its_pid_waits_for_it(tmp_path: Path) -> None:
+    """The tunnel script has launched the agent, which has not written agent.pid yet, when a stop
+    arrives over a short ssh: the stop waits for the starting agent and stops it, instead of
+    reporting no agent and leaving one to start with nobody stopping it."""
+    import sys
+    home = tmp_path / "home"
+    d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+    d.mkdir(parents=True)
+    fake = tmp_path / "cdui"
+    fake.write_text(FAKE_AGENT.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    tunnel = subprocess.Popen(["sh", "-c", ssh.tunnel_script(IID, SLOT, str(fake), "gpu1")], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stop = None
+    try:
+        assert tunnel.stdin is not None and tunnel.stdout is not None
+        tunnel.stdin.write(b"token\n")
+        tunnel.stdin.flush()
+        _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
+        agent = int((d / "fake.ready").read_text())
+        assert not (d / "agent.pid").exists()
+        stop = subprocess.Popen(["sh", "-c", ssh.stop_script(IID, SLOT)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        # The stop has looked (and found no agent.pid) once it sleeps in its wait, or it has ended.
+        _wait("the stop to wait or end", lambda: stop.poll() is not None or "sleep" in _children(stop.pid))
+        (d / "fake.gate").touch()  # the agent reports its PID now
+        out, err = stop.communicate(timeout=120)
+        assert (stop.returncode, out, err) == (0, f"cdui-ssh: agent {agent} stopped\n", "")
+        assert (d / "fake.term").read_text() == "SIGTERM"
+        rest = tunnel.communicate(timeout=60)[0].decode()
+        assert f"cdui-ssh: started pid={agent}" in rest and rest.endswith("cdui-ssh: agent exited code=0\n"), rest
+        assert not (d / "agent.starting").exists()
+    finally:
+        for p in (tunnel, stop):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(30)
+        if (d / "fake.ready").exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int((d / "fake.ready").read_text()), signal.SIGKILL)
+
+
+@pytest.mark.e2e
+def test_a_stale_starting_record_does_not_hold_the_stop(tmp_path: Path) -> None:
+    """agent.starting left by a tunnel script that died, naming an ended process or one that is not
+    a starting agent (a reused PID): the stop does not wait for it."""
+    other = subprocess.Popen(["sleep", "300"])
+    ended = subprocess.Popen(["true"])
+    ended.wait(30)
+    try:
+        home = tmp_path / "home"
+        d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+        d.mkdir(parents=True)
+        for pid in (ended.pid, other.pid):
+            (d / "agent.starting").write_text(f"{pid}\n")
+            r = subprocess.run(["sh", "-c", ssh.stop_script(IID, SLOT)], capture_output=True, text=True,
+                               env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=120)
+            assert (r.returncode, r.stdout) == (0, "cdui-ssh: no agent running\n"), (pid, r.stdout, r.stderr)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait(30)

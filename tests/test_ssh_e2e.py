@@ -418,3 +418,49 @@ def test_shutdown_gives_ssh_workers_25_s_when_a_host_does_not_answer(tmp_path: P
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGCONT)
         srv.stop()
+
+
+def test_a_cleanup_the_host_did_not_answer_resumes_after_a_restart(tmp_path: Path, sshd: Sshd):
+    """The host stops answering new connections while a delete's cleanup waits on it, and the control
+    plane restarts: the slot stays reserved across the restart (a new worker gets the other one), and
+    the cleanup resumed at start removes the folder and the credential once the host answers."""
+    srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_SSH_REMOTE_PORT_RANGE": "18000-18001"}).start()
+    assert sshd.proc is not None and sshd.proc.pid is not None
+    listener = sshd.proc.pid
+    frozen = False
+    try:
+        added = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gone"}, expect=201)
+        pid = wait_tunnel(srv, "gone", "connected")["remote_pid"]
+        folder = sshd.home / added["remote_dir"].removeprefix("~/")
+        cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-18000.token"
+        assert added["slot"] == 18000 and folder.is_dir() and cred.is_file()
+        # The listening sshd is held: the live session still carries the stop, but a new ssh (the
+        # cleanup's) waits for the host's greeting.
+        os.kill(listener, signal.SIGSTOP)
+        frozen = True
+        assert srv.call("DELETE", "/api/workers/gone") == {"removed": "gone", "cleanup": "started"}
+        assert pid not in sshd.agent_pids()  # stopped through its connection before the delete answered
+        assert srv.call("GET", "/api/workers/ssh")["cleaning_slots"] == [18000]
+        assert srv.stop() == 0
+        srv.start()
+        listed = srv.call("GET", "/api/workers/ssh")
+        assert (listed["ssh_workers"], listed["cleaning_slots"]) == ([], [18000])
+        assert folder.is_dir() and cred.is_file()
+        other = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "other"}, expect=201)
+        assert other["slot"] == 18001
+        os.kill(listener, signal.SIGCONT)
+        frozen = False
+        wait_for(lambda: not folder.exists() and not cred.exists(), 120, 0.1, "the resumed remote cleanup",
+                 detail=lambda: (list(folder.iterdir()) if folder.exists() else "gone", cred.exists(),
+                                 srv.log_tail(20)))
+        wait_for(lambda: srv.call("GET", "/api/workers/ssh")["cleaning_slots"] == [], 120, 0.1, "the cleanup's end")
+        log = srv.log_text()
+        assert "ssh worker gone: resuming the remote cleanup of slot 18000 on sshtest" in log
+        assert f"ssh worker gone: remote cleanup done: cdui-ssh: no agent running | cdui-ssh: cleaned {folder}" \
+               in log, srv.log_tail(30)
+        third = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "third"}, expect=201)
+        assert third["slot"] == 18000
+    finally:
+        if frozen:
+            os.kill(listener, signal.SIGCONT)
+        srv.stop()

@@ -5,6 +5,9 @@ real ssh fails at once and is retried on the fake clock, which never moves."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +110,89 @@ async def test_retry_starts_at_once_and_keeps_the_drain(dirs: dict[str, Path]) -
         assert again["retrying"] and again["next_attempt_s"] == 2  # a fresh series, not the next step of the old
         w = await plane.worker("gpu1") or {}
         assert w["drained"] is True and w["status"] != "disabled", w
+
+
+class SilentHost:
+    """A TCP listener standing in for an ssh host: it accepts every connection and answers none,
+    except those whose number (from 1) is in ``refuse``, which it closes at once. An ssh to it waits
+    for the server's greeting until the connection is closed."""
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.refuse = refuse
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted += 1
+            if self.accepted in self.refuse:
+                conn.close()
+            else:
+                self.held.append(conn)
+
+    def close(self) -> None:
+        """Every held connection ends: each ssh waiting on one exits at once."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
+        self.sock.close()
+        self._thread.join(30)
+        for conn in self.held:
+            conn.close()
+
+
+async def until(what: str, pred: Any, timeout: float = 30.0) -> None:
+    """Wait for something a real subprocess or socket does; fails after ``timeout`` real seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+# It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
+@pytest.mark.e2e
+async def test_a_pending_cleanup_keeps_its_slot_across_a_restart(dirs: dict[str, Path]) -> None:
+    """A delete's remote cleanup still waiting on its host when the control plane stops: the next
+    start still keeps the slot out of use, runs the cleanup again, and frees the slot when it ends."""
+    # Connection 1: the worker's preparation (held); 2: the delete's stop, answered with a close at
+    # once so that the delete goes on; 3: the cleanup (held until the stop); 4: the cleanup again.
+    host = SilentHost(refuse={2})
+    settings = {"CODEFYUI_SSH_REMOTE_PORT_RANGE": "18000-18001"}
+    try:
+        async with Plane(dirs["user_data"], dirs["data_dir"], **settings) as plane:
+            await plane.call("POST", "/api/workers/ssh", {"target": "nobody@127.0.0.1", "port": host.port,
+                                                          "name": "gone"}, expect=201)
+
+            async def accepted(n: int) -> bool:
+                return host.accepted >= n
+            await until("the preparation's connection", lambda: accepted(1))
+            assert await plane.call("DELETE", "/api/workers/gone") == {"removed": "gone", "cleanup": "started"}
+            await until("the cleanup's connection", lambda: accepted(3))
+            assert (await plane.call("GET", "/api/workers/ssh"))["cleaning_slots"] == [18000]
+        # The server stopped while the cleanup waited: the next start resumes it.
+        async with Plane(dirs["user_data"], dirs["data_dir"], **settings) as plane:
+            await until("the resumed cleanup's connection", lambda: accepted(4))
+            listed = await plane.call("GET", "/api/workers/ssh")
+            assert (listed["ssh_workers"], listed["cleaning_slots"]) == ([], [18000])
+            other = await plane.call("POST", "/api/workers/ssh", {"target": "nobody@127.0.0.1", "port": host.port,
+                                                                  "name": "other"}, expect=201)
+            assert other["slot"] == 18001
+            host.close()  # the host answers now (with a close): the attempt ends, and with it the reservation
+
+            async def freed() -> bool:
+                return (await plane.call("GET", "/api/workers/ssh"))["cleaning_slots"] == []
+            await until("the cleanup to end", freed)
+            third = await plane.call("POST", "/api/workers/ssh", {"target": "nobody@127.0.0.1", "port": host.port,
+                                                                  "name": "third"}, expect=201)
+            assert third["slot"] == 18000
+    finally:
+        host.close()
