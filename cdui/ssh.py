@@ -170,6 +170,14 @@ def _legacy_script(slot: int) -> str:
             f"attached (neither ss nor /proc/net/tcp)\"; fi; fi; fi; ")
 
 
+# agent.starting names a live process starting an agent (a reused PID is some other command line).
+_STARTING = ('w=$(cat "$d/agent.starting" 2>/dev/null) && [ -n "$w" ] && kill -0 "$w" 2>/dev/null && '
+             '{ [ ! -r "/proc/$w/cmdline" ] || tr "\\000" " " <"/proc/$w/cmdline" | grep -q "agent start"; }')
+# While such a start has written neither agent.pid nor agent.exit, wait for it: 30 s at most.
+_WAIT_STARTING = ('i=0; while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 300 ] && '
+                  f'{_STARTING}; do sleep 0.1; i=$((i+1)); done; ')
+
+
 def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
     """The long-lived ssh's remote side: reattach to a running agent, or start one detached
     (its own session, output to agent.log, exit code to agent.exit), then follow its log
@@ -177,7 +185,8 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
 
     Between the start and the agent writing agent.pid (its imports, maybe its enrollment) the
     starting wrapper's PID is in agent.starting, so that a stop arriving meanwhile over a short ssh
-    waits for the agent instead of finding none (see :func:`_stop_body`)."""
+    waits for the agent instead of finding none (see :func:`_stop_body`), and so does the next
+    attempt's script when this ssh dropped in that window: it attaches to that agent."""
     rel = remote_dir_rel(iid, slot)
     url = control_url(iid, slot)
     launcher = _launcher(remote_cdui)
@@ -185,6 +194,9 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
         _PRELUDE
         + f'd="$HOME/{rel}"; '
         + "exec 3<&0; IFS= read -r t <&3 || t=; "
+        # An agent an earlier attempt launched just before its ssh dropped may not have written
+        # agent.pid yet: wait for it and attach, rather than start a second agent on the slot.
+        + _WAIT_STARTING
         + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
         + 'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null && '
           '{ [ ! -r "/proc/$p/cmdline" ] || tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
@@ -228,12 +240,9 @@ def _stop_body(rel: str) -> str:
     and start afterwards with nobody stopping it: while agent.starting names a live starting wrapper
     (an ``agent start`` command line; a reused PID is not one) and neither agent.pid nor agent.exit
     is there, it waits for one of them, 30 s at most, and reports an agent still starting after that."""
-    starting = ('w=$(cat "$d/agent.starting" 2>/dev/null) && [ -n "$w" ] && kill -0 "$w" 2>/dev/null && '
-                '{ [ ! -r "/proc/$w/cmdline" ] || tr "\\000" " " <"/proc/$w/cmdline" | grep -q "agent start"; }')
-    return (f'd="$HOME/{rel}"; r=0; i=0; '
-            f'while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 300 ] && {starting}; do '
-            'sleep 0.1; i=$((i+1)); done; '
-            'p=$(cat "$d/agent.pid" 2>/dev/null); '
+    starting = _STARTING
+    return (f'd="$HOME/{rel}"; r=0; ' + _WAIT_STARTING
+            + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
             'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; i=0; '
             'while kill -0 "$p" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; '
             f'if kill -0 "$p" 2>/dev/null; then echo "{MARK} agent $p still running"; r=3; '

@@ -336,3 +336,51 @@ def test_a_stale_starting_record_does_not_hold_the_stop(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait(30)
+
+
+@pytest.mark.e2e
+def test_a_reconnect_while_the_agent_is_starting_attaches_to_it(tmp_path: Path) -> None:
+    """The ssh dropped after its tunnel script launched the agent but before the agent wrote
+    agent.pid: the next attempt's script waits for that agent and attaches to it, instead of
+    starting a second agent on the slot."""
+    import sys
+    home = tmp_path / "home"
+    d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+    d.mkdir(parents=True)
+    fake = tmp_path / "cdui"
+    fake.write_text(FAKE_AGENT.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    script = ssh.tunnel_script(IID, SLOT, str(fake), "gpu1")
+    procs: list[subprocess.Popen[bytes]] = []
+    agent = None
+    try:
+        first = subprocess.Popen(["sh", "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT)
+        procs.append(first)
+        assert first.stdin is not None
+        first.stdin.write(b"token\n")
+        first.stdin.flush()
+        _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
+        agent = int((d / "fake.ready").read_text())
+        first.kill()  # the ssh dropped: its remote shell is gone, the agent (its own session) goes on
+        first.wait(30)
+        (d / "fake.ready").unlink()  # a second agent started on the slot would write it again
+        second = subprocess.Popen(["sh", "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)
+        procs.append(second)
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write(b"token\n")
+        second.stdin.flush()
+        _wait("the next attempt to wait for the starting agent", lambda: "sleep" in _children(second.pid))
+        (d / "fake.gate").touch()  # the agent reports its PID now
+        assert second.stdout.readline().decode() == f"cdui-ssh: attached pid={agent}\n"
+        assert not (d / "fake.ready").exists(), "a second agent was started on the slot"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+        if agent is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent, signal.SIGKILL)
