@@ -21,6 +21,7 @@ import pytest
 
 from procs import SESSION_ENV, Proc, ServerProc, free_port, long_training_graph, wait_event, wait_for, wait_run
 from sshd import Sshd
+from sshd import running as running_sshd
 from syspkgs import requires_command
 
 pytestmark = [pytest.mark.e2e, requires_command("sshd", "openssh-server"), requires_command("ssh", "openssh-client")]
@@ -29,13 +30,8 @@ TOKEN_RE = re.compile(rb"[a-z0-9]{6}\.[a-z0-9]{16}")
 
 @pytest.fixture
 def sshd(tmp_path: Path):
-    s = Sshd(tmp_path / "ssh").setup().start()
-    try:
+    with running_sshd(tmp_path / "ssh") as s:
         yield s
-    finally:
-        s.end_remote_agents()
-        s.stop()
-        s.remove_home()
 
 
 @pytest.fixture
