@@ -381,6 +381,14 @@ def test_a_reconnect_while_the_agent_is_starting_attaches_to_it(tmp_path: Path) 
             if p.poll() is None:
                 p.kill()
                 p.wait(30)
-        if agent is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(agent, signal.SIGKILL)
+        for pid in (agent, _pid_in(d / "fake.ready")):  # the agent, and a second one if one was started
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
