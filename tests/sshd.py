@@ -132,16 +132,32 @@ class Sshd:
     def remove_home(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
 
+    def remote_agent_processes(self) -> list[int]:
+        """Every live process starting or running an agent on this remote home's slots, found by its
+        command line: an agent that is stopping may already have removed its pidfile."""
+        needle = f"{self.home}/.codefyui-ssh/".encode()
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if needle in cmd and b"agent start" in cmd.replace(b"\0", b" ") and pid_alive(int(entry)):
+                    out.append(int(entry))
+        return out
+
     def end_remote_agents(self) -> None:
         """Remote agents are sshd's descendants, not the test's: end them here (SIGTERM stops their runs)."""
         for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-            for pid in self.agent_pids():
+            for pid in set(self.agent_pids()) | set(self.remote_agent_processes()):
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
             try:
-                wait_for(lambda: not self.agent_pids(), wait, 0.05, "remote agents to end")
+                wait_for(lambda: not self.agent_pids() and not self.remote_agent_processes(), wait, 0.05,
+                         "remote agents to end")
                 return
             except AssertionError:
                 continue
