@@ -94,10 +94,7 @@ def stop(pid: int, timeout: float, kill: bool, sleep: Callable[[float], None] = 
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return "stopped"
-    deadline = monotonic() + timeout
-    while monotonic() < deadline and _pid_alive(pid):
-        sleep(0.1)
-    if not _pid_alive(pid):
+    if wait_gone(pid, timeout, sleep, monotonic):
         return "stopped"
     if not kill:
         return "running"

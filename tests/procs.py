@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,17 @@ def _proc_table() -> dict[int, tuple[int, int, str]]:
             continue  # ended while we looked
         table[int(entry)] = (int(fields[1]), int(fields[19]), fields[0])
     return table
+
+
+def cmdlines() -> Iterator[tuple[int, bytes]]:
+    """(pid, raw command line, NUL-separated) of every process visible in /proc."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    yield int(entry), fh.read()
+            except OSError:
+                continue  # ended while we looked
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from procs import REPO_ROOT, SESSION_ENV, Proc, free_port, pid_alive, wait_for
+from procs import REPO_ROOT, SESSION_ENV, Proc, cmdlines, free_port, pid_alive, wait_for
 
 SSHD = shutil.which("sshd") or shutil.which("sshd", path="/usr/sbin:/sbin")
 
@@ -136,16 +136,8 @@ class Sshd:
         """Every live process starting or running an agent on this remote home's slots, found by its
         command line: an agent that is stopping may already have removed its pidfile."""
         needle = f"{self.home}/.codefyui-ssh/".encode()
-        out = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if needle in cmd and b"agent start" in cmd.replace(b"\0", b" ") and pid_alive(int(entry)):
-                    out.append(int(entry))
-        return out
+        return [pid for pid, cmd in cmdlines()
+                if needle in cmd and b"agent start" in cmd.replace(b"\0", b" ") and pid_alive(pid)]
 
     def end_remote_agents(self) -> None:
         """Remote agents are sshd's descendants, not the test's: end them here (SIGTERM stops their runs)."""

@@ -8,7 +8,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -183,13 +183,20 @@ def test_legacy_agent_without_ss_is_judged_by_proc_net_tcp(tmp_path: Path) -> No
 @pytest.mark.e2e
 def test_a_reused_legacy_pid_is_left_alone(tmp_path: Path) -> None:
     """The PID in a legacy folder now belongs to another process of the user's: not stopped."""
-    other = subprocess.Popen(["sleep", "300"])
-    try:
+    with _bystander() as other:
         home = tmp_path / "home"
         (home / ".codefyui-ssh" / str(SLOT)).mkdir(parents=True)
         (home / ".codefyui-ssh" / str(SLOT) / "agent.pid").write_text(f"{other.pid}\n")
         assert _prepare_in(home, SLOT, "/usr/bin:/bin") == []
         assert other.poll() is None
+
+
+@contextlib.contextmanager
+def _bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """Some other process of the user's (a PID a stale file may name), ended afterwards."""
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        yield other
     finally:
         other.kill()
         other.wait(30)
@@ -320,10 +327,9 @@ def test_a_stop_that_lands_before_the_agent_reported_its_pid_waits_for_it(tmp_pa
 def test_a_stale_starting_record_does_not_hold_the_stop(tmp_path: Path) -> None:
     """agent.starting left by a tunnel script that died, naming an ended process or one that is not
     a starting agent (a reused PID): the stop does not wait for it."""
-    other = subprocess.Popen(["sleep", "300"])
     ended = subprocess.Popen(["true"])
     ended.wait(30)
-    try:
+    with _bystander() as other:
         home = tmp_path / "home"
         d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
         d.mkdir(parents=True)
@@ -333,9 +339,6 @@ def test_a_stale_starting_record_does_not_hold_the_stop(tmp_path: Path) -> None:
                                env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=120)
             assert (r.returncode, r.stdout) == (0, "cdui-ssh: no agent running\n"), (pid, r.stdout, r.stderr)
         assert other.poll() is None
-    finally:
-        other.kill()
-        other.wait(30)
 
 
 @pytest.mark.e2e

@@ -19,7 +19,17 @@ from typing import Any
 
 import pytest
 
-from procs import SESSION_ENV, Proc, ServerProc, free_port, long_training_graph, wait_event, wait_for, wait_run
+from procs import (
+    SESSION_ENV,
+    Proc,
+    ServerProc,
+    cmdlines,
+    free_port,
+    long_training_graph,
+    wait_event,
+    wait_for,
+    wait_run,
+)
 from sshd import Sshd
 from sshd import running as running_sshd
 from syspkgs import requires_command
@@ -67,15 +77,10 @@ def wait_tunnel(server: ServerProc, name: str, state: str, timeout: float = 120,
 def tunnel_ssh_pids(slot_dir: str) -> list[int]:
     """The long-lived ssh processes (those with the -R forward to this slot's folder)."""
     out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, cmd in cmdlines():
+        argv = cmd.split(b"\0")
         if argv and argv[0].endswith(b"ssh") and b"-R" in argv and any(slot_dir.encode() in a for a in argv):
-            out.append(int(entry))
+            out.append(pid)
     return out
 
 
@@ -118,14 +123,9 @@ class CmdlineWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    try:
-                        cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if TOKEN_RE.search(cmd) and self._ours(entry):
-                        self.seen.append(cmd)
+            for pid, cmd in cmdlines():
+                if TOKEN_RE.search(cmd) and self._ours(str(pid)):
+                    self.seen.append(cmd)
             self.scans += 1
 
     def _ours(self, pid: str) -> bool:
