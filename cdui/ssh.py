@@ -240,14 +240,13 @@ def _stop_body(rel: str) -> str:
     and start afterwards with nobody stopping it: while agent.starting names a live starting wrapper
     (an ``agent start`` command line; a reused PID is not one) and neither agent.pid nor agent.exit
     is there, it waits for one of them, 30 s at most, and reports an agent still starting after that."""
-    starting = _STARTING
     return (f'd="$HOME/{rel}"; r=0; ' + _WAIT_STARTING
             + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
             'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; i=0; '
             'while kill -0 "$p" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; '
             f'if kill -0 "$p" 2>/dev/null; then echo "{MARK} agent $p still running"; r=3; '
             f'else echo "{MARK} agent $p stopped"; fi; '
-            f'elif [ ! -s "$d/agent.exit" ] && {starting}; then '
+            f'elif [ ! -s "$d/agent.exit" ] && {_STARTING}; then '
             f'echo "{MARK} agent starting (pid $w) did not report its PID within 30 s; left running"; r=3; '
             f'else echo "{MARK} no agent running"; fi; ')
 

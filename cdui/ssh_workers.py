@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -43,6 +42,7 @@ from cdui import enroll, ssh
 from cdui.appkeys import CLOCK, CONFIG, RUNS, WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, read_object
+from cdui.runs import iso
 from cdui.ssh_supervisor import SHORT_SSH_S, Deps, Spec, Supervisor, TunnelState, run_short
 from cdui.tunnel import TunnelListener
 from cdui.workers import RemoteExecutor
@@ -107,7 +107,7 @@ class SshWorkers:
                 self._supervise(r)  # after a restart every enabled SSH worker reconnects
         for c in await self.cleanups():
             log.info("ssh worker %s: resuming the remote cleanup of slot %s on %s (deleted at %s)", c["name"],
-                     c["slot"], c["target"], time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c["started_at"])))
+                     c["slot"], c["target"], iso(c["started_at"]))
             self._start_cleanup(c)
 
     async def close(self) -> None:

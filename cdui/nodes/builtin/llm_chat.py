@@ -191,8 +191,6 @@ def answer_text(provider: str, reply: Any) -> tuple[str, dict[str, int]]:
                          f"{json.dumps(reply)[:300]}") from None
 
 
-
-
 class LLMChatNode(DeclaredNode):
     NODE_NAME, CATEGORY = "LLMChat", "LLM"
     DESCRIPTION = "Send a prompt (with text, image or array inputs) to a chat model and output its answer"
