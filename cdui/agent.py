@@ -53,6 +53,15 @@ ACK_WAIT_S = 15.0
 # The longest a SIGTERM'd agent takes to exit, final uploads of transfer runs aside: runs
 # get their stop grace, then the two acknowledgement waits. Service managers wait longer.
 STOP_BUDGET_S = runner.STOP_GRACE_S + 2 * ACK_WAIT_S
+# After the stop budget, the final uploads of transfer runs get this much.
+FINAL_UPLOADS_S = 30.0
+
+
+def stop_wait_s(outputs_write_timeout_s: float) -> float:
+    """How long a SIGTERMed agent may take to end: the stop budget, the final uploads, and a
+    run's recorded-output writes (``CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S``). ``cdui agent stop``
+    waits this long, and the systemd unit's ``TimeoutStopSec`` must be longer (a test checks both)."""
+    return STOP_BUDGET_S + FINAL_UPLOADS_S + outputs_write_timeout_s
 
 
 class Refused(Exception):

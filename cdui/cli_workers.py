@@ -395,10 +395,10 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
     if not pid:
         print("no agent is running")
         return 0
-    # Runs get 10 s to stop, then their last events and files go out; margin for the final uploads.
-    from cdui.agent import STOP_BUDGET_S
-    # Runs recording node outputs may also take up to the write timeout to finish writing them.
-    limit = STOP_BUDGET_S + 30 + float(cfg["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"])
+    # Runs get 10 s to stop, then their last events and files go out, and runs recording node
+    # outputs may take up to the write timeout to finish writing them.
+    from cdui.agent import stop_wait_s
+    limit = stop_wait_s(float(cfg["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"]))
     # Not killed at the deadline: it may still be uploading its runs' outputs, which a kill would cut off.
     if daemon.stop(pid, limit, kill=False) == "running":
         return _die(f"the agent (pid {pid}) did not stop within {limit:.0f} s", 1)
