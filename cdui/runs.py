@@ -316,7 +316,7 @@ class RunService:
         # then split secrets out of the whole of it, embedded presets included.
         # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
         # the embedded copy it replaces is dropped.
-        used = presets_used(graph, library)
+        used = presets_used(graph, library, self.registry.preset_params)
         extra = [p for name, p in library.items() if name in used]
         replaced = {str(p.get("preset_name") or p.get("name")) for p in extra}
         own = [p for p in graph.get("presets") or []

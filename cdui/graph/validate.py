@@ -301,12 +301,15 @@ def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, An
 
 
 def _check_map_presets(plan: Plan, errors: list[dict[str, Any]]) -> None:
+    # Only params declared ``runs_preset`` name a preset (Map's subgraph); a param that is merely
+    # called "preset" (Conv2dKernel's built-in filters) is the node's own value.
     for pn in plan.order:
-        for p in pn.cls.define_params():
-            if p.name in ("preset", "preset_name", "subgraph") and pn.params.get(p.name):
-                name = str(pn.params[p.name]).removeprefix("preset:")
+        for pname in pn.cls.preset_params():
+            if pn.params.get(pname):
+                name = str(pn.params[pname]).removeprefix("preset:")
                 if name not in plan.presets:
                     errors.append(err(pn.origin, "unknown_preset",
                                       f"{pn.type} {pn.origin!r} runs preset {name!r}, which is not installed",
-                                      value=name))
+                                      value=name, hint="add it to the graph's 'presets' list or to data/presets/, "
+                                      f"or name an installed one in {pname!r}"))
 

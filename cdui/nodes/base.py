@@ -13,6 +13,12 @@ declarations alone (:func:`file_usage`), never from a list of node names:
 - a param declared with ``writes=True`` makes the node write files (into the
   run folder) whenever its value is truthy (TrainingLoop's ``checkpoint_every``,
   ``checkpoint_every_steps``, ``tensorboard``).
+
+Which params name a preset the node runs (Map's ``subgraph``) is declared the
+same way, with ``runs_preset=True``: validation, placement and the presets a
+run brings along read that flag, never a param's name, so a node's own param
+that happens to be called ``preset`` (Conv2dKernel's built-in filters) is
+just a value.
 """
 from __future__ import annotations
 
@@ -72,6 +78,8 @@ class Param:
     # True: a truthy value makes the node write files (see module docstring).
     writes: bool = False
     advanced: bool = False
+    # True: the value is the name of a preset the node runs (see module docstring).
+    runs_preset: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "type": self.param_type, "default": self.default,
@@ -86,6 +94,8 @@ class Param:
             d["required"] = True
         if self.writes:
             d["writes"] = True
+        if self.runs_preset:
+            d["runs_preset"] = True
         return d
 
 
@@ -119,6 +129,11 @@ class Node(ABC):
     @classmethod
     def define_params(cls) -> list[Param]:
         return []
+
+    @classmethod
+    def preset_params(cls) -> tuple[str, ...]:
+        """The params whose value names a preset this node runs (declared ``runs_preset``)."""
+        return tuple(p.name for p in cls.define_params() if p.runs_preset)
 
     @classmethod
     def missing_packages(cls) -> list[str]:

@@ -43,7 +43,7 @@ class MapNode(Node):
     @classmethod
     def define_params(cls) -> list[Param]:
         return [Param("subgraph", "string", "", "Name of the preset/subgraph to apply to each item",
-                      required=True)]
+                      required=True, runs_preset=True)]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
