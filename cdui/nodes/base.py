@@ -57,6 +57,14 @@ PARAM_TYPES = {
 UPLOAD_FOLDERS = {"data_file": "files", "image_file": "images", "model_file": "models"}
 
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
 @dataclass
 class Port:
     name: str
@@ -80,6 +88,14 @@ class Param:
     advanced: bool = False
     # True: the value is the name of a preset the node runs (see module docstring).
     runs_preset: bool = False
+    # What the node gets when a graph leaves the param out, where CodefyUI's node falls back
+    # to something other than ``default`` (the value a new node starts with in the editor):
+    # TextInput's text is "" then, not its sample sentence. UNSET: ``default``.
+    absent: Any = UNSET
+
+    def when_absent(self) -> Any:
+        """The value a graph that leaves this param out runs with."""
+        return self.default if self.absent is UNSET else self.absent
 
     def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "type": self.param_type, "default": self.default,
