@@ -273,15 +273,34 @@ async def nodes(request: web.Request) -> web.Response:
     return web.json_response({"nodes": reg.catalog(), "load_errors": reg.load_errors})
 
 
+# Refusals that stay HTTP errors on both routes (documented so in docs/api.md): the graph is too big
+# to look at, or the control plane cannot answer now. Every other refusal of submit is an answer
+# about this graph on this target, so validate reports it as ``valid: false``.
+VALIDATE_RAISES = frozenset({"graph_too_large"})
+
+
 async def validate(request: web.Request) -> web.Response:
-    from cdui.graph.validate import validate_graph
     body = await _read_graph_body(request)
-    graph = body.get("graph") if isinstance(body, dict) and "graph" in body else body
-    service = _runs(request)
-    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library(),
-                                           service.config["CODEFYUI_GRAPH_MAX_NODES"])
-    return web.json_response({"valid": not errors, "errors": errors,
-                              "nodes": [p.id for p in plan.order] if plan else []})
+    with_options = isinstance(body, dict) and "graph" in body
+    graph = body.get("graph") if with_options else body
+    options = body.get("options") if with_options else None
+    try:
+        # The very checks submit makes (same target, device, machine), so the two answers agree.
+        admitted = await _runs(request).admit(graph, options)
+    except CduiError as exc:
+        if exc.code in VALIDATE_RAISES or exc.status >= 500:
+            raise
+        if exc.code == "invalid_graph" and isinstance(exc.details, list):
+            errors = exc.details
+        else:
+            one: dict[str, Any] = {"node_id": None, "code": exc.code, "message": exc.message}
+            if exc.hint:
+                one["hint"] = exc.hint
+            if exc.details is not None:
+                one["details"] = exc.details
+            errors = [one]
+        return web.json_response({"valid": False, "errors": errors, "nodes": []})
+    return web.json_response({"valid": True, "errors": [], "nodes": [p.id for p in admitted.plan.order]})
 
 
 def setup(app: web.Application) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 from cdui import __version__, devicesets
 from cdui.errors import CduiError
 from cdui.graph.model import PRESET_PREFIX
-from cdui.graph.uses import presets_used
+from cdui.graph.uses import PresetParams, presets_used
 
 log = logging.getLogger("cdui.catalog")
 
@@ -304,14 +304,16 @@ def any_skips(executors: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def graph_types(graph: Mapping[str, Any], library: Mapping[str, Mapping[str, Any]]) -> set[str]:
+def graph_types(graph: Mapping[str, Any], library: Mapping[str, Mapping[str, Any]],
+                preset_params: PresetParams) -> set[str]:
     """Every node type a graph runs: its own nodes', and those of every preset or
-    subgraph it uses, embedded or installed, including the presets Map nodes run."""
+    subgraph it uses, embedded or installed, including the presets Map nodes run
+    (``preset_params``: the registry's, which says which params run a preset)."""
     presets = {str(p.get("preset_name") or p.get("name")): p for p in graph.get("presets") or []
                if isinstance(p, dict)}
     lib = {**library, **presets}
     bodies: list[Any] = [graph.get("nodes")]
-    bodies += [lib[n].get("nodes") for n in presets_used(graph, lib) if n in lib]
+    bodies += [lib[n].get("nodes") for n in presets_used(graph, lib, preset_params) if n in lib]
     types: set[str] = set()
     for nodes in bodies:
         for node in nodes if isinstance(nodes, list) else []:
@@ -322,12 +324,12 @@ def graph_types(graph: Mapping[str, Any], library: Mapping[str, Mapping[str, Any
 
 
 def missing_types(state: CatalogState | None, graph: Mapping[str, Any],
-                  library: Mapping[str, Mapping[str, Any]]) -> list[str]:
+                  library: Mapping[str, Mapping[str, Any]], preset_params: PresetParams) -> list[str]:
     """Types the graph uses that the worker lacks; [] when it has them all, or reported no
     catalog (such a worker's runs go unchecked) or has one equal to the control plane's."""
     if state is None or not state.reported or not state.degraded:
         return []
-    return sorted(graph_types(graph, library) - state.types)
+    return sorted(graph_types(graph, library, preset_params) - state.types)
 
 
 def missing_message(name: str, missing: list[str]) -> str:

@@ -39,7 +39,10 @@ class NotFound(CduiError):
         super().__init__("not_found", f"{what} {value!r} does not exist", hint, status=404)
 
 
-class PathRefused(CduiError):
+class PathRefused(CduiError, ValueError):
+    """A path from outside refused by the safe-join rules. Also a ``ValueError``: a node that
+    refuses a path param raises what CodefyUI's nodes raise for it."""
+
     def __init__(self, value: str, reason: str, hint: str | None = None) -> None:
         super().__init__("path_refused", f"path {value!r} refused: {reason}",
                          hint or "use a relative path inside the folder, without '..'", status=400)

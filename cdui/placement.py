@@ -41,9 +41,9 @@ def analyze(graph: Any, registry: Registry, library: dict[str, dict[str, Any]] |
         if cls is None:
             continue
         usage.merge(file_usage(cls, n.params, n.origin))
-        for key in ("subgraph", "preset", "preset_name"):
+        for key in cls.preset_params():
             name = n.params.get(key)
-            if isinstance(name, str) and name and key in {p.name for p in cls.define_params()}:
+            if isinstance(name, str) and name:
                 name = name.removeprefix("preset:")
                 if name in g.presets and name not in seen_presets:
                     seen_presets.add(name)

@@ -18,7 +18,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,8 +35,9 @@ from cdui.dispatch import RunQueue, needs_of
 from cdui.errors import CduiError, NotFound
 from cdui.graph.presets import preset_library
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
+from cdui.graph.secrets import Path_ as SecretPath
 from cdui.graph.uses import presets_used
-from cdui.graph.validate import validate_graph
+from cdui.graph.validate import Plan, validate_graph
 from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.oneshot import OneShotBook
@@ -57,6 +58,19 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A submission every check accepted (:meth:`RunService.admit`): what a run is stored from."""
+    target: Any  # as normalize_target gives it
+    device: str
+    device_set: dict[str, Any]
+    record_outputs: bool
+    plan: Plan
+    files: FilePlan
+    stored_graph: Any  # installed presets it uses embedded, secrets blanked
+    secrets: list[tuple[SecretPath, Any]]
 
 
 class RunListener(Protocol):
@@ -289,6 +303,28 @@ class RunService:
         if self.store.full:
             err = self.store.disk_full_error()
             raise CduiError("disk_full", f"run refused: {err.message}", hint=err.hint, status=507)
+        a = await self.admit(graph, options)
+        now = self.clock.time()
+        run_id = uuid.uuid4().hex[:12]
+        opts = {"target": a.target, "device": a.device, "record_outputs": a.record_outputs,
+                "files": a.files.to_json(), "has_secrets": bool(a.secrets),
+                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"], **a.device_set}
+        run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
+                  status="queued", target=a.target, options=opts, graph=a.stored_graph,
+                  created_at=now, queue_reason="waiting for the scheduler")
+        await self.store.create_run(run)
+        if a.secrets:
+            self.secrets[run_id] = a.secrets
+        self.queue.add(run.without_graph())
+        await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
+        self.wake()
+        return await self.get(run_id)
+
+    async def admit(self, graph: Any, options: Any) -> Admitted:
+        """Every check a submit makes of a graph and its options (target, device, the graph on that
+        target's machine, the files it moves, its secrets), storing nothing: ``POST /api/runs`` and
+        ``POST /api/graphs/validate`` both call this, so they give the same answer. Raises
+        :class:`CduiError` (``invalid_graph`` with every graph error in ``details``)."""
         if options is None:
             options = {}
         if not isinstance(options, dict):
@@ -316,7 +352,7 @@ class RunService:
         # then split secrets out of the whole of it, embedded presets included.
         # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
         # the embedded copy it replaces is dropped.
-        used = presets_used(graph, library)
+        used = presets_used(graph, library, self.registry.preset_params)
         extra = [p for name, p in library.items() if name in used]
         replaced = {str(p.get("preset_name") or p.get("name")) for p in extra}
         own = [p for p in graph.get("presets") or []
@@ -330,21 +366,8 @@ class RunService:
                             f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
                             "nothing was stored",
                             hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
-        now = self.clock.time()
-        run_id = uuid.uuid4().hex[:12]
-        opts = {"target": target, "device": device, "record_outputs": bool(options.get("record_outputs", False)),
-                "files": files.to_json(), "has_secrets": bool(secrets),
-                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"], **device_set}
-        run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
-                  status="queued", target=target, options=opts, graph=stored_graph,
-                  created_at=now, queue_reason="waiting for the scheduler")
-        await self.store.create_run(run)
-        if secrets:
-            self.secrets[run_id] = secrets
-        self.queue.add(run.without_graph())
-        await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
-        self.wake()
-        return await self.get(run_id)
+        return Admitted(target, device, device_set, bool(options.get("record_outputs", False)), plan, files,
+                        stored_graph, secrets)
 
     async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
         """Refuse at submit what can never run (unknown worker, no way to move its files)."""

@@ -113,7 +113,7 @@ class RemoteExecutor:
         if self.conn.hello.machine_id != self.manager.machine_id:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         # Checked again right before it goes: the worker may have come back with fewer types.
-        missing = catalog.missing_types(self.catalog, job.graph, {})
+        missing = catalog.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
         if missing:
             raise catalog.refuse_missing(self.name, missing)
         # The stored facts, not the ones read when the run was claimed: the storage backend may have

@@ -215,6 +215,32 @@ def test_an_installed_preset_wins_over_an_embedded_one_of_the_same_name(registry
     assert act.params["function"] == "tanh"
 
 
+# -- a node's own param called "preset" -----------------------------------------------------------------
+def test_a_conv2dkernel_with_its_default_preset_validates_and_runs(tmp_path: Path, registry: Registry) -> None:
+    """Conv2dKernel's ``preset`` param picks one of its built-in filters; it names no graph preset, so
+    its default (EdgeDetection3x3) is not refused as a preset that is not installed."""
+    graph = {"nodes": [node("start", "Start"), node("k", "Conv2dKernel"),
+                       node("img", "TensorCreate", shape="1,1,5,5", fill="ones"),
+                       node("conv", "Conv2dExplicit"), node("p", "Print")],
+             "edges": [trigger("k"), trigger("img"), edge("img", "tensor", "conv", "tensor"),
+                       edge("k", "tensor", "conv", "kernel"), edge("conv", "tensor", "p", "value")]}
+    outputs, _ = run_graph(graph, registry, Layout.for_data_dir(tmp_path))
+    kernel = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, 8.0, -1.0], [-1.0, -1.0, -1.0]])
+    assert torch.equal(outputs["k"]["tensor"], kernel)
+    expected = torch.nn.functional.conv2d(torch.ones(1, 1, 5, 5), kernel.view(1, 1, 3, 3), padding=1)
+    assert torch.equal(outputs["p"]["value"], expected)
+
+
+def test_a_map_naming_a_preset_that_is_not_installed_is_still_refused(registry: Registry) -> None:
+    graph = {"nodes": [node("start", "Start"), node("items", "GraphInput", name="items", type="json"),
+                       node("m", "Map", subgraph="No Such Preset"), node("p", "Print")],
+             "edges": [trigger("items"), edge("items", "value", "m", "items"), edge("m", "results", "p", "value")]}
+    plan, errors = validate_graph(graph, registry, preset_library())
+    assert plan is None
+    assert [(e["node_id"], e["code"], e["message"]) for e in errors] == [
+        ("m", "unknown_preset", "Map 'm' runs preset 'No Such Preset', which is not installed")]
+
+
 @pytest.mark.e2e
 def test_start_refuses_an_unknown_extra_before_starting_anything(tmp_path: Path) -> None:
     from procs import env_for

@@ -9,7 +9,10 @@ import pytest
 
 from cdui import catalog, protocol
 from cdui.catalog import CatalogState
+from cdui.nodes.registry import build_registry
 
+# The built-in registry says which params run a preset (Map's subgraph; not Conv2dKernel's preset).
+PRESET_PARAMS = build_registry().preset_params
 OWN = {"types": ["A", "B", "Map"], "hash": "sha256:own"}
 
 
@@ -47,16 +50,17 @@ def test_graph_types_expand_presets_subgraphs_and_the_presets_map_runs() -> None
                "mapped": {"nodes": [n("m", "MappedOnly")]},
                "unused": {"nodes": [n("u", "NeverUsed")]}}
     g = {"nodes": [n("s", "Start"), n("p", "preset:lib1"), n("own", "preset:embedded"),
-                   n("map", "Map", subgraph="mapped")],
+                   n("map", "Map", subgraph="mapped"), n("k", "Conv2dKernel", preset="unused")],
          "presets": [{"preset_name": "embedded", "nodes": [n("e", "Embedded")]}]}
-    assert catalog.graph_types(g, library) == {"Start", "Map", "FromLib", "Deep", "MappedOnly", "Embedded"}
+    assert catalog.graph_types(g, library, PRESET_PARAMS) == {"Start", "Map", "FromLib", "Deep", "MappedOnly",
+                                                              "Embedded", "Conv2dKernel"}
 
 
 def test_missing_types_only_for_a_degraded_worker_with_a_catalog() -> None:
     g = {"nodes": [n("a", "A"), n("b", "B")]}
-    assert catalog.missing_types(catalog.compare(OWN, {"types": ["A"], "hash": "h"}), g, {}) == ["B"]
-    assert catalog.missing_types(catalog.compare(OWN, OWN), g, {}) == []
-    assert catalog.missing_types(catalog.compare(OWN, None), g, {}) == []  # no catalog: unchecked
+    assert catalog.missing_types(catalog.compare(OWN, {"types": ["A"], "hash": "h"}), g, {}, PRESET_PARAMS) == ["B"]
+    assert catalog.missing_types(catalog.compare(OWN, OWN), g, {}, PRESET_PARAMS) == []
+    assert catalog.missing_types(catalog.compare(OWN, None), g, {}, PRESET_PARAMS) == []  # no catalog: unchecked
 
 
 def test_summary_is_equal_for_equal_fingerprints_and_says_not_reported() -> None:

@@ -107,7 +107,9 @@ class Executor:
         name = name.removeprefix("preset:")
         preset = plan.presets.get(name)
         if preset is None:
-            raise KeyError(f"preset {name!r} is not installed")
+            # A ValueError, as CodefyUI's Map raises for a name it does not find.
+            raise ValueError(f"Map: preset {name!r} was not found (it is not installed); add it to the "
+                             f"graph's 'presets' list or to data/presets/, or name an installed one")
         g, errors = parse({"nodes": [{"id": "p", "type": "preset:" + name}], "edges": []}, plan.presets)
         exposed_in = {p["name"]: (f"p__{p['internal_node']}", p["internal_port"])
                       for p in preset.get("exposed_inputs", [])}

@@ -118,7 +118,7 @@ def resolve_params(cls: type[Node], raw: dict[str, Any], node_id: str,
                    errors: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(raw)
     for p in cls.define_params():
-        value = raw.get(p.name, p.default)
+        value = raw[p.name] if p.name in raw else p.when_absent()
         if p.required and (value is None or value == ""):
             errors.append(err(node_id, "missing_param", f"param {p.name!r} is required", param=p.name))
         out[p.name] = coerce_param(p, value, node_id, errors)
@@ -190,10 +190,10 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         outs = {p.name: p for p in src.cls.define_outputs()}
         ins = {p.name: p for p in dst.cls.define_inputs()}
         ok = True
-        out_port = outs.get(e.source_handle) or _dynamic_output(src, e.source_handle)
+        out_port = _output_port(src, outs, e.source_handle)
         if out_port is None:
             errors.append(err(src.origin, "bad_port", f"{src.type} {src.origin!r} has no output {e.source_handle!r}",
-                              value=e.source_handle, hint=f"outputs are {sorted(outs)}"))
+                              value=e.source_handle, hint=f"outputs are {_output_names(src, outs)}"))
             ok = False
         if e.target_handle not in ins:
             errors.append(err(dst.origin, "bad_port", f"{dst.type} {dst.origin!r} has no input {e.target_handle!r}",
@@ -229,13 +229,22 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
     return Plan(order, g.presets, [n for n in g.nodes if n not in keep])
 
 
-def _dynamic_output(pn: PlanNode, name: str) -> Port | None:
-    """The port ``name`` of a node whose outputs depend on its params (Split's
-    ``chunk_<i>``), or None."""
+def _output_port(pn: PlanNode, declared: dict[str, Port], name: str) -> Port | None:
+    """The output ``name`` of ``pn``, or None. A node whose outputs depend on its params
+    (Split's ``chunk_<i>``) decides for every name, the declared ones included: with
+    ``chunks=1`` Split has no ``chunk_1``, although its catalog lists it."""
     check = getattr(pn.cls, "dynamic_output", None)
-    if check is not None and check(name, pn.params):
-        return Port(name, TENSOR)
-    return None
+    if check is None:
+        return declared.get(name)
+    if not check(name, pn.params):
+        return None
+    return declared.get(name) or Port(name, TENSOR)
+
+
+def _output_names(pn: PlanNode, declared: dict[str, Port]) -> list[str]:
+    """The outputs ``pn`` has with its params, for the hint of a bad port."""
+    names = getattr(pn.cls, "output_names", None)
+    return list(names(pn.params)) if names is not None else sorted(declared)
 
 
 def unknown_type_error(node_id: str, type_name: str) -> dict[str, Any]:
@@ -301,12 +310,15 @@ def validate_graph(raw: Any, registry: Registry, library: dict[str, dict[str, An
 
 
 def _check_map_presets(plan: Plan, errors: list[dict[str, Any]]) -> None:
+    # Only params declared ``runs_preset`` name a preset (Map's subgraph); a param that is merely
+    # called "preset" (Conv2dKernel's built-in filters) is the node's own value.
     for pn in plan.order:
-        for p in pn.cls.define_params():
-            if p.name in ("preset", "preset_name", "subgraph") and pn.params.get(p.name):
-                name = str(pn.params[p.name]).removeprefix("preset:")
+        for pname in pn.cls.preset_params():
+            if pn.params.get(pname):
+                name = str(pn.params[pname]).removeprefix("preset:")
                 if name not in plan.presets:
                     errors.append(err(pn.origin, "unknown_preset",
                                       f"{pn.type} {pn.origin!r} runs preset {name!r}, which is not installed",
-                                      value=name))
+                                      value=name, hint="add it to the graph's 'presets' list or to data/presets/, "
+                                      f"or name an installed one in {pname!r}"))
 

@@ -13,6 +13,12 @@ declarations alone (:func:`file_usage`), never from a list of node names:
 - a param declared with ``writes=True`` makes the node write files (into the
   run folder) whenever its value is truthy (TrainingLoop's ``checkpoint_every``,
   ``checkpoint_every_steps``, ``tensorboard``).
+
+Which params name a preset the node runs (Map's ``subgraph``) is declared the
+same way, with ``runs_preset=True``: validation, placement and the presets a
+run brings along read that flag, never a param's name, so a node's own param
+that happens to be called ``preset`` (Conv2dKernel's built-in filters) is
+just a value.
 """
 from __future__ import annotations
 
@@ -51,6 +57,14 @@ PARAM_TYPES = {
 UPLOAD_FOLDERS = {"data_file": "files", "image_file": "images", "model_file": "models"}
 
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
 @dataclass
 class Port:
     name: str
@@ -72,6 +86,16 @@ class Param:
     # True: a truthy value makes the node write files (see module docstring).
     writes: bool = False
     advanced: bool = False
+    # True: the value is the name of a preset the node runs (see module docstring).
+    runs_preset: bool = False
+    # What the node gets when a graph leaves the param out, where CodefyUI's node falls back
+    # to something other than ``default`` (the value a new node starts with in the editor):
+    # TextInput's text is "" then, not its sample sentence. UNSET: ``default``.
+    absent: Any = UNSET
+
+    def when_absent(self) -> Any:
+        """The value a graph that leaves this param out runs with."""
+        return self.default if self.absent is UNSET else self.absent
 
     def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "type": self.param_type, "default": self.default,
@@ -86,6 +110,8 @@ class Param:
             d["required"] = True
         if self.writes:
             d["writes"] = True
+        if self.runs_preset:
+            d["runs_preset"] = True
         return d
 
 
@@ -119,6 +145,11 @@ class Node(ABC):
     @classmethod
     def define_params(cls) -> list[Param]:
         return []
+
+    @classmethod
+    def preset_params(cls) -> tuple[str, ...]:
+        """The params whose value names a preset this node runs (declared ``runs_preset``)."""
+        return tuple(p.name for p in cls.define_params() if p.runs_preset)
 
     @classmethod
     def missing_packages(cls) -> list[str]:

@@ -59,6 +59,11 @@ class Registry:
     def __contains__(self, type_name: str) -> bool:
         return type_name in self.nodes
 
+    def preset_params(self, type_name: str) -> tuple[str, ...]:
+        """The params by which a node of ``type_name`` runs a preset by name (none for an unknown type)."""
+        cls = self.nodes.get(type_name)
+        return cls.preset_params() if cls is not None else ()
+
     # -- loading ------------------------------------------------------------
     def load_builtin(self) -> None:
         import cdui.nodes.builtin as pkg

@@ -45,6 +45,18 @@ class DeclaredNode(Node):
         except ValueError as exc:
             raise ValueError(f"{self.NODE_NAME}: {exc}") from None
 
+    def exact_tensor(self, inputs: dict[str, Any], name: str = "tensor") -> Any:
+        """Input ``name``, which must already be a tensor: for the nodes whose CodefyUI
+        original takes no list in its place (a list there is a wiring mistake)."""
+        import torch
+
+        value = inputs.get(name)
+        if not isinstance(value, torch.Tensor):
+            got = "nothing" if value is None else type(value).__name__
+            raise ValueError(f"{self.NODE_NAME}: `{name}` input must be a torch.Tensor, got {got}; connect "
+                             f"a tensor output (a TensorInput or TensorCreate node makes one from numbers)")
+        return value
+
     def float_tensor(self, inputs: dict[str, Any], name: str = "tensor") -> Any:
         x = self.tensor(inputs, name)
         return x if x.is_floating_point() else x.float()

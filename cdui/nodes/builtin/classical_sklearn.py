@@ -139,8 +139,12 @@ class MLPClassifierNode(SklearnNode):
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         from sklearn.neural_network import MLPClassifier
 
+        sizes = tuple(parse_int_list(params.get("hidden_sizes", "16,16"), "MLPClassifier: hidden_sizes"))
+        # An empty list would be trained as something the user did not ask for: refused, as in CodefyUI.
+        if not sizes or any(n < 1 for n in sizes):
+            raise ValueError(f"MLPClassifier: hidden_sizes needs at least one layer of one or more units, "
+                             f"got {params.get('hidden_sizes')!r}; write sizes such as '16,16'")
         x, y, q = self.arrays(inputs)
-        sizes = tuple(parse_int_list(params.get("hidden_sizes", "16,16"), "hidden_sizes")) or (16, 16)
         model = MLPClassifier(hidden_layer_sizes=sizes, activation=str(params.get("activation") or "relu"),
                               solver="adam", max_iter=int_param(params, "max_iter", 500),
                               learning_rate_init=float_param(params, "learning_rate_init", 0.01),

@@ -184,29 +184,50 @@ class Conv2dKernelNode(DeclaredNode):
 class Conv2dExplicitNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Conv2dExplicit", "CNN"
     DESCRIPTION = "Convolve each channel with a given kernel (no learned weights)"
-    INPUTS = (T("tensor", "Input (N, C, H, W)"), T("kernel", "Kernel (k, k) for every channel, or (C, k, k)"))
+    INPUTS = (T("tensor", "Input (N, C, H, W)"),
+              T("kernel", "Kernel (k, k) or (1, 1, k, k) for every channel, or (C, 1, k, k) / (C, k, k) per channel"))
     OUTPUTS = (T("tensor", "Filtered (N, C, H', W')"),)
     PARAMS = (I("stride", 1, "Stride", lo=1), I("padding", 1, "Zero padding", lo=0))
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch.nn.functional as functional
 
-        x = self.float_tensor(inputs)
-        kernel = self.float_tensor(inputs, "kernel").to(x.device, x.dtype)
+        x = self.exact_tensor(inputs)
+        x = x if x.is_floating_point() else x.float()
         if x.dim() != 4:
-            raise ValueError(f"Conv2dExplicit: tensor must be (N, C, H, W), got shape {tuple(x.shape)}; "
+            raise ValueError(f"Conv2dExplicit: tensor must be 4D (N, C, H, W), got shape {tuple(x.shape)}; "
                              f"add an Unsqueeze(dim=0) for a single (C, H, W) image")
-        c = x.shape[1]
-        if kernel.dim() == 2 and kernel.shape[0] == kernel.shape[1]:
-            weight = kernel.reshape(1, 1, *kernel.shape).expand(c, 1, *kernel.shape).contiguous()
-        elif kernel.dim() == 3 and kernel.shape[0] == c and kernel.shape[1] == kernel.shape[2]:
-            weight = kernel.unsqueeze(1)
-        else:
-            raise ValueError(f"Conv2dExplicit: kernel must be square (k, k) or ({c}, k, k), got shape "
-                             f"{tuple(kernel.shape)}")
+        weight = depthwise_weight(self.exact_tensor(inputs, "kernel"), x.shape[1]).to(x.device, x.dtype)
         out = functional.conv2d(x, weight, bias=None, stride=max(1, int_param(params, "stride", 1)),
-                                padding=max(0, int_param(params, "padding", 1)), groups=c)
+                                padding=max(0, int_param(params, "padding", 1)), groups=x.shape[1])
         return {"tensor": out}
+
+
+def depthwise_weight(kernel: Any, c: int) -> Any:
+    """The (C, 1, k, k) weight of a depthwise convolution over ``c`` channels from the kernel
+    forms CodefyUI takes: (k, k) and (1, 1, k, k) for every channel, (C, 1, k, k) one per
+    channel; and (C, k, k), which cdui also takes."""
+    shape = tuple(kernel.shape)
+    if kernel.dim() == 2:
+        k = kernel.reshape(1, 1, *shape)
+    elif kernel.dim() == 3:
+        if shape[0] != c:
+            raise ValueError(f"Conv2dExplicit: a 3D kernel must be (C={c}, k, k), got shape {shape}; "
+                             f"or use (k, k) for every channel")
+        k = kernel.unsqueeze(1)
+    elif kernel.dim() == 4:
+        if shape[1] != 1:
+            raise ValueError(f"Conv2dExplicit: a 4D kernel's inner channel must be 1 (depthwise), got shape "
+                             f"{shape}; use (1, 1, k, k) or ({c}, 1, k, k)")
+        if shape[0] not in (1, c):
+            raise ValueError(f"Conv2dExplicit: a 4D kernel's out-channel must be 1 or C={c}, got shape {shape}")
+        k = kernel
+    else:
+        raise ValueError(f"Conv2dExplicit: kernel must be 2D (k, k) or 4D (1, 1, k, k) / ({c}, 1, k, k), "
+                         f"got shape {shape}")
+    if k.shape[2] != k.shape[3]:
+        raise ValueError(f"Conv2dExplicit: kernel must be square (k, k), got shape {shape}")
+    return k.expand(c, 1, k.shape[2], k.shape[3]).contiguous()
 
 
 class BatchNorm2dNode(DeclaredNode):

@@ -43,7 +43,7 @@ class MapNode(Node):
     @classmethod
     def define_params(cls) -> list[Param]:
         return [Param("subgraph", "string", "", "Name of the preset/subgraph to apply to each item",
-                      required=True)]
+                      required=True, runs_preset=True)]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
@@ -56,9 +56,10 @@ class MapNode(Node):
             raise ValueError(f"Map expects a list input, got {type(items).__name__}")
         name = str(params.get("subgraph") or "").strip()
         if not name:
-            raise ValueError("Map: the `subgraph` param is required (the name of a saved preset)")
+            raise ValueError("Map: the subgraph parameter is required (the name of a saved preset)")
         if ctx.run_preset is None:
-            raise RuntimeError("Map: this run has no preset runner (ctx.run_preset is not set)")
+            # Run outside an executor (no presets at all): the name is not found, a ValueError as in CodefyUI.
+            raise ValueError(f"Map: preset {name!r} was not found: this run has no presets to run")
 
         results: list[Any] = []
         for i, item in enumerate(items):

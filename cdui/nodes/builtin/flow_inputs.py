@@ -67,7 +67,17 @@ class ReduceNode(DeclaredNode):
             return {"result": items[0], "count": float(len(items))}
         if op == "last":
             return {"result": items[-1], "count": float(len(items))}
-        tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in items]
+        tensors = []
+        for i, x in enumerate(items):
+            # Only numbers (and lists of them) and tensors combine; say which item is not one.
+            if isinstance(x, (str, bytes)) or x is None or isinstance(x, dict):
+                raise ValueError(f"Reduce: {op} needs numeric items (numbers or tensors), but item {i} is "
+                                 f"{type(x).__name__} {str(x)[:40]!r}; use first or last for other items")
+            try:
+                tensors.append(x if isinstance(x, torch.Tensor) else torch.as_tensor(x))
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"Reduce: {op} needs numeric items (numbers or tensors), but item {i} is "
+                                 f"{type(x).__name__} {str(x)[:40]!r}") from None
         dim = int_param(params, "dim", 0)
         try:
             if op == "concat":
@@ -91,7 +101,8 @@ class TextInputNode(DeclaredNode):
     NODE_NAME, CATEGORY = "TextInput", "Data"
     DESCRIPTION = "Emits its value param as a string"
     OUTPUTS = (Port("text", STRING, "The text"),)
-    PARAMS = (Param("value", "string", "The quick brown fox jumps over the lazy dog.", "The text"),)
+    # A graph that leaves the value out gets "" (CodefyUI's node falls back to it), not the sample.
+    PARAMS = (Param("value", "string", "The quick brown fox jumps over the lazy dog.", "The text", absent=""),)
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         text = str(params.get("value") if params.get("value") is not None else "")

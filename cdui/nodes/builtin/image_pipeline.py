@@ -55,9 +55,20 @@ class Pipeline:
         import torch
         import torch.nn.functional as F
 
-        x = image if isinstance(image, torch.Tensor) else torch.as_tensor(image)
+        resized = False
+        if is_pil_image(image):
+            # A dataset of PIL images (as torchvision's hand over): resized by Pillow, exactly as
+            # torchvision's Resize does it, then taken as its 8-bit (C, H, W) tensor.
+            if self.resize > 0:
+                from PIL import Image
+
+                image = image.resize((self.resize, self.resize), Image.Resampling.BILINEAR)
+                resized = True
+            x = pil_to_tensor(image)
+        else:
+            x = image if isinstance(image, torch.Tensor) else torch.as_tensor(image)
         raw = x.dtype == torch.uint8
-        if self.resize > 0:
+        if self.resize > 0 and not resized:
             squeeze = x.dim() == 2
             batch = (x[None, None] if squeeze else x[None]).float()
             out = F.interpolate(batch, size=(self.resize, self.resize), mode="bilinear",
@@ -77,6 +88,35 @@ class Pipeline:
     def __repr__(self) -> str:
         steps = ([f"Resize({self.resize})"] if self.resize > 0 else []) + (["ToTensor"] if self.to_tensor else [])
         return "Pipeline(" + ", ".join(steps + (["Normalize(0.5, 0.5)"] if self.normalize else [])) + ")"
+
+
+def is_pil_image(value: Any) -> bool:
+    """Whether ``value`` is a Pillow image (checked without importing Pillow)."""
+    return any(c.__module__ == "PIL.Image" and c.__name__ == "Image" for c in type(value).__mro__)
+
+
+# Pillow modes whose pixels are not 8-bit bands, and the dtype torchvision gives them.
+_WIDE_MODES = {"I": "int32", "F": "float32"}
+
+
+def pil_to_tensor(image: Any) -> Any:
+    """A Pillow image as torchvision's ``pil_to_tensor`` gives it: (C, H, W), uint8 for 8-bit
+    modes (``1`` as 0/255, ``P`` as palette indices), int32 for ``I`` (and ``I;16``), float32 for ``F``."""
+    import torch
+
+    if image.mode == "1":
+        image = image.convert("L")
+    elif image.mode.startswith("I;16"):
+        image = image.convert("I")
+    w, h = image.size
+    bands = len(image.getbands())
+    wide = _WIDE_MODES.get(image.mode)
+    if wide is not None:
+        dtype = getattr(torch, wide)
+        flat = torch.frombuffer(bytearray(image.tobytes("raw", image.mode)), dtype=dtype)
+    else:
+        flat = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+    return flat.reshape(h, w, bands).permute(2, 0, 1).contiguous()
 
 
 class TransformNode(DeclaredNode):
@@ -112,7 +152,8 @@ def image_directory(layout: Layout, value: Any) -> Path:
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
-        raise ValueError("ImageBatchReader: the `directory` param is required: a folder under the data folder")
+        raise ValueError("ImageBatchReader: Directory is required: set the `directory` param to a folder under "
+                         "the data folder")
     rel = v[5:] if v.startswith("data/") else ("" if v == "data" else v)
     return layout.check_not_private(safe_join(layout.data_dir, rel, allow_empty=True), v)
 
@@ -174,7 +215,8 @@ class ImageBatchReaderNode(DeclaredNode):
 
         folder = image_directory(ctx.layout, params.get("directory"))
         if not folder.is_dir():
-            raise ValueError(f"ImageBatchReader: directory not found: {params.get('directory')!r} ({folder})")
+            raise FileNotFoundError(f"ImageBatchReader: directory not found: {params.get('directory')!r} "
+                                    f"({folder}); put the images in that folder under the data folder")
         pattern = str(params.get("pattern") or "*.png")
         size, mode = int_param(params, "resize", 224), str(params.get("mode") or "RGB")
         if mode not in ("RGB", "L", "RGBA"):
@@ -183,7 +225,7 @@ class ImageBatchReaderNode(DeclaredNode):
             raise ValueError(f"ImageBatchReader: resize must be between 1 and {MAX_RESIZE}, got {size}")
         paths = selected_files(folder, pattern, int_param(params, "max_images", 0))
         if not paths:
-            raise ValueError(f"ImageBatchReader: no images match {pattern!r} in {params.get('directory')!r}")
+            raise ValueError(f"ImageBatchReader: No images match {pattern!r} in {params.get('directory')!r}")
         channels = len(mode)
         if len(paths) * channels * size * size > MAX_BATCH_VALUES:
             raise ValueError(f"ImageBatchReader: {len(paths)} images of {size}x{size} would be more than "

@@ -99,9 +99,12 @@ class RewardModelNode(DeclaredNode):
         if inputs.get("hidden_states") is None:
             return {"model": head, "rewards": torch.zeros(0)}
         h = self.float_tensor(inputs, "hidden_states")
-        if h.dim() not in (2, 3) or h.shape[-1] != in_dim:
-            raise ValueError(f"RewardModel: hidden_states {tuple(h.shape)} must be [B, {in_dim}] or "
-                             f"[B, T, {in_dim}] (input_dim={in_dim})")
+        if h.dim() not in (2, 3):
+            raise ValueError(f"RewardModel: hidden_states {tuple(h.shape)} must be [B, H] or [B, T, H]")
+        if h.shape[-1] != in_dim:
+            # A width the head's weights do not take is torch's RuntimeError in CodefyUI too.
+            raise RuntimeError(f"RewardModel: hidden_states {tuple(h.shape)} do not fit input_dim={in_dim}; "
+                               f"set input_dim to {h.shape[-1]}")
         head = head.to(h.device)
         with torch.no_grad():
             rewards = head(h)

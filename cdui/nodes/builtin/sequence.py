@@ -261,8 +261,12 @@ class MoELayerNode(DeclaredNode):
         if x.dim() == 2:
             x = x.unsqueeze(0)
         hidden = int_param(params, "hidden_dim", 128)
-        if x.dim() != 3 or x.shape[-1] != hidden:
-            raise ValueError(f"MoELayer: x of shape {tuple(x.shape)} does not fit (B, T, hidden_dim={hidden})")
+        if x.dim() != 3:
+            raise ValueError(f"MoELayer: x of shape {tuple(x.shape)} is not (B, T, H) or (T, H)")
+        if x.shape[-1] != hidden:
+            # A width the layer's weights do not take is torch's RuntimeError in CodefyUI too.
+            raise RuntimeError(f"MoELayer: x of shape {tuple(x.shape)} does not fit hidden_dim={hidden}; "
+                               f"set hidden_dim to {x.shape[-1]}")
         moe = build_moe(max(1, int_param(params, "num_experts", 4)), max(1, int_param(params, "top_k", 2)),
                         hidden, int_param(params, "expert_hidden_dim", 256), int_param(params, "seed", 42))
         with torch.no_grad():

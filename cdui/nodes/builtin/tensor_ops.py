@@ -38,7 +38,15 @@ class AddNode(DeclaredNode):
         import torch
 
         a, b = _pair(self, inputs)
-        return {"tensor": torch.add(a, b, alpha=float_param(params, "alpha", 1.0))}
+        alpha: float | int = float_param(params, "alpha", 1.0)
+        if not (a.is_floating_point() or a.is_complex() or b.is_floating_point() or b.is_complex()):
+            # Validation makes alpha a float (1 -> 1.0), and torch refuses a float alpha for integer
+            # tensors; a whole number is the integer CodefyUI's graphs mean, and keeps the int dtype.
+            if not float(alpha).is_integer():
+                raise ValueError(f"Add: alpha={alpha} is not a whole number, which integer tensors "
+                                 f"({a.dtype}, {b.dtype}) cannot take; use a whole alpha or float tensors")
+            alpha = int(alpha)
+        return {"tensor": torch.add(a, b, alpha=alpha)}
 
 
 class MultiplyNode(DeclaredNode):
@@ -65,9 +73,10 @@ class MatMulNode(DeclaredNode):
         try:
             return {"tensor": torch.matmul(a, b)}
         except RuntimeError as exc:
-            raise ValueError(f"MatMul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
-                             f"multiplied ({exc}); the last dim of a must equal the first matrix "
-                             f"dim of b") from None
+            # Still torch's RuntimeError, as in CodefyUI, with the shapes and what to change.
+            raise RuntimeError(f"MatMul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                               f"multiplied ({exc}); the last dim of a must equal the first matrix "
+                               f"dim of b") from None
 
 
 class ScalarMultiplyNode(DeclaredNode):
@@ -182,8 +191,9 @@ class ConcatNode(DeclaredNode):
         try:
             return {"tensor": torch.cat([a, b], dim=dim)}
         except RuntimeError as exc:
-            raise ValueError(f"Concat: cannot join {tuple(a.shape)} and {tuple(b.shape)} along "
-                             f"dim {dim} ({exc}); every other dimension must match") from None
+            # Still torch's RuntimeError, as in CodefyUI, with the shapes and what to change.
+            raise RuntimeError(f"Concat: cannot join {tuple(a.shape)} and {tuple(b.shape)} along "
+                               f"dim {dim} ({exc}); every other dimension must match") from None
 
 
 class ReshapeNode(DeclaredNode):
@@ -215,15 +225,23 @@ class SplitNode(DeclaredNode):
     PARAMS = (I("chunks", 2, "Number of pieces", lo=1, hi=MAX_CHUNKS), I("dim", 0, "Dimension to cut"))
 
     @classmethod
+    def pieces(cls, params: dict[str, Any]) -> int:
+        """How many pieces these params ask for (CodefyUI clamps to 1..MAX_CHUNKS)."""
+        try:
+            return max(1, min(MAX_CHUNKS, int(params.get("chunks", 2))))
+        except (TypeError, ValueError):
+            return 2
+
+    @classmethod
     def dynamic_output(cls, name: str, params: dict[str, Any]) -> bool:
         """Whether ``name`` is one of this node's pieces for these params."""
         if not name.startswith("chunk_") or not name[6:].isdigit():
             return False
-        try:
-            chunks = max(1, min(MAX_CHUNKS, int(params.get("chunks", 2))))
-        except (TypeError, ValueError):
-            chunks = 2
-        return int(name[6:]) < chunks
+        return int(name[6:]) < cls.pieces(params)
+
+    @classmethod
+    def output_names(cls, params: dict[str, Any]) -> list[str]:
+        return [f"chunk_{i}" for i in range(cls.pieces(params))]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch
