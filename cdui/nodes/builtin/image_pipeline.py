@@ -113,6 +113,8 @@ def image_directory(layout: Layout, value: Any) -> Path:
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
         raise ValueError("ImageBatchReader: the `directory` param is required: a folder under the data folder")
+    if v.startswith("/"):
+        return layout.resolve(v)  # an absolute folder: read only under CODEFYUI_READ_ROOTS
     rel = v[5:] if v.startswith("data/") else ("" if v == "data" else v)
     return layout.check_not_private(safe_join(layout.data_dir, rel, allow_empty=True), v)
 
