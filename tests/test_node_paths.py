@@ -166,3 +166,18 @@ def test_file_plan_lists_absolute_reads_apart_from_plain_paths() -> None:
     assert usage.absolute_reads == ["/datasets/iris/train.csv"] and usage.plain_paths == []
     plan = transfer_verdict(usage, lambda f, n: None, True, 1 << 30)
     assert plan.reads == ["/datasets/iris/train.csv"] and plan.transfer_ok and not plan.uses_files
+
+
+def test_an_agent_reports_its_read_roots_beside_its_mounts(tmp_path: Path) -> None:
+    """The agent's hello carries its CODEFYUI_READ_ROOTS as the read-roots label, so placement knows them."""
+    import json
+
+    from cdui.agent import Agent
+
+    cfg = load({"CODEFYUI_USER_DATA_DIR": str(tmp_path / "ud"), "CODEFYUI_READ_ROOTS": "/datasets,/scratch/"})
+    agent = Agent("http://127.0.0.1:9", "cred", "w1", ["cpu"], tmp_path / "ud", "m1",
+                  labels=lambda: {"data": "/nas/data"}, config=cfg)
+    assert json.loads(agent._hello())["labels"] == {"data": "/nas/data", "read-roots": "/datasets,/scratch"}
+    plain = Agent("http://127.0.0.1:9", "cred", "w1", ["cpu"], tmp_path / "ud", "m1",
+                  config=load({"CODEFYUI_USER_DATA_DIR": str(tmp_path / "ud")}))
+    assert json.loads(plain._hello())["labels"] == {}
