@@ -36,6 +36,7 @@ from cdui import __version__, catalog, devicesets, outputs, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
+from cdui.layout import read_roots_label
 from cdui.oneshot_agent import OneShot
 from cdui.s3 import agent_capabilities
 from cdui.spare import SparePool
@@ -308,12 +309,17 @@ class Agent:
                 hb.cancel()
             log.warning("connection to %s closed", self.control)
 
+    def _reported_labels(self) -> dict[str, str]:
+        """The mounts, and the folders this machine lets runs read by absolute path (CODEFYUI_READ_ROOTS),
+        so that the control plane places a run reading /datasets/... only where it may be read."""
+        return {**self.labels(), **read_roots_label(self.config.layout.read_roots)}
+
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
         o = self.one_shot
         # A one-shot agent names its run: the --run-id it waits for, or the run it took (on a reconnect).
         wanted = (o.taken or o.run_id) if o else None
-        return protocol.Hello(__version__, self.name, self.devices, self.labels(), self.machine_id, held,
+        return protocol.Hello(__version__, self.name, self.devices, self._reported_labels(), self.machine_id, held,
                               o is not None, o.instance if o else None, agent_capabilities(), wanted,
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
@@ -360,7 +366,7 @@ class Agent:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
-                                                     self.labels()).to_json())
+                                                     self._reported_labels()).to_json())
             except (ConnectionError, RuntimeError):
                 return
 

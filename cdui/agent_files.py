@@ -99,21 +99,24 @@ class RunFiles:
     # -- before the run ----------------------------------------------------------
     def job_for_this_machine(self, job: Job, cfg: Any) -> Job:
         """The job with this machine's layout (and custom nodes), per backend (``cfg``: the agent's config)."""
+        # Absolute paths are read under this agent's own read roots, whoever sent the layout.
+        roots = cfg.layout.read_roots
         if job.layout is not None:
             # an agent on the control plane's own machine: its folders are the control plane's
+            same = Layout.from_json(job.layout)
             if self.backend == "mount":
                 # its data folder is the mount, so its artifacts (a checkpoint) get mount rows
-                self.data_dir = Layout.from_json(job.layout).data_dir
-            return replace(job, s3_credentials=None)
+                self.data_dir = same.data_dir
+            return replace(job, layout=replace(same, read_roots=roots).to_json(), s3_credentials=None)
         if self.backend == "mount":
             mount = self.mounts.get(self.label)
             if not mount:
                 raise RuntimeError(f"the control plane placed a mount run here but no {self.label!r} mount is offered")
             self.data_dir = Path(mount)
-            layout = Layout.for_data_dir(self.data_dir)
+            layout = Layout.for_data_dir(self.data_dir, read_roots=roots)
         elif self.backend in ("transfer", "s3"):
             self.data_dir = self.user_data / "agent-runs" / self.run_id / "data"
-            layout = Layout.for_data_dir(self.data_dir)
+            layout = Layout.for_data_dir(self.data_dir, read_roots=roots)
             layout.ensure()
             # Datasets are not sent with a run: the Dataset node reads this machine's own data folder.
             layout.folders[DATASETS_FOLDER] = cfg.layout.data_dir

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from cdui import __version__, daemon, trust
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
+from cdui.layout import READ_ROOTS_LABEL
 from cdui.netaddr import is_loopback_host
 from cdui.trust import Trust
 
@@ -331,6 +332,8 @@ def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None
     label, sep, path = args.mount.partition("=")
     if not sep or not label:
         return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
+    if label == READ_ROOTS_LABEL:
+        return _die(f"--mount label {label!r} is the label that reports CODEFYUI_READ_ROOTS; choose another", 4)
     running = _read_pid(pidfile)
     if running and not args.foreground_child:
         return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)

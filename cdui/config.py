@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.errors import CduiError
-from cdui.layout import Layout, install_root_from_env
+from cdui.layout import Layout, install_root_from_env, parse_read_roots
 
 GiB = 1024 ** 3
 MB = 1000 ** 2
@@ -62,6 +62,10 @@ def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
 
 
+def _read_roots(v: str) -> tuple[Path, ...]:
+    return parse_read_roots(v)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -84,6 +88,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_IMAGES_DIR", None, _str, "uploaded images", "a folder", path=True),
     Setting("CODEFYUI_MODELS_DIR", None, _str, "models (uploads and ModelSaver/CheckpointSaver outputs)", "a folder", path=True),
     Setting("CODEFYUI_MEDIA_DIR", None, _str, "media files", "a folder", path=True),
+    Setting("CODEFYUI_READ_ROOTS", (), _read_roots, "folders absolute node paths may read on this machine, e.g. /datasets,/scratch (none by default)", "comma-separated absolute folders"),
     Setting("CODEFYUI_MACHINE_ID", None, _str, "overrides this machine's id (an agent on the server's host counts as another machine)", "a string"),
     # -- server
     Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),

@@ -37,10 +37,17 @@ def needs_of(run: Run) -> str:
     return "none" if not fp.uses_files else ("transfer" if fp.transfer_ok else "mount")
 
 
+def reads_of(run: Run) -> list[str]:
+    """The absolute paths a run reads: only an executor whose read roots cover them may take it."""
+    return FilePlan.from_json(run.options.get("files")).reads
+
+
 def lane_of(run: Run) -> str:
-    # A device set or a memory need is added only where asked for, so a plain run's key is as it was.
-    return json.dumps([run.target, run.options.get("device"), needs_of(run), *lane_extra(run.options)],
-                      sort_keys=True)
+    # A device set, a memory need or absolute reads are added only where there are some, so a plain
+    # run's key is as it was.
+    reads = reads_of(run)
+    return json.dumps([run.target, run.options.get("device"), needs_of(run), *lane_extra(run.options),
+                       *([{"reads": reads}] if reads else [])], sort_keys=True)
 
 
 @dataclass

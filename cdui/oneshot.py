@@ -27,7 +27,7 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from cdui import protocol
 from cdui import queue as q
 from cdui import worker_admission as admission
 from cdui.errors import CduiError
+from cdui.placement import unreadable
 from cdui.store import ACTIVE, Run
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def not_one_shot(names: list[str], executors: Mapping[str, q.ExecutorView]) -> l
 
 
 def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used: dict[tuple[str, str], int],
-               caps: q.Caps, needs: str = "none") -> q.Placement | str:
+               caps: q.Caps, needs: str = "none", reads: Sequence[str] = ()) -> q.Placement | str:
     """A pool run's one-shot worker now, or why it waits. Executors are tried in name order;
     the dispatch loop reads runs oldest first, so each device kind is served first come, first served."""
     kind = q.device_kind(wanted)
@@ -118,12 +119,15 @@ def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used
             continue  # placed in this same pass: it takes one run only
         if needs == "mount" and not ex.mounted():
             continue
+        if unreadable(reads, ex.read_roots()):
+            continue
         dev = q.choose_device(ex, wanted, used, caps)
         if dev is not None:
             backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
             return q.Placement(name, dev, backend)
     what = "a device" if kind == "auto" else kind
-    return f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
+    return (f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
+            + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
 def queue_deadline(target: Any, created_at: float, timeout: float, one_shot_since: float | None,

@@ -3,6 +3,13 @@
 ``safe_join(base, rel)`` returns a path inside ``base`` or raises
 :class:`PathRefused`: no absolute paths, no ``..`` segments, no NUL or control
 characters, bounded length, and no symlink that leads out of ``base``.
+
+:func:`protected_folder` names what a node may never read even inside an
+allowed folder: a ``.git`` (remote credentials, hooks), a ``.venv`` (code the
+server imports), and any cdui user data folder (credentials, the database, the
+session token), whichever agent or server it belongs to and whatever its name.
+A user data folder is told by the files cdui keeps in it, so a second agent's
+``CODEFYUI_USER_DATA_DIR=~/CodefyUI/ud2`` is found as surely as ``.codefyui_dev``.
 """
 from __future__ import annotations
 
@@ -14,6 +21,14 @@ from cdui.errors import PathRefused
 
 MAX_NAME = 255
 MAX_PATH = 4096
+
+# Folder names no node may read into, wherever they sit below an allowed folder.
+PROTECTED_NAMES = (".git", ".venv", ".codefyui_dev")
+# Files and folders only a cdui user data folder holds (a server's or an agent's, see cdui/agent.py and
+# cdui/daemon.py): one of them, or an agent credential agent/<host>-<port>.token, is enough to call the folder
+# a user data folder. Names a dataset might use too (server.json, agent.json) are left out.
+USER_DATA_MARKERS = ("cdui.sqlite3", "session-token", "cdui.pid", "agent.pid", "agent-status.json", "agent-runs",
+                     "agent-instances", "agent-cache")
 
 
 def check_name(name: str) -> str:
@@ -57,6 +72,31 @@ def safe_join(base: str | os.PathLike[str], rel: str, *, allow_empty: bool = Fal
     if resolved != base_path and base_path not in resolved.parents:
         raise PathRefused(rel, "it leads outside its folder through a symbolic link")
     return target
+
+
+def is_user_data_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a cdui user data folder (of this process or any other)."""
+    try:
+        if any((folder / m).exists() for m in USER_DATA_MARKERS):
+            return True
+        creds = folder / "agent"  # an agent's credentials: agent/<host>-<port>.token
+        return creds.is_dir() and any(p.suffix == ".token" for p in creds.iterdir())
+    except OSError:
+        return False
+
+
+def protected_folder(path: Path, base: Path) -> Path | None:
+    """The first folder below ``base`` on the way to ``path`` (both resolved, ``path`` inside ``base``)
+    that no node may read: one named in :data:`PROTECTED_NAMES` or a user data folder. None: nothing is.
+
+    ``base`` itself is not looked at: the caller passes the deepest folder it allows (a run's own data
+    folder may sit inside an agent's user data folder, and what is under it is the run's)."""
+    cur = base
+    for part in path.relative_to(base).parts:
+        cur = cur / part
+        if part in PROTECTED_NAMES or is_user_data_folder(cur):
+            return cur
+    return None
 
 
 def sha256_file(path: str | os.PathLike[str]) -> tuple[int, str]:

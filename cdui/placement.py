@@ -15,10 +15,17 @@ The placement matrix:
   over ``CODEFYUI_TRANSFER_MAX_INPUT_BYTES``, or transfer disabled) needs a
   mounted worker: a named unmounted worker is refused at submit with
   :func:`no_mount_message`, ``any`` skips unmounted workers.
+
+Absolute paths (``/datasets/...``) are read on the machine that runs the run,
+never moved: a run that reads one goes only to an executor whose read roots
+(its ``CODEFYUI_READ_ROOTS``; a worker reports them in its ``read-roots``
+label) cover every such path (:func:`unreadable`), and a named worker or
+``local`` that does not is refused at submit with :func:`read_roots_message`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +59,23 @@ def analyze(graph: Any, registry: Registry, library: dict[str, dict[str, Any]] |
                     nodes.extend(sub.nodes.values())
     # The same upload read twice is one input.
     usage.uploads = sorted(set(usage.uploads))
+    usage.absolute_reads = sorted(set(usage.absolute_reads))
     return usage
+
+
+def unreadable(reads: Sequence[str], roots: Sequence[str]) -> list[str]:
+    """The absolute paths of ``reads`` that lie under none of ``roots`` (lexically: the machine that
+    runs the run checks symbolic links itself, see cdui.layout)."""
+    def under(path: str, root: str) -> bool:
+        p, r = posixpath.normpath(path), posixpath.normpath(root)
+        return ".." not in path.split("/") and (p == r or p.startswith(r.rstrip("/") + "/"))
+    return [p for p in reads if not any(under(p, r) for r in roots)]
+
+
+def read_roots_message(executor: str, missing: Sequence[str], roots: Sequence[str]) -> str:
+    where = "this server" if executor == "local" else f"worker {executor}"
+    return (f"{where} does not allow reading {missing[0]!r}: absolute paths are read only under the folders "
+            f"its CODEFYUI_READ_ROOTS lists ({', '.join(roots) or 'none'})")
 
 
 def human_size(n: float) -> str:
@@ -70,22 +93,27 @@ class FilePlan:
     reason: str | None = None
     inputs: list[dict[str, Any]] = field(default_factory=list)  # {folder, name, sha256, size}
     writes: bool = False
+    reads: list[str] = field(default_factory=list)  # absolute paths, read where the run runs
 
     def to_json(self) -> dict[str, Any]:
-        return {"uses_files": self.uses_files, "transfer_ok": self.transfer_ok, "reason": self.reason,
-                "inputs": self.inputs, "writes": self.writes}
+        d: dict[str, Any] = {"uses_files": self.uses_files, "transfer_ok": self.transfer_ok, "reason": self.reason,
+                             "inputs": self.inputs, "writes": self.writes}
+        if self.reads:  # only where there are some, so a stored plan without any reads as before
+            d["reads"] = self.reads
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> FilePlan:
         d = d or {}
         return cls(bool(d.get("uses_files")), bool(d.get("transfer_ok", True)), d.get("reason"),
-                   list(d.get("inputs") or []), bool(d.get("writes")))
+                   list(d.get("inputs") or []), bool(d.get("writes")),
+                   [str(p) for p in d.get("reads") or []])
 
 
 def transfer_verdict(usage: FileUsage, lookup: Callable[[str, str], tuple[str, int] | None],
                      enabled: bool, max_bytes: int) -> FilePlan:
     """``lookup(folder, name)`` gives (sha256, size) of an upload this server has, or None."""
-    plan = FilePlan(usage.uses_files, True, writes=bool(usage.writes))
+    plan = FilePlan(usage.uses_files, True, writes=bool(usage.writes), reads=list(usage.absolute_reads))
     if not usage.uses_files:
         return plan
     reasons = []

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from cdui import devicesets, oneshot
 from cdui.catalog import any_skips
 from cdui.errors import CduiError
+from cdui.placement import unreadable
 
 POOL = "one-shot"
 
@@ -113,6 +114,8 @@ class ExecutorView(Protocol):
 
     def mounted(self) -> bool: ...
 
+    def read_roots(self) -> list[str]: ...
+
 
 @dataclass
 class Placement:
@@ -152,18 +155,19 @@ def candidates(target: Any, executors: Mapping[str, ExecutorView], order: Sequen
 def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
           blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
-          ask: devicesets.Ask | None = None) -> Placement | str:
+          ask: devicesets.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
 
     ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
     first, then unmounted ones through the transfer backend) or "mount" (only
     workers with the ``data`` mount). ``order``: which executors ``any`` tries,
     in that order (see :func:`candidates`). ``ask``: a device set or shared devices
-    (see :mod:`cdui.devicesets`); None: one slot. With several candidates the reason
+    (see :mod:`cdui.devicesets`); None: one slot. ``reads``: the absolute paths the run reads;
+    only an executor whose read roots cover them all may take it. With several candidates the reason
     is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
     if isinstance(target, dict) and target.get("pool") == POOL:
-        return oneshot.place_pool(wanted, executors, used, caps, needs)
+        return oneshot.place_pool(wanted, executors, used, caps, needs, reads)
     names = candidates(target, executors, order)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
@@ -184,6 +188,11 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
             continue
         if needs == "mount" and not ex.mounted():
             reasons.append(("no data mount", name, f"{name} has no `data` mount"))
+            continue
+        missing = unreadable(reads, ex.read_roots())
+        if missing:
+            reasons.append((f"not allowed to read {missing[0]}", name,
+                            f"{name} does not allow reading {missing[0]} (CODEFYUI_READ_ROOTS)"))
             continue
         if not any(device_matches(wanted, d) for d in ex.devices()):
             reasons.append((f"no {wanted} device", name,

@@ -31,7 +31,7 @@ from cdui.clock import Clock, SystemClock
 from cdui.config import Config
 from cdui.devices import detect_devices
 from cdui.diskfull import DiskFull
-from cdui.dispatch import RunQueue, needs_of
+from cdui.dispatch import RunQueue, needs_of, reads_of
 from cdui.errors import CduiError, NotFound
 from cdui.graph.presets import preset_library
 from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
@@ -42,7 +42,7 @@ from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
-from cdui.placement import FilePlan, analyze, transfer_verdict
+from cdui.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
 from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
 from cdui.spare import SparePool
 from cdui.store import ACTIVE, TERMINAL, Run, Store
@@ -130,6 +130,9 @@ class LocalExecutor:
 
     def mounted(self) -> bool:
         return True  # this server's own data folder
+
+    def read_roots(self) -> list[str]:
+        return [str(r) for r in self.service.layout.read_roots]
 
     async def start(self, run: Run, job: Job) -> None:
         run_id = run.id
@@ -370,7 +373,15 @@ class RunService:
                         stored_graph, secrets)
 
     async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
-        """Refuse at submit what can never run (unknown worker, no way to move its files)."""
+        """Refuse at submit what can never run (unknown worker, no way to move its files, an absolute
+        path this server may not read)."""
+        if target == "local" and files.reads:
+            roots = [str(r) for r in self.layout.read_roots]
+            missing = unreadable(files.reads, roots)
+            if missing:
+                raise CduiError("path_not_readable", read_roots_message("local", missing, roots),
+                                hint="add its folder to CODEFYUI_READ_ROOTS where the control plane starts "
+                                     "(see docs/configuration.md), or target a worker that lists it")
         for listener in self.listeners:
             await listener.check_target(target, graph, files)
 
@@ -673,7 +684,7 @@ class RunService:
         ask = self.devicebook.ask(run.options, self.executors,
                                   self.devicebook.used_mb(self.active) if used_mb is None else used_mb)
         return place(run.target, run.options.get("device"), self.executors, used, self.caps, len(self.active),
-                     blocked, needs_of(run), order, ask)
+                     blocked, needs_of(run), order, ask, reads_of(run))
 
     def _has_free_slot(self, ex: Executor, used: dict[tuple[str, str], int]) -> bool:
         if ex.unavailable_reason():

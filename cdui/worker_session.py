@@ -32,6 +32,7 @@ from cdui import worker_admission as admission
 from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
 from cdui.job import Job
+from cdui.layout import read_roots_in
 from cdui.netaddr import is_loopback
 from cdui.runs import iso
 from cdui.store import ACTIVE, TERMINAL, Run
@@ -96,6 +97,10 @@ class RemoteExecutor:
 
     def mounted(self) -> bool:
         return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
+
+    def read_roots(self) -> list[str]:
+        """The folders its machine lets runs read by absolute path, as its agent reported them."""
+        return read_roots_in(self.conn.labels)
 
     def capabilities(self) -> list[str]:
         """What the agent declared it offers (``s3`` where it has boto3)."""

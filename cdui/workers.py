@@ -34,7 +34,8 @@ from cdui import catalog, enroll, protocol
 from cdui.appkeys import CLOCK, CONFIG, RUNS
 from cdui.config import machine_id
 from cdui.errors import CduiError
-from cdui.placement import no_mount_message
+from cdui.layout import read_roots_in
+from cdui.placement import no_mount_message, read_roots_message, unreadable
 from cdui.runs import STOPPED_KILLED, RunService, iso
 from cdui.store import ACTIVE
 from cdui.worker_session import Conn, RemoteExecutor, WorkerSession
@@ -293,11 +294,18 @@ class WorkerManager:
                                             self.runs.registry.preset_params)
             if missing:
                 raise catalog.refuse_missing(name, missing)
+        conn = self.conns.get(name)
+        row = rows.get(name) or rows.get(name.rpartition(".")[0])  # an instance has its credential's mounts
+        labels = conn.labels if conn is not None else json.loads((row or {}).get("labels") or "{}")
+        if files is not None and files.reads:
+            roots = read_roots_in(labels)
+            missing = unreadable(files.reads, roots)
+            if missing:
+                raise CduiError("path_not_readable", read_roots_message(name, missing, roots),
+                                hint="add its folder to CODEFYUI_READ_ROOTS where the worker's agent starts and "
+                                     "restart the agent (see docs/remote-workers.md#absolute-dataset-paths)")
         if files is None or not files.uses_files or files.transfer_ok:
             return
-        conn = self.conns.get(name)
-        row = rows.get(name) or rows[name.rpartition(".")[0]]  # an instance has its credential's mounts
-        labels = conn.labels if conn is not None else json.loads(row["labels"] or "{}")
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)

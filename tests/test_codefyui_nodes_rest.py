@@ -213,7 +213,7 @@ def test_image_batch_reader_reads_nothing_outside_its_folder(ctx: RunContext, tm
     assert out["count"] == 1
     with pytest.raises(ValueError, match="without '/' or '..'"):
         run(image_pipeline.ImageBatchReaderNode, ctx, directory="shots", pattern="../outside/*.png")
-    with pytest.raises(Exception, match="absolute paths are not allowed"):
+    with pytest.raises(Exception, match="absolute paths are read only under the folders CODEFYUI_READ_ROOTS lists"):
         run(image_pipeline.ImageBatchReaderNode, ctx, directory=str(tmp_path / "outside"))
     [(code, message)] = preflight(image_pipeline.ImageBatchReaderNode, ctx, directory="nowhere")
     assert code == "missing_files" and "'nowhere' is not a folder on this machine" in message

@@ -18,6 +18,7 @@ class Ex:
     devs: list[str] = field(default_factory=lambda: ["cpu"])
     why: str | None = None
     has_mount: bool = False
+    roots: list[str] = field(default_factory=list)
 
     def devices(self) -> list[str]:
         return self.devs
@@ -27,6 +28,9 @@ class Ex:
 
     def mounted(self) -> bool:
         return self.has_mount
+
+    def read_roots(self) -> list[str]:
+        return self.roots
 
 
 def execs(*xs: Ex) -> dict[str, Ex]:
@@ -111,6 +115,27 @@ def test_file_runs_prefer_mounted_workers() -> None:
     assert place("any", "cpu", ex, {}, Caps(), 0, set(), "none") == Placement("a-plain", "cpu", None)
     only_plain = execs(Ex("a-plain"))
     assert "a-plain has no `data` mount" in place("any", "cpu", only_plain, {}, Caps(), 0, set(), "mount")
+
+
+@pytest.mark.parametrize("target, reads, expect", [
+    # `any` goes only to a machine whose read roots cover the run's absolute paths, this server included
+    ("any", ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
+    ("any", ["/scratch/x"], Placement("local", "cpu")),
+    ("any", ["/datasets/a.csv", "/scratch/x"], "waiting for a free cpu slot: not allowed to read /datasets/a.csv "
+     "on 2 (a-none, local); not allowed to read /scratch/x on 1 (b-datasets)"),
+    ("any", [], Placement("a-none", "cpu")),
+    ({"worker": "a-none"}, ["/datasets/a.csv"],
+     "waiting: a-none does not allow reading /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
+    ({"worker": "b-datasets"}, ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
+    ("local", ["/datasets/a.csv"], "waiting: local does not allow reading /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
+    ({"pool": "one-shot"}, ["/datasets/a.csv"],
+     "waiting for a one-shot worker that offers cpu that may read /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
+])
+def test_runs_reading_absolute_paths_go_where_they_may_be_read(target: object, reads: list[str],
+                                                             expect: object) -> None:
+    """A run reading /x/... is placed only on a machine whose CODEFYUI_READ_ROOTS allow /x."""
+    ex = execs(Ex("a-none"), Ex("b-datasets", roots=["/datasets"]), Ex("local", roots=["/scratch"]))
+    assert place(target, "cpu", ex, {}, Caps(), 0, set(), reads=reads) == expect
 
 
 def g(*nodes: dict, edges: list | None = None, presets: list | None = None) -> dict:

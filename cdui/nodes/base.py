@@ -232,6 +232,9 @@ class FileUsage:
     uploads: list[tuple[str, str]] = field(default_factory=list)  # (folder, name)
     plain_paths: list[str] = field(default_factory=list)
     writes: list[str] = field(default_factory=list)  # human-readable reasons
+    # Absolute paths it reads (under a machine's CODEFYUI_READ_ROOTS): read where the run runs, never moved,
+    # so they decide where a run may go, not how its files travel.
+    absolute_reads: list[str] = field(default_factory=list)
 
     @property
     def uses_files(self) -> bool:
@@ -241,6 +244,7 @@ class FileUsage:
         self.uploads.extend(other.uploads)
         self.plain_paths.extend(other.plain_paths)
         self.writes.extend(other.writes)
+        self.absolute_reads.extend(other.absolute_reads)
 
 
 def upload_name(folder: str, value: str) -> str | None:
@@ -273,10 +277,14 @@ def file_usage(node_cls: type[Node], params: dict[str, Any], node_id: str = "") 
                 name = upload_name(folder, value)
                 if name is not None:
                     usage.uploads.append((folder, name))
+                elif value.strip().startswith("/"):
+                    usage.absolute_reads.append(value.strip())
                 elif not value.replace("\\", "/").startswith("data/samples/"):
                     usage.plain_paths.append(value)
         elif p.param_type in ("path", "folder"):
-            if isinstance(value, str) and value.strip() and not value.startswith("data/samples/"):
+            if isinstance(value, str) and value.strip().startswith("/"):
+                usage.absolute_reads.append(value.strip())
+            elif isinstance(value, str) and value.strip() and not value.startswith("data/samples/"):
                 usage.plain_paths.append(value)
         elif p.param_type == "output_path":
             if isinstance(value, str) and value.strip():

@@ -204,6 +204,7 @@ class FakeAgent:
         self.answer_stop = False
         self.capabilities: list[str] = []  # what its hello offers (["s3"]: it has boto3)
         self.device_memory: dict[str, dict[str, int]] | None = None  # its devices' memory, as its hello says
+        self.labels: dict[str, str] = {}  # its hello's labels (mounts, read-roots)
         self._acks = asyncio.Condition()
         self._session = aiohttp.ClientSession()
         self._reader: asyncio.Task[None] | None = None
@@ -231,7 +232,7 @@ class FakeAgent:
         self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
                                                  headers={"Authorization": f"Bearer {self.credential}"},
                                                  autoclose=False)
-        hello = protocol.hello(__version__, self.name, self.devices, {}, "fake-machine", runs)
+        hello = protocol.hello(__version__, self.name, self.devices, dict(self.labels), "fake-machine", runs)
         hello["capabilities"] = list(self.capabilities)
         hello["catalog"] = (node_catalog(self.plane.runs.registry) if self.catalog == "same" else self.catalog)
         hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"

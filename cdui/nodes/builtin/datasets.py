@@ -148,7 +148,7 @@ def _dataset_root(ctx: RunContext, value: str) -> Any:
     """CodefyUI resolves a relative dataset path against the data folder; a
     path that only exists relative to the installation is accepted too."""
     v = value.replace("\\", "/")
-    if v.startswith("data/") or v == "data":
+    if v.startswith("data/") or v == "data" or v.startswith("/"):  # absolute: under CODEFYUI_READ_ROOTS
         return ctx.resolve(v)
     in_data = ctx.resolve("data/" + v)
     if in_data.exists():

@@ -154,6 +154,8 @@ def image_directory(layout: Layout, value: Any) -> Path:
     if not v:
         raise ValueError("ImageBatchReader: Directory is required: set the `directory` param to a folder under "
                          "the data folder")
+    if v.startswith("/"):
+        return layout.resolve(v)  # an absolute folder: read only under CODEFYUI_READ_ROOTS
     rel = v[5:] if v.startswith("data/") else ("" if v == "data" else v)
     return layout.check_not_private(safe_join(layout.data_dir, rel, allow_empty=True), v)
 
