@@ -38,7 +38,7 @@ from typing import Any
 
 from cdui.devicesets import map_set
 from cdui.errors import CduiError
-from cdui.graph.secrets import redact_text, redact_value
+from cdui.graph.secrets import environment_secrets, redact_text, redact_value
 from cdui.job import Job
 from cdui.private import open_private_append, user_umask
 from cdui.spare import SparePool
@@ -141,7 +141,9 @@ class RunHandle:
         self.run_id = run_id
         self.on_events = on_events
         self.log_path = log_path
-        self.secrets = secrets
+        # The run's own secrets and this machine's API keys (a node reads them from the environment
+        # it inherits): both are masked in everything the run reports.
+        self.secrets = [*secrets, *environment_secrets(os.environ)]
         self.next_seq = first_seq
         self.proc: asyncio.subprocess.Process | None = None
         self.stop_requested = False
