@@ -47,7 +47,9 @@ MIN_SECRET_LEN = 4
 MASK = "***"
 # This machine's own API keys that nodes read from the run's environment (LLMChat): not the graph's
 # secrets, but masked as they are wherever a run writes (events, errors, logs).
-ENV_SECRETS = ("CODEFYUI_OPENAI_API_KEY", "OPENAI_API_KEY", "CODEFYUI_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+OPENAI_ENV = ("CODEFYUI_OPENAI_API_KEY", "OPENAI_API_KEY")
+ANTHROPIC_ENV = ("CODEFYUI_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+ENV_SECRETS = OPENAI_ENV + ANTHROPIC_ENV
 PRESET_PREFIX = "preset:"
 # An override for an inner node this code cannot see (unknown preset) is
 # scrubbed by name: better a blank param than a stored key.

@@ -34,7 +34,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from cdui.graph.secrets import ENV_SECRETS
+from cdui.graph.secrets import ANTHROPIC_ENV, OPENAI_ENV
 from cdui.nodes.base import IMAGE, LIST, STRING, Param, Port
 from cdui.nodes.builtin import _netguard
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, float_param, int_param
@@ -58,8 +58,8 @@ def _first(*values: Any) -> str:
 
 
 # Where each provider's key comes from: the graph's own secret param, then this machine's environment.
-_KEY_SOURCES = {"ChatGPT API": ("openai_api_key", ENV_SECRETS[:2], "api.openai.com"),
-                "Claude API": ("anthropic_api_key", ENV_SECRETS[2:], "api.anthropic.com")}
+_KEY_SOURCES = {"ChatGPT API": ("openai_api_key", OPENAI_ENV, "api.openai.com"),
+                "Claude API": ("anthropic_api_key", ANTHROPIC_ENV, "api.anthropic.com")}
 
 
 def key_and_source(provider: str, params: dict[str, Any]) -> tuple[str, str | None]:
