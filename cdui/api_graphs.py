@@ -11,6 +11,15 @@
   with each GraphOutput's value under its name. A broken contract is 409
   (cdui.graph.contract); a call that outlives ``timeout_s`` stops its run and
   answers 504 with status ``timeout``.
+
+A saved graph never holds a secret: ``PUT`` blanks every ``secret``-typed
+param (a Webhook's or LLMChat's key) before the file is written, as a run
+does before its graph is stored, and answers where it blanked one
+(``secrets_removed``); ``GET`` blanks them too (a file saved by an older
+version may still hold one). A call gets its secrets in its own body,
+``"secrets": {NODE_ID: {PARAM: value}}``, which live in memory for that run
+only, as a submitted run's do (LLMChat may instead use this machine's
+``OPENAI_API_KEY``/``ANTHROPIC_API_KEY`` for the provider's own host).
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from cdui.appkeys import RUNS
 from cdui.atomic import atomic_write
 from cdui.errors import CduiError, NotFound
 from cdui.graph.contract import contract_of, fill_inputs
+from cdui.graph.secrets import describe_path, split_secrets
 from cdui.httpjson import read_json
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.store import TERMINAL
@@ -89,12 +99,16 @@ async def put_graph(request: web.Request) -> web.Response:
     if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list):
         raise CduiError("bad_graph", "the body must be a graph (an object with a 'nodes' list) or {\"graph\": ...}",
                         hint="send the graph JSON CodefyUI exports")
+    # Blank secrets before anything is written: the file, and every answer made from it, never holds one.
+    stored, removed = await asyncio.to_thread(split_secrets, graph, service.registry, service.preset_library())
     folder = _folder(request)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     created = not path.exists()
-    await asyncio.to_thread(atomic_write, path, json.dumps(graph))
-    return web.json_response(_describe(name, path, graph), status=201 if created else 200)
+    await asyncio.to_thread(atomic_write, path, json.dumps(stored))
+    out = _describe(name, path, stored)
+    out["secrets_removed"] = sorted({describe_path(graph, p) for p, _v in removed if p})
+    return web.json_response(out, status=201 if created else 200)
 
 
 async def list_graphs(request: web.Request) -> web.Response:
@@ -114,7 +128,48 @@ async def list_graphs(request: web.Request) -> web.Response:
 
 
 async def get_graph(request: web.Request) -> web.Response:
-    return web.json_response(_load(request, _name(request)))
+    service = request.app[RUNS]
+    graph = _load(request, _name(request))
+    stored, _removed = await asyncio.to_thread(split_secrets, graph, service.registry, service.preset_library())
+    return web.json_response(stored)
+
+
+def _with_secrets(graph: dict[str, Any], given: Any, registry: Any) -> dict[str, Any]:
+    """The graph with the call's ``secrets`` ({node id: {param: value}}) put into its nodes' params.
+
+    Only ``secret``-typed params of the graph's own nodes are taken: anything else is a mistake
+    the caller must hear about, not a way to change other params."""
+    if given is None:
+        return graph
+    hint = 'send "secrets": {NODE_ID: {PARAM: "value"}} for the secret params of the saved graph\'s nodes'
+    if not isinstance(given, dict):
+        raise CduiError("bad_secrets", f"secrets must be an object, got {type(given).__name__}", hint=hint)
+    nodes = {n.get("id"): n for n in graph.get("nodes") or [] if isinstance(n, dict)}
+    out = json.loads(json.dumps(graph))
+    by_id = {n.get("id"): n for n in out.get("nodes") or [] if isinstance(n, dict)}
+    for node_id, params in given.items():
+        node = nodes.get(node_id)
+        if node is None:
+            raise CduiError("bad_secrets", f"secrets names node {str(node_id)[:100]!r}, which the saved graph "
+                            f"does not have", hint=hint)
+        cls = registry.get(node.get("type")) if isinstance(node.get("type"), str) else None
+        names = {p.name for p in cls.define_params() if p.param_type == "secret"} if cls is not None else set()
+        if not isinstance(params, dict):
+            raise CduiError("bad_secrets", f"secrets[{node_id!r}] must be an object of param: value", hint=hint)
+        for param, value in params.items():
+            if param not in names:
+                raise CduiError("bad_secrets", f"secrets[{node_id!r}] names {str(param)[:100]!r}, which is not a "
+                                f"secret param of its {node.get('type')!r} node (its secret params: "
+                                f"{sorted(names) or 'none'})", hint=hint)
+            if not isinstance(value, str):
+                raise CduiError("bad_secrets", f"secrets[{node_id!r}][{param!r}] must be a string", hint=hint)
+            data = by_id[node_id].get("data")
+            if not isinstance(data, dict):
+                data = by_id[node_id]["data"] = {}
+            if not isinstance(data.get("params"), dict):
+                data["params"] = {}
+            data["params"][param] = value
+    return out
 
 
 async def delete_graph(request: web.Request) -> web.Response:
@@ -179,7 +234,7 @@ async def run_graph(request: web.Request) -> web.Response:
                            default={})
     if not isinstance(body, dict):
         raise CduiError("bad_request", "the body must be an object: {inputs, timeout_s, device, target}")
-    graph = _load(request, name)
+    graph = _with_secrets(_load(request, name), body.get("secrets"), service.registry)
     contract = contract_of(graph)
     timeout = _timeout(body)
     filled = fill_inputs(graph, contract, body.get("inputs"))

@@ -329,6 +329,9 @@ def _launcher_only(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cdui import argv_token
+    if argv is None:  # `agent start --token T`: T leaves the world-readable command line at once
+        argv_token.hide_token_from_argv()
     from cdui.config import absolute_paths
     try:
         # Every process this one starts (daemons, runs) sees the paths the user meant, wherever its cwd is.
@@ -337,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     parser = build_parser()
     args = parser.parse_args(argv)
+    argv_token.restore_token(args)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -137,6 +137,12 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder", path=True),
     Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),
     Setting("CODEFYUI_RELEASE_TAG", None, _str, "version to install (install.sh)", "a version"),
+    # -- network nodes (Webhook, LLMChat), read by the run process of the machine that runs them
+    Setting("CODEFYUI_NODE_NET_ALLOW_LOCAL", ["11434"], _list, "ports on this machine's loopback and link-local addresses (127/8, ::1, 169.254/16, fe80::/10, 0.0.0.0) that Webhook and LLMChat may call; '*' allows every port, empty refuses all (default: Ollama's 11434)", "comma-separated ports, or *"),
+    Setting("CODEFYUI_LLM_KEY_HOSTS", [], _list, "hosts besides api.openai.com and api.anthropic.com (https) to which LLMChat may send this machine's OPENAI_API_KEY/ANTHROPIC_API_KEY", "comma-separated host names"),
+    # -- run limits
+    Setting("CODEFYUI_RUN_EVENT_MAX_BYTES", 4 * 1024 ** 2, _size, "largest run event kept whole (its data as JSON); a larger one is cut with a marker, a graph output becomes the error output_too_large (4 MiB; 0: no bound)", "bytes, or a size like 4MiB"),
+    Setting("CODEFYUI_RUN_UPLOAD_QUOTA", 20 * GiB, _size, "most bytes a worker may upload to the control plane for one run, all files together (20 GiB; 0: no quota)", "bytes, or a size like 20GiB"),
 ]
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -36,9 +36,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cdui import event_size
 from cdui.devicesets import map_set
 from cdui.errors import CduiError
-from cdui.graph.secrets import redact_text, redact_value
+from cdui.graph.secrets import environment_secrets, redact_text, redact_value
 from cdui.job import Job
 from cdui.private import open_private_append, user_umask
 from cdui.spare import SparePool
@@ -141,7 +142,11 @@ class RunHandle:
         self.run_id = run_id
         self.on_events = on_events
         self.log_path = log_path
-        self.secrets = secrets
+        # The run's own secrets and this machine's API keys (a node reads them from the environment
+        # it inherits): both are masked in everything the run reports.
+        self.secrets = [*secrets, *environment_secrets(os.environ)]
+        # This machine's bound on one event (cdui/event_size.py), so an oversized one is cut before it is spooled.
+        self.event_max_bytes = event_size.limit_from_env()
         self.next_seq = first_seq
         self.proc: asyncio.subprocess.Process | None = None
         self.stop_requested = False
@@ -165,6 +170,7 @@ class RunHandle:
 
     # -- recording -------------------------------------------------------
     def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
+        data = event_size.bound_event(kind, data, self.event_max_bytes)
         self._queue.put_nowait({"src_seq": self.next_seq, "kind": kind, "data": data,
                                 "at": at if at is not None else time.time()})
         self.next_seq += 1

@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except JobError as exc:
         emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
         return 0
-    secrets.extend(job.secret_pairs())
+    # The machine's own API keys too: a node may send one (LLMChat) and a server may echo it back.
+    from cdui.graph.secrets import environment_secrets
+    secrets.extend([*job.secret_pairs(), *environment_secrets(os.environ)])
     stop = threading.Event()
 
     def watch_stdin() -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdui import devicesets, outputs, runner, stopping
+from cdui import devicesets, event_size, outputs, runner, stopping
 from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.artifact_files import inspect as inspect_artifact
 from cdui.catalog import with_run_report
@@ -415,6 +415,10 @@ class RunService:
     # -- events --------------------------------------------------------------
     async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
+        # No event is stored whole past the bound (cdui/event_size.py): a worker's may not have been cut where born.
+        limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
+        events = [{**ev, "data": event_size.bound_event(str(ev.get("kind")), ev.get("data"), limit)}
+                  for ev in events]
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
         stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP))
         for ev in stored:

@@ -12,7 +12,10 @@ inputs) and uploads what the run wrote to ``POST /api/runs/{id}/artifacts/upload
   is stored once.
 
 Uploads stream to disk while hashing (constant memory), are refused past
-``CODEFYUI_MAX_UPLOAD_SIZE``, and never land outside those folders: names go
+``CODEFYUI_MAX_UPLOAD_SIZE`` per file and past ``CODEFYUI_RUN_UPLOAD_QUOTA`` for
+all of a run's uploads together (counted from its stored transfer artifacts, so
+a file stored once already for another name counts again: the bound is on what
+a worker may send), and never land outside those folders: names go
 through :func:`cdui.paths.safe_join`, and every refusal is logged.
 The agent side lives in :mod:`cdui.agent_files`.
 """
@@ -131,10 +134,30 @@ async def upload_handler(request: web.Request) -> web.Response:
     except CduiError as err:
         log.warning("refused upload from worker %s for run %s: %s", worker, run_id, err.message)
         raise
+    # The run's quota: what its uploads stored so far, and what this file may still add.
+    quota = cfg["CODEFYUI_RUN_UPLOAD_QUOTA"]
+    used = sum(int(a.get("size") or 0) for a in await service.store.artifacts(run_id) if a.get("backend") == "transfer")
+    raw_size = meta.get("size")
+    announced = raw_size if isinstance(raw_size, int) and not isinstance(raw_size, bool) and raw_size > 0 else 0
+
+    def over_quota(size: int) -> CduiError:
+        log.warning("refused upload %s from worker %s for run %s: over the run's upload quota (%d + %d > %d bytes)",
+                    target.name, worker, run_id, used, size, quota)
+        return CduiError("upload_quota", f"{target.name} (at least {size} bytes) would take run {run_id}'s "
+                         f"uploads to {used + size} bytes or more, over its quota of {quota} bytes "
+                         f"(CODEFYUI_RUN_UPLOAD_QUOTA); {used} bytes are stored already",
+                         hint="it stays on the worker; raise CODEFYUI_RUN_UPLOAD_QUOTA on the control plane "
+                              "(0: no quota), or write fewer or smaller files", status=413)
+    if quota and used + announced > quota:
+        raise over_quota(announced)
+
     def too_large(size: int) -> CduiError:
+        if quota and used + size > quota and quota - used < limit:
+            return over_quota(size)
         return CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
                                       f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker", status=413)
-    got = await receive(file_part, target.parent, limit, too_large)
+    cap = min(limit, max(quota - used, 0)) if quota else limit
+    got = await receive(file_part, target.parent, cap, too_large)
     try:
         digest, size = got.sha256, got.size
         if meta.get("sha256") and meta["sha256"] != digest:

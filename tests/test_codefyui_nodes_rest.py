@@ -462,6 +462,13 @@ class ChatServer:
 KEY = "sk-test-0123456789abcdef"
 
 
+@pytest.fixture(autouse=True)
+def loopback_targets_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chat servers here are on loopback, which LLMChat may call only where this machine's
+    operator allows it (tests/test_netguard.py shows the refusal)."""
+    monkeypatch.setenv("CODEFYUI_NODE_NET_ALLOW_LOCAL", "*")
+
+
 @pytest.fixture
 def chat_server() -> Iterator[ChatServer]:
     with ChatServer() as server:

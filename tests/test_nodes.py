@@ -478,11 +478,13 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def hook_server():
+def hook_server(monkeypatch: pytest.MonkeyPatch):
     _Hook.seen = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    # A loopback target is this machine's own service: allowed here by its port (tests/test_netguard.py).
+    monkeypatch.setenv("CODEFYUI_NODE_NET_ALLOW_LOCAL", str(server.server_address[1]))
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

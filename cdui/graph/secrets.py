@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cdui.nodes.registry import Registry
@@ -45,6 +45,11 @@ from cdui.nodes.registry import Registry
 Path_ = list[Any]
 MIN_SECRET_LEN = 4
 MASK = "***"
+# This machine's own API keys that nodes read from the run's environment (LLMChat): not the graph's
+# secrets, but masked as they are wherever a run writes (events, errors, logs).
+OPENAI_ENV = ("CODEFYUI_OPENAI_API_KEY", "OPENAI_API_KEY")
+ANTHROPIC_ENV = ("CODEFYUI_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+ENV_SECRETS = OPENAI_ENV + ANTHROPIC_ENV
 PRESET_PREFIX = "preset:"
 # An override for an inner node this code cannot see (unknown preset) is
 # scrubbed by name: better a blank param than a stored key.
@@ -188,6 +193,15 @@ def describe_path(graph: Any, path: Path_) -> str:
         else:
             out.append(str(key))
     return ".".join(out) if out else "(a preset installed in data/presets)"
+
+
+def environment_secrets(env: Mapping[str, str]) -> list[tuple[Path_, Any]]:
+    """The environment's API keys (:data:`ENV_SECRETS`) as masked-only secrets (no path in the graph).
+
+    One shorter than :data:`MIN_SECRET_LEN` cannot be masked without blanking ordinary words and is
+    left out (no provider issues such a key)."""
+    values = {env.get(name, "").strip() for name in ENV_SECRETS}
+    return [([], v) for v in sorted(values) if len(v) >= MIN_SECRET_LEN]
 
 
 def short_secrets(secrets: list[tuple[Path_, Any]]) -> list[Path_]:

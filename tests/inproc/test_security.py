@@ -27,7 +27,9 @@ EXTRA_HOST = "gpu-gw.lan:8000"
 LIMIT = 1000
 
 
-SETTINGS = {"CODEFYUI_EXTRA_ALLOWED_HOSTS": EXTRA_HOST, "CODEFYUI_MAX_UPLOAD_SIZE": str(LIMIT)}
+# The webhook receivers here are on loopback, which a graph's Webhook may call only where allowed.
+SETTINGS = {"CODEFYUI_EXTRA_ALLOWED_HOSTS": EXTRA_HOST, "CODEFYUI_MAX_UPLOAD_SIZE": str(LIMIT),
+            "CODEFYUI_NODE_NET_ALLOW_LOCAL": "*"}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,13 @@ The API key is a ``secret`` param: the run gets it from the run's secrets
 ``CODEFYUI_OPENAI_API_KEY`` / ``OPENAI_API_KEY`` (``..._ANTHROPIC_...`` for
 Claude) in the run's environment, as CodefyUI reads them. It is sent only in
 the request header, never in an error, a log line or an output, and redirects
-are not followed (they would carry the header to another host).
+are not followed (they would carry the header to another host). A key from the
+environment is the machine's, not the graph's: it goes only over https to the
+provider's own host, or to a host the operator lists in
+``CODEFYUI_LLM_KEY_HOSTS``; and, as every secret, the run masks it in events
+and errors. Loopback and link-local targets other than the allowed ports
+(``CODEFYUI_NODE_NET_ALLOW_LOCAL``, Ollama's 11434 by default) are refused
+(:mod:`._netguard`).
 
 The answer is read whole (``stream: false``); CodefyUI streams it, and the
 final text is the same. Standard library only (urllib); an image input is
@@ -28,7 +34,9 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from cdui.graph.secrets import ANTHROPIC_ENV, OPENAI_ENV
 from cdui.nodes.base import IMAGE, LIST, STRING, Param, Port
+from cdui.nodes.builtin import _netguard
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, float_param, int_param
 from cdui.nodes.builtin.notify import _redact  # the URL without credentials or query, as the webhook logs it
 
@@ -42,14 +50,6 @@ MAX_IMAGE_PIXELS = 25_000_000
 ANTHROPIC_VERSION = "2023-06-01"
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
 def _first(*values: Any) -> str:
     for v in values:
         if v is not None and str(v).strip():
@@ -57,14 +57,40 @@ def _first(*values: Any) -> str:
     return ""
 
 
+# Where each provider's key comes from: the graph's own secret param, then this machine's environment.
+_KEY_SOURCES = {"ChatGPT API": ("openai_api_key", OPENAI_ENV, "api.openai.com"),
+                "Claude API": ("anthropic_api_key", ANTHROPIC_ENV, "api.anthropic.com")}
+
+
+def key_and_source(provider: str, params: dict[str, Any]) -> tuple[str, str | None]:
+    """The key, and the environment variable it came from (None: the graph's own param, or no key)."""
+    if provider not in _KEY_SOURCES:
+        return "", None
+    param, env_names, _host = _KEY_SOURCES[provider]
+    own = _first(params.get(param))
+    if own:
+        return own, None
+    for name in env_names:
+        value = _first(os.environ.get(name))
+        if value:
+            return value, name
+    return "", None
+
+
 def api_key(provider: str, params: dict[str, Any]) -> str:
-    if provider == "ChatGPT API":
-        return _first(params.get("openai_api_key"), os.environ.get("CODEFYUI_OPENAI_API_KEY"),
-                      os.environ.get("OPENAI_API_KEY"))
-    if provider == "Claude API":
-        return _first(params.get("anthropic_api_key"), os.environ.get("CODEFYUI_ANTHROPIC_API_KEY"),
-                      os.environ.get("ANTHROPIC_API_KEY"))
-    return ""
+    return key_and_source(provider, params)[0]
+
+
+def _check_env_key(provider: str, url: str, source: str | None) -> None:
+    """Refuse to send this machine's environment key anywhere but the provider (or an allowed host)."""
+    if source is None:
+        return
+    host = _KEY_SOURCES[provider][2]
+    if not _netguard.env_key_allowed(url, host):
+        raise ValueError(f"LLMChat: the graph gives no {_KEY_SOURCES[provider][0]}, and this machine's {source} "
+                         f"is sent only to https://{host}, not to {_redact(url)!r}; give the key for that server "
+                         f"in the node's {_KEY_SOURCES[provider][0]} (a secret), or have the operator of this "
+                         f"machine add its host to {_netguard.KEY_HOSTS}")
 
 
 def _image_png(value: Any) -> str:
@@ -133,7 +159,7 @@ def build_request(provider: str, inputs: dict[str, Any], params: dict[str, Any])
         raise ValueError("LLMChat needs a prompt, a text input, an image input or an array input")
     system = str(params.get("system_prompt") or "").strip()
     max_tokens, temperature = int_param(params, "max_tokens", 1024), float_param(params, "temperature", 0.7)
-    key = api_key(provider, params)
+    key, source = key_and_source(provider, params)
     headers = {"Content-Type": "application/json", "User-Agent": "cdui-llmchat"}
     if provider == "Claude API":
         if not key:
@@ -168,6 +194,7 @@ def build_request(provider: str, inputs: dict[str, Any], params: dict[str, Any])
     split = urlsplit(url)
     if split.scheme not in ("http", "https") or not split.netloc:
         raise ValueError(f"LLMChat: the base URL must be an http(s) URL, got {_redact(url)!r}")
+    _check_env_key(provider, url, source)
     return url, headers, body
 
 
@@ -216,10 +243,11 @@ class LLMChatNode(DeclaredNode):
         provider = str(params.get("provider") or "ChatGPT API")
         url, headers, body = build_request(provider, inputs, params)
         ctx.check_stop()
+        _netguard.check_url("LLMChat", url)
         request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
         where = _redact(url)
         try:
-            with _OPENER.open(request, timeout=float_param(params, "timeout", 120.0)) as resp:
+            with _netguard.opener("LLMChat").open(request, timeout=float_param(params, "timeout", 120.0)) as resp:
                 raw = resp.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             detail = exc.read(2048).decode("utf-8", "replace") if exc.fp else ""

@@ -4,7 +4,10 @@ The key is a ``secret`` param: the UI masks it, saved graphs drop it, and this
 node sends it only in the request header (``Authorization: Bearer <key>`` by
 default, or any header and scheme, e.g. ``X-API-Key`` with no scheme). The key
 never appears in logs, errors, outputs or the payload, and redirects are not
-followed (they would carry the header to another host).
+followed (they would carry the header to another host). A target on this
+machine's own loopback or link-local addresses is refused unless its port is
+allowed (``CODEFYUI_NODE_NET_ALLOW_LOCAL``, see :mod:`._netguard`), whatever
+``fail_on_error`` says: a refusal is the machine's rule, not a network failure.
 
 The body is JSON: ``{"run_id", "node_id", "message", "value"}``, where
 ``value`` is a JSON-safe summary of the input (tensors as shape/dtype, plus
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from cdui.nodes.base import ANY, SCALAR, STRING, Node, Param, Port
+from cdui.nodes.builtin import _netguard
 from cdui.nodes.builtin._util import as_bool, summarize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,17 +43,6 @@ def build_request(url: str, payload: dict[str, Any], api_key: str, header: str, 
         name = header.strip() or "Authorization"
         headers[name] = f"{scheme.strip()} {api_key}" if scheme.strip() else api_key
     return urllib.request.Request(url, data=body, headers=headers, method=method)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Report a redirect as its 3xx status instead of following it: urllib
-    would resend the key header to wherever the redirect points."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class WebhookNode(Node):
@@ -96,15 +89,18 @@ class WebhookNode(Node):
                                 str(params.get("auth_scheme") or ""),
                                 str(params.get("method") or "POST").upper())
         safe_url = _redact(url)
+        _netguard.check_url("Webhook", url)
         status, body, problem = 0, "", None
         try:
-            with _OPENER.open(request, timeout=float(params.get("timeout") or 10.0)) as resp:
+            with _netguard.opener("Webhook").open(request, timeout=float(params.get("timeout") or 10.0)) as resp:
                 status = int(resp.status)
                 body = resp.read(MAX_RESPONSE_BYTES).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             status = int(exc.code)
             body = exc.read(MAX_RESPONSE_BYTES).decode("utf-8", "replace") if exc.fp else ""
             problem = f"{safe_url} answered HTTP {status}"
+        except _netguard.TargetRefused:
+            raise
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             problem = f"could not reach {safe_url}: {type(reason).__name__}: {reason}"
