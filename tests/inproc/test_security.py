@@ -131,8 +131,7 @@ def test_host_allowlist(server: ServerProc, host: str, ok: bool) -> None:
 
 
 # -- paths --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "data/files/../../../etc/passwd",
-                                  "data/../../etc/passwd"])
+@pytest.mark.parametrize("path", ["../../etc/passwd", "data/files/../../../etc/passwd", "data/../../etc/passwd"])
 @pytest.mark.e2e  # a real run subprocess on a real server
 @IN_A_PROCESS
 def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
@@ -149,6 +148,18 @@ def test_node_path_traversal_refused(server: ServerProc, path: str) -> None:
     assert not any(e["kind"] == "node_status" and e["data"]["status"] == "done" and e["data"]["node_id"] == "csv"
                    for e in evs)
     assert "root:" not in json.dumps(evs)
+
+
+@IN_A_PROCESS
+def test_an_absolute_node_path_outside_the_read_roots_is_refused_at_submit(server: ServerProc) -> None:
+    """An absolute path is read only under CODEFYUI_READ_ROOTS (none by default), and a local run's
+    machine is known at submit, so the refusal comes before anything is stored or run."""
+    before = server.api("GET", "/api/runs")[1]
+    st, body = server.api("POST", "/api/runs", {"graph": csv_print_graph("/etc/passwd")})
+    assert st == 400, body
+    assert error_of(body)["code"] == "path_not_readable"
+    assert "'/etc/passwd'" in error_of(body)["message"] and "CODEFYUI_READ_ROOTS" in error_of(body)["hint"]
+    assert server.api("GET", "/api/runs")[1] == before
 
 
 @pytest.mark.e2e  # a real run subprocess on a real server
