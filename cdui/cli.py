@@ -192,11 +192,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
     except CduiError as err:
-        if err.details:
+        # A validation refusal lists every error under its line; every other refusal is the one line main() prints.
+        items = err.details if isinstance(err.details, list) else []
+        if err.code == "invalid_graph" and items and all(isinstance(e, dict) for e in items):
             print(f"cdui: error: {err.message}", file=sys.stderr)
-            for e in err.details:
+            for e in items:
                 where = f"node {e['node_id']}: " if e.get("node_id") else ""
-                print(f"  - {where}{e['message']}" + (f" ({e['hint']})" if e.get("hint") else ""), file=sys.stderr)
+                print(f"  - {where}{e.get('message')}" + (f" ({e['hint']})" if e.get("hint") else ""),
+                      file=sys.stderr)
             return 1
         raise
     if not args.wait:
