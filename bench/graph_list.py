@@ -26,7 +26,7 @@ def big_graph(mb: float) -> dict:
         return {"id": nid, "type": ntype, "position": {"x": 0, "y": 0}, "data": {"params": params}}
     nodes = [node("start", "Start"), node("in", "GraphInput", name="x", type="json"), node("out", "GraphOutput",
                                                                                            name="y")]
-    nodes += [node(f"pad{i}", "Print", label="x" * 200) for i in range(int(mb * 1e6 / 330))]
+    nodes += [node(f"pad{i}", "Print", label="x" * 200) for i in range(int(mb * 1e6 / 300))]
     return {"format_version": 1, "name": "big", "nodes": nodes, "edges": [
         {"id": "t", "source": "start", "sourceHandle": "trigger", "target": "in", "type": "trigger"},
         {"id": "d", "source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}
@@ -69,11 +69,12 @@ def main() -> int:
         say(f"saving {count} graphs of {len(raw) / 1e6:.1f} MB through PUT")
         for i in range(count):
             srv.call("PUT", f"/api/graphs/saved{i:02}", json.loads(raw))
-        lat, took, answer = health_during(srv, lambda: srv.call("GET", "/api/graphs"))
+        # Ten listings back to back: one alone is over before many health probes are taken.
+        lat, took, answer = health_during(srv, lambda: [srv.call("GET", "/api/graphs") for _ in range(10)][-1])
         assert all(g["callable"] for g in answer["graphs"]), answer
         figs += [Figure(B, f"/api/health p95 during GET /api/graphs ({count} saved graphs)", pct(lat, 95), "ms", 100,
                         note=f"{len(lat)} probes, {len(raw) / 1e6:.1f} MB each"),
-                 Figure(B, f"GET /api/graphs of {count} saved graphs", took * 1000, "ms")]
+                 Figure(B, f"GET /api/graphs of {count} saved graphs", took * 100, "ms", note="mean of 10")]
         say(f"dropping {count} more graphs into data/graphs by hand (no index entries)")
         for i in range(count):
             (srv.data_dir / "graphs" / f"legacy{i:02}.json").write_text(raw)

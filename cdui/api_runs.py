@@ -38,11 +38,13 @@ async def submit(request: web.Request) -> web.Response:
     return web.json_response(run, status=201)
 
 
+# sqlite's integers are 64-bit: a larger ?limit= or ?after= would fail inside the query.
+MAX_INT64 = 2 ** 63 - 1
+
+
 async def list_runs(request: web.Request) -> web.Response:
-    try:
-        limit = int(request.query.get("limit", "200"))
-    except ValueError:
-        raise CduiError("bad_query", f"limit={request.query.get('limit')!r} is not a number") from None
+    # Not below 0: sqlite reads LIMIT -1 as "no limit".
+    limit = _int_query(request, "limit", 200, 0, MAX_INT64, "e.g. ?limit=200 for the newest 200 runs")
     return web.json_response(await _runs(request).list(request.query.get("status"), limit))
 
 
@@ -69,7 +71,7 @@ def _int_query(request: web.Request, name: str, default: int, low: int, high: in
 
 
 def _after(request: web.Request) -> int:
-    return _int_query(request, "after", 0, 0, None, "give the last seq you have, e.g. ?after=42")
+    return _int_query(request, "after", 0, 0, MAX_INT64, "give the last seq you have, e.g. ?after=42")
 
 
 async def events(request: web.Request) -> web.Response:
