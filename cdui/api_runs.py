@@ -48,6 +48,11 @@ async def list_runs(request: web.Request) -> web.Response:
     return web.json_response(await _runs(request).list(request.query.get("status"), limit))
 
 
+async def count_runs(request: web.Request) -> web.Response:
+    counts = await _runs(request).store.count_runs()
+    return web.json_response({"counts": counts, "total": sum(counts.values())})
+
+
 async def get_run(request: web.Request) -> web.Response:
     return web.json_response(await _runs(request).get(request.match_info["run_id"]))
 
@@ -290,6 +295,7 @@ def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/api/runs", submit)
     r.add_get("/api/runs", list_runs)
+    r.add_get("/api/runs/counts", count_runs)  # before {run_id}, which would match it
     r.add_get("/api/runs/{run_id}", get_run)
     r.add_get("/api/runs/{run_id}/events", events)
     r.add_get("/ws/runs/{run_id}", stream)

@@ -145,10 +145,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         h = _health(info["url"])
         line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
         try:
-            runs = Client.for_user_data(cfg.user_data).call("GET", "/api/runs?limit=1000")
-            counts: dict[str, int] = {}
-            for r in runs:
-                counts[r["status"]] = counts.get(r["status"], 0) + 1
+            # Every run counted by the server, not the newest page of them.
+            counts: dict[str, int] = Client.for_user_data(cfg.user_data).call("GET", "/api/runs/counts")["counts"]
             line += "; runs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")
         except CduiError:
             pass

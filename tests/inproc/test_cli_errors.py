@@ -145,3 +145,27 @@ async def test_answers_in_shapes_no_cdui_server_sends(env: dict[str, Path], tmp_
             assert (rc, out, one_line(err)) == (1, "", line)
     finally:
         await proxy.close()
+
+
+async def test_status_counts_every_run(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """`cdui status` counts every run the server has, not the newest 1,000 of them."""
+    import os
+    import time
+    from dataclasses import replace
+
+    from cdui.appkeys import STORE
+    from cdui.store import Run
+    async with Plane(**env) as cp:
+        store = cp.app[STORE]
+        base = Run(id="", name="r", status="succeeded", target="local", options={"target": "local"},
+                   graph={"nodes": []}, created_at=time.time())
+        await asyncio.gather(*(store.create_run(replace(base, id=f"old{i:04}")) for i in range(1200)))
+        await asyncio.gather(*(store.create_run(replace(base, id=f"q{i}", status="failed")) for i in range(5)))
+        # What `cdui start` records for the command line: its URL and pid (this process stands in for it).
+        (env["user_data"] / "server.json").write_text(json.dumps({"url": cp.url, "pid": os.getpid()}))
+        (env["user_data"] / "cdui.pid").write_text(str(os.getpid()))
+        rc, out, err = await cdui(capsys, "status", "--once")
+        assert (rc, err) == (0, ""), err
+        assert out.rstrip("\n").endswith("; runs: 5 failed, 1200 succeeded"), out
+        assert await cp.call("GET", "/api/runs/counts") == {"counts": {"failed": 5, "succeeded": 1200},
+                                                           "total": 1205}
