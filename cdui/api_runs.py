@@ -285,8 +285,9 @@ async def validate(request: web.Request) -> web.Response:
     body = await _read_graph_body(request)
     graph = body.get("graph") if isinstance(body, dict) and "graph" in body else body
     service = _runs(request)
-    plan, errors = await asyncio.to_thread(validate_graph, graph, service.registry, service.preset_library(),
-                                           service.config["CODEFYUI_GRAPH_MAX_NODES"])
+    # The preset files are read in the thread too: the data folder's presets may be many and large.
+    plan, errors = await asyncio.to_thread(lambda: validate_graph(graph, service.registry, service.preset_library(),
+                                                                  service.config["CODEFYUI_GRAPH_MAX_NODES"]))
     return web.json_response({"valid": not errors, "errors": errors,
                               "nodes": [p.id for p in plan.order] if plan else []})
 

@@ -312,7 +312,7 @@ class RunService:
                             hint='give "record_outputs": true to keep the run\'s outputs, or leave it out')
         device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
         await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
-        library = self.preset_library()
+        library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
         here = self.layout if target == "local" else None
