@@ -185,7 +185,12 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             unknown.add(nid)
             errors.append(unknown_type_error(n.origin, n.type))
             continue
+        before = len(errors)
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
+        if len(errors) == before:  # a param already refused for its type is not refused again for its value
+            for name, message in cls.check_params(plan_nodes[nid].params):
+                errors.append(err(n.origin, "bad_param", message, param=name,
+                                  value=plan_nodes[nid].params.get(name)))
         if layout is not None:
             for code, message in cls.preflight(plan_nodes[nid].params, layout):
                 errors.append(err(n.origin, code, f"{n.type} {n.origin!r}: {message}"))

@@ -38,6 +38,12 @@ SUBMITS: list[tuple[dict[str, Any], dict[str, Any], int, str, str]] = [
     (with_node("KNN", n_neighbors="1e999"), {}, 400, "invalid_graph", "n_neighbors='1e999' is not a valid int"),
     (with_params(value="nan"), {}, 400, "invalid_graph", "value='nan' is not a valid float"),
     (with_params(value="-inf"), {}, 400, "invalid_graph", "value='-inf' is not a valid float"),
+    (with_params(shape="-1,3"), {}, 400, "invalid_graph", "shape='-1,3' has a dim below 1"),
+    (with_params(shape="nan"), {}, 400, "invalid_graph", "shape='nan' is not comma-separated integers"),
+    (with_params(shape="100000,100000,1000"), {}, 400, "invalid_graph",
+     "shape='100000,100000,1000' asks for 10,000,000,000,000 elements, more than 2,147,483,648"),
+    (with_node("TensorInput", shape="1,1,1,1,1,1,1,1,1"), {}, 400, "invalid_graph",
+     "shape='1,1,1,1,1,1,1,1,1' has 9 dims, more than 8"),
     (graph(), {"device": "cuda:-1"}, 400, "bad_device", "device 'cuda:-1' is not valid"),
     (graph(), {"device": "cpu:x"}, 400, "bad_device", "device 'cpu:x' is not valid"),
     (graph(), {"device": "cuda:01"}, 400, "bad_device", "device 'cuda:01' is not valid"),
@@ -66,7 +72,7 @@ async def test_bad_submits_are_400_naming_the_field(dirs: dict[str, Path]) -> No
             got, body = await cp.api("POST", "/api/runs", {"graph": g, "options": options})
             assert (got, body["error"]["code"]) == (status, code), (g["nodes"][-1], options, body)
             assert _says(body, text), (text, body)
-        for g, _, _, _, text in SUBMITS[:8]:  # the graph checks answer validate the same
+        for g, _, _, _, text in SUBMITS[:12]:  # the graph checks answer validate the same
             got, body = await cp.api("POST", "/api/graphs/validate", {"graph": g})
             assert got == 200 and body["valid"] is False and any(text in e["message"] for e in body["errors"]), body
         assert (await cp.call("GET", "/api/runs")) == []  # nothing was stored
