@@ -158,6 +158,8 @@ class GraphIndex:
         self.budget_s = budget_s
         self._task: asyncio.Task[None] | None = None
         self._batch: set[str] = set()
+        # Every helper task not yet done (a new batch waits for the one before it): close() ends them all.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- scanning (in a thread: stats and small entry files only) --
     def _scan(self, names: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -236,6 +238,8 @@ class GraphIndex:
             previous = None
         self._batch = set(names)
         self._task = asyncio.create_task(self._run_helper(list(names), previous))
+        self._tasks.add(self._task)
+        self._task.add_done_callback(self._tasks.discard)
         return self._task
 
     async def _run_helper(self, names: list[str], after: asyncio.Task[None] | None) -> None:
@@ -264,10 +268,12 @@ class GraphIndex:
                         err.decode(errors="replace").strip()[-500:])
 
     async def close(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(BaseException):
-                await self._task
+                await task
 
 
 if __name__ == "__main__":

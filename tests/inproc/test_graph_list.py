@@ -108,3 +108,24 @@ async def test_a_listing_waits_for_the_index_at_most_its_budget(dirs: dict[str, 
         assert await cp.call("GET", "/api/graphs/older") == triple()
         await cp.call("DELETE", "/api/graphs/older")
         assert not (folder / ".index" / "older.json").exists()
+
+
+def _helpers_of(folder: Path) -> list[int]:
+    """Index helper processes working on ``folder``'s graphs."""
+    from procs import cmdlines
+    return [pid for pid, cmd in cmdlines() if b"cdui.graph_index" in cmd and str(folder).encode() in cmd]
+
+
+async def test_a_stopping_server_stops_its_index_helper(dirs: dict[str, Path]) -> None:
+    """The helper still indexing when the server stops is stopped with it: no process is left behind."""
+    folder = dirs["data_dir"] / "graphs"
+    folder.mkdir(parents=True)
+    raw = large_graph(1)
+    for i in range(20):
+        (folder / f"big{i:02}.json").write_bytes(raw)
+    async with Plane(**dirs) as cp:
+        cp.app[GRAPH_INDEX].budget_s = 0
+        listed = (await cp.call("GET", "/api/graphs"))["graphs"]
+        assert len(listed) == 20
+        await _wait_for(lambda: _helpers_of(folder), "the helper started")
+    assert _helpers_of(folder) == []
