@@ -73,6 +73,10 @@ async def test_run_refusals_of_the_control_plane(env: dict[str, Path], tmp_path:
             (["run", g, "--device", "cuda:-1", *c], "bad_device",
              "cdui: error: device 'cuda:-1' is not valid (use cpu, cuda, cuda:N or auto)"),
             (["run", g, "--device", "cpu", "--devices", "2", *c], "device_set_too_large", None),
+            (["run", g, "--device", "cuda:0", "--devices", "2", *c], "bad_devices",
+             "cdui: error: a set of 2 devices cannot be on the one device 'cuda:0' (name the kind (\"device\": "
+             "\"cuda\" or \"cpu\") and the count (\"devices\": N))"),
+            (["run", g, "--memory-mb", "0", *c], "bad_memory_mb", None),
             (["workers", "drain", "nosuch", *c], "not_found", None),
         ]
         for argv, code, line in cases:
@@ -93,6 +97,8 @@ def cli_options(argv: list[str]) -> dict[str, Any]:
         options["device"] = args.device
     if args.devices is not None:
         options["devices"] = args.devices
+    if args.memory_mb is not None:
+        options["memory_mb"] = args.memory_mb
     return options
 
 
