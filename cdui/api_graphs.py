@@ -2,7 +2,8 @@
 
 - ``PUT /api/graphs/{name}`` saves a graph (the body is the graph, or
   ``{"graph": ...}``) as ``data/graphs/<name>.json``; ``GET /api/graphs`` lists
-  them with their contracts; ``GET`` / ``DELETE /api/graphs/{name}``.
+  them with their contracts from the index (cdui.graph_index), never parsing a
+  graph on the event loop; ``GET`` / ``DELETE /api/graphs/{name}``.
 - ``POST /api/graph/run/{name}`` ``{inputs, timeout_s, device, target,
   record_outputs}`` submits the graph as an ordinary run (so it is queued,
   placed on ``target`` — a worker name runs it there — logged and kept like
@@ -25,15 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from cdui import __version__
-from cdui.appkeys import RUNS
+from cdui import __version__, graph_index
+from cdui.appkeys import GRAPH_INDEX, RUNS
 from cdui.atomic import atomic_write
 from cdui.errors import CduiError, NotFound
 from cdui.graph.contract import contract_of, fill_inputs
@@ -42,12 +43,10 @@ from cdui.httpjson import read_json
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.store import TERMINAL
 
-GRAPH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+GRAPH_NAME = graph_index.GRAPH_NAME
 # Names that read as route words, never graph names.
 RESERVED = {"validate", "run"}
 DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 300.0, 7 * 86400.0
-# Saved graphs listed at most (the list reads each file's contract).
-MAX_LISTED = 1000
 
 
 def _folder(request: web.Request) -> Path:
@@ -81,13 +80,20 @@ def _load(request: web.Request, name: str) -> dict[str, Any]:
     return graph
 
 
-def _describe(name: str, path: Path, graph: Any) -> dict[str, Any]:
+# An index entry written by _save describes a graph whose secrets were blanked before it was written.
+SECRETS_BLANKED = "secrets_blanked"
+
+
+def _save(path: Path, graph: dict[str, Any]) -> dict[str, Any]:
+    """Write the graph (its secrets already blanked) and its index entry (in a thread); its listing entry."""
+    atomic_write(path, json.dumps(graph))
     st = path.stat()
-    out: dict[str, Any] = {"name": name, "size": st.st_size, "modified_at": st.st_mtime}
-    try:
-        out["contract"], out["callable"] = contract_of(graph).to_json(), True
-    except CduiError as exc:
-        out["contract"], out["callable"], out["not_callable_because"] = None, False, exc.message
+    meta = {**graph_index.describe(graph), SECRETS_BLANKED: True}
+    graph_index.write_entry(path.parent, path.stem, st, meta)
+    out = {"name": path.stem, "size": st.st_size, "modified_at": st.st_mtime,
+           **{k: meta[k] for k in ("callable", "contract", "nodes", "title")}}
+    if meta.get("not_callable_because"):
+        out["not_callable_because"] = meta["not_callable_because"]
     return out
 
 
@@ -105,33 +111,40 @@ async def put_graph(request: web.Request) -> web.Response:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     created = not path.exists()
-    await asyncio.to_thread(atomic_write, path, json.dumps(stored))
-    out = _describe(name, path, stored)
+    # Two saves of one name at once: the index entry carries the stat of the file it was made from,
+    # so an entry that lost the race describes no file and the graph is indexed again.
+    out = await asyncio.to_thread(_save, path, stored)
     out["secrets_removed"] = sorted({describe_path(graph, p) for p, _v in removed if p})
     return web.json_response(out, status=201 if created else 200)
 
 
 async def list_graphs(request: web.Request) -> web.Response:
-    folder = _folder(request)
-    out = []
-    for path in sorted(folder.glob("*.json"))[:MAX_LISTED] if folder.is_dir() else []:
-        name = path.stem
-        if not GRAPH_NAME.match(name):
-            continue
-        try:
-            graph = _load(request, name)
-        except CduiError as exc:
-            out.append({"name": name, "callable": False, "not_callable_because": exc.message})
-            continue
-        out.append(_describe(name, path, graph))
-    return web.json_response({"graphs": out})
+    return web.json_response({"graphs": await request.app[GRAPH_INDEX].listing()})
 
 
 async def get_graph(request: web.Request) -> web.Response:
-    service = request.app[RUNS]
-    graph = _load(request, _name(request))
-    stored, _removed = await asyncio.to_thread(split_secrets, graph, service.registry, service.preset_library())
-    return web.json_response(stored)
+    # The saved bytes as they are: parsing and re-encoding a graph of megabytes would hold the event loop.
+    name = _name(request)
+    index = request.app[GRAPH_INDEX]
+    got = await index.read(name)
+    if got is None:
+        raise NotFound("graph", name, hint="save it with PUT /api/graphs/{name}; list them with GET /api/graphs")
+    entry, data = got
+    if not entry.get("valid"):
+        raise CduiError("bad_graph", entry.get("not_callable_because") or f"saved graph {name!r} cannot be read",
+                        status=500, hint="save it again with PUT /api/graphs/{name}")
+    if not entry.get(SECRETS_BLANKED):
+        # Saved by an older version or by hand: it may hold a key. Blank it once and write it back, so
+        # the key leaves the disk too and later reads serve the bytes as they are.
+        service = request.app[RUNS]
+        library = service.preset_library()
+
+        def blank() -> bytes:
+            stored, _removed = split_secrets(json.loads(data), service.registry, library)
+            _save(_folder(request) / f"{name}.json", stored)
+            return json.dumps(stored).encode()
+        data = await asyncio.to_thread(blank)
+    return web.Response(body=data, content_type="application/json")
 
 
 def _with_secrets(graph: dict[str, Any], given: Any, registry: Any) -> dict[str, Any]:
@@ -178,6 +191,7 @@ async def delete_graph(request: web.Request) -> web.Response:
     if not path.exists():
         raise NotFound("graph", name, hint="list them with GET /api/graphs")
     path.unlink()
+    graph_index.remove_entry(path.parent, name)
     return web.json_response({"deleted": name})
 
 
@@ -266,7 +280,16 @@ async def run_graph(request: web.Request) -> web.Response:
     return web.json_response(envelope)
 
 
+async def _index_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[GRAPH_INDEX].close()  # a helper still indexing is stopped with the server
+
+
 def setup(app: web.Application) -> None:
+    service = app[RUNS]
+    app[GRAPH_INDEX] = graph_index.GraphIndex(Path(service.layout.folder("graphs")),
+                                              service.config["CODEFYUI_MAX_GRAPH_BYTES"])
+    app.cleanup_ctx.append(_index_ctx)
     r = app.router
     r.add_get("/api/graphs", list_graphs)
     r.add_put("/api/graphs/{name}", put_graph)

@@ -38,12 +38,19 @@ async def submit(request: web.Request) -> web.Response:
     return web.json_response(run, status=201)
 
 
+# sqlite's integers are 64-bit: a larger ?limit= or ?after= would fail inside the query.
+MAX_INT64 = 2 ** 63 - 1
+
+
 async def list_runs(request: web.Request) -> web.Response:
-    try:
-        limit = int(request.query.get("limit", "200"))
-    except ValueError:
-        raise CduiError("bad_query", f"limit={request.query.get('limit')!r} is not a number") from None
+    # Not below 0: sqlite reads LIMIT -1 as "no limit".
+    limit = _int_query(request, "limit", 200, 0, MAX_INT64, "e.g. ?limit=200 for the newest 200 runs")
     return web.json_response(await _runs(request).list(request.query.get("status"), limit))
+
+
+async def count_runs(request: web.Request) -> web.Response:
+    counts = await _runs(request).store.count_runs()
+    return web.json_response({"counts": counts, "total": sum(counts.values())})
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -69,7 +76,7 @@ def _int_query(request: web.Request, name: str, default: int, low: int, high: in
 
 
 def _after(request: web.Request) -> int:
-    return _int_query(request, "after", 0, 0, None, "give the last seq you have, e.g. ?after=42")
+    return _int_query(request, "after", 0, 0, MAX_INT64, "give the last seq you have, e.g. ?after=42")
 
 
 async def events(request: web.Request) -> web.Response:
@@ -307,6 +314,7 @@ def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/api/runs", submit)
     r.add_get("/api/runs", list_runs)
+    r.add_get("/api/runs/counts", count_runs)  # before {run_id}, which would match it
     r.add_get("/api/runs/{run_id}", get_run)
     r.add_get("/api/runs/{run_id}/events", events)
     r.add_get("/ws/runs/{run_id}", stream)

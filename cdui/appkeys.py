@@ -16,6 +16,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from cdui.clock import Clock
     from cdui.config import Config
+    from cdui.graph_index import GraphIndex
     from cdui.runs import RunService
     from cdui.s3_plane import S3Backend
     from cdui.server import HostCheck
@@ -38,3 +39,5 @@ WORKER_AUTH: web.AppKey[WorkerAuth] = web.AppKey("worker_auth")
 TUNNEL_LISTENER: web.AppKey[bool] = web.AppKey("tunnel_listener")
 # The S3 bucket backend; present only when it is on (CODEFYUI_S3_ENABLED=1, a bucket, boto3).
 S3_BACKEND: web.AppKey[S3Backend] = web.AppKey("s3_backend")
+# The saved graphs' index (GET /api/graphs lists from it; its helper process is stopped at cleanup).
+GRAPH_INDEX: web.AppKey[GraphIndex] = web.AppKey("graph_index")

@@ -65,10 +65,17 @@ def hidden_types(env: Mapping[str, str] | None = None) -> set[str]:
 
 
 # -- what a machine has ------------------------------------------------------------
+# What a node's description says about this machine's packages, not about the node: left out of the
+# catalog's hash, so two machines with the same nodes and other extras installed have the same hash.
+MACHINE_FIELDS = ("available", "install")
+
+
 def node_catalog(registry: Any) -> dict[str, Any]:
-    """``{"types": [...], "hash": "sha256:..."}`` of a loaded registry."""
+    """``{"types": [...], "hash": "sha256:..."}`` of a loaded registry; the hash covers the nodes'
+    definitions (ports, params, declared needs), not whether this machine has their packages."""
     described = registry.catalog()
-    text = json.dumps(described, sort_keys=True, default=str)
+    definitions = [{k: v for k, v in d.items() if k not in MACHINE_FIELDS} for d in described]
+    text = json.dumps(definitions, sort_keys=True, default=str)
     return {"types": [d["type"] for d in described], "hash": "sha256:" + hashlib.sha256(text.encode()).hexdigest()}
 
 
@@ -256,23 +263,34 @@ class CatalogState:
     types: frozenset[str] = field(default_factory=frozenset)
     error: str | None = None
 
+    # The same types, defined otherwise (a plugin or custom node of another version): said, not degraded.
+    differs: bool = False
+
     def to_api(self) -> dict[str, Any]:
         if not self.reported:
             return {"state": "not_reported", "degraded": False, "lacking": [], "extra": [],
                     "warning": "the worker reported no node catalog"
                                + (f": {self.error}" if self.error else "")
                                + "; `any` skips it and runs targeted at it are sent unchecked"}
+        warning = None
+        if self.differs and not self.degraded:
+            warning = ("the worker has the same node types, but some are defined otherwise (its node catalog's "
+                       "hash differs): a plugin or custom node of another version?")
         return {"state": "degraded" if self.degraded else "ok", "degraded": self.degraded,
-                "lacking": list(self.lacking), "extra": list(self.extra), "warning": None}
+                "lacking": list(self.lacking), "extra": list(self.extra), "warning": warning}
 
 
 def compare(own: Mapping[str, Any], worker: Mapping[str, Any] | None, error: str | None = None) -> CatalogState:
-    """The worker's catalog (None: not reported) against ``own``, the control plane's."""
+    """The worker's catalog (None: not reported) against ``own``, the control plane's.
+
+    Degraded means it lacks types or has extra ones, so a degraded worker can always say which; a hash
+    that differs with the same types is only a warning."""
     if worker is None:
         return CatalogState(False, error=error)
     mine, theirs = set(own["types"]), set(worker["types"])
-    return CatalogState(True, own["hash"] != worker["hash"], tuple(sorted(mine - theirs)),
-                        tuple(sorted(theirs - mine)), frozenset(theirs))
+    lacking, extra = tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine))
+    return CatalogState(True, bool(lacking or extra), lacking, extra, frozenset(theirs),
+                        differs=own["hash"] != worker["hash"])
 
 
 def card(state: CatalogState | None, fp: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -145,10 +145,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         h = _health(info["url"])
         line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
         try:
-            runs = Client.for_user_data(cfg.user_data).call("GET", "/api/runs?limit=1000")
-            counts: dict[str, int] = {}
-            for r in runs:
-                counts[r["status"]] = counts.get(r["status"], 0) + 1
+            # Every run counted by the server, not the newest page of them.
+            counts: dict[str, int] = Client.for_user_data(cfg.user_data).call("GET", "/api/runs/counts")["counts"]
             line += "; runs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")
         except CduiError:
             pass
@@ -192,11 +190,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
     except CduiError as err:
-        if err.details:
+        # A validation refusal lists every error under its line; every other refusal is the one line main() prints.
+        items = err.details if isinstance(err.details, list) else []
+        if err.code == "invalid_graph" and items and all(isinstance(e, dict) for e in items):
             print(f"cdui: error: {err.message}", file=sys.stderr)
-            for e in err.details:
+            for e in items:
                 where = f"node {e['node_id']}: " if e.get("node_id") else ""
-                print(f"  - {where}{e['message']}" + (f" ({e['hint']})" if e.get("hint") else ""), file=sys.stderr)
+                print(f"  - {where}{e.get('message')}" + (f" ({e['hint']})" if e.get("hint") else ""),
+                      file=sys.stderr)
             return 1
         raise
     if not args.wait:

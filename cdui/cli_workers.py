@@ -65,10 +65,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no workers enrolled; add one with `cdui workers token`")
     for w in res["workers"]:
         devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
-        flags = " [unencrypted HTTP]" if w.get("unencrypted") else ""
+        flags = (" [degraded]" if w.get("degraded") else "") + (" [unencrypted HTTP]" if w.get("unencrypted") else "")
         print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
               f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
+        for line in catalog_lines(w):
+            print(line)
         from cdui.oneshot_cli import list_lines
         for line in list_lines(w):
             print(line)
@@ -78,6 +80,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in res.get("rejected", []):
         print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
     return 0
+
+
+def catalog_lines(w: dict[str, Any]) -> list[str]:
+    """The lines that say a worker is degraded, and why (pure: a worker card of GET /api/workers)."""
+    c = w.get("catalog") or {}
+    out = []
+    if c.get("degraded") or w.get("degraded"):
+        why = [f"lacks {', '.join(c['lacking'])}"] if c.get("lacking") else []
+        why += [f"has extra {', '.join(c['extra'])}"] if c.get("extra") else []
+        out.append(f"  degraded: node catalog differs: {'; '.join(why) or 'no types named'}"
+                   + (" (`any` skips it; runs using those types are refused)" if c.get("lacking") else ""))
+    if c.get("warning"):
+        out.append(f"  catalog: {c['warning']}")
+    return out
 
 
 def cmd_action(args: argparse.Namespace) -> int:

@@ -79,7 +79,27 @@ class Client:
     def call(self, method: str, path: str, body: Any = None) -> Any:
         status, parsed = self.request(method, path, body)
         if status >= 400:
-            err = (parsed or {}).get("error", {}) if isinstance(parsed, dict) else {}
-            raise ApiError(err.get("code", "http_error"), err.get("message") or f"HTTP {status} from {path}",
-                           err.get("hint"), status=status, details=err.get("details"))
+            raise api_error(status, parsed, f"{method.upper()} {path}")
         return parsed
+
+
+def _one_line(text: Any, limit: int = 2000) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def api_error(status: int, parsed: Any, what: str) -> ApiError:
+    """An error answer as one error, whatever its shape: ours (``{"error": {code, message, hint, details}}``),
+    a bare ``{"error": "text"}`` or ``{"message": ...}``, a proxy's HTML page, or nothing at all. Its message and
+    hint are single lines, so the CLI prints one line however the server or a proxy wrote them."""
+    err = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(parsed, dict) and not isinstance(err, dict):
+        err = {"message": err if isinstance(err, str) else parsed.get("message")}
+    if not isinstance(err, dict):
+        err = {}
+    code = err["code"] if isinstance(err.get("code"), str) else "http_error"
+    message = _one_line(err["message"]) if isinstance(err.get("message"), str) and err["message"].strip() else ""
+    if not message:
+        page = f": {_one_line(parsed, 200)}" if isinstance(parsed, str) and parsed.strip() else ""
+        message = f"{what} answered HTTP {status}{page}"
+    hint = _one_line(err["hint"]) if isinstance(err.get("hint"), str) and err["hint"].strip() else None
+    return ApiError(code, message, hint, status=status, details=err.get("details"))

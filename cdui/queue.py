@@ -15,6 +15,7 @@ Pure functions only; :mod:`cdui.runs` calls them from its dispatch loop.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -89,6 +90,10 @@ def normalize_target(raw: Any) -> Any:
             return {"pool": POOL}
     raise CduiError("bad_target", f"target {raw!r} is not valid",
                     hint='use "local", "any", {"worker": NAME} or {"pool": "one-shot"}')
+
+
+# A device a run may ask for: a kind, or one CUDA card by its index (cuda:0 ... cuda:999).
+DEVICE_NAME = re.compile(r"^(auto|cpu|mps|cuda|cuda:(0|[1-9][0-9]{0,2}))$")
 
 
 def device_kind(device: str | None) -> str:

@@ -43,7 +43,16 @@ from cdui.nodes.registry import Registry
 from cdui.oneshot import OneShotBook
 from cdui.paths import sha256_file
 from cdui.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
-from cdui.queue import ExecutorView, Placement, candidates, device_kind, normalize_target, parse_caps, place
+from cdui.queue import (
+    DEVICE_NAME,
+    ExecutorView,
+    Placement,
+    candidates,
+    device_kind,
+    normalize_target,
+    parse_caps,
+    place,
+)
 from cdui.spare import SparePool
 from cdui.store import ACTIVE, TERMINAL, Run, Store
 from cdui.subscription import Subscription
@@ -334,11 +343,15 @@ class RunService:
             raise CduiError("bad_options", f"options must be an object, got {type(options).__name__}")
         target = normalize_target(options.get("target", "local"))
         device = options.get("device") or "auto"
-        if not isinstance(device, str) or device_kind(device) not in ("auto", "cpu", "cuda", "mps"):
+        # Only names a device can have: "cuda:-1" or "cpu:x" would wait in the queue for ever.
+        if not isinstance(device, str) or not DEVICE_NAME.match(device):
             raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
+        if not isinstance(options.get("record_outputs", False), bool):
+            raise CduiError("bad_options", f"record_outputs={options['record_outputs']!r} is not true or false",
+                            hint='give "record_outputs": true to keep the run\'s outputs, or leave it out')
         device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
         await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
-        library = self.preset_library()
+        library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
         here = self.layout if target == "local" else None

@@ -574,6 +574,12 @@ class Store:
             return [self._run_from_row(r, with_graph=False) for r in c.execute(q, (*args, limit)).fetchall()]
         return await self.read(fn)
 
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs are in each status (every run, not a page of them)."""
+        def fn(c: sqlite3.Connection) -> dict[str, int]:
+            return {str(s): int(n) for s, n in c.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")}
+        return await self.read(fn)
+
     def runs_in_status_sync(self, statuses: set[str], with_graph: bool = False) -> list[Run]:
         """Runs in ``statuses``, oldest first; without their graphs unless asked (they can be large)."""
         cols = "*" if with_graph else _NO_GRAPH

@@ -290,7 +290,8 @@ class WorkerManager:
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
         if isinstance(graph, dict):
-            missing = catalog.missing_types(self.catalog_state(name), graph, self.runs.preset_library(),
+            library = await asyncio.to_thread(self.runs.preset_library)  # reads files: off the event loop
+            missing = catalog.missing_types(self.catalog_state(name), graph, library,
                                             self.runs.registry.preset_params)
             if missing:
                 raise catalog.refuse_missing(name, missing)

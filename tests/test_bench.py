@@ -21,6 +21,6 @@ def test_run_all_smoke_writes_its_table(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     text = out.read_text()
     assert "| benchmark | figure | measured | unit | goal | ratio | met? |" in text
-    for bench in ("latency", "scale", "events", "transfer", "footprint", "store"):
+    for bench in ("latency", "scale", "events", "transfer", "footprint", "store", "graphs"):
         assert f"\n| {bench} | " in text, f"no row of {bench} in the table:\n{text}"
     assert "smoke sizes" in text

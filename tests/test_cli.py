@@ -227,6 +227,20 @@ def test_run_invalid_graph_lists_every_error(started: Cli) -> None:
     assert r.returncode == 1 and "not valid JSON" in one_error_line(r.stderr), explain(r)
 
 
+def test_run_refusals_are_one_line(started: Cli) -> None:
+    """The launcher a user types (bin/cdui) prints a refusal as the one `cdui: error:` line, never a traceback:
+    a device no machine has, and a worker no one enrolled (more shapes: tests/inproc/test_cli_errors.py)."""
+    g = started.tmp / "refused.json"
+    g.write_text(json.dumps(csv_print_graph()))
+    for args, line in (
+            (["--device", "cuda:-1"], "cdui: error: device 'cuda:-1' is not valid (use cpu, cuda, cuda:N or auto)"),
+            (["--target", "nosuch"], "cdui: error: no worker named 'nosuch' is enrolled (enrolled workers: none; add "
+                                     "one with `cdui workers token`)")):
+        r = subprocess.run([str(REPO_ROOT / "bin" / "cdui"), "run", str(g), *args], env=started.env,
+                           cwd=str(REPO_ROOT), text=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", line + "\n"), explain(r)
+
+
 def test_run_json_and_api_body(started: Cli) -> None:
     """`cdui run --json` prints the run object; `cdui api METHOD PATH
     BODY` sends the body; a body that is not JSON is bad usage (exit 2)."""

@@ -22,15 +22,61 @@ def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("worker, expected", [
     (OWN, CatalogState(True, False, (), (), frozenset(OWN["types"]))),
-    ({"types": ["A", "Map"], "hash": "sha256:x"}, CatalogState(True, True, ("B",), (), frozenset({"A", "Map"}))),
+    ({"types": ["A", "Map"], "hash": "sha256:x"},
+     CatalogState(True, True, ("B",), (), frozenset({"A", "Map"}), differs=True)),
     ({"types": ["A", "B", "Map", "p:X"], "hash": "sha256:y"},
-     CatalogState(True, True, (), ("p:X",), frozenset({"A", "B", "Map", "p:X"}))),
-    # Same types, other definitions (a changed param): degraded, nothing lacking.
-    ({"types": ["A", "B", "Map"], "hash": "sha256:z"}, CatalogState(True, True, (), (), frozenset(OWN["types"]))),
+     CatalogState(True, True, (), ("p:X",), frozenset({"A", "B", "Map", "p:X"}), differs=True)),
+    # Same types, other definitions (a changed param): not degraded, since it could not say why; a warning.
+    ({"types": ["A", "B", "Map"], "hash": "sha256:z"},
+     CatalogState(True, False, (), (), frozenset(OWN["types"]), differs=True)),
     (None, CatalogState(False, error="boom")),
 ])
 def test_compare(worker: Any, expected: CatalogState) -> None:
     assert catalog.compare(OWN, worker, "boom" if worker is None else None) == expected
+
+
+def test_a_degraded_worker_always_says_why() -> None:
+    """Degraded comes with the types lacking or extra, in the API and in `cdui workers list`; the same types
+    defined otherwise is a warning only."""
+    from cdui.cli_workers import catalog_lines
+    for worker in ({"types": ["A"], "hash": "h"}, {"types": ["A", "B", "Map", "p:X"], "hash": "h"},
+                   {"types": ["A", "B", "Map"], "hash": "h"}, OWN):
+        api = catalog.compare(OWN, worker).to_api()
+        assert api["degraded"] == bool(api["lacking"] or api["extra"]), api
+    api = catalog.compare(OWN, {"types": ["A"], "hash": "h"}).to_api()
+    assert catalog_lines({"degraded": True, "catalog": api}) == [
+        "  degraded: node catalog differs: lacks B, Map (`any` skips it; runs using those types are refused)"]
+    api = catalog.compare(OWN, {"types": ["A", "B", "Map", "p:X"], "hash": "h"}).to_api()
+    assert catalog_lines({"degraded": True, "catalog": api}) == ["  degraded: node catalog differs: has extra p:X"]
+    api = catalog.compare(OWN, {"types": ["A", "B", "Map"], "hash": "h"}).to_api()
+    assert (api["state"], api["degraded"]) == ("ok", False)
+    assert catalog_lines({"degraded": False, "catalog": api}) == [
+        "  catalog: the worker has the same node types, but some are defined otherwise (its node catalog's hash "
+        "differs): a plugin or custom node of another version?"]
+    assert catalog_lines({"degraded": False, "catalog": catalog.compare(OWN, OWN).to_api()}) == []
+
+
+class _Described:
+    """A loaded registry as node_catalog reads it: only its descriptions."""
+
+    def __init__(self, described: list[dict[str, Any]]) -> None:
+        self.described = described
+
+    def catalog(self) -> list[dict[str, Any]]:
+        return self.described
+
+
+def test_the_catalog_hash_ignores_which_extras_this_machine_has() -> None:
+    """The case seen: `bin/cdui test` installed every extra into the control plane's environment, so its nodes
+    that need one said "available": true where the worker's said false with an install hint; the hash, and so
+    the worker's state, must not change with that, only with the nodes' definitions."""
+    base = {"type": "Img", "params": [{"name": "size", "type": "int", "default": 8}], "extra": "vision",
+            "needs": ["PIL"]}
+    here = catalog.node_catalog(_Described([{**base, "available": True}]))
+    there = catalog.node_catalog(_Described([{**base, "available": False, "install": "pip install cdui[vision]"}]))
+    assert here == there
+    changed = {**base, "params": [{"name": "size", "type": "int", "default": 9}], "available": True}
+    assert catalog.node_catalog(_Described([changed]))["hash"] != here["hash"]
 
 
 @pytest.mark.parametrize("state, expected", [

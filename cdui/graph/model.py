@@ -204,7 +204,9 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None,
         flat_nodes.append({"id": n["id"], "type": n["type"], "params": dict(params),
                            "internalParams": (data.get("internalParams") or {}) if isinstance(data, dict) else {},
                            "origin": n["id"]})
-    annotations = {n.get("id") for n in nodes if isinstance(n, dict) and n.get("type") in ANNOTATION_TYPES}
+    # Only string ids and types: a list or object there is reported above, and is no set member.
+    annotations = {n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)
+                   and isinstance(n.get("type"), str) and n["type"] in ANNOTATION_TYPES}
     flat_edges: list[dict[str, Any]] = []
     for i, e in enumerate(edges):
         if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("target"), str):

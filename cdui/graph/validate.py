@@ -11,6 +11,7 @@ draft and is pruned without complaint.
 from __future__ import annotations
 
 import builtins
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
@@ -60,13 +61,26 @@ _FALSE = {"false", "0", "no", "off", ""}
 def _to_int(value: Any) -> int:
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise ValueError
-    return int(float(value)) if isinstance(value, str) and value.strip() else int(value)
+    try:
+        return int(float(value)) if isinstance(value, str) and value.strip() else int(value)
+    except OverflowError:  # "1e999" or a JSON Infinity: not an integer at all
+        raise ValueError from None
 
 
 def _to_float(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError
-    return float(value)
+    v = float(value)
+    if not math.isfinite(v):  # "nan", JSON NaN/Infinity: no node means them, and every range check passes them
+        raise ValueError
+    return v
+
+
+def _to_string(value: Any) -> Any:
+    # A number is kept as given (CodefyUI graphs carry "3" and 3 alike); a list or object is no text.
+    if isinstance(value, (list, dict)):
+        raise TypeError
+    return value
 
 
 def _to_bool(value: Any) -> bool:
@@ -82,7 +96,8 @@ def _to_bool(value: Any) -> bool:
 # How a declared param type turns a JSON value into the value a node gets; each raises
 # TypeError/ValueError for a value that is not of the type. Types not here pass through
 # (select is checked against its options, not converted).
-COERCE: dict[str, Callable[[Any], Any]] = {"int": _to_int, "float": _to_float, "bool": _to_bool}
+COERCE: dict[str, Callable[[Any], Any]] = {"int": _to_int, "float": _to_float, "bool": _to_bool,
+                                            "string": _to_string}
 
 
 def coerce_param(p: Param, value: Any, node_id: str, errors: list[dict[str, Any]]) -> Any:
@@ -170,7 +185,12 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             unknown.add(nid)
             errors.append(unknown_type_error(n.origin, n.type))
             continue
+        before = len(errors)
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
+        if len(errors) == before:  # a param already refused for its type is not refused again for its value
+            for name, message in cls.check_params(plan_nodes[nid].params):
+                errors.append(err(n.origin, "bad_param", message, param=name,
+                                  value=plan_nodes[nid].params.get(name)))
         if layout is not None:
             for code, message in cls.preflight(plan_nodes[nid].params, layout):
                 errors.append(err(n.origin, code, f"{n.type} {n.origin!r}: {message}"))

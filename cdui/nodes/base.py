@@ -169,6 +169,13 @@ class Node(ABC):
                      f"{install_hint(cls.EXTRA)}")]
         return []
 
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """``(param, message)`` for each param value this node can never run with, found without running
+        it (a shape of negative or too many dims); checked at validation wherever a graph is validated,
+        so such a graph is refused at submit with the param named instead of failing once it runs."""
+        return []
+
     @abstractmethod
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:

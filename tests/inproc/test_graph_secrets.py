@@ -109,9 +109,14 @@ async def test_a_saved_graph_keeps_no_secret_in_any_file_or_answer(dirs: dict[st
             answers[f"refused {secrets}"] = body
         assert_nowhere(dirs, answers, HOOK_KEY, CHAT_KEY)
 
-        # A file an older version saved with the key in it: GET still never shows the key.
-        (dirs["data_dir"] / "graphs" / "old.json").write_text(json.dumps(graph))
+        # A file an older version saved with the key in it: GET never shows the key, and the first
+        # read writes the file back without it, so the key leaves the disk too.
+        old = dirs["data_dir"] / "graphs" / "old.json"
+        old.write_text(json.dumps(graph))
         assert HOOK_KEY not in json.dumps(await cp.call("GET", "/api/graphs/old"))
+        assert HOOK_KEY not in old.read_text()
+        assert HOOK_KEY not in json.dumps(await cp.call("GET", "/api/graphs/old"))
+        assert_nowhere(dirs, answers, HOOK_KEY, CHAT_KEY)
 
 
 @pytest.mark.e2e  # the call runs in a real run subprocess

@@ -150,3 +150,36 @@ async def test_fingerprint_recorded_at_start_replaced_by_the_run_and_not_reused(
         facts = (await cp.run(second["id"]))["execution_facts"]
         assert facts == {"fingerprint": "not reported", "fingerprint_source": "worker"}
         await again.close()
+
+
+async def test_workers_list_shows_a_degraded_worker_and_why(tmp_path: Path, monkeypatch: Any,
+                                                             capsys: Any) -> None:
+    """`cdui workers list` (the real CLI against this control plane) marks a worker lacking a type and names
+    the type; a worker with the same types whose catalog hash differs is not degraded (the seen case: every
+    extra installed on one side only), and says so in a warning."""
+    import asyncio
+
+    from cdui import cli
+    monkeypatch.setenv("CODEFYUI_USER_DATA_DIR", str(tmp_path / "ud"))
+    monkeypatch.setenv("CODEFYUI_DATA_DIR", str(tmp_path / "data"))
+    async with _plane(tmp_path) as cp:
+        lacking = await FakeAgent(cp, catalog=None).enroll()
+        lacking.catalog = _without(cp, "TensorCreate")
+        await lacking.connect()
+        same = await FakeAgent(cp, name="w2", catalog=None).enroll()
+        same.catalog = {"types": catalog.node_catalog(cp.runs.registry)["types"], "hash": "sha256:" + "2" * 64}
+        await same.connect()
+        card = await cp.worker("w2")
+        assert card is not None and (card["degraded"], card["catalog"]["state"]) == (False, "ok")
+        capsys.readouterr()
+        assert await asyncio.to_thread(cli.main, ["workers", "list", "--control", cp.url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        w1 = lines.index(next(ln for ln in lines if ln.startswith("w1 ")))
+        assert "[degraded]" in lines[w1]
+        assert lines[w1 + 1] == ("  degraded: node catalog differs: lacks TensorCreate (`any` skips it; runs using "
+                                 "those types are refused)")
+        w2 = lines.index(next(ln for ln in lines if ln.startswith("w2 ")))
+        assert "degraded" not in lines[w2] and lines[w2 + 1].startswith("  catalog: the worker has the same node "
+                                                                        "types, but some are defined otherwise")
+        await lacking.close()
+        await same.close()

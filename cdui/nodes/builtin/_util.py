@@ -6,6 +6,7 @@ node. Functions that need torch import it when called.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,6 +26,32 @@ def parse_int_list(text: Any, name: str) -> list[int]:
     except ValueError:
         raise ValueError(f"{name} must be comma-separated integers (e.g. '0,2,3'), "
                          f"got {text!r}") from None
+
+
+# Most elements a shape param may ask for (8 GiB of float32): a run asking for more could only fail
+# allocating them, or be killed for memory, after it was queued and started.
+MAX_SHAPE_ELEMENTS = 2 ** 31
+
+
+def shape_problem(name: str, text: Any, max_elements: int = MAX_SHAPE_ELEMENTS, max_dims: int = 32,
+                  allow_empty: bool = False) -> list[tuple[str, str]]:
+    """``[(param, why)]`` when the comma-separated shape ``text`` of param ``name`` can never make a tensor
+    (not integers, a dim below 1, too many dims or elements); ``[]`` when it can. Pure: for
+    :meth:`Node.check_params`, so a bad shape is refused at submit, with the param named."""
+    raw = str(text if text is not None else "").strip()
+    if not raw:
+        return [] if allow_empty else [(name, f"{name}={text!r} is empty; give comma-separated dims, e.g. 1,3,8,8")]
+    try:
+        dims = [int(part.strip()) for part in raw.split(",")]
+    except ValueError:
+        return [(name, f"{name}={text!r} is not comma-separated integers, e.g. 1,3,8,8")]
+    if any(d < 1 for d in dims):
+        return [(name, f"{name}={text!r} has a dim below 1; every dim must be at least 1")]
+    if len(dims) > max_dims:
+        return [(name, f"{name}={text!r} has {len(dims)} dims, more than {max_dims}")]
+    if math.prod(dims) > max_elements:
+        return [(name, f"{name}={text!r} asks for {math.prod(dims):,} elements, more than {max_elements:,}")]
+    return []
 
 
 def parse_shape(text: Any) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdui.nodes.base import ANY, LIST, TENSOR, Node, Param, Port
 from cdui.nodes.builtin import _sklearn_compat as skc
-from cdui.nodes.builtin._util import as_bool, as_list, as_tensor, parse_int_list, parse_shape
+from cdui.nodes.builtin._util import as_bool, as_list, as_tensor, parse_int_list, parse_shape, shape_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -361,6 +361,10 @@ class TensorCreateNode(Node):
             Param("value", "float", 0.0, "Fill value (for 'full' mode)"),
             Param("requires_grad", "bool", False, "Whether the tensor requires gradient"),
         ]
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[tuple[str, str]]:
+        return shape_problem("shape", params.get("shape", "1,3,224,224"))
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdui.nodes.base import ANY, LIST, SCALAR, STRING, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, I, T, int_param
-from cdui.nodes.builtin._util import parse_int_list
+from cdui.nodes.builtin._util import parse_int_list, shape_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -124,6 +124,10 @@ class TensorInputNode(DeclaredNode):
                     options=["explicit", "random", "zeros", "ones", "arange"]),
               Param("values", "tensor_grid", None, "Nested list of values, for explicit mode"),
               I("seed", 0, "Seed of random mode"))
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[tuple[str, str]]:
+        return shape_problem("shape", params.get("shape", "1,4,4"), MAX_TENSOR_ELEMENTS, max_dims=8, allow_empty=True)
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch
