@@ -259,7 +259,10 @@ async def _from_named_file(service: Any, a: dict[str, Any]) -> int:
     """No kept bytes (a row recorded before they were kept, or a kept file changed in place): the file
     at the row's path if it still holds the row's bytes (kept from now on), else a plain refusal."""
     path = _served_path(service, a)
-    facts = await asyncio.to_thread(service.kept.keep, path, MAX_HASH_BYTES, a["sha256"])
+    try:
+        facts = await asyncio.to_thread(service.kept.keep, path, MAX_HASH_BYTES, a["sha256"])
+    except ArtifactRefused as exc:
+        raise await _replaced(service, a, f"cannot be used ({exc.reason})") from None
     if facts is not None and facts.sha256 == a["sha256"]:
         fd = await asyncio.to_thread(service.kept.open_verified, a["sha256"])
         if fd is not None:

@@ -60,6 +60,7 @@ KEPT_BACKENDS = ("local", "mount", "transfer")
 KEEP_TEMP_PREFIX = ".keep-"
 STALE_KEEP_TEMP_S = 3600.0
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+MAX_VERIFIED = 100_000  # stamps of checked kept files remembered (then forgotten, and hashed again when served)
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ class KeptFiles:
             return inspect(path, max_hash_bytes)
         if st.st_size > max_hash_bytes:
             return FileFacts(path, False, st.st_size, None)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._own_folder(self.root)
         tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         try:
             try:
@@ -266,7 +267,7 @@ class KeptFiles:
 
     def keep_received(self, path: Path, sha: str) -> None:
         """Keep a file this server has just received and hashed itself (a worker's upload)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._own_folder(self.root)
         tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         try:
             try:
@@ -284,9 +285,23 @@ class KeptFiles:
         was kept under that name, so a kept file changed in place is mended by the next run that
         records the same bytes."""
         dest = self.path_of(sha)
-        dest.parent.mkdir(exist_ok=True)
+        self._own_folder(dest.parent)
         os.replace(tmp, dest)  # a link to the same inode is left as it is (and tmp removed by the caller)
-        self._verified[sha] = _stamp(os.stat(dest, follow_symlinks=False))
+        self._remember(sha, _stamp(os.stat(dest, follow_symlinks=False)))
+
+    def _remember(self, sha: str, stamp: tuple[int, int, int, int]) -> None:
+        if len(self._verified) >= MAX_VERIFIED:
+            self._verified.clear()
+        self._verified[sha] = stamp
+
+    @staticmethod
+    def _own_folder(folder: Path) -> None:
+        """Make ``folder`` if needed; refuse one that is not a plain folder: a link put there (by a
+        mounted worker, which shares the data folder) must not lead kept files anywhere else."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise ArtifactRefused(str(folder), "the folder of kept artifact files is a link, not a folder; "
+                                               "remove the link")
 
     def open_verified(self, sha: str) -> int | None:
         """An open descriptor (at offset 0) of the kept file with exactly these bytes, or None when
@@ -312,7 +327,7 @@ class KeptFiles:
                     self._unlink_if(path, st.st_ino)
                     return None
                 os.lseek(fd, 0, os.SEEK_SET)
-                self._verified[sha] = _stamp(st)
+                self._remember(sha, _stamp(st))
             return fd
         except BaseException:
             os.close(fd)

@@ -274,3 +274,18 @@ def test_kept_files_link_dedupe_and_refuse_a_symlink(tmp_path: Path) -> None:
     assert fd is not None and os.read(fd, 100) == b"same"
     os.close(fd)
     assert kept.open_verified("not-a-sha") is None
+
+
+@pytest.mark.parametrize("env, roots", [
+    ({}, ["data"]),
+    ({"CODEFYUI_MODELS_DIR": "mnt/d/models", "CODEFYUI_MEDIA_DIR": "mnt/d/media"}, ["data", "mnt/d"]),
+    ({"CODEFYUI_MODELS_DIR": "elsewhere/weights"}, ["data"]),  # not under its own name: no share layout
+    ({"CODEFYUI_MODELS_DIR": "data/models"}, ["data"]),
+])
+def test_where_a_mounted_workers_data_folder_may_be_seen(tmp_path: Path, env: dict[str, str],
+                                                         roots: list[str]) -> None:
+    from cdui.layout import Layout
+    layout = Layout.from_env({"CODEFYUI_DATA_DIR": str(tmp_path / "data"),
+                              **{k: str(tmp_path / v) for k, v in env.items()}}, install_root=tmp_path)
+    assert layout.mount_roots() == [tmp_path / r for r in roots]
+    assert layout.mount_run_dirs("r1") == [tmp_path / r / "runs" / "r1" for r in roots]
