@@ -265,6 +265,8 @@ async def _from_named_file(service: Any, a: dict[str, Any]) -> int:
         raise await _replaced(service, a, f"cannot be used ({exc.reason})") from None
     if facts is not None and facts.sha256 == a["sha256"]:
         fd = await asyncio.to_thread(service.kept.open_verified, a["sha256"])
+        if fd is None:  # the store could not take it (a full disk): the named file itself, checked again
+            fd = await asyncio.to_thread(service.kept.open_matching, path, a["sha256"])
         if fd is not None:
             return int(fd)
     raise await _replaced(service, a, "no longer exists" if facts is None else "now holds other bytes")

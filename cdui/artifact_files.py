@@ -243,9 +243,9 @@ class KeptFiles:
             return inspect(path, max_hash_bytes)
         if st.st_size > max_hash_bytes:
             return FileFacts(path, False, st.st_size, None)
-        self._own_folder(self.root)
         tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         try:
+            self._own_folder(self.root)
             try:
                 # The link is to whatever the name holds now; a symlink swapped in is refused below.
                 os.link(path, tmp, follow_symlinks=False)
@@ -262,14 +262,20 @@ class KeptFiles:
             if sha is not None and (expect is None or sha == expect):
                 self._install(tmp, sha)
             return FileFacts(path, False, size, sha)
+        except OSError as exc:
+            # The store cannot take it (a full disk, a read-only folder): the row is still recorded, and
+            # its download works while the file at its path keeps these bytes.
+            log.warning("recorded artifact %s could not be kept in %s: %s", path, self.root, exc)
+            size, sha = _hash_regular(path, max_hash_bytes)
+            return FileFacts(path, False, size, sha)
         finally:
             tmp.unlink(missing_ok=True)
 
     def keep_received(self, path: Path, sha: str) -> None:
         """Keep a file this server has just received and hashed itself (a worker's upload)."""
-        self._own_folder(self.root)
         tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         try:
+            self._own_folder(self.root)
             try:
                 os.link(path, tmp, follow_symlinks=False)
             except OSError:
@@ -277,6 +283,8 @@ class KeptFiles:
                 if got != sha:
                     return  # it changed since it arrived: nothing is kept under a wrong name
             self._install(tmp, sha)
+        except OSError as exc:
+            log.warning("uploaded artifact %s could not be kept in %s: %s", path, self.root, exc)
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -300,8 +308,7 @@ class KeptFiles:
         mounted worker, which shares the data folder) must not lead kept files anywhere else."""
         folder.mkdir(parents=True, exist_ok=True)
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
-            raise ArtifactRefused(str(folder), "the folder of kept artifact files is a link, not a folder; "
-                                               "remove the link")
+            raise NotADirectoryError(f"{folder} is a link, not a folder; remove it")
 
     def open_verified(self, sha: str) -> int | None:
         """An open descriptor (at offset 0) of the kept file with exactly these bytes, or None when
@@ -332,6 +339,24 @@ class KeptFiles:
         except BaseException:
             os.close(fd)
             raise
+
+    @staticmethod
+    def open_matching(path: Path, sha: str) -> int | None:
+        """An open descriptor (at offset 0) of the regular file ``path`` if it holds exactly the bytes
+        named ``sha`` (hashed through that descriptor, so what is served is what was checked)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and _hash_fd(fd) == sha:
+                os.lseek(fd, 0, os.SEEK_SET)
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        return None
 
     @staticmethod
     def _unlink_if(path: Path, ino: int) -> None:

@@ -274,6 +274,18 @@ def test_kept_files_link_dedupe_and_refuse_a_symlink(tmp_path: Path) -> None:
     assert fd is not None and os.read(fd, 100) == b"same"
     os.close(fd)
     assert kept.open_verified("not-a-sha") is None
+    # A store that cannot take the bytes (here a link where its folder should be, as a mounted worker
+    # sharing the data folder could put): the file is still recorded, and served from its path if unchanged.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = KeptFiles(tmp_path / "data" / "linked-store")
+    linked.root.symlink_to(elsewhere)
+    facts = linked.keep(b, 1 << 20)
+    assert facts is not None and facts.sha256 == sha(b"same") and list(elsewhere.iterdir()) == []
+    fd = linked.open_matching(b, sha(b"same"))
+    assert fd is not None and os.read(fd, 100) == b"same"
+    os.close(fd)
+    assert linked.open_matching(a, sha(b"same")) is None
 
 
 @pytest.mark.parametrize("env, roots", [
