@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import os
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from cdui.appkeys import RUNS
-from cdui.artifact_files import ArtifactRefused, confine
+from cdui.artifact_files import KEPT_BACKENDS, MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import read_json
 from cdui.runs import iso
@@ -229,21 +230,81 @@ async def download_artifact(request: web.Request) -> web.StreamResponse:
                             hint="set CODEFYUI_S3_ENABLED=1 with the bucket's settings, or use `mc`/`aws s3`",
                             status=404)
         return await bucket.download(request, a)
-    if not a["path"]:
-        raise CduiError("not_here", f"artifact {aid} is not stored on this server ({a['backend']})",
-                        hint="it lives on the worker or mount that produced it", status=404)
     service = _runs(request)
-    try:
-        # Whatever a row says, only files inside this server's data folders are served.
-        path = confine(a["path"], service.artifact_roots(), [service.config.user_data])
-    except ArtifactRefused as exc:
-        raise CduiError("not_here", f"artifact {aid} is not served: {exc.reason}",
-                        hint="only files inside this server's data folders are downloadable", status=404) from None
+    sha = a["sha256"]
+    if isinstance(sha, str) and a["backend"] in KEPT_BACKENDS:
+        # A recorded artifact is immutable: its own bytes, wherever the named path has moved on.
+        fd = await asyncio.to_thread(service.kept.open_verified, sha)
+        if fd is None:
+            fd = await _from_named_file(service, a)
+        return await _send_fd(request, fd, Path(a["path"] or a["name"]).name)
+    path = _served_path(service, a)
     if path.is_dir():
         return await _zip_dir(request, path, a["name"])
     if not path.is_file() or path.is_symlink():
         raise CduiError("gone", f"artifact file {a['path']} no longer exists", status=410)
+    if isinstance(a["size"], int) and path.stat().st_size != a["size"]:
+        # Too big to hash when it was recorded, so not kept: its size at least tells a replaced file.
+        raise await _replaced(service, a, "now holds a file of another size")
     return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
+
+
+def _served_path(service: Any, a: dict[str, Any]) -> Path:
+    """The row's path on this server, refused unless it is inside this server's data folders."""
+    if not a["path"]:
+        raise CduiError("not_here", f"artifact {a['id']} is not stored on this server ({a['backend']})",
+                        hint="it lives on the worker or mount that produced it", status=404)
+    try:
+        # Whatever a row says, only files inside this server's data folders are served.
+        return confine(a["path"], service.artifact_roots(), [service.config.user_data])
+    except ArtifactRefused as exc:
+        raise CduiError("not_here", f"artifact {a['id']} is not served: {exc.reason}",
+                        hint="only files inside this server's data folders are downloadable", status=404) from None
+
+
+async def _from_named_file(service: Any, a: dict[str, Any]) -> int:
+    """No kept bytes (a row recorded before they were kept, or a kept file changed in place): the file
+    at the row's path if it still holds the row's bytes (kept from now on), else a plain refusal."""
+    path = _served_path(service, a)
+    try:
+        facts = await asyncio.to_thread(service.kept.keep, path, MAX_HASH_BYTES, a["sha256"])
+    except ArtifactRefused as exc:
+        raise await _replaced(service, a, f"cannot be used ({exc.reason})") from None
+    if facts is not None and facts.sha256 == a["sha256"]:
+        fd = await asyncio.to_thread(service.kept.open_verified, a["sha256"])
+        if fd is None:  # the store could not take it (a full disk): the named file itself, checked again
+            fd = await asyncio.to_thread(service.kept.open_matching, path, a["sha256"])
+        if fd is not None:
+            return int(fd)
+    raise await _replaced(service, a, "no longer exists" if facts is None else "now holds other bytes")
+
+
+async def _replaced(service: Any, a: dict[str, Any], what: str) -> CduiError:
+    """The 410 that says which run replaced the file, when one recorded it."""
+    by = await service.store.artifact_replaced_by(a["path"], a["sha256"] or "", a["id"])
+    who = f" (run {by['run_id']} wrote its {by['kind']} {by['name']!r} there)" if by is not None else ""
+    shown = f"sha256 {a['sha256']}" if a["sha256"] else f"{a['size']} bytes"
+    return CduiError("replaced", f"artifact {a['id']} ({a['name']}) of run {a['run_id']} cannot be served: the "
+                                 f"file at {a['path']} {what}{who}, and the recorded bytes ({shown}) were not kept",
+                     hint="this server keeps a recorded file's bytes (data/artifacts/) until its run is deleted; "
+                          "this one was recorded before that, or is too big to hash", status=410)
+
+
+async def _send_fd(request: web.Request, fd: int, name: str) -> web.StreamResponse:
+    """Stream an open file (a verified kept artifact) and close it: the bytes sent are the ones checked."""
+    fh = os.fdopen(fd, "rb")
+    try:
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        resp = web.StreamResponse(headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                           "Content-Type": ctype})
+        resp.content_length = os.fstat(fh.fileno()).st_size
+        await resp.prepare(request)
+        while chunk := await asyncio.to_thread(fh.read, 1 << 20):
+            await resp.write(chunk)
+    finally:
+        fh.close()
+    await resp.write_eof()
+    return resp
 
 
 async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamResponse:

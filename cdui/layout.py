@@ -214,6 +214,22 @@ class Layout:
     def run_dir(self, run_id: str) -> Path:
         return safe_join(self.runs_dir(), run_id)
 
+    def mount_roots(self) -> list[Path]:
+        """Where this server may see a mounted worker's data folder: its own data folder, then each
+        folder that holds a data folder a setting moved elsewhere under its own name (the NFS example
+        of docs/remote-workers.md: ``CODEFYUI_MODELS_DIR=/mnt/codefyui/data/models`` while the
+        database stays local gives ``/mnt/codefyui/data``, where a worker's run folders ``runs/`` lie)."""
+        roots = [self.data_dir]
+        for name in FOLDER_ENV:
+            folder = self.folder(name)
+            if folder.name == name and folder.parent not in roots and not _within(folder, self.data_dir):
+                roots.append(folder.parent)
+        return roots
+
+    def mount_run_dirs(self, run_id: str) -> list[Path]:
+        """The folders where a mount run's own files (checkpoints, TensorBoard logs) may lie here."""
+        return [safe_join(root / "runs", run_id) for root in self.mount_roots()]
+
     def ensure(self) -> None:
         for name in ("files", "images", "models", "media", "output", "custom_nodes"):
             self.folder(name).mkdir(parents=True, exist_ok=True)

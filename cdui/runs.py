@@ -17,15 +17,24 @@ import heapq
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from cdui import devicesets, event_size, outputs, runner, stopping
-from cdui.artifact_files import MAX_HASH_BYTES, ArtifactRefused, confine
-from cdui.artifact_files import inspect as inspect_artifact
+from cdui.artifact_files import (
+    KEPT_BACKENDS,
+    KEPT_FOLDER,
+    MAX_HASH_BYTES,
+    SHA256_HEX,
+    ArtifactRefused,
+    FileFacts,
+    KeepGate,
+    KeptFiles,
+    confine,
+)
 from cdui.catalog import with_run_report
 from cdui.clock import Clock, SystemClock
 from cdui.config import Config
@@ -41,7 +50,7 @@ from cdui.graph.validate import Plan, validate_graph
 from cdui.job import Job, JobFiles
 from cdui.nodes.registry import Registry
 from cdui.oneshot import OneShotBook
-from cdui.paths import sha256_file
+from cdui.paths import safe_join, sha256_file
 from cdui.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
 from cdui.queue import (
     DEVICE_NAME,
@@ -205,6 +214,10 @@ class RunService:
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/spare.py)
         # The previous server was killed in the middle of its stop (cdui/stopping.py): its runs end, none is adopted.
         self.killed_while_stopping = False
+        # Every recorded artifact's bytes, by sha256 (cdui/artifact_files.py). Keeping a file and adding
+        # its row is one step that a delete's release never comes between (KeepGate).
+        self.kept = KeptFiles(self.layout.data_dir / KEPT_FOLDER)
+        self._keep_gate = KeepGate()
 
     def add_listener(self, listener: RunListener) -> None:
         self.listeners.append(listener)
@@ -226,6 +239,7 @@ class RunService:
         self.executors["local"] = LocalExecutor(self, devices)
         await self.devicebook.load(self.store)
         self.killed_while_stopping = stopping.take(self.config.user_data)
+        await asyncio.to_thread(self.kept.sweep_temporary)
         await self._recover()
         await self.oneshot.load(self)
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
@@ -490,8 +504,39 @@ class RunService:
         await self._record_local_artifact(run_id, data)
 
     def artifact_roots(self) -> list[Path]:
-        """The folders whose files may become (and be served as) artifacts."""
-        return [self.layout.data_dir, *self.layout.folders.values()]
+        """The folders whose files may become (and be served as) artifacts: the data folders, and the
+        run folders of mount runs where the data folders were moved onto a share (Layout.mount_roots)."""
+        return [self.layout.data_dir, *self.layout.folders.values(),
+                *(root / "runs" for root in self.layout.mount_roots()[1:])]
+
+    async def keep_artifact(self, paths: list[Path], row: Callable[[FileFacts | None], dict[str, Any] | None],
+                            expect: str | None = None, worker: bool = False) -> None:
+        """Keep the bytes of the first of ``paths`` that exists (all confined already; ``expect``: only
+        if they have this sha256, which a worker's row needs) and add the row ``row`` builds from what
+        was found, if any."""
+        async with self._keep_gate.keeping():
+            facts = None
+            for path in paths:
+                facts = await asyncio.to_thread(self.kept.keep, path, MAX_HASH_BYTES, expect, worker)
+                if facts is not None:
+                    break
+            made = row(facts)
+            if made is not None:
+                await self.store.add_artifact(made)
+
+    async def keep_received(self, path: Path, sha: str, row: dict[str, Any] | None) -> int | None:
+        """Keep a file this server received and hashed (a worker's upload), and add its row if given."""
+        async with self._keep_gate.keeping():
+            await asyncio.to_thread(self.kept.keep_received, path, sha)
+            return None if row is None else await self.store.add_artifact(row)
+
+    async def _release_kept(self, shas: set[str]) -> None:
+        """Forget the kept bytes of ``shas`` that no remaining row names."""
+        if not shas:
+            return
+        async with self._keep_gate.releasing():
+            still = await self.store.shas_in_use(shas, KEPT_BACKENDS)
+            await asyncio.to_thread(self.kept.release, shas - still)
 
     async def _refuse_artifact(self, run_id: str, path: Any, reason: str) -> None:
         shown = _text(path) or ""
@@ -499,48 +544,60 @@ class RunService:
         await self.record_cp(run_id, "run_warning", {"kind": "artifact_refused", "path": shown,
                                                      "message": f"artifact {shown!r} was not recorded: {reason}"})
 
+    def _mount_paths(self, run_id: str, rel: str) -> list[Path]:
+        """Where this server may see a mount run's file ``rel`` (relative to the worker's mount), confined.
+        The run's own folder ``runs/<run id>/`` (checkpoints, TensorBoard logs) may be on a share
+        beside the data folders rather than in this server's own data folder (Layout.mount_roots)."""
+        try:
+            parts = rel.replace("\\", "/").split("/")
+            if len(parts) > 2 and parts[0] == "runs" and parts[1] == run_id:
+                rest = "/".join(parts[2:])
+                found = [safe_join(d, rest) for d in self.layout.mount_run_dirs(run_id)]
+            else:
+                found = [self.layout.resolve("data/" + rel)]
+        except CduiError as exc:
+            raise ArtifactRefused(rel, exc.message) from None
+        return [confine(p, self.artifact_roots(), [self.config.user_data]) for p in found]
+
     async def _record_mount_artifact(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         rel = data.get("relative_path")
+        raw_sha = data.get("sha256")
+        sha = raw_sha if isinstance(raw_sha, str) and SHA256_HEX.fullmatch(raw_sha) else None
+
+        def row(facts: FileFacts | None) -> dict[str, Any]:
+            # The control plane's path only where it sees the same file (a mounted worker's shared folder):
+            # else null. Its bytes are then kept here, as a local run's are.
+            path = None
+            if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):
+                path = str(facts.path)
+            return {"run_id": run_id, "kind": kind, "name": _text(data.get("name")) or Path(str(rel)).name,
+                    "backend": "mount", "path": path, "relative_path": rel, "label": _text(data.get("label")),
+                    "size": _size(data.get("size")), "sha256": sha}
         try:
             if not isinstance(rel, str) or not rel:
                 raise ArtifactRefused(_text(rel) or "", "a mount artifact needs a relative_path")
-            try:
-                here = self.layout.resolve("data/" + rel)
-            except CduiError as exc:
-                raise ArtifactRefused(rel, exc.message) from None
-            here = confine(here, self.artifact_roots(), [self.config.user_data])
-            facts = await asyncio.to_thread(inspect_artifact, here, MAX_HASH_BYTES)
+            await self.keep_artifact(self._mount_paths(run_id, rel), row, expect=sha, worker=True)
         except ArtifactRefused as exc:
             await self._refuse_artifact(run_id, rel, exc.reason)
-            return
-        # The control plane's path only where it sees the same file (a mounted worker's shared folder): else null.
-        sha = data.get("sha256") if isinstance(data.get("sha256"), str) else None
-        path = None
-        if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):
-            path = str(facts.path)
-        await self.store.add_artifact({
-            "run_id": run_id, "kind": kind, "name": _text(data.get("name")) or Path(rel).name,
-            "backend": "mount", "path": path, "relative_path": rel, "label": _text(data.get("label")),
-            "size": _size(data.get("size")), "sha256": sha})
 
     async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
         raw = data.get("path")
+
+        def row(facts: FileFacts | None) -> dict[str, Any] | None:
+            if facts is None:
+                return None
+            try:
+                rel = str(path.relative_to(self.layout.data_dir.resolve()))
+            except ValueError:
+                rel = None
+            return {"run_id": run_id, "kind": data.get("kind", "output"), "name": _text(data.get("name")) or path.name,
+                    "backend": "local", "path": str(raw), "relative_path": rel, "size": facts.size,
+                    "sha256": facts.sha256}
         try:
             path = confine(str(raw or ""), self.artifact_roots(), [self.config.user_data])
-            facts = await asyncio.to_thread(inspect_artifact, path, MAX_HASH_BYTES)
+            await self.keep_artifact([path], row)
         except ArtifactRefused as exc:
             await self._refuse_artifact(run_id, raw, exc.reason)
-            return
-        if facts is None:
-            return
-        try:
-            rel = str(path.relative_to(self.layout.data_dir.resolve()))
-        except ValueError:
-            rel = None
-        await self.store.add_artifact({"run_id": run_id, "kind": data.get("kind", "output"),
-                                       "name": _text(data.get("name")) or path.name, "backend": "local",
-                                       "path": str(raw), "relative_path": rel, "size": facts.size,
-                                       "sha256": facts.sha256})
 
     async def _finish(self, run_id: str, status: str, error: str | None, record: bool = True) -> None:
         """End a run, once: the first ending stored wins (a later one, e.g. the status a
@@ -778,27 +835,31 @@ class RunService:
         if run.status not in TERMINAL:
             raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
                             hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
+        kept = {a["sha256"] for a in await self.store.artifacts(run_id)
+                if a["backend"] in KEPT_BACKENDS and isinstance(a["sha256"], str)}
         await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
         await asyncio.to_thread(outputs.forget_run, outputs.store_dir(self.config.user_data), run_id)
         warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
         await self.store.delete_run(run_id)
+        await self._release_kept(kept)  # bytes another run also recorded stay kept for it
         return warning
 
     def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
-        folder = self.layout.run_dir(run_id)
-        if not folder.exists():
-            return
-        if not keep_checkpoints:
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        for child in folder.iterdir():
-            # The resume point: local runs write checkpoints/, transfer uploads land in checkpoint/.
-            if child.name in ("checkpoints", "checkpoint"):
+        # Its own folder, and a mount run's on the share beside moved data folders (Layout.mount_roots).
+        for folder in self.layout.mount_run_dirs(run_id):
+            if not folder.is_dir() or folder.is_symlink():
                 continue
-            if child.is_dir():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
+            if not keep_checkpoints:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            for child in folder.iterdir():
+                # The resume point: local runs write checkpoints/, transfer uploads land in checkpoint/.
+                if child.name in ("checkpoints", "checkpoint"):
+                    continue
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
     async def _apply_retention(self) -> None:
         keep = self.config["CODEFYUI_RUN_RETENTION_KEEP_LAST"]

@@ -267,25 +267,39 @@ class S3Backend:
                 "sha256": sha if isinstance(sha, str) and len(sha) == 64 else None}
 
     async def download(self, request: web.Request, row: dict[str, Any]) -> web.StreamResponse:
+        """The object's bytes, only when they are the row's: the agent puts each object with its sha256
+        in the object's metadata, which is compared first (a later upload to the same key, or any other
+        writer, changes it). An object without that metadata is hashed here before a byte is sent."""
         bucket, key = str(row["label"] or ""), str(row["relative_path"] or "")
         if not bucket or row["path"] != s3.s3_url(bucket, key):
             raise CduiError("not_here", f"artifact {row['id']} has no bucket address", status=404)
         if self.settings.download == "presign":
-            url = await asyncio.to_thread(self.own().generate_presigned_url, "get_object",
-                                          Params={"Bucket": bucket, "Key": key},
-                                          ExpiresIn=self.settings.presign_ttl_s)
-            return web.Response(status=302, headers={"Location": url})
-        try:
-            obj = await asyncio.to_thread(self.own().get_object, Bucket=bucket, Key=key)
-        except Exception as exc:
-            if s3.error_code(exc) in ("NoSuchKey", "404"):
-                raise CduiError("gone", f"s3://{bucket}/{key} no longer exists in the bucket", status=410) from None
-            raise CduiError("bucket_unreachable", f"could not read s3://{bucket}/{key}: {exc}",
-                            hint="check that this server reaches the bucket with its key", status=502) from None
+            head = await self._object_call(bucket, key, lambda c: c.head_object(Bucket=bucket, Key=key))
+            verdict = _same_bytes(row, head)
+            if verdict == "other":
+                raise _replaced_object(row, bucket, key)
+            if verdict == "same":
+                url = await asyncio.to_thread(self.own().generate_presigned_url, "get_object",
+                                              Params={"Bucket": bucket, "Key": key},
+                                              ExpiresIn=self.settings.presign_ttl_s)
+                return web.Response(status=302, headers={"Location": url})
+            # "unknown": checked by reading it here, below, as a proxied download is
+        obj = await self._object_call(bucket, key, lambda c: c.get_object(Bucket=bucket, Key=key))
         body = obj["Body"]
-        resp = web.StreamResponse(headers={"Content-Disposition": f'attachment; filename="{Path(key).name}"',
-                                           "Content-Type": "application/octet-stream"})
-        if isinstance(obj.get("ContentLength"), int):
+        verdict = _same_bytes(row, obj)
+        if verdict == "other":
+            body.close()
+            raise _replaced_object(row, bucket, key)
+        headers = {"Content-Disposition": f'attachment; filename="{Path(key).name}"',
+                   "Content-Type": "application/octet-stream"}
+        if verdict == "unknown":
+            spooled = await asyncio.to_thread(_spool_checked, body, str(row["sha256"]),
+                                              self.app[CONFIG].user_data)
+            if spooled is None:
+                raise _replaced_object(row, bucket, key)
+            body = spooled
+        resp = web.StreamResponse(headers=headers)
+        if verdict == "same" and isinstance(obj.get("ContentLength"), int):
             resp.content_length = obj["ContentLength"]
         await resp.prepare(request)
         try:
@@ -295,6 +309,15 @@ class S3Backend:
             body.close()
         await resp.write_eof()
         return resp
+
+    async def _object_call(self, bucket: str, key: str, fn: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, self.own())
+        except Exception as exc:
+            if s3.error_code(exc) in ("NoSuchKey", "404"):
+                raise CduiError("gone", f"s3://{bucket}/{key} no longer exists in the bucket", status=410) from None
+            raise CduiError("bucket_unreachable", f"could not read s3://{bucket}/{key}: {exc}",
+                            hint="check that this server reaches the bucket with its key", status=502) from None
 
     async def cleanup(self, run: Run, by_retention: bool) -> str | None:
         """Remove the run's objects (keeping ``output/``, and ``checkpoint/`` of an interrupted run removed
@@ -348,6 +371,49 @@ class S3Backend:
 
     async def on_disk_recovered(self) -> None:
         pass
+
+
+def _same_bytes(row: dict[str, Any], obj: dict[str, Any]) -> str:
+    """Whether an object (a head or get answer) holds the row's bytes: ``same``, ``other``, or
+    ``unknown`` (no sha256 in its metadata: only hashing it can tell)."""
+    size = row.get("size")
+    if isinstance(size, int) and isinstance(obj.get("ContentLength"), int) and obj["ContentLength"] != size:
+        return "other"
+    want = row.get("sha256")
+    if not isinstance(want, str):
+        return "same"  # the row names no bytes to check against
+    got = (obj.get("Metadata") or {}).get("sha256")
+    if got is None:
+        return "unknown"
+    return "same" if got == want else "other"
+
+
+def _replaced_object(row: dict[str, Any], bucket: str, key: str) -> CduiError:
+    return CduiError("replaced", f"artifact {row['id']} ({row['name']}) of run {row['run_id']} cannot be served: "
+                                 f"s3://{bucket}/{key} now holds other bytes than the recorded sha256 "
+                                 f"{row['sha256']}", hint="the object was written again after the run recorded it",
+                     status=410)
+
+
+def _spool_checked(body: Any, sha: str, folder: Path) -> Any:
+    """The object's bytes in a temporary file (at offset 0) if they hash to ``sha``, else None."""
+    import tempfile
+    tmp = tempfile.TemporaryFile(dir=folder)
+    h = hashlib.sha256()
+    try:
+        while chunk := body.read(1 << 20):
+            h.update(chunk)
+            tmp.write(chunk)
+    except BaseException:
+        tmp.close()
+        raise
+    finally:
+        body.close()
+    if h.hexdigest() != sha:
+        tmp.close()
+        return None
+    tmp.seek(0)
+    return tmp
 
 
 def setup(app: web.Application) -> None:

@@ -648,6 +648,27 @@ class Store:
             return _row(c.execute("SELECT * FROM artifacts WHERE run_id=? AND id=?", (run_id, artifact_id)).fetchone())
         return await self.read(fn)
 
+    async def shas_in_use(self, shas: set[str], backends: tuple[str, ...]) -> set[str]:
+        """Which of ``shas`` some artifact row of ``backends`` still names (their kept bytes stay)."""
+        wanted = sorted(shas)
+
+        def fn(c: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for i in range(0, len(wanted), 500):  # sqlite's limit on bound parameters
+                part = wanted[i:i + 500]
+                q = (f"SELECT DISTINCT sha256 FROM artifacts WHERE sha256 IN ({','.join('?' * len(part))}) "
+                     f"AND backend IN ({','.join('?' * len(backends))})")
+                found.update(r[0] for r in c.execute(q, (*part, *backends)).fetchall())
+            return found
+        return await self.read(fn)
+
+    async def artifact_replaced_by(self, path: str, sha: str, after_id: int) -> dict[str, Any] | None:
+        """The first later row of the same path with other bytes: the run that replaced the file there."""
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM artifacts WHERE path=? AND id>? AND (sha256 IS NULL OR sha256!=?) "
+                                  "ORDER BY id LIMIT 1", (path, after_id, sha)).fetchone())
+        return await self.read(fn)
+
     # -- uploads ----------------------------------------------------------
     async def record_upload(self, folder: str, name: str, sha256: str, size: int) -> None:
         def fn(c: sqlite3.Connection) -> None:

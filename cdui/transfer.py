@@ -11,6 +11,9 @@ inputs) and uploads what the run wrote to ``POST /api/runs/{id}/artifacts/upload
   file is kept and the new one gets a suffix (``best-1.pt``); identical content
   is stored once.
 
+Every stored file's bytes are also kept under their sha256 (:class:`cdui.artifact_files.KeptFiles`,
+a hard link), so the row stays true when something else later replaces the file at its path.
+
 Uploads stream to disk while hashing (constant memory), are refused past
 ``CODEFYUI_MAX_UPLOAD_SIZE`` per file and past ``CODEFYUI_RUN_UPLOAD_QUOTA`` for
 all of a run's uploads together (counted from its stored transfer artifacts, so
@@ -173,12 +176,15 @@ async def upload_handler(request: web.Request) -> web.Response:
     except ValueError:
         rel = str(final)
     existing = [a for a in await service.store.artifacts(run_id) if a["path"] == str(final) and a["sha256"] == digest]
+    # The bytes are kept under their sha256 as well (cdui/artifact_files.py): a later local run or
+    # upload may replace the file at this path, and this row must still download these bytes.
     if existing:
         row = existing[0]
+        await service.keep_received(final, digest, None)
     else:
-        aid = await service.store.add_artifact({"run_id": run_id, "kind": kind, "name": final.name,
-                                                "backend": "transfer", "path": str(final), "relative_path": rel,
-                                                "size": size, "sha256": digest})
+        aid = await service.keep_received(final, digest, {
+            "run_id": run_id, "kind": kind, "name": final.name, "backend": "transfer", "path": str(final),
+            "relative_path": rel, "size": size, "sha256": digest})
         row = {"id": aid, "path": str(final)}
     return web.json_response({"id": row["id"], "path": str(final), "relative_path": rel, "size": size,
                               "sha256": digest, "stored_once": existed}, status=201)

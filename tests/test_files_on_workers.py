@@ -365,6 +365,29 @@ def test_mount_run_artifacts_relative_to_mount(cp, tmp_path):
             b.stop()
 
 
+def test_two_mount_runs_each_download_their_own_file(cp, tmp_path):
+    """Acceptance (worker): two runs of one graph on a mounted worker write the same named file on the
+    share; the file is the latest, and each run's download has the sha256 its own row lists."""
+    link = tmp_path / "nas-view"
+    link.symlink_to(cp.data_dir)
+    a = start_agent(cp, tmp_path, mount=str(link), name="m1")
+    try:
+        runs = []
+        for text in ("first run", "second run"):
+            run = cp.submit(writer_graph(text=text), {"target": {"worker": "m1"}})
+            assert wait_run(cp, run["id"])["status"] == "succeeded"
+            runs.append((run["id"], text.encode()))
+        assert (cp.data_dir / "output" / "fixed.txt").read_bytes() == b"second run"
+        for run_id, body in runs:
+            arts = cp.call("GET", f"/api/runs/{run_id}/artifacts", expect=200)
+            assert [(x["backend"], x["relative_path"], x["sha256"]) for x in arts] == [
+                ("mount", "output/fixed.txt", sha(body))], arts
+            got = cp.raw("GET", f"/api/runs/{run_id}/artifacts/{arts[0]['id']}/download")
+            assert (got.status, got.body) == (200, body)
+    finally:
+        a.stop()
+
+
 def test_stop_while_inputs_download_is_cancelled(cp, tmp_path):
     """Stop pressed while the inputs download ends the run `cancelled`."""
     big = b"a,b,species\n" + b"1.0,2.0,x\n" * 300_000  # ~3 MB: long over a slow link

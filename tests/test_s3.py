@@ -79,9 +79,7 @@ async def inbox_message(agent: FakeAgent, kind: str, count: int = 1, timeout: fl
 
 async def send_artifact(agent: FakeAgent, run_id: str, **data: Any) -> None:
     """An artifact event as the agent sends it (``kind`` is the artifact's, not the event's)."""
-    evs = agent.spool.setdefault(run_id, [])
-    evs.append({"src_seq": len(evs) + 1, "kind": "artifact", "data": data, "at": agent.plane.clock.time()})
-    await agent.flush(run_id)
+    await agent.artifact(run_id, **data)
 
 
 def run(coro: Any) -> None:
@@ -318,7 +316,8 @@ async def _s3_run_with_objects(plane: Plane, agent: FakeAgent, moto: MotoServer,
     await agent.status(run_id, "running")
     for rel, body in objects.items():
         key = f"runs/{run_id}/{rel}"
-        c.put_object(Bucket="codefyui", Key=key, Body=body)
+        # with its sha256 in the object's metadata, as the agent puts it (cdui/s3_agent.py)
+        c.put_object(Bucket="codefyui", Key=key, Body=body, Metadata={"sha256": hashlib.sha256(body).hexdigest()})
         await send_artifact(agent, run_id, kind=rel.split("/")[0], name=rel.rsplit("/", 1)[-1], backend="s3",
                             bucket="codefyui", key=key, size=len(body), sha256=hashlib.sha256(body).hexdigest())
     return run_id, creds
@@ -354,6 +353,44 @@ def test_listing_and_download_proxied_and_presigned(tmp_path: Path, moto: MotoSe
                     async with aiohttp.ClientSession() as bare, bare.get(location) as r:
                         assert r.status == 200 and await r.read() == model
                 assert not (tmp_path / f"data-{mode}" / "models" / "iris").exists(), "nothing lands in models/"
+                await agent.close()
+    run(main())
+
+
+def test_download_serves_only_the_bytes_the_row_names(tmp_path: Path, moto: MotoServer) -> None:
+    """An object written again after its run recorded it is never served as the run's: a different
+    sha256 in its metadata is refused at once (both modes); an object without that metadata is hashed
+    here first and served (proxied, also in presign mode) only when its bytes are the row's."""
+    good, other = b"the run's model", b"a later writer!"
+    assert len(good) == len(other)  # so only the hash can tell them apart
+
+    async def main() -> None:
+        for mode in ("proxy", "presign"):
+            async with Plane(tmp_path / f"ud-{mode}", tmp_path / f"data-{mode}",
+                             **moto.settings(CODEFYUI_S3_DOWNLOAD=mode)) as plane:
+                await upload(plane)
+                agent = await s3_agent(plane)
+                run_id, _ = await _s3_run_with_objects(plane, agent, moto, {
+                    f"output/models/{n}.pt": good for n in ("again", "plain", "changed")})
+                await agent.status(run_id, "succeeded")
+                c = moto.client()
+                base = f"runs/{run_id}/output/models"
+                c.put_object(Bucket="codefyui", Key=f"{base}/again.pt", Body=other,
+                             Metadata={"sha256": hashlib.sha256(other).hexdigest()})
+                c.put_object(Bucket="codefyui", Key=f"{base}/plain.pt", Body=good)
+                c.put_object(Bucket="codefyui", Key=f"{base}/changed.pt", Body=other)
+                arts = {a["name"]: a for a in await plane.call("GET", f"/api/runs/{run_id}/artifacts")}
+                assert plane.session is not None
+                for name, status, body in (("again.pt", 410, None), ("plain.pt", 200, good),
+                                           ("changed.pt", 410, None)):
+                    url = f"{plane.url}/api/runs/{run_id}/artifacts/{arts[name]['id']}/download"
+                    async with plane.session.get(url, allow_redirects=False) as r:
+                        assert r.status == status, (mode, name, r.status, await r.text())
+                        if body is not None:
+                            assert await r.read() == body
+                        else:
+                            err = (await r.json())["error"]
+                            assert err["code"] == "replaced" and f"s3://codefyui/{base}/{name}" in err["message"]
                 await agent.close()
     run(main())
 

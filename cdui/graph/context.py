@@ -7,6 +7,9 @@ resolve paths through it (never by themselves), and poll
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -72,6 +75,13 @@ class RunContext:
     def output_path(self, folder: str, value: str) -> Path:
         p = self.layout.resolve_output(folder, value)
         p.parent.mkdir(parents=True, exist_ok=True)
+        # A file already there may be an earlier run's recorded artifact, whose bytes the control plane
+        # keeps as a hard link (cdui/artifact_files.py): a node that opens it in place (torch.save does)
+        # would change that run's record. So a linked file is unlinked first; the node writes a new one.
+        with contextlib.suppress(OSError):
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                p.unlink()
         return p
 
     def run_dir(self) -> Path:

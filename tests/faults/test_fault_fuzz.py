@@ -273,7 +273,10 @@ def test_worker_artifact_uploads_fuzzed(threaded_plane, worker_run, group, kind,
         assert sha256_of(stored) == answer["sha256"] == hashlib.sha256(content).hexdigest()
         assert sha != "wrong" and len(content) <= 4096, (meta, answer)
         rel = str(stored.relative_to(threaded_plane.root.resolve()))
-        assert outside(before, after, (rel,)) == [], answer
+        digest = answer["sha256"]
+        kept = f"data/artifacts/{digest[:2]}/{digest}"  # its bytes kept under their sha256 (a hard link)
+        assert os.path.samefile(threaded_plane.root / kept, stored), answer
+        assert outside(before, after, (rel, kept)) == [], answer
     else:
         assert_error_shape(status, answer, {400, 413})
         assert outside(before, after, ()) == [], (meta, answer)

@@ -313,6 +313,12 @@ class FakeAgent:
         await asyncio.wait_for(until(), timeout)
         assert self.acked.get(run_id, 0) >= seq, f"the control plane acknowledged {self.acked.get(run_id)} < {seq}"
 
+    async def artifact(self, run_id: str, **data: Any) -> None:
+        """Send an artifact event as the agent does (``kind`` in ``data`` is the artifact's, not the event's)."""
+        evs = self.spool.setdefault(run_id, [])
+        evs.append({"src_seq": len(evs) + 1, "kind": "artifact", "data": data, "at": self.plane.clock.time()})
+        await self.flush(run_id)
+
     async def status(self, run_id: str, status: str, **data: Any) -> int:
         return await self.send(run_id, "status", status=status, **data)
 
