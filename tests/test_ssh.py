@@ -113,6 +113,13 @@ def test_slots_and_instance_id(tmp_path: Path) -> None:
     (255, ["ssh: Could not resolve hostname gpu-box: Name or service not known"], False, "recoverable",
      "the host name does not resolve"),
     (2, ["cdui: error: refused by the control plane: unknown credential"], True, "credential", "the agent's stored"),
+    # A version refusal is not the credential's fault: at connection (stored credential) or at enrollment.
+    (2, ["cdui: error: refused by the control plane: version mismatch: worker 0.0.9, control plane 0.1.0",
+         "cdui-ssh: agent exited code=2"], False, "version", "version mismatch (worker 0.0.9, server 0.1.0): "),
+    (2, ["cdui: error: enrollment failed: version mismatch: worker 0.2.0, control plane 0.1.0 (install cdui 0.1.0 "
+         "on the worker)"], False, "version", "version mismatch (worker 0.2.0, server 0.1.0): "),
+    (2, ["cdui: error: refused by the control plane: version mismatch: worker unknown, control plane 0.1.0"], True,
+     "version", "version mismatch (worker unknown, server 0.1.0)"),
     (2, ["cdui: error: the stored credential is for worker 'a', not 'b'"], False, "credential", "the agent's stored"),
     (255, ["Connection to gpu closed by remote host."], True, "dropped", "the connection ended (ssh exit 255)"),
     (1, [], False, "dropped", "ssh exited with code 1 before the agent connected"),
