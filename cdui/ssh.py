@@ -204,9 +204,12 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
           '{ [ ! -r "/proc/$p/cmdline" ] || tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
         + f"echo \"{MARK} attached pid=$p\"; a=1; "
         + "else a=; "
-        + f'if ! command -v {launcher} >/dev/null 2>&1; then echo "{MARK} {remote_cdui}: not found"; exit 127; fi; '
-        + f'if [ -f {launcher} ] && [ ! -x {launcher} ]; then echo "{MARK} {remote_cdui}: not executable"; '
-          "exit 126; fi; "
+        # The path as the user typed it is data, never shell text: quoted whole, so that `$(...)`,
+        # backticks or quotes in it are printed, not run on the host.
+        + f"if ! command -v {launcher} >/dev/null 2>&1; then echo {shlex.quote(f'{MARK} {remote_cdui}: not found')}; "
+          "exit 127; fi; "
+        + f"if [ -f {launcher} ] && [ ! -x {launcher} ]; then "
+          f"echo {shlex.quote(f'{MARK} {remote_cdui}: not executable')}; exit 126; fi; "
         + 'rm -f "$d/agent.pid" "$d/agent.exit" "$d/agent.starting"; touch "$d/agent.log"; '
           'off=$(wc -c <"$d/agent.log"); '
         + "CODEFYUI_AGENT_TOKEN=$t; export CODEFYUI_AGENT_TOKEN; "
