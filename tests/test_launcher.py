@@ -6,10 +6,13 @@ through network blips, and the systemd units.
   user and the Python CLI, and a redirection there can silence everything.
 - Relative path settings mean the folder the user ran the command in, also
   for the daemons that are re-spawned from the installation root.
-- A first enrollment that meets an unreachable control plane or a proxy's
-  502/503/504 is retried with the agent's backoff; agents started together
-  from one user data folder use the token once.
-- The systemd units do not restart a refused agent, wait longer than the
+- A first enrollment that meets an unreachable control plane, a proxy's
+  502/503/504 or own error page, or a server that does not know the token
+  (the address does not lead to the issuing server yet) is retried with the
+  agent's backoff; agents started together from one user data folder use the
+  token once.
+- The systemd units restart an agent refused for its version (it heals once
+  the versions match) but not one that could not start, wait longer than the
   processes' own stop budget, and never install at service start.
 """
 from __future__ import annotations
@@ -230,6 +233,42 @@ def test_first_enrollment_through_a_proxy_answering_503(tmp_path: Path) -> None:
     finally:
         agent.stop()
         proxy.close()
+        cp.stop()
+
+
+NGINX_404 = (b"<html><head><title>404 Not Found</title></head>"
+             b"<body><center><h1>404 Not Found</h1></center></body></html>")
+
+
+def test_enrollment_at_a_proxy_page_or_another_server_is_retried_until_it_heals(tmp_path: Path) -> None:
+    """The agent's address does not lead to the control plane that issued its token yet: first a
+    proxy's own error page answers (no cdui JSON), then another cdui server (with another database)
+    that does not know the token. Both may heal without touching the agent, so both are retried
+    with advice saying what to check, and the agent enrolls once the address leads to its server."""
+    cp = ServerProc(tmp_path).start()
+    other = ServerProc(tmp_path / "other", name="other").start()
+    proxy = TcpProxy(other.port)
+    proxy.answer_page("404 Not Found", NGINX_404)
+    tok = new_token(cp)
+    agent = agent_proc(tmp_path, proxy.url, tok)
+    agent.spawn()
+    try:
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: HTTP 404 from "
+                 f"/api/workers/enroll; the answer is not from cdui (a proxy's or another web server's page): "
+                 f"check that {proxy.url} is cdui's address" in agent.log_text(), 60, 0.1,
+                 "an enrollment answered by the proxy's page", detail=agent.log_tail)
+        proxy.restore()  # the proxy now forwards, but to a server that did not issue the token
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: enrollment token "
+                 f"{tok.split('.')[0]}.… is not known to this control plane" in agent.log_text(), 60, 0.1,
+                 "an enrollment refused as unknown", detail=agent.log_tail)
+        assert "a token works only at the control plane (and database) that issued it" in agent.log_text()
+        proxy.target = ("127.0.0.1", cp.port)
+        wait_for(lambda: online(cp, "w1", agent), 120, 0.2, "w1 online", detail=agent.log_tail)
+        assert f"enrolled as worker w1 at {proxy.url}" in agent.log_text()
+    finally:
+        agent.stop()
+        proxy.close()
+        other.stop()
         cp.stop()
 
 
