@@ -310,7 +310,8 @@ def test_a_control_plane_updated_first_fails_once_and_keeps_the_credential(tmp_p
     t = wait_tunnel(server, "skew", "failed")
     assert t["reason"].startswith(f"version mismatch (worker {__version__}, server {__version__}.post1)"), t
     assert (t["attempts"], t["retrying"], t["next_attempt_s"]) == (1, False, None), t
-    assert tunnel_ssh_pids(".codefyui-ssh/") == []  # no ssh left running, none scheduled
+    # No ssh of this worker left running (other tests' tunnels on the machine have other folders).
+    assert tunnel_ssh_pids(added["remote_dir"].removeprefix("~/")) == []  # .codefyui-ssh/<this plane's id>-<slot>
     assert not any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
     assert cred.read_text() == kept  # the credential that connected before: the next start needs no token
 
