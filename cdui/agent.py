@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, catalog, devicesets, outputs, protocol, runner
+from cdui import __version__, catalog, devicesets, exit_codes, outputs, protocol, runner
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -45,7 +46,6 @@ from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrust
 
 log = logging.getLogger("cdui.agent")
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_RUN, EXIT_START = 0, 1, 2, 3, 4
 FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
 REPLAY_CHUNK = 500  # events per message when replaying after a reconnect
 # After SIGTERM the last events get this long to be acknowledged, twice at most: over the
@@ -127,7 +127,7 @@ class Agent:
         self.grace_s = 300.0
         self.stopping = False
         self._stop_event = asyncio.Event()
-        self.exit_code = EXIT_OK
+        self.exit_code = exit_codes.OK
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot
@@ -178,17 +178,15 @@ class Agent:
                     await self._connect_once(session)
                 except Refused as exc:
                     if self.one_shot is not None:  # a batch job cannot wait for a refusal to change
-                        log.error("refused by the control plane: %s", exc)
-                        print(f"cdui: error: refused by the control plane: {exc}", flush=True)
+                        self._refused(exc)
                         await self._stop_all_runs()
                         return self.one_shot.on_refused()
                     # Behind an SSH tunnel the control plane re-enrolls a refused credential itself.
                     if exc.code in FATAL_REFUSALS or (self.uds and exc.code == "unknown_credential"):
-                        log.error("refused by the control plane: %s", exc)
-                        print(f"cdui: error: refused by the control plane: {exc}", flush=True)
+                        self._refused(exc)
                         self._status("refused", str(exc))
                         await self._stop_all_runs()
-                        return EXIT_REFUSED
+                        return exit_codes.REFUSED
                     log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
                     self._status("connecting", str(exc))
                 except AiohttpPinMismatch as exc:
@@ -197,7 +195,7 @@ class Agent:
                     print(f"cdui: error: {exc.error}", flush=True)
                     self._status("refused", str(exc.error))
                     await self._stop_all_runs()
-                    return EXIT_REFUSED
+                    return exit_codes.REFUSED
                 except aiohttp.ClientConnectorCertificateError as exc:
                     # Retried: a fixed proxy or an updated CA list must need no agent restart.
                     await self._untrusted(exc)
@@ -229,6 +227,14 @@ class Agent:
         if self.one_shot is not None and self.one_shot.exit_code is not None:
             return self.one_shot.exit_code
         return self.exit_code
+
+    @staticmethod
+    def _refused(exc: Refused) -> None:
+        """The one line a refusal that ends the agent leaves, in the CLI's error shape, on stderr
+        (where the log goes too, so never twice). Under systemd a version mismatch restarts the
+        agent every 5 s until both sides match (docs/remote-workers.md#running-the-agent-under-systemd),
+        and each try adds exactly this line to the journal; the SSH supervisor reads it too."""
+        print(f"cdui: error: refused by the control plane: {exc}", file=sys.stderr, flush=True)
 
     async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> None:
         reason = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error

@@ -1,9 +1,7 @@
 """``cdui workers ...`` and ``cdui agent ...`` commands.
 
-Agent exit codes (CONTRACT.md): 0 done; 1 failed run or undelivered result
-(one-shot); 2 refused by the control plane (version, revoked, bad flags);
-3 stopped before a run arrived (one-shot); 4 could not start (enrollment
-failed, mount refused).
+The agent's exit codes are :mod:`cdui.exit_codes`; which enrollment failures
+end a start and which are retried is :func:`enroll_failure`.
 """
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cdui import __version__, daemon, trust
+from cdui import __version__, daemon, exit_codes, trust
 from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 from cdui.layout import READ_ROOTS_LABEL
@@ -154,31 +152,57 @@ def _enroll(control: str, token: str, name: str | None, devices: list[str],
 
 
 # Answers that say "not now" rather than "no": the control plane is down or restarting
-# behind a proxy (502/503/504), or enrollment is rate limited for a while (429). Anything
-# else from cdui (unknown, used, expired or revoked token) is final and ends the start.
+# behind a proxy (502/503/504), or enrollment is rate limited for a while (429).
 TRANSIENT_ENROLL_STATUSES = frozenset({429, 502, 503, 504})
+# Refusals retrying cannot fix that are the control plane's word on this agent (exit 2), not a start
+# failure (exit 4): another version, a name enrolled already, not the pinned key.
+REFUSED_ENROLL_CODES = frozenset({"version_mismatch", "name_taken", "pin_mismatch"})
 
 
-def enroll_is_transient(err: CduiError) -> bool:
-    return err.code == "unreachable" or err.status in TRANSIENT_ENROLL_STATUSES
+def enroll_failure(err: CduiError, uds: str | None = None) -> int | None:
+    """What a failed enrollment calls for: None to retry it, else the agent's exit code.
+
+    Retried besides "not now": answers that may heal without touching the agent, because the
+    address may not (yet) lead to the control plane that issued the token: the token is unknown
+    there (a name still pointing at another server, or a server started on another database),
+    or the answer is not cdui's own (any page without cdui's JSON error body: a proxy's or some
+    other web server's error). Through an SSH tunnel neither can happen (the socket leads to the
+    control plane that made the one-time token), so there they end the start as before and the
+    control plane's own retry brings a new token. Every other refusal is final (CONTRACT.md)."""
+    if err.code == "unreachable" or err.status in TRANSIENT_ENROLL_STATUSES:
+        return None
+    if not uds and err.code in ("token_unknown", "http_error"):
+        return None
+    return exit_codes.REFUSED if err.code in REFUSED_ENROLL_CODES else exit_codes.START
+
+
+def enroll_advice(err: CduiError, control: str) -> str:
+    """What to check while a failed enrollment is retried (printed with each retry)."""
+    if err.code == "token_unknown":
+        return (f"a token works only at the control plane (and database) that issued it: check that {control} "
+                f"reaches that server, or make a token there with `cdui workers token`")
+    if err.code == "http_error":
+        return (f"the answer is not from cdui (a proxy's or another web server's page): check that {control} is "
+                f"cdui's address and that the proxy forwards /api/ to it")
+    return "the control plane is not reachable or not ready"
 
 
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
                         sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None,
                         uds: str | None = None) -> dict[str, Any]:
-    """Enroll, retrying transient failures with the agent's reconnect backoff; raise the final refusal."""
+    """Enroll, retrying what may heal with the agent's reconnect backoff; raise the final refusal."""
     from cdui.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
             return _enroll(control, token, name, devices, trust, uds)
         except CduiError as err:
-            if not enroll_is_transient(err):
+            if enroll_failure(err, uds) is not None:
                 raise
             delay = next(delays)
             when = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
-            print(f"cdui: enrollment at {control} failed: {err}; retrying in {delay:.1f} s (at {when})",
-                  file=sys.stderr, flush=True)
+            print(f"cdui: enrollment at {control} failed: {err}; {enroll_advice(err, control)}; "
+                  f"retrying in {delay:.1f} s (at {when})", file=sys.stderr, flush=True)
             sleep(delay)
 
 
@@ -225,7 +249,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui.private import private_dir, restrict_umask
     bad = check_flags(args)
     if bad is not None:
-        return _die(bad, 2)
+        return _die(bad, exit_codes.REFUSED)
     if args.one_shot:
         args.foreground = True  # a one-shot agent always runs in the foreground and writes no pidfile
     if args.foreground:
@@ -243,9 +267,10 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     try:
         control = _check_control(args.control)
     except CduiError as err:
-        return _die(str(err), 2)
+        return _die(str(err), exit_codes.REFUSED)
     if args.uds and not args.foreground:
-        return _die("--uds needs --foreground (the control plane that started it over ssh keeps it running)", 2)
+        return _die("--uds needs --foreground (the control plane that started it over ssh keeps it running)",
+                    exit_codes.REFUSED)
     u = urlsplit(control)
     if u.scheme == "http" and not is_loopback_host(u.hostname or "") and not args.uds:
         print(f"cdui: warning: {control} is unencrypted HTTP: the worker token and every run's inputs cross the "
@@ -265,7 +290,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
               f"To enroll again, run `cdui agent forget {control}` first", file=sys.stderr)
     if args.name and args.name != cred["name"] and not args.foreground_child:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
-                    f"`cdui agent forget {control}` to enroll under another name", 2)
+                    f"`cdui agent forget {control}` to enroll under another name", exit_codes.REFUSED)
     if args.one_shot:
         from cdui.oneshot_cli import run_one_shot
         return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
@@ -296,15 +321,13 @@ def _stored_or_enrolled(args: argparse.Namespace, control: str, cred_path: Path,
             token = args.token or os.environ.get("CODEFYUI_AGENT_TOKEN")
             if not token:
                 return _die(f"no stored credential for {control} and no enrollment token; give --token (make one on "
-                            f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN", 4)
+                            f"the control plane with `cdui workers token`) or set CODEFYUI_AGENT_TOKEN",
+                            exit_codes.START)
             try:
                 res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices(),
                                           trust=Trust(pin_flag), uds=args.uds)
             except CduiError as err:
-                # Refusals retrying cannot fix (version, name taken, not the pinned key) are 2; other start
-                # failures 4 (CONTRACT.md).
-                return _die(f"enrollment failed: {err}",
-                            2 if err.code in ("version_mismatch", "name_taken", "pin_mismatch") else 4)
+                return _die(f"enrollment failed: {err}", enroll_failure(err, args.uds) or exit_codes.START)
             cred = {"credential": res["credential"], "name": res["worker"], "control": control}
             if pin_flag is not None:  # the enrollment's own connection matched it
                 cred[trust.CREDENTIAL_KEY] = pin_flag
@@ -321,11 +344,11 @@ def _pin_flag(args: argparse.Namespace) -> str | int | None:
     try:
         pin = trust.parse_pin(args.ca_fingerprint)
     except CduiError as err:
-        return _die(str(err), 2)
+        return _die(str(err), exit_codes.REFUSED)
     if urlsplit(args.control).scheme != "https":
         # A pin on plain HTTP would promise a check that never happens.
         return _die(f"--ca-fingerprint pins a TLS certificate, but --control {args.control} is not an https:// "
-                    f"address", 2)
+                    f"address", exit_codes.REFUSED)
     return pin
 
 
@@ -347,12 +370,14 @@ def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None
     from cdui.atomic import write_private
     label, sep, path = args.mount.partition("=")
     if not sep or not label:
-        return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", 4)
+        return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", exit_codes.START)
     if label == READ_ROOTS_LABEL:
-        return _die(f"--mount label {label!r} is the label that reports CODEFYUI_READ_ROOTS; choose another", 4)
+        return _die(f"--mount label {label!r} is the label that reports CODEFYUI_READ_ROOTS; choose another",
+                    exit_codes.START)
     running = _read_pid(pidfile)
     if running and not args.foreground_child:
-        return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount", 4)
+        return _die(f"an agent is running (pid {running}); stop it with `cdui agent stop` before changing --mount",
+                    exit_codes.START)
     mounts = _mounts(ud)
     if path:
         mounts[label] = str(Path(path).expanduser().absolute())

@@ -109,7 +109,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
     Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),
     Setting("CODEFYUI_TRANSFER_MAX_INPUT_BYTES", 2 * GiB, _size, "largest total input of one transfer run, in bytes (2 GiB)", "bytes"),
-    Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "failed enrollment attempts allowed per source address per minute", "an integer"),
+    Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "failed enrollment attempts allowed per token and source address per minute (ten times that per address)", "an integer"),
     # -- S3 / MinIO bucket backend (cdui/s3.py)
     Setting("CODEFYUI_S3_ENABLED", False, _bool, "move files of unmounted workers through an S3/MinIO bucket", "0 or 1"),
     Setting("CODEFYUI_S3_ENDPOINT_URL", None, _str, "the bucket's API address (empty for AWS)", "a URL"),

@@ -9,8 +9,10 @@
 - A worker credential is a long random secret; only its hash is stored.
   Superseded and revoked credential hashes are kept so that an agent holding
   one is told so (docs/remote-workers.md#managing-workers) instead of "unknown".
-- Failed attempts are rate limited per source address; successes are
-  not counted, so agents sharing an address do not lock each other out.
+- Failed attempts are rate limited per token and source address (and, ten
+  times looser, per address alone); successes are not counted, so agents
+  sharing an address do not lock each other out, and one agent retrying a
+  wrong token does not lock out the good tokens of others behind its address.
 """
 from __future__ import annotations
 
@@ -205,3 +207,40 @@ class RateLimiter:
                 self._recent(k, now)  # drops the key once its failures are old
             while len(self.hits) > self.max_keys:
                 self.hits.popitem(last=False)
+
+
+# An address is cut off only after this many times the per-token limit of failures in all: no
+# single retrying agent reaches it (its backoff tops out at one attempt a minute), while one
+# address trying token after token is still slowed down.
+ADDRESS_FACTOR = 10
+
+
+def token_key(token: Any) -> str:
+    """Which bucket an attempt's failures count in: the token's public id (so guesses at one
+    token's secret share it), or one bucket for anything that is not a token at all."""
+    m = TOKEN_RE.match(token.strip()) if isinstance(token, str) else None
+    return m.group(1) if m else "-"
+
+
+class EnrollLimiter:
+    """Failed enrollments, counted per (source address, token) and, with ``ADDRESS_FACTOR`` times
+    the limit, per source address.
+
+    Counting per address alone let one agent retrying an unknown token (which it now does: the
+    address may lead to another server for a while) lock every other agent behind its address out,
+    a valid token included. A token's own failures now block only that token there."""
+
+    def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 4096) -> None:
+        self.per_token = RateLimiter(limit, window, clock, max_keys)
+        self.per_address = RateLimiter(limit * ADDRESS_FACTOR, window, clock, max_keys)
+
+    def blocked(self, address: str, token: Any) -> float | None:
+        """None if this token may be tried from ``address`` now, else the seconds until it may."""
+        waits = [w for w in (self.per_token.blocked(f"{address} {token_key(token)}"),
+                             self.per_address.blocked(address)) if w is not None]
+        return max(waits) if waits else None
+
+    def failure(self, address: str, token: Any) -> None:
+        self.per_token.failure(f"{address} {token_key(token)}")
+        self.per_address.failure(address)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_NO_RUN = 0, 1, 2, 3
+from cdui.exit_codes import FAILED, NO_RUN, OK, REFUSED
 
 
 @dataclass
@@ -49,15 +49,15 @@ class OneShot:
     def on_refused(self) -> int:
         """The control plane refused the agent: before its run that is a refusal, after it the
         run's result was not recorded."""
-        return EXIT_REFUSED if self.taken is None else EXIT_FAILED
+        return REFUSED if self.taken is None else FAILED
 
     def on_signal(self) -> int:
         self.signalled = True
-        return EXIT_NO_RUN if self.taken is None else EXIT_FAILED
+        return NO_RUN if self.taken is None else FAILED
 
     def on_delivered(self) -> int:
         """Every event of the run, its end included, is acknowledged."""
-        return EXIT_OK if self.final == "succeeded" else EXIT_FAILED
+        return OK if self.final == "succeeded" else FAILED
 
     def final_event(self, events: list[dict[str, Any]]) -> None:
         """A run stopped because the batch job was stopped ends ``interrupted``, not ``cancelled``:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cdui import instances
+from cdui import exit_codes, instances
 from cdui.cli_util import _die
 from cdui.errors import CduiError
 
@@ -50,7 +50,7 @@ def claim_instance(args: argparse.Namespace, user_data: Path) -> instances.Insta
         inst = instances.Instance(user_data, args.instance or instances.default_id(os.environ))
         inst.claim()
     except CduiError as err:
-        return _die(f"{err.message}; {err.hint}" if err.hint else err.message, 2)
+        return _die(f"{err.message}; {err.hint}" if err.hint else err.message, exit_codes.REFUSED)
     atexit.register(inst.release)
     for gone in inst.sweep_stale():
         print(f"cdui: removed the folder of instance {gone}: no agent held it and nothing in it changed for 24 h",

@@ -36,6 +36,8 @@ FIRST_DELAY_S, MAX_DELAY_S = 2.0, 60.0
 RECOVERABLE_LIMIT_S = 600.0  # recoverable failures give up after this long without a success
 FORWARD_FAILURES_LIMIT = 3
 TARGET_RE = re.compile(r"^(?:[A-Za-z0-9._-]{1,64}@)?[A-Za-z0-9._:\[\]%-]{1,253}$")
+# The agent's refusal for its version, as the control plane words it (at enrollment or at connection).
+VERSION_MISMATCH_RE = re.compile(r"version mismatch: worker ([^\s,;()]{1,64}), control plane ([^\s,;()]{1,64})")
 
 
 # -- identity: instance id, slots, names ---------------------------------------------------
@@ -202,9 +204,12 @@ def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
           '{ [ ! -r "/proc/$p/cmdline" ] || tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
         + f"echo \"{MARK} attached pid=$p\"; a=1; "
         + "else a=; "
-        + f'if ! command -v {launcher} >/dev/null 2>&1; then echo "{MARK} {remote_cdui}: not found"; exit 127; fi; '
-        + f'if [ -f {launcher} ] && [ ! -x {launcher} ]; then echo "{MARK} {remote_cdui}: not executable"; '
-          "exit 126; fi; "
+        # The path as the user typed it is data, never shell text: quoted whole, so that `$(...)`,
+        # backticks or quotes in it are printed, not run on the host.
+        + f"if ! command -v {launcher} >/dev/null 2>&1; then echo {shlex.quote(f'{MARK} {remote_cdui}: not found')}; "
+          "exit 127; fi; "
+        + f"if [ -f {launcher} ] && [ ! -x {launcher} ]; then "
+          f"echo {shlex.quote(f'{MARK} {remote_cdui}: not executable')}; exit 126; fi; "
         + 'rm -f "$d/agent.pid" "$d/agent.exit" "$d/agent.starting"; touch "$d/agent.log"; '
           'off=$(wc -c <"$d/agent.log"); '
         + "CODEFYUI_AGENT_TOKEN=$t; export CODEFYUI_AGENT_TOKEN; "
@@ -286,7 +291,7 @@ def short_command(t: Target, script: str, ssh: str = "ssh") -> list[str]:
 # -- what an ended ssh means ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # "forward", "terminal", "recoverable", "credential", "dropped"
+    kind: str  # "forward", "terminal", "recoverable", "credential", "version", "dropped"
     reason: str
 
 
@@ -298,6 +303,9 @@ def classify(rc: int | None, output: list[str], connected: bool) -> Outcome:
     - ``forward``: a forwarding failure, terminal after three in a row;
     - ``recoverable``: may clear on its own (login denied, name not resolving), retried
       with backoff until it has lasted 10 minutes;
+    - ``version``: the agent was refused for its version; retrying cannot fix it until one
+      side is updated, and its credential is still good, so it is kept and nothing is retried
+      until Retry (or the control plane's own restart, after its update);
     - ``credential``: the agent said its stored credential was refused or is another
       worker's; forget it and start again so that it enrolls;
     - ``dropped``: anything else (network outage, sleep, agent ended): retried.
@@ -319,6 +327,13 @@ def classify(rc: int | None, output: list[str], connected: bool) -> Outcome:
     if rc in (126, 127):
         what = "not found" if rc == 127 else "not executable"
         return Outcome("terminal", f"the remote shell cannot run cdui ({what}, exit {rc})" + _detail(last))
+    version = VERSION_MISMATCH_RE.search(text) if rc == 2 else None
+    if version is not None:
+        # Before the credential rule: a version refusal also says "refused by the control plane",
+        # and forgetting a good credential over it made every update a relaunch loop.
+        worker, server = version.groups()
+        return Outcome("version", f"version mismatch (worker {worker}, server {server}): install the same cdui "
+                                  f"version on both (`cdui update` on the older one), then Retry")
     if rc == 2 and ("refused by the control plane" in low or "stored credential is for worker" in low):
         return Outcome("credential", "the agent's stored credential was refused or belongs to another worker"
                        + _detail(last))

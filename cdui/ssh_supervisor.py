@@ -10,11 +10,13 @@ acts on it:
 - restart after 2 s, doubling on each consecutive failed attempt up to a
   minute; an attempt whose agent connected starts the series again;
 - terminal failures (host key, cdui not runnable, forwarding refused, three
-  forwarding failures in a row) stop retrying and wait for Retry;
+  forwarding failures in a row, the agent refused for its version) stop
+  retrying and wait for Retry;
 - recoverable ones (login denied, name not resolving) are retried until they
   have lasted 10 minutes without a break;
 - a credential the agent reports as refused or another worker's is forgotten on
-  the remote host at once (the next preparation runs ``cdui agent forget``).
+  the remote host at once (the next preparation runs ``cdui agent forget``);
+  a refusal for the agent's version is not about the credential, which is kept.
 
 Every timer sleeps on the injected clock (:mod:`cdui.clock`), so the logic is
 tested by stepping time. The state shown on the worker card is a
@@ -194,7 +196,8 @@ class Supervisor:
             now = self.deps.clock.monotonic()
             if connected:
                 delay, forward_failures, recoverable_since = None, 0, None
-            terminal = outcome.kind == "terminal"
+            # A version refusal waits for Retry too: each relaunch would be refused the same way.
+            terminal = outcome.kind in ("terminal", "version")
             if outcome.kind == "forward":
                 forward_failures += 1
                 terminal = forward_failures >= ssh.FORWARD_FAILURES_LIMIT

@@ -128,23 +128,32 @@ class WorkerRoutes:
 
     async def enroll_route(self, request: web.Request) -> web.Response:
         address = request.remote or "?"
-        wait = self.m.limiter.blocked(address)
+        # Anyone on the network reaches this route: a small body, bounded fields.
+        unreadable: CduiError | None = None
+        body: dict[str, Any] = {}
+        try:
+            body = await read_object(request, PUBLIC_LIMIT)
+        except CduiError as exc:
+            unreadable = exc
+        # Failures count per token and address (cdui/enroll.py), so read the token before deciding.
+        token = body.get("token")
+        wait = self.m.limiter.blocked(address, token)
         if wait is not None:
             raise CduiError("rate_limited", f"too many failed enrollment attempts from {address}",
                             hint=f"try again in {max(wait, 1):.0f} s", status=429)
         try:
-            res = await self._enroll(request)
+            if unreadable is not None:
+                raise unreadable
+            res = await self._enroll(body)
         except CduiError:
             # Only failures count: agents sharing an address must not lock each other out.
-            self.m.limiter.failure(address)
+            self.m.limiter.failure(address, token)
             raise
         log.info("worker %s enrolled from %s", res["worker"], address)
         return web.json_response({"worker": res["worker"], "credential": res["credential"],
                                   "version": __version__}, status=201)
 
-    async def _enroll(self, request: web.Request) -> dict[str, Any]:
-        # Anyone on the network reaches this route: a small body, bounded fields.
-        body = await read_object(request, PUBLIC_LIMIT)
+    async def _enroll(self, body: dict[str, Any]) -> dict[str, Any]:
         devices = body.get("devices") or []
         if (not isinstance(devices, list) or len(devices) > protocol.MAX_SMALL_LIST
                 or not all(isinstance(d, str) and 0 < len(d) <= protocol.MAX_NAME for d in devices)):

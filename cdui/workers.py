@@ -61,8 +61,8 @@ class WorkerManager:
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
         self.own_catalog = catalog.node_catalog(self.runs.registry)
-        self.limiter = enroll.RateLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
-                                         clock=self.clock.monotonic)
+        self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
+                                           clock=self.clock.monotonic)
         self.closing = False
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored

@@ -8,7 +8,11 @@ an agent and its control plane:
 - :meth:`TcpProxy.freeze`: keep connections open but deliver nothing (a dead
   route: packets lost, no reset) until :meth:`TcpProxy.restore`;
 - ``rate``: a slow link, in bytes per second per direction and connection;
-- :meth:`TcpProxy.answer_503`: a reverse proxy whose upstream is down.
+- :meth:`TcpProxy.answer_503`: a reverse proxy whose upstream is down;
+  :meth:`TcpProxy.answer_page`: one that answers every request with its own
+  page (any status, any body, e.g. an HTML error page);
+- ``target``: where new connections go, changed at will (a name that now
+  leads to another server).
 
 With ``upstream_wait`` a new connection whose upstream refuses it is held
 open while the proxy keeps trying the upstream for that many seconds, as a
@@ -40,7 +44,7 @@ class TcpProxy:
         self._socks: set[socket.socket] = set()
         self._aborting: set[socket.socket] = set()  # closed with a reset, not a FIN (see reset)
         self._closed = False
-        self._answer_503 = False
+        self._answer: bytes | None = None  # the whole answer a proxy gives by itself, if any
         self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
         self._flowing = threading.Event()
         self._flowing.set()
@@ -56,12 +60,12 @@ class TcpProxy:
             if not self._open.is_set():
                 client.close()  # "network down": the connection is refused at once
                 continue
-            if self._answer_503:
-                # A reverse proxy whose upstream is down.
+            answer = self._answer
+            if answer is not None:
+                # A reverse proxy answering by itself (its upstream is down, or it has no route).
                 try:
                     client.recv(65536)
-                    client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                                   b"Connection: close\r\n\r\n")
+                    client.sendall(answer)
                 except OSError:
                     pass
                 client.close()
@@ -131,7 +135,7 @@ class TcpProxy:
         self._drop_all()
 
     def restore(self) -> None:
-        self._answer_503 = False
+        self._answer = None
         self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
         self._open.set()
         self._flowing.set()
@@ -152,7 +156,12 @@ class TcpProxy:
 
     def answer_503(self) -> None:
         """Cut every connection; answer every new request with 503 until :meth:`restore`."""
-        self._answer_503 = True
+        self.answer_page("503 Service Unavailable", b"")
+
+    def answer_page(self, status: str, body: bytes, content_type: str = "text/html") -> None:
+        """Cut every connection; answer every new request with ``status`` and ``body`` until :meth:`restore`."""
+        self._answer = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                        f"Connection: close\r\n\r\n").encode() + body
         self._drop_all()
 
     def _drop_all(self) -> None:

@@ -6,10 +6,13 @@ through network blips, and the systemd units.
   user and the Python CLI, and a redirection there can silence everything.
 - Relative path settings mean the folder the user ran the command in, also
   for the daemons that are re-spawned from the installation root.
-- A first enrollment that meets an unreachable control plane or a proxy's
-  502/503/504 is retried with the agent's backoff; agents started together
-  from one user data folder use the token once.
-- The systemd units do not restart a refused agent, wait longer than the
+- A first enrollment that meets an unreachable control plane, a proxy's
+  502/503/504 or own error page, or a server that does not know the token
+  (the address does not lead to the issuing server yet) is retried with the
+  agent's backoff; agents started together from one user data folder use the
+  token once.
+- The systemd units restart an agent refused for its version (it heals once
+  the versions match) but not one that could not start, wait longer than the
   processes' own stop budget, and never install at service start.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from cdui import config as cdui_config
+from cdui import exit_codes
 from procs import (
     REPO_ROOT,
     Proc,
@@ -234,6 +238,42 @@ def test_first_enrollment_through_a_proxy_answering_503(tmp_path: Path) -> None:
         cp.stop()
 
 
+NGINX_404 = (b"<html><head><title>404 Not Found</title></head>"
+             b"<body><center><h1>404 Not Found</h1></center></body></html>")
+
+
+def test_enrollment_at_a_proxy_page_or_another_server_is_retried_until_it_heals(tmp_path: Path) -> None:
+    """The agent's address does not lead to the control plane that issued its token yet: first a
+    proxy's own error page answers (no cdui JSON), then another cdui server (with another database)
+    that does not know the token. Both may heal without touching the agent, so both are retried
+    with advice saying what to check, and the agent enrolls once the address leads to its server."""
+    cp = ServerProc(tmp_path).start()
+    other = ServerProc(tmp_path / "other", name="other").start()
+    proxy = TcpProxy(other.port)
+    proxy.answer_page("404 Not Found", NGINX_404)
+    tok = new_token(cp)
+    agent = agent_proc(tmp_path, proxy.url, tok)
+    agent.spawn()
+    try:
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: HTTP 404 from "
+                 f"/api/workers/enroll; the answer is not from cdui (a proxy's or another web server's page): "
+                 f"check that {proxy.url} is cdui's address" in agent.log_text(), 60, 0.1,
+                 "an enrollment answered by the proxy's page", detail=agent.log_tail)
+        proxy.restore()  # the proxy now forwards, but to a server that did not issue the token
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: enrollment token "
+                 f"{tok.split('.')[0]}.… is not known to this control plane" in agent.log_text(), 60, 0.1,
+                 "an enrollment refused as unknown", detail=agent.log_tail)
+        assert "a token works only at the control plane (and database) that issued it" in agent.log_text()
+        proxy.target = ("127.0.0.1", cp.port)
+        wait_for(lambda: online(cp, "w1", agent), 120, 0.2, "w1 online", detail=agent.log_tail)
+        assert f"enrolled as worker w1 at {proxy.url}" in agent.log_text()
+    finally:
+        agent.stop()
+        proxy.close()
+        other.stop()
+        cp.stop()
+
+
 def test_refused_enrollment_still_exits_4(tmp_path: Path) -> None:
     """A token cdui itself refuses is final: exit 4 at once, no retry."""
     cp = ServerProc(tmp_path).start()
@@ -314,16 +354,22 @@ def unit_env(unit: configparser.ConfigParser) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in unit["Service"]["Environment"].split())
 
 
-@pytest.mark.parametrize("name", ["codefyui-agent.service", "codefyui.service"])
-def test_units_never_install_and_do_not_restart_refusals(name: str) -> None:
+@pytest.mark.parametrize("name, prevented", [
+    # The agent's exit 2 (refused, e.g. for its version) is restarted every 5 s: it heals once the
+    # versions match (docs/remote-workers.md#running-the-agent-under-systemd). Exit 4 cannot.
+    ("codefyui-agent.service", [str(exit_codes.START)]),
+    # The control plane's exit 2 is a bad setting or usage, which waiting cannot fix.
+    ("codefyui.service", ["2", "4"]),
+])
+def test_units_never_install_and_restart_only_what_can_heal(name: str, prevented: list[str]) -> None:
     """Both units start through the launcher with installing forbidden, stay attached,
-    and do not restart on exit 2 (refused / bad settings) or 4 (could not start)."""
+    restart after 5 s on failure, except on the exit codes waiting cannot fix."""
     svc = read_unit(name)["Service"]
     assert unit_env(read_unit(name))["CDUI_NO_INSTALL"] == "1"
     argv = svc["ExecStart"].split()
     assert argv[0] == "/opt/codefyui/bin/cdui" and "--foreground" in argv, argv
-    assert svc["Restart"] == "on-failure"
-    assert svc["RestartPreventExitStatus"].split() == ["2", "4"]
+    assert svc["Restart"] == "on-failure" and svc["RestartSec"] == "5s"
+    assert svc["RestartPreventExitStatus"].split() == prevented
     assert svc["KillMode"] == "mixed"
     from cdui.cli import build_parser
     build_parser().parse_args(argv[1:])  # the unit's command line is one cdui accepts

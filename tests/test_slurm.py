@@ -171,8 +171,8 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         home = tmp_path / "home"
         home.mkdir()
         env = _job_env(cluster, cp, home, tmp_path / "agent-data", tok)
-        # No GPU here: the command line overrides the script's gres and CPUs.
-        out = subprocess.run(["sbatch", "--parsable", "--array=0-3", "--gres=none", "--cpus-per-task=1",
+        # No GPU here, and the script asks for none (SBATCH_GRES would); the command line lowers the CPUs.
+        out = subprocess.run(["sbatch", "--parsable", "--array=0-3", "--cpus-per-task=1",
                               f"--output={tmp_path}/codefyui-%A_%a.log", f"--chdir={tmp_path}", str(SCRIPT)],
                              env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
@@ -213,7 +213,7 @@ def test_the_jobs_time_limit_interrupts_the_run_with_its_checkpoint_and_the_agen
         home = tmp_path / "home"
         home.mkdir()
         env = _job_env(cluster, cp, home, tmp_path / "agent-data", tok)
-        out = subprocess.run(["sbatch", "--parsable", "--array=0", "--time=1", "--gres=none", "--cpus-per-task=1",
+        out = subprocess.run(["sbatch", "--parsable", "--array=0", "--time=1", "--cpus-per-task=1",
                               f"--output={tmp_path}/codefyui-%A_%a.log", f"--chdir={tmp_path}", str(SCRIPT)],
                              env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

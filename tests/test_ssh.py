@@ -71,6 +71,40 @@ def test_prepare_makes_private_folders_and_reports_the_path(tmp_path: Path) -> N
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
 
 
+HOSTILE = ["/opt/$(touch {m})/cdui", "/opt/`touch {m}`/cdui", '/opt/x"; touch {m}; echo "/cdui',
+           "/opt/x'; touch {m}; echo '/cdui", "~/$(touch {m})/cdui", "/opt/${{IFS}}$(touch${{IFS}}{m})"]
+
+
+@pytest.mark.parametrize("template", HOSTILE)
+@pytest.mark.parametrize("executable", [False, True])
+def test_a_hostile_remote_cdui_is_printed_not_run(tmp_path: Path, template: str, executable: bool) -> None:
+    """``remote_cdui`` is typed by a user of the control plane and runs in the remote host's shell:
+    `$(...)`, backticks and quotes in it stay part of the path. Missing, then present but not
+    executable (a file at that very path), it is reported with its exact value, and nothing ran."""
+    marker = tmp_path / "ran"
+    value = template.format(m=marker)
+    home = tmp_path / "home"
+    home.mkdir()
+    if executable:  # the same literal path exists, without the execute bit: the 126 branch
+        literal = Path(value.replace("~/", f"{home}/", 1)) if value.startswith("~/") else Path(value)
+        literal = tmp_path / "fs" / literal.relative_to("/")
+        literal.parent.mkdir(parents=True)
+        literal.write_text("#!/bin/sh\n")
+        value = str(literal)
+        assert "$(" in value or "`" in value or '"' in value or "'" in value
+    script = ssh.tunnel_script(IID, SLOT, value, "gpu-box")
+    r = subprocess.run(["sh", "-c", script], input="abcdef.0123456789abcdef\n", capture_output=True, text=True,
+                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=60)
+    what = "not executable" if executable else "not found"
+    assert (r.returncode, r.stdout) == (126 if executable else 127, f"cdui-ssh: {value}: {what}\n"), r.stderr
+    assert not marker.exists()
+    # The preparation and the cleanup name it too, as the launcher to run: quoted the same way.
+    for other in (ssh.prepare_script(IID, SLOT, value, True), ssh.cleanup_script(IID, SLOT, value)):
+        subprocess.run(["sh", "-c", other], capture_output=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                       timeout=60)
+        assert not marker.exists()
+
+
 @pytest.mark.parametrize("target, name", [
     ("alice@gpu1.lab", "gpu1"), ("gpu-box", "gpu-box"), ("bob@10.0.3.17", "10.0.3.17"), ("root@localhost", "localhost"),
     ("carol@node7.cluster.example.org", "node7")])
@@ -113,6 +147,13 @@ def test_slots_and_instance_id(tmp_path: Path) -> None:
     (255, ["ssh: Could not resolve hostname gpu-box: Name or service not known"], False, "recoverable",
      "the host name does not resolve"),
     (2, ["cdui: error: refused by the control plane: unknown credential"], True, "credential", "the agent's stored"),
+    # A version refusal is not the credential's fault: at connection (stored credential) or at enrollment.
+    (2, ["cdui: error: refused by the control plane: version mismatch: worker 0.0.9, control plane 0.1.0",
+         "cdui-ssh: agent exited code=2"], False, "version", "version mismatch (worker 0.0.9, server 0.1.0): "),
+    (2, ["cdui: error: enrollment failed: version mismatch: worker 0.2.0, control plane 0.1.0 (install cdui 0.1.0 "
+         "on the worker)"], False, "version", "version mismatch (worker 0.2.0, server 0.1.0): "),
+    (2, ["cdui: error: refused by the control plane: version mismatch: worker unknown, control plane 0.1.0"], True,
+     "version", "version mismatch (worker unknown, server 0.1.0)"),
     (2, ["cdui: error: the stored credential is for worker 'a', not 'b'"], False, "credential", "the agent's stored"),
     (255, ["Connection to gpu closed by remote host."], True, "dropped", "the connection ended (ssh exit 255)"),
     (1, [], False, "dropped", "ssh exited with code 1 before the agent connected"),

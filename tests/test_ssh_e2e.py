@@ -240,7 +240,7 @@ def test_delete_cleans_the_remote_folder_and_credential(server: ServerProc, sshd
     added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gone"}, expect=201)
     wait_tunnel(server, "gone", "connected")
     folder = sshd.home / added["remote_dir"].removeprefix("~/")
-    cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-{added['slot']}.token"
+    cred = credential_file(sshd, added)
     assert folder.is_dir() and cred.is_file()
     assert server.call("DELETE", "/api/workers/gone") == {"removed": "gone", "cleanup": "started"}
     wait_for(lambda: not folder.exists() and not cred.exists(), 120, 0.1, "the remote cleanup",
@@ -269,11 +269,17 @@ def test_shutdown_stops_ssh_agents_and_a_restart_reconnects(server: ServerProc, 
     assert again["remote_pid"] != first["remote_pid"]
 
 
+def credential_file(sshd: Sshd, added: dict[str, Any]) -> Path:
+    """Where the remote agent stores this SSH worker's credential (keyed by its never-resolving URL)."""
+    host_port = added["control"].removeprefix("http://").replace(":", "-")
+    return sshd.home / "ud" / "agent" / f"{host_port}.token"
+
+
 def test_a_refused_stored_credential_is_forgotten_and_enrolled_again(server: ServerProc, sshd: Sshd):
     added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "stale"}, expect=201)
     wait_tunnel(server, "stale", "connected")
     server.call("POST", "/api/workers/stale/disable")
-    cred = sshd.home / "ud" / "agent" / f"cp-{added['control'].split('cp-')[1].split(':')[0]}-{added['slot']}.token"
+    cred = credential_file(sshd, added)
     data = json.loads(cred.read_text())
     cred.write_text(json.dumps({**data, "credential": "cdw_" + "x" * 43}))  # one this control plane never issued
     server.call("POST", "/api/workers/stale/enable")
@@ -282,6 +288,32 @@ def test_a_refused_stored_credential_is_forgotten_and_enrolled_again(server: Ser
     assert any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
     assert any("enrolled as worker stale" in line for line in t["recent_output"]), t["recent_output"]
     assert json.loads(cred.read_text())["credential"] != "cdw_" + "x" * 43
+
+
+def test_a_control_plane_updated_first_fails_once_and_keeps_the_credential(tmp_path: Path, server: ServerProc,
+                                                                           sshd: Sshd):
+    """The control plane is updated (here: restarted as another version) while its SSH worker is not.
+    The remote agent, refused for its version, is not made to forget its credential and relaunched
+    with new tokens for ever: the tunnel shows the mismatch on its first attempt, keeps the
+    credential and waits (no ssh runs, none is scheduled) for Retry or the next restart."""
+    from cdui import __version__
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "skew"}, expect=201)
+    wait_tunnel(server, "skew", "connected")
+    cred = credential_file(sshd, added)
+    kept = cred.read_text()
+    newer = tmp_path / "newer"  # the "update": this control plane now says it is another version
+    newer.mkdir()
+    (newer / "sitecustomize.py").write_text(f"import cdui\ncdui.__version__ = {__version__ + '.post1'!r}\n")
+    server.stop()
+    server.start({"PYTHONPATH": str(newer)})
+    assert server.call("GET", "/api/health")["version"] == __version__ + ".post1"
+    t = wait_tunnel(server, "skew", "failed")
+    assert t["reason"].startswith(f"version mismatch (worker {__version__}, server {__version__}.post1)"), t
+    assert (t["attempts"], t["retrying"], t["next_attempt_s"]) == (1, False, None), t
+    # No ssh of this worker left running (other tests' tunnels on the machine have other folders).
+    assert tunnel_ssh_pids(added["remote_dir"].removeprefix("~/")) == []  # .codefyui-ssh/<this plane's id>-<slot>
+    assert not any("forgot http://cp-" in line for line in t["recent_output"]), t["recent_output"]
+    assert cred.read_text() == kept  # the credential that connected before: the next start needs no token
 
 
 def test_the_remote_agent_stops_when_no_tunnel_returns_within_the_grace(tmp_path: Path, sshd: Sshd):

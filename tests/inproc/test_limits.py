@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from threaded import InProcServer
 
-from cdui.enroll import RateLimiter
+from cdui.enroll import EnrollLimiter, RateLimiter
 from cdui.graph.model import DEFAULT_MAX_NODES
 from cdui.server import HostCheck
 from procs import ServerProc, node, trig
@@ -184,9 +184,10 @@ def test_tokens_out_of_range_are_refused_and_nothing_is_stored(cp):
     assert cp.call("POST", "/api/workers/w1/reissue", {"ttl_s": 60}, expect=201)["worker"] == "w1"
 
 
-def test_enrollment_rate_limit_counts_failures_only(cp):
+def test_enrollment_rate_limit_counts_failures_only_and_per_token(cp):
     """25 agents behind one address enroll with one multi-use token (successes do not count);
-    20 failed attempts then get 429, which names the wait."""
+    20 failed attempts with one unknown token then get 429 for that token, which names the wait,
+    while a valid token from the same address still enrolls."""
     tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 30}, expect=201)["token"]
     for i in range(25):
         status, body = cp.api("POST", "/api/workers/enroll", {"token": tok, "name": f"a{i}", "devices": ["cpu"]},
@@ -196,10 +197,43 @@ def test_enrollment_rate_limit_counts_failures_only(cp):
         status, body = cp.api("POST", "/api/workers/enroll", {"token": "aaaaaa.bbbbbbbbbbbbbbbb", "name": f"x{i}"},
                               token=False)
         assert status == 401 and body["error"]["code"] == "token_unknown", (i, body)
-    status, body = cp.api("POST", "/api/workers/enroll", {"token": tok, "name": "late", "devices": ["cpu"]},
+    status, body = cp.api("POST", "/api/workers/enroll", {"token": "aaaaaa.bbbbbbbbbbbbbbbb", "name": "x20"},
                           token=False)
     assert status == 429 and body["error"]["code"] == "rate_limited", body
     assert "try again in" in body["error"]["hint"]
+    status, body = cp.api("POST", "/api/workers/enroll", {"token": tok, "name": "late", "devices": ["cpu"]},
+                          token=False)
+    assert status == 201 and body["worker"] == "late", body
+
+
+# (failures: [(address, token)], then the attempt, whether it is blocked)
+T1, T2, T3 = "aaaaaa.0123456789abcdef", "bbbbbb.0123456789abcdef", "cccccc.0123456789abcdef"
+LIMITER_TABLE = [
+    ("a token's own failures block it", [("10.0.0.1", T1)] * 3, ("10.0.0.1", T1), True),
+    ("another token from that address still goes through", [("10.0.0.1", T1)] * 3, ("10.0.0.1", T2), False),
+    ("that token from another address goes through", [("10.0.0.1", T1)] * 3, ("10.0.0.2", T1), False),
+    ("guesses at one token's secret share its bucket", [("10.0.0.1", "aaaaaa.zzzzzzzzzzzzzzzz"),
+                                                         ("10.0.0.1", "aaaaaa.yyyyyyyyyyyyyyyy"),
+                                                         ("10.0.0.1", "aaaaaa.xxxxxxxxxxxxxxxx")],
+     ("10.0.0.1", T1), True),
+    ("anything that is not a token shares one bucket", [("10.0.0.1", None), ("10.0.0.1", 7), ("10.0.0.1", "x")],
+     ("10.0.0.1", "junk"), True),
+    ("below the limit", [("10.0.0.1", T1)] * 2, ("10.0.0.1", T1), False),
+    ("token after token: the address is cut off at ten times the limit",
+     [("10.0.0.1", f"{i:06d}.0123456789abcdef") for i in range(30)], ("10.0.0.1", T3), True),
+    ("... but not before", [("10.0.0.1", f"{i:06d}.0123456789abcdef") for i in range(29)], ("10.0.0.1", T3), False),
+]
+
+
+@pytest.mark.parametrize("why, failures, attempt, blocked", LIMITER_TABLE, ids=[r[0] for r in LIMITER_TABLE])
+def test_enroll_limiter_counts_per_token_and_address(why, failures, attempt, blocked):
+    now = [1000.0]
+    rl = EnrollLimiter(3, window=60, clock=lambda: now[0])
+    for address, token in failures:
+        rl.failure(address, token)
+    assert (rl.blocked(*attempt) is not None) == blocked
+    now[0] += 61  # a minute later every bucket is open again
+    assert rl.blocked(*attempt) is None
 
 
 def test_rate_limiter_table_is_bounded_and_pruned():

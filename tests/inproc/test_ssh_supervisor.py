@@ -28,9 +28,11 @@ def fake_ssh(tmp: Path, prepare: str, tunnel: str) -> str:
     return str(path)
 
 
-def supervisor(tmp: Path, clock: FakeClock, binary: str) -> tuple[Supervisor, list[TunnelState]]:
+def supervisor(tmp: Path, clock: FakeClock, binary: str,
+               forgot: dict[str, bool] | None = None) -> tuple[Supervisor, list[TunnelState]]:
+    """``forgot["v"]``: whether the slot's old credential was forgotten (False: the next preparation forgets it)."""
     seen: list[TunnelState] = []
-    forgot = {"v": False}
+    forgot = forgot if forgot is not None else {"v": False}
 
     async def local() -> str:
         return str(tmp / "s")
@@ -141,6 +143,47 @@ async def test_remote_cdui_missing_is_terminal(tmp_path: Path) -> None:
         await failed_waiting(sup, clock, 1)
         assert not sup.tunnel.retrying
         assert (sup.tunnel.reason or "").startswith("the remote shell cannot run cdui (not found, exit 127)")
+    finally:
+        await sup.close()
+
+
+def version_refused_ssh(tmp: Path) -> str:
+    """An ssh whose preparation works and whose agent, with its stored credential, is refused for its
+    version (exit 2, as the remote script passes the agent's code on); every invocation is logged."""
+    path = tmp / "ssh"
+    line = "refused by the control plane: version mismatch: worker 0.0.9, control plane 0.1.0"
+    path.write_text("#!/bin/sh\n"
+                    f"echo \"$*\" >>'{tmp / 'calls'}'\n"
+                    'for a in "$@"; do [ "$a" = -R ] && { echo "cdui-ssh: started pid=4242"; '
+                    f"echo '2030-01-01 00:00:00,000 ERROR cdui.agent: {line}'; echo 'cdui: error: {line}'; "
+                    "echo 'cdui-ssh: agent exited code=2'; exit 2; }; done\n"
+                    'echo "cdui-ssh: dir=/home/alice/.codefyui-ssh/3f9a12c4-18000"; exit 0\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+async def test_a_version_refusal_fails_once_keeps_the_credential_and_waits_for_retry(tmp_path: Path) -> None:
+    """The control plane was updated first: the agent's stored credential is fine, its version is not.
+    Forgetting the credential and relaunching (with a new token) cannot help, so the tunnel fails once
+    with both versions named, schedules nothing, and keeps the credential; Retry tries again."""
+    clock = FakeClock()
+    forgot = {"v": True}  # the slot's first use is behind it: the credential the agent holds is this worker's
+    sup, _ = supervisor(tmp_path, clock, version_refused_ssh(tmp_path), forgot)
+    sup.start()
+    try:
+        await failed_waiting(sup, clock, 1)
+        t = sup.tunnel
+        assert t.reason == ("version mismatch (worker 0.0.9, server 0.1.0): install the same cdui version on both "
+                            "(`cdui update` on the older one), then Retry")
+        assert not t.retrying and t.next_attempt_s is None
+        assert clock.sleepers == 0  # nothing scheduled: no further ssh until Retry
+        assert forgot["v"] is True  # the next preparation does not run `cdui agent forget`
+        calls = (tmp_path / "calls").read_text().splitlines()
+        assert len(calls) == 2 and "-R" in calls[1] and "agent forget" not in calls[0]
+        sup.retry()
+        await failed_waiting(sup, clock, 2)
+        assert (sup.tunnel.reason or "").startswith("version mismatch (worker 0.0.9, server 0.1.0)")
+        assert len((tmp_path / "calls").read_text().splitlines()) == 4 and forgot["v"] is True
     finally:
         await sup.close()
 
