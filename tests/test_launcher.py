@@ -226,8 +226,8 @@ def test_first_enrollment_through_a_proxy_answering_503(tmp_path: Path) -> None:
     agent = agent_proc(tmp_path, proxy.url, new_token(cp))
     agent.spawn()
     try:
-        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: HTTP 503 from "
-                 f"/api/workers/enroll" in agent.log_text(), 60, 0.1, "an enrollment answered 503",
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: POST "
+                 f"/api/workers/enroll answered HTTP 503" in agent.log_text(), 60, 0.1, "an enrollment answered 503",
                  detail=agent.log_tail)
         assert agent.alive, agent.log_tail()
         proxy.restore()
