@@ -39,7 +39,7 @@ from cdui.job import Job
 from cdui.oneshot_agent import OneShot
 from cdui.s3 import agent_capabilities
 from cdui.spare import SparePool
-from cdui.spool import RunSpool, spooled_runs
+from cdui.spool import RunSpool, base_dir, live_run_ids, spooled_runs
 from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
 log = logging.getLogger("cdui.agent")
@@ -61,11 +61,16 @@ class Refused(Exception):
         self.code = code
 
 
-def credential_path(user_data: Path, control: str) -> Path:
+def credential_key(control: str) -> str:
+    """``<host>-<port>`` of a control plane's address: names its credential file and its spool."""
     u = urlsplit(control)
     host = u.hostname or "localhost"
     port = u.port or (443 if u.scheme == "https" else 80)
-    return user_data / "agent" / f"{host}-{port}.token"
+    return f"{host}-{port}"
+
+
+def credential_path(user_data: Path, control: str) -> Path:
+    return user_data / "agent" / f"{credential_key(control)}.token"
 
 
 def ws_url(control: str) -> str:
@@ -110,7 +115,9 @@ class Agent:
         self.status_file = status_file
         # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
         self.uds = uds
-        self.spool_root = user_data / "spool"
+        # This credential's own spool: other control planes' agents may share the user data folder.
+        # The caller holds its lock (cdui.spool.SpoolLock) before anything in it is read.
+        self.spool_root = base_dir(user_data) / credential_key(self.control)
         self.runs: dict[str, AgentRun] = {}
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.heartbeat_s = 10.0
@@ -514,7 +521,10 @@ class Agent:
         root = self.user_data / "agent-runs"
         if keep <= 0 or not root.is_dir():
             return
-        done = [p for p in root.iterdir() if p.is_dir() and p.name not in self.runs]
+        # Another agent's runs may be here too (agents of several control planes share the folder):
+        # a run still in any agent's spool is live.
+        live = set(self.runs) | live_run_ids(self.user_data)
+        done = [p for p in root.iterdir() if p.is_dir() and p.name not in live]
         done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
         for p in done[keep:]:
             shutil.rmtree(p, ignore_errors=True)

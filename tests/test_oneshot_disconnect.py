@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from procs import ServerProc, wait_for, wait_run
+from procs import ServerProc, spool_dir, wait_for, wait_run
 from tcpproxy import TcpProxy
 from test_oneshot import exit_code, one_shot, token
 from test_workers import _install_ticker, ticker_graph
@@ -57,7 +57,7 @@ def test_an_unacknowledged_result_stays_in_the_spool_and_the_next_agent_delivers
         wait_for(lambda: len(_ticks(cp, first)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
         proxy.cut()  # and it stays cut past the grace after the run's end
         assert exit_code(a) == 1, a.log_tail(40)
-        spool = tmp_path / "agent-w1" / "spool" / first
+        spool = spool_dir(tmp_path / "agent-w1", first)
         assert (spool / "events.jsonl").is_file()
         assert "its end was not acknowledged" in a.log_text()
         r = wait_run(cp, first)
