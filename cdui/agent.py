@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -115,6 +116,8 @@ class Agent:
         self.status_file = status_file
         # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
         self.uds = uds
+        # Its every connection says it is this same agent (protocol.Hello.agent_id).
+        self.agent_id = secrets.token_hex(8)
         # This credential's own spool: other control planes' agents may share the user data folder.
         # The caller holds its lock (cdui.spool.SpoolLock) before anything in it is read.
         self.spool_root = base_dir(user_data) / credential_key(self.control)
@@ -315,7 +318,8 @@ class Agent:
                               o is not None, o.instance if o else None, agent_capabilities(), wanted,
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
-                              device_memory=devicesets.memory_report(self.devices, self.probe.cards)).to_json()
+                              device_memory=devicesets.memory_report(self.devices, self.probe.cards),
+                              agent_id=self.agent_id).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:

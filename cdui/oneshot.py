@@ -28,7 +28,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdui import protocol
@@ -274,7 +274,7 @@ class OneShotBook:
             if why is not None:
                 msg = f"--run-id {hello.run_id}: this agent cannot take that run: {why}"
                 return admission.Refuse("bad_run_id", msg, name, msg)
-        return admission.Accept(name, hello)
+        return replace(accept, name=name)
 
     async def connected(self, manager: WorkerManager, executor: RemoteExecutor, credential: str) -> None:
         """A one-shot agent (or a normal one, which clears the mark) came: mark its executor
