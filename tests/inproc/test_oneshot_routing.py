@@ -266,6 +266,64 @@ async def test_a_one_shot_agent_back_before_its_drop_was_noticed_replaces_its_co
             await base.close()
 
 
+async def test_an_ordinary_agent_cannot_end_a_one_shot_agents_run(tmp_path):
+    """While a one-shot agent's run is in progress (its agent away, within the resume grace), an
+    ordinary agent with the same credential is refused: admitted, it would hold none of the run
+    and the control plane would end the run `interrupted`."""
+    async with _plane(tmp_path) as cp:
+        one = OneShotAgent(cp, "w1", agent_id="a1")
+        ordinary = OneShotAgent(cp, "w1", one_shot=False, agent_id="b2")
+        try:
+            await one.enroll()
+            ordinary.credential = one.credential
+            await one.connect()
+            run = await cp.submit({"target": {"worker": "w1"}, "device": "cpu"})
+            assert (await one.assignment())["run_id"] == run["id"]
+            await one.status(run["id"], "running", pid=1)
+            await one.drop()
+            await cp.wait_status(run["id"], "disconnected")
+            refused = await ordinary.first_answer(held=[])
+            assert (refused["type"], refused["code"]) == ("refused", "name_in_use"), refused
+            assert refused["message"] == (f"worker w1's run {run['id']} is still in progress with a one-shot agent; "
+                                          f"an agent that is not that one cannot use the name until the run has ended")
+            assert (await cp.run(run["id"]))["status"] == "disconnected"
+            one.run_id = run["id"]
+            back = await one.first_answer(held=[run["id"]])
+            assert back["runs"][run["id"]]["action"] == "continue", back
+            await one.status(run["id"], "succeeded")
+            await cp.wait_status(run["id"], "succeeded")
+            await one.close()
+            await _offline(cp, "w1")
+            # The run is over: the credential's ordinary agent may come back.
+            assert (await ordinary.first_answer(held=[]))["type"] == "welcome"
+        finally:
+            await one.close()
+            await ordinary.close()
+
+
+async def test_share_by_memory_set_through_an_instance_is_the_credentials(tmp_path):
+    async with _plane(tmp_path) as cp:
+        base = OneShotAgent(cp, "slurm", one_shot=False, devices=("cpu",))
+        inst = None
+        try:
+            await base.enroll()
+            inst = await _instance(cp, base.credential, "7-0")
+            inst.devices = ["cpu", "cuda:0"]
+            await inst.connect()
+            answer = await cp.call("POST", "/api/workers/slurm.7-0/share-by-memory",
+                                   {"enabled": True, "device": "cuda:0"})
+            assert answer == {"name": "slurm", "share_by_memory": ["cuda:0"]}
+            assert (await cp.worker("slurm"))["share_by_memory"] == ["cuda:0"]
+            status, body = await cp.api("POST", "/api/workers/slurm.7-0/share-by-memory",
+                                        {"enabled": True, "device": "cuda:7"})
+            assert (status, body["error"]["message"]) == (
+                400, "worker slurm offers no device 'cuda:7' (it offers cpu, cuda:0)"), body
+        finally:
+            if inst is not None:
+                await inst.close()
+            await base.close()
+
+
 async def _offline(cp: Plane, name: str) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
