@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -41,7 +42,7 @@ from cdui.layout import read_roots_label
 from cdui.oneshot_agent import OneShot
 from cdui.s3 import agent_capabilities
 from cdui.spare import SparePool
-from cdui.spool import RunSpool, spooled_runs
+from cdui.spool import RunSpool, base_dir, live_run_ids, spooled_runs
 from cdui.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 
 log = logging.getLogger("cdui.agent")
@@ -71,11 +72,16 @@ class Refused(Exception):
         self.code = code
 
 
-def credential_path(user_data: Path, control: str) -> Path:
+def credential_key(control: str) -> str:
+    """``<host>-<port>`` of a control plane's address: names its credential file and its spool."""
     u = urlsplit(control)
     host = u.hostname or "localhost"
     port = u.port or (443 if u.scheme == "https" else 80)
-    return user_data / "agent" / f"{host}-{port}.token"
+    return f"{host}-{port}"
+
+
+def credential_path(user_data: Path, control: str) -> Path:
+    return user_data / "agent" / f"{credential_key(control)}.token"
 
 
 def ws_url(control: str) -> str:
@@ -120,7 +126,11 @@ class Agent:
         self.status_file = status_file
         # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
         self.uds = uds
-        self.spool_root = user_data / "spool"
+        # Its every connection says it is this same agent (protocol.Hello.agent_id).
+        self.agent_id = secrets.token_hex(8)
+        # This credential's own spool: other control planes' agents may share the user data folder.
+        # The caller holds its lock (cdui.spool.SpoolLock) before anything in it is read.
+        self.spool_root = base_dir(user_data) / credential_key(self.control)
         self.runs: dict[str, AgentRun] = {}
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.heartbeat_s = 10.0
@@ -329,7 +339,8 @@ class Agent:
                               o is not None, o.instance if o else None, agent_capabilities(), wanted,
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
-                              device_memory=devicesets.memory_report(self.devices, self.probe.cards)).to_json()
+                              device_memory=devicesets.memory_report(self.devices, self.probe.cards),
+                              agent_id=self.agent_id).to_json()
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:
@@ -535,7 +546,10 @@ class Agent:
         root = self.user_data / "agent-runs"
         if keep <= 0 or not root.is_dir():
             return
-        done = [p for p in root.iterdir() if p.is_dir() and p.name not in self.runs]
+        # Another agent's runs may be here too (agents of several control planes share the folder):
+        # a run still in any agent's spool is live.
+        live = set(self.runs) | live_run_ids(self.user_data)
+        done = [p for p in root.iterdir() if p.is_dir() and p.name not in live]
         done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
         for p in done[keep:]:
             shutil.rmtree(p, ignore_errors=True)

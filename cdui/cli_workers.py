@@ -24,6 +24,7 @@ from cdui.cli_util import _die, _read_pid
 from cdui.errors import CduiError
 from cdui.layout import READ_ROOTS_LABEL
 from cdui.netaddr import is_loopback_host
+from cdui.spool import SpoolLock
 from cdui.trust import Trust
 
 
@@ -401,6 +402,8 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
     def ready(rc: int | None) -> int | None:
         st = _load_credential(status_file) or {}
+        if st.get("pid") not in (None, proc.pid):
+            st = {}  # another agent of this user data folder (another control plane's) wrote it
         if st.get("state") == "connected":
             print(f"agent {cred['name']} connected to {control} (pid {proc.pid}, log {log_path})")
             return 0
@@ -425,11 +428,29 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent"))
+    held = hold_spool(ud, control, cred)
+    if isinstance(held, int):
+        return held
     with daemon.PidFile(pidfile).held():
-        agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
-                      labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
-                      trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
-        return asyncio.run(agent.run())
+        try:
+            agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
+                          labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
+                          trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
+            return asyncio.run(agent.run())
+        finally:
+            # Before the pidfile goes: whoever starts an agent once it is gone finds the spool free.
+            held.release()
+
+
+def hold_spool(user_data: Path, control: str, cred: dict[str, Any]) -> SpoolLock | int:
+    """This credential's spool in ``user_data`` (cdui/spool.py), or exit code 2 if another agent runs with it."""
+    from cdui.agent import credential_key
+    creds = list((user_data / "agent").glob("*.token"))
+    try:
+        return SpoolLock.take(user_data, credential_key(control), f"worker {cred['name']} of {control}",
+                              sole_credential=[p.stem for p in creds] == [credential_key(control)])
+    except CduiError as err:
+        return _die(str(err), 2)
 
 
 def cmd_agent_stop(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdui import protocol
@@ -264,11 +264,19 @@ class OneShotBook:
         if problem is not None:
             return admission.Refuse("bad_flags", problem, accept.name, f"bad flags: {problem}")
         name = conn_name(accept.name, hello)
-        if not hello.one_shot:
+        if not hello.one_shot and accept.name not in self.one_shot_since:
             return accept
         held = {r.run_id for r in hello.runs}
         busy = [r for r in await asyncio.to_thread(manager.store.runs_in_status_sync, ACTIVE)
                 if r.worker_id == name and r.id not in held]
+        if busy and not hello.one_shot:
+            # Its last agent was one-shot and that run is not over: admitted, this agent would hold
+            # none of it and the welcome would end it `interrupted` (a reconnect without the run).
+            msg = (f"worker {name}'s run {busy[0].id} is still in progress with a one-shot agent; an agent "
+                   f"that is not that one cannot use the name until the run has ended")
+            return admission.Refuse("name_in_use", msg, name, msg)
+        if not hello.one_shot:
+            return accept
         if busy:
             msg = (f"worker {name}'s run {busy[0].id} is still in progress with another agent; one agent per name "
                    f"at a time (run several jobs at once with --instance)")
@@ -278,7 +286,7 @@ class OneShotBook:
             if why is not None:
                 msg = f"--run-id {hello.run_id}: this agent cannot take that run: {why}"
                 return admission.Refuse("bad_run_id", msg, name, msg)
-        return admission.Accept(name, hello)
+        return replace(accept, name=name)
 
     async def connected(self, manager: WorkerManager, executor: RemoteExecutor, credential: str) -> None:
         """A one-shot agent (or a normal one, which clears the mark) came: mark its executor

@@ -63,6 +63,7 @@ def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[st
                  labels: Callable[[], dict[str, str]], checks: tuple[Any, Callable[[], None]] | None = None) -> int:
     from cdui import config
     from cdui.agent import Agent
+    from cdui.cli_workers import hold_spool
     from cdui.config import machine_id
     from cdui.devices import detect_devices
     from cdui.oneshot_agent import OneShot
@@ -72,12 +73,20 @@ def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[st
     one = OneShot(instance=inst.id if inst is not None else None, run_id=args.run_id)
     # An instance keeps its spool, run folders and cache in its own folder; the credential is shared.
     user_data = inst.folder if inst is not None else cfg.user_data
-    agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), user_data, machine_id(),
-                  labels=labels, status_file=None, config=cfg, one_shot=one,
-                  trust=checks[0] if checks else None, on_connected=checks[1] if checks else None)
-    what = f"instance {cred['name']}.{inst.id}" if inst is not None else f"worker {cred['name']}"
-    logging.getLogger("cdui.agent").info("one-shot agent %s: waiting for one run", what)
-    return asyncio.run(agent.run())
+    # Two jobs with one credential in one folder: the second is refused here (exit 2), before it
+    # reads the first one's spool, as the control plane would refuse its name.
+    held = hold_spool(user_data, control, cred)
+    if isinstance(held, int):
+        return held
+    try:
+        agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), user_data,
+                      machine_id(), labels=labels, status_file=None, config=cfg, one_shot=one,
+                      trust=checks[0] if checks else None, on_connected=checks[1] if checks else None)
+        what = f"instance {cred['name']}.{inst.id}" if inst is not None else f"worker {cred['name']}"
+        logging.getLogger("cdui.agent").info("one-shot agent %s: waiting for one run", what)
+        return asyncio.run(agent.run())
+    finally:
+        held.release()
 
 
 def list_lines(w: dict[str, Any]) -> list[str]:

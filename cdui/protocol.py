@@ -172,6 +172,10 @@ class Hello:
     fingerprint: dict[str, Any] | None = None
     # Each offered device's memory, {device: {total_mb, free_mb}} (cdui/devicesets.py); None: not reported.
     device_memory: dict[str, dict[str, int]] | None = None
+    # Drawn once per agent process and presented on every connection it opens: a connection
+    # with the id of the open one under the same name is that agent back after a drop the
+    # control plane has not noticed yet, so it replaces the open one (not another agent).
+    agent_id: str | None = None
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -184,7 +188,7 @@ class Hello:
                            "one_shot": self.one_shot, "instance": self.instance,
                            "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
                            "catalog_error": self.catalog_error, "fingerprint": self.fingerprint,
-                           "device_memory": self.device_memory})
+                           "device_memory": self.device_memory, "agent_id": self.agent_id})
 
 
 @dataclass
@@ -300,6 +304,7 @@ def parse_agent_message(raw: str) -> AgentMessage:
         instance = _opt(d, "instance", str, None, "hello")
         wanted = _opt(d, "run_id", str, None, "hello")
         cat_error = _opt(d, "catalog_error", str, None, "hello")
+        agent_id = _opt(d, "agent_id", str, None, "hello")
         return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
                      _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
                      _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
@@ -307,7 +312,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
                      None if wanted is None else _str(wanted, "hello.run_id"),
                      _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
                                                                                       MAX_TEXT),
-                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")))
+                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")),
+                     None if agent_id is None else _str(agent_id, "hello.agent_id"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):

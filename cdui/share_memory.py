@@ -6,10 +6,17 @@ worker's row (``workers.share_by_memory``: a JSON list of devices, ``"*"`` for
 all; NULL when off), survives restarts and reconnects, and takes effect at the
 next dispatch pass; runs already running keep their devices. What sharing by
 memory means for admission is in :mod:`cdui.devicesets`.
+
+Only a device the worker offers can be named (so the stored list stays as short
+as the worker's devices). The instances of a one-shot credential (``NAME.ID``)
+share what their credential shares: set through an instance, the setting is
+stored on the credential and applies to every instance.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
 from aiohttp import web
 
@@ -17,7 +24,10 @@ from cdui import devicesets
 from cdui.appkeys import RUNS, STORE
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, read_object
-from cdui.protocol import MAX_NAME
+from cdui.protocol import MAX_NAME, MAX_SMALL_LIST
+
+# The most devices one setting names: as many as one agent may offer.
+MAX_SHARED = MAX_SMALL_LIST
 
 
 def updated(setting: frozenset[str] | None, enabled: bool, device: str | None) -> frozenset[str] | None:
@@ -49,11 +59,24 @@ async def set_share(request: web.Request) -> web.Response:
                                or device == devicesets.ALL):
         raise CduiError("bad_request", f"device {str(device)[:40]!r} is not a device name",
                         hint="name one device the worker offers, e.g. cuda:0 or cpu; leave it out for all")
-    row = await store.read(lambda c: c.execute("SELECT name, share_by_memory FROM workers WHERE name=?",
-                                               (name,)).fetchone())
+    row = await _row(store, name)
+    if row is None and await runs.oneshot.names_instance(runs, name):
+        name = name.rpartition(".")[0]  # the credential's setting, for every instance
+        row = await _row(store, name)
     if row is None:
         raise NotFound("worker", name, hint="list workers with `cdui workers list`")
-    setting = updated(devicesets.parse_shared(row["share_by_memory"]), enabled, device)
+    current = devicesets.parse_shared(row["share_by_memory"])
+    if device is not None and not (not enabled and device in (current or ())):  # what is on can be turned off
+        offered = offered_devices(row["devices"], runs.executors.values(), name)
+        if device not in offered:
+            raise CduiError("bad_request", f"worker {name} offers no device {device!r} (it offers "
+                                           f"{', '.join(sorted(offered)) or 'none yet'})",
+                            hint="name one of its devices, or leave \"device\" out for all of them")
+    setting = updated(current, enabled, device)
+    if setting is not None and len(setting) > MAX_SHARED:
+        raise CduiError("bad_request", f"worker {name} would share {len(setting)} devices by memory, over the limit "
+                                       f"of {MAX_SHARED}", hint="turn it on for all its devices (leave \"device\" "
+                                                                "out) instead of one by one")
     text = json.dumps(sorted(setting)) if setting is not None else None
     await store.write(lambda c: c.execute("UPDATE workers SET share_by_memory=? WHERE name=?", (text, name)))
     if setting is None:
@@ -62,6 +85,25 @@ async def set_share(request: web.Request) -> web.Response:
         runs.devicebook.shared[name] = setting
     runs.wake()
     return web.json_response({"name": name, "share_by_memory": sorted(setting) if setting is not None else []})
+
+
+async def _row(store: Any, name: str) -> Any:
+    return await store.read(lambda c: c.execute("SELECT name, devices, share_by_memory FROM workers WHERE name=?",
+                                                (name,)).fetchone())
+
+
+def offered_devices(stored: str | None, executors: Iterable[Any], credential: str) -> set[str]:
+    """The devices worker ``credential`` offers: those its row records (its last agent's) and
+    those of its connected agents, instances included."""
+    try:
+        devices = json.loads(stored or "[]")
+    except ValueError:
+        devices = []
+    out = {d for d in devices if isinstance(d, str)} if isinstance(devices, list) else set()
+    for ex in executors:
+        if getattr(ex, "credential", None) == credential:
+            out.update(ex.devices())
+    return out
 
 
 def setup(app: web.Application) -> None:

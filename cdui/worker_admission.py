@@ -26,6 +26,9 @@ class NoHello:
 class Accept:
     name: str
     hello: protocol.Hello
+    # The open connection under this name is this same agent's, from before a drop the control
+    # plane has not noticed yet (the same agent id): it is closed and this one takes its place.
+    replaces: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,13 @@ Decision = Accept | Refuse
 
 
 def decide(row: Mapping[str, Any] | None, old: Mapping[str, Any] | None, first: str | NoHello | None,
-           existing_address: str | None, server_version: str, credential_hash: str = "") -> Decision:
+           existing_address: str | None, server_version: str, credential_hash: str = "",
+           existing_agent_id: str | None = None) -> Decision:
     """``row``: the enrolled worker whose credential was presented (None: none is);
     ``old``: that credential's row among removed/superseded ones; ``first``: the first
     message (None: not read, which only happens when ``row`` is None);
-    ``existing_address``: where an open connection of the same worker comes from."""
+    ``existing_address``: where an open connection of the same worker comes from, and
+    ``existing_agent_id`` the agent id its hello gave."""
     if row is None:
         if old is not None:
             what = "was removed" if old["reason"] == "removed" else "was superseded by a reissue"
@@ -73,6 +78,11 @@ def decide(row: Mapping[str, Any] | None, old: Mapping[str, Any] | None, first: 
         return Refuse("credential_mismatch", f"this credential belongs to worker {name}, not {hello.name}",
                       hello.name, f"its credential belongs to worker {name}")
     if existing_address is not None:
+        if hello.agent_id is not None and hello.agent_id == existing_agent_id:
+            # The same agent process: its old connection is dead on its side. Refusing it would
+            # leave it no way back until the control plane's heartbeat watchdog gave up on the
+            # old one, and a one-shot agent takes a refusal as final (its run would be lost).
+            return Accept(name, hello, replaces=True)
         return Refuse("name_in_use", f"worker {name} is already connected from {existing_address}; "
                                      f"stop the other agent first",
                       name, f"worker {name} is already connected from {existing_address}")

@@ -168,8 +168,9 @@ class WorkerSession:
             finally:
                 watchdog.cancel()
         finally:
-            self.m.runs.oneshot.gone(executor)
             if self.m.conns.get(conn.name) is conn:
+                # Only the worker's current connection: one that a reconnect replaced has left nothing.
+                self.m.runs.oneshot.gone(executor)
                 self.m.conns.pop(conn.name, None)
                 self.m.runs.detach_executor(conn.name, executor)
                 # aiohttp cancels this handler once a peer's clean close completes; what
@@ -205,8 +206,10 @@ class WorkerSession:
         else:
             first = await self._first_message()
         existing = self.m.conns.get(oneshot.peek_conn_name(row["name"], first)) if row is not None else None
-        decision = admission.decide(row, old, first, existing.address if existing and not existing.ws.closed
-                                    else None, __version__, h)
+        if existing is not None and existing.ws.closed:
+            existing = None
+        decision = admission.decide(row, old, first, existing.address if existing else None, __version__, h,
+                                    existing.hello.agent_id if existing else None)
         if isinstance(decision, admission.Accept):
             decision = await self.m.runs.oneshot.admit(decision, self.m)
         if isinstance(decision, admission.Refuse):
@@ -225,7 +228,18 @@ class WorkerSession:
         conn = Conn(name, ws, hello, self.address, scheme_plain, connected_at=now, last_seen=now, labels=labels,
                     alive_at=clock.monotonic())
         self.conn = conn
+        replaced = self.m.conns.get(name) if decision.replaces else None
         self.m.register(conn)
+        if replaced is not None and replaced is not conn:
+            # Registered first: the old session, ending now, sees it is no longer the worker's
+            # connection and leaves its runs alone (they are this connection's now).
+            log.info("worker %s reconnected from %s before its old connection (from %s) was noticed to be gone; "
+                     "replacing that one", name, self.address, replaced.address)
+            api_outputs.gone(replaced)
+            self.m.runs.detach_executor(name)  # the old one's; this connection attaches its own after the welcome
+            # Not awaited: a dead peer never answers the close, and this agent's welcome must not wait
+            # for the close handshake's timeout.
+            self.m.runs.spawn(replaced.ws.close())
         await store.write(lambda c: c.execute(
             "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
             (hello.version, json.dumps(hello.devices), json.dumps(labels), clock.time(), self.address,

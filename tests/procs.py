@@ -67,6 +67,13 @@ def env_for(user_data: Path | str, data_dir: Path | str | None = None,
     return env
 
 
+def spool_dir(user_data: Path | str, run_id: str) -> Path:
+    """A run's folder in an agent's spool: ``spool/<host>-<port>/<run id>/``, one spool per
+    control plane the folder has a credential for (a path that does not exist if none holds it)."""
+    found = sorted(Path(user_data, "spool").glob(f"*/{run_id}"))
+    return found[0] if found else Path(user_data, "spool", "-", run_id)
+
+
 def track_log(path: Path | str, name: str) -> None:
     """Show this log's tail in the report of a failing test (until untracked)."""
     _LOGS[Path(path)] = name

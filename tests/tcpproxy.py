@@ -7,6 +7,9 @@ an agent and its control plane:
   NAT or firewall that forgot them does, and keep accepting new ones;
 - :meth:`TcpProxy.freeze`: keep connections open but deliver nothing (a dead
   route: packets lost, no reset) until :meth:`TcpProxy.restore`;
+- :meth:`TcpProxy.sever`: reset every connection on the client's side only; the
+  upstream's side stays open and hears nothing more (a laptop that changed
+  networks: the agent knows at once, the control plane only by its silence);
 - ``rate``: a slow link, in bytes per second per direction and connection;
 - :meth:`TcpProxy.answer_503`: a reverse proxy whose upstream is down;
   :meth:`TcpProxy.answer_page`: one that answers every request with its own
@@ -43,6 +46,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
         self._aborting: set[socket.socket] = set()  # closed with a reset, not a FIN (see reset)
+        self._clients: set[socket.socket] = set()  # the client's side of each open connection
+        self._kept: set[socket.socket] = set()  # upstream sides left open by sever, closed by close()
         self._closed = False
         self._answer: bytes | None = None  # the whole answer a proxy gives by itself, if any
         self.rate = 0.0  # bytes per second per direction and connection; 0 = unlimited
@@ -95,6 +100,7 @@ class TcpProxy:
             return last_try
         with self._lock:
             self._socks.update((client, upstream))
+            self._clients.add(client)
             self.connections += 1
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -118,6 +124,8 @@ class TcpProxy:
             for s in (src, dst):
                 with self._lock:
                     aborting = s in self._aborting
+                    if s in self._kept:
+                        continue  # severed: this side never learns the connection is gone
                 if not aborting:  # a shutdown would send a FIN first; an abort sends only the RST
                     try:
                         s.shutdown(socket.SHUT_RDWR)
@@ -126,8 +134,10 @@ class TcpProxy:
                 s.close()
             with self._lock:
                 for s in (src, dst):
-                    self._socks.discard(s)
+                    if s not in self._kept:
+                        self._socks.discard(s)
                     self._aborting.discard(s)
+                    self._clients.discard(s)
 
     def cut(self) -> None:
         """Drop every open connection and refuse new ones until :meth:`restore`."""
@@ -150,6 +160,20 @@ class TcpProxy:
                 # Linger 0: close() discards what is unsent and answers with RST.
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 # Wakes the pipe thread blocked in recv() without sending anything; it then closes.
+                s.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+    def sever(self) -> None:
+        """Reset every open connection on the client's side only (new connections go through); the
+        upstream's side stays open, silent, until :meth:`close`."""
+        with self._lock:
+            clients = list(self._clients)
+            self._aborting.update(clients)
+            self._kept.update(s for s in self._socks if s not in self._clients)
+        for s in clients:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 s.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
@@ -181,4 +205,8 @@ class TcpProxy:
     def close(self) -> None:
         self._closed = True
         self.cut()
+        with self._lock:
+            kept, self._kept = list(self._kept), set()
+        for s in kept:
+            s.close()
         self.listener.close()

@@ -14,7 +14,20 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, load_example, node, trig, wait_for, wait_run
+from procs import (
+    REPO_ROOT,
+    Proc,
+    ServerProc,
+    edge,
+    env_for,
+    graph,
+    load_example,
+    node,
+    spool_dir,
+    trig,
+    wait_for,
+    wait_run,
+)
 from tcpproxy import TcpProxy
 
 # Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
@@ -423,9 +436,8 @@ def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
         run = cp.submit(g, {"target": {"worker": "w2"}})
         # Every Writer finished (the worker spooled their `done`), so the run's own work
         # succeeded before Stop; Stop then only cuts the final uploads short.
-        spool = a.user_data / "spool" / run["id"] / "events.jsonl"
-
         def writers_done() -> set[str]:
+            spool = spool_dir(a.user_data, run["id"]) / "events.jsonl"  # there once the run was assigned
             done_ids = set()
             for line in (spool.read_text().splitlines() if spool.is_file() else []):
                 try:

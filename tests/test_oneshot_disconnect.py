@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from procs import ServerProc, wait_for, wait_run
+from procs import ServerProc, spool_dir, wait_for, wait_run
 from tcpproxy import TcpProxy
 from test_oneshot import exit_code, one_shot, token
 from test_workers import _install_ticker, ticker_graph
@@ -47,6 +47,32 @@ def test_the_result_is_delivered_after_a_disconnect_and_the_agent_exits_0(tmp_pa
         cp.stop()
 
 
+def test_back_before_the_control_plane_noticed_the_drop_the_run_goes_on(tmp_path):
+    """The agent's side of the connection is reset while the control plane's side stays open
+    and silent (a laptop that changed networks): the agent reconnects at once, long before the
+    control plane's heartbeat watchdog (3 heartbeats of 5 s) gives up on the old connection.
+    Its new connection replaces the old one; the run is never even `disconnected`."""
+    cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "5",
+                                         "CODEFYUI_WORKER_RESUME_GRACE_S": "30"})
+    _install_ticker(cp.data_dir)
+    cp.start()
+    proxy = TcpProxy(cp.port)
+    try:
+        run_id = cp.submit(ticker_graph(ticks=30, interval=0.1), POOL_CPU)["id"]
+        _install_ticker(tmp_path / "agent-w1-data")
+        a = one_shot(tmp_path, proxy.url, tok=token(cp))
+        wait_for(lambda: len(_ticks(cp, run_id)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
+        proxy.sever()
+        assert exit_code(a) == 0, a.log_tail(40)
+        assert wait_run(cp, run_id)["status"] == "succeeded"
+        assert _ticks(cp, run_id) == list(range(1, 31))
+        assert [e["data"]["kind"] for e in cp.events(run_id) if e["kind"] == "run_warning"] == []
+        assert "replacing that one" in cp.log_text()
+    finally:
+        proxy.close()
+        cp.stop()
+
+
 def test_an_unacknowledged_result_stays_in_the_spool_and_the_next_agent_delivers_it(tmp_path):
     cp = _server(tmp_path, "3")
     proxy = TcpProxy(cp.port)
@@ -57,7 +83,7 @@ def test_an_unacknowledged_result_stays_in_the_spool_and_the_next_agent_delivers
         wait_for(lambda: len(_ticks(cp, first)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
         proxy.cut()  # and it stays cut past the grace after the run's end
         assert exit_code(a) == 1, a.log_tail(40)
-        spool = tmp_path / "agent-w1" / "spool" / first
+        spool = spool_dir(tmp_path / "agent-w1", first)
         assert (spool / "events.jsonl").is_file()
         assert "its end was not acknowledged" in a.log_text()
         r = wait_run(cp, first)

@@ -55,3 +55,29 @@ def test_a_good_hello_is_accepted() -> None:
     decision = decide(ROW, None, hello(), None, V, "h1")
     assert isinstance(decision, Accept)
     assert (decision.name, decision.hello.name, decision.hello.devices) == ("gpu1", "gpu1", ["cpu"])
+
+
+def _from_agent(agent_id: str | None) -> str:
+    obj = protocol.hello(V, "gpu1", ["cpu"], {}, "m1", [])
+    obj["agent_id"] = agent_id
+    return json.dumps(obj)
+
+
+# (the new hello's agent id, the open connection's) -> replaced (True) or refused name_in_use (False)
+SAME_NAME = [
+    ("a1", "a1", True),   # the same agent, back before its drop was noticed
+    ("a1", "b2", False),  # another agent
+    (None, None, False),  # agents that give no id are never taken for one another
+    ("a1", None, False),
+    (None, "a1", False),
+]
+
+
+@pytest.mark.parametrize("new,open_one,replaced", SAME_NAME)
+def test_a_connected_name_is_replaced_only_by_its_own_agent(new: str | None, open_one: str | None,
+                                                            replaced: bool) -> None:
+    decision = decide(ROW, None, _from_agent(new), "10.0.0.7", V, "h1", open_one)
+    if replaced:
+        assert decision == Accept("gpu1", protocol.parse_agent_message(_from_agent(new)), replaces=True)
+    else:
+        assert isinstance(decision, Refuse) and decision.code == "name_in_use", decision

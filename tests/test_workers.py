@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
+from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, spool_dir, trig, wait_for, wait_run
 from tcpproxy import TcpProxy
 
 # Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
@@ -134,7 +134,7 @@ def spooled_progress(agent: Agent, run_id: str) -> int:
     """Progress events the worker has written to its spool for the run (the
     spool keeps them all until the run ends and everything is acknowledged)."""
     try:
-        lines = (agent.user_data / "spool" / run_id / "events.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = (spool_dir(agent.user_data, run_id) / "events.jsonl").read_text(encoding="utf-8").splitlines()
     except OSError:
         return 0
     n = 0

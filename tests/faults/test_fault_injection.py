@@ -41,7 +41,7 @@ import pytest
 from probe import content_sha, expected_files, install, probe_graph
 
 from cdui.paths import sha256_file
-from procs import TERMINAL, Proc, ServerProc, env_for, wait_for, wait_run
+from procs import TERMINAL, Proc, ServerProc, env_for, spool_dir, wait_for, wait_run
 from tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -168,7 +168,7 @@ class Rig:
     def spool_events(self, run_id: str) -> list[dict[str, Any]] | None:
         """The events the agent has spooled for the run (None once the folder is gone)."""
         try:
-            text = (self.agent_ud / "spool" / run_id / "events.jsonl").read_text(encoding="utf-8")
+            text = (spool_dir(self.agent_ud, run_id) / "events.jsonl").read_text(encoding="utf-8")
         except OSError:
             return None
         out = []

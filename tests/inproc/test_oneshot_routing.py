@@ -25,30 +25,34 @@ class OneShotAgent(FakeAgent):
     """A fake agent whose hello says one-shot (with an instance ID and a run id when given)."""
 
     def __init__(self, plane: Plane, name: str = "w1", instance: str | None = None, run_id: str | None = None,
-                 one_shot: bool = True, devices: tuple[str, ...] = ("cpu",)) -> None:
+                 one_shot: bool = True, devices: tuple[str, ...] = ("cpu",), agent_id: str | None = None) -> None:
         super().__init__(plane, name, devices)
         self.instance = instance
         self.run_id = run_id
         self.one_shot = one_shot
+        self.agent_id = agent_id  # the real agent draws one per process
 
     def hello(self, held: list[str] | None = None) -> str:
         runs = [{"run_id": r, "running": True, "last_seq": len(self.spool.get(r, []))} for r in held or []]
         obj = protocol.hello(__version__, self.name, self.devices, {}, "fake-machine", runs, self.one_shot,
                              self.instance)
         obj["run_id"] = self.run_id
+        obj["agent_id"] = self.agent_id
         return json.dumps(obj)
 
-    async def first_answer(self) -> dict[str, Any]:
+    async def first_answer(self, held: list[str] | None = None) -> dict[str, Any]:
         """Connect and return the control plane's first message (a welcome or a refusal)."""
         self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
                                                  headers={"Authorization": f"Bearer {self.credential}"},
                                                  autoclose=False)
-        await self.ws.send_str(self.hello())
+        await self.ws.send_str(self.hello(held))
         msg = await self.ws.receive(timeout=30)
         assert msg.type == aiohttp.WSMsgType.TEXT, msg
         first: dict[str, Any] = json.loads(msg.data)
         if first["type"] == "welcome":
             self.welcome = first
+            for run_id, a in first["runs"].items():
+                self.acked[run_id] = a["acked"]
             self._reader = asyncio.create_task(self._read(self.ws))
         return first
 
@@ -216,6 +220,108 @@ async def test_one_agent_per_name_and_the_worker_shows_its_run(tmp_path):
             await agent.close()
         w = await _offline(cp, "w1")
         assert (w["one_shot"], w["one_shot_run"]) == (True, run["id"])
+
+
+@pytest.mark.parametrize("instance", [None, "7-0"])
+async def test_a_one_shot_agent_back_before_its_drop_was_noticed_replaces_its_connection(tmp_path, instance):
+    """The agent's side of its connection died (a network drop) while the control plane's side
+    still looks open: the same agent (its agent id) connecting again replaces the old connection
+    and its run goes on; another agent under that name is still refused."""
+    async with _plane(tmp_path) as cp:
+        base = OneShotAgent(cp, "w1")
+        agent = OneShotAgent(cp, "w1", instance=instance, agent_id="a1")
+        name = "w1" if instance is None else f"w1.{instance}"
+        try:
+            agent.credential = (await base.enroll()).credential
+            await agent.connect()
+            run = await cp.submit({"target": {"pool": "one-shot"}, "device": "cpu"})
+            assert (await agent.assignment())["run_id"] == run["id"]
+            await agent.status(run["id"], "running", pid=1)
+            assert agent._reader is not None
+            agent._reader.cancel()  # the old socket stays open on the control plane's side, unread
+            agent.run_id = run["id"]  # as the real agent's hello names the run it took
+            other = OneShotAgent(cp, "w1", instance=instance, agent_id="b2")
+            other.credential = agent.credential
+            try:
+                refused = await other.first_answer(held=[])
+                assert (refused["type"], refused["code"]) == ("refused", "name_in_use")
+            finally:
+                await other.close()
+            back = await agent.first_answer(held=[run["id"]])
+            assert (back["type"], back["runs"][run["id"]]["action"]) == ("welcome", "continue"), back
+            await agent.log(run["id"], "still training")
+            await agent.status(run["id"], "succeeded")
+            done = await cp.wait_status(run["id"], "succeeded")
+            assert done["worker_id"] == name
+            warnings = [e["data"]["kind"] for e in await cp.events(run["id"]) if e["kind"] == "run_warning"]
+            assert warnings == []  # never disconnected: the replaced connection left its run alone
+            card = await cp.worker("w1")
+            assert card is not None
+            if instance is None:
+                assert card["online"] is True
+            else:  # one live instance: the replaced connection is gone from the list
+                assert [x["name"] for x in card["instances"]["live"]] == [name]
+        finally:
+            await agent.close()
+            await base.close()
+
+
+async def test_an_ordinary_agent_cannot_end_a_one_shot_agents_run(tmp_path):
+    """While a one-shot agent's run is in progress (its agent away, within the resume grace), an
+    ordinary agent with the same credential is refused: admitted, it would hold none of the run
+    and the control plane would end the run `interrupted`."""
+    async with _plane(tmp_path) as cp:
+        one = OneShotAgent(cp, "w1", agent_id="a1")
+        ordinary = OneShotAgent(cp, "w1", one_shot=False, agent_id="b2")
+        try:
+            await one.enroll()
+            ordinary.credential = one.credential
+            await one.connect()
+            run = await cp.submit({"target": {"worker": "w1"}, "device": "cpu"})
+            assert (await one.assignment())["run_id"] == run["id"]
+            await one.status(run["id"], "running", pid=1)
+            await one.drop()
+            await cp.wait_status(run["id"], "disconnected")
+            refused = await ordinary.first_answer(held=[])
+            assert (refused["type"], refused["code"]) == ("refused", "name_in_use"), refused
+            assert refused["message"] == (f"worker w1's run {run['id']} is still in progress with a one-shot agent; "
+                                          f"an agent that is not that one cannot use the name until the run has ended")
+            assert (await cp.run(run["id"]))["status"] == "disconnected"
+            one.run_id = run["id"]
+            back = await one.first_answer(held=[run["id"]])
+            assert back["runs"][run["id"]]["action"] == "continue", back
+            await one.status(run["id"], "succeeded")
+            await cp.wait_status(run["id"], "succeeded")
+            await one.close()
+            await _offline(cp, "w1")
+            # The run is over: the credential's ordinary agent may come back.
+            assert (await ordinary.first_answer(held=[]))["type"] == "welcome"
+        finally:
+            await one.close()
+            await ordinary.close()
+
+
+async def test_share_by_memory_set_through_an_instance_is_the_credentials(tmp_path):
+    async with _plane(tmp_path) as cp:
+        base = OneShotAgent(cp, "slurm", one_shot=False, devices=("cpu",))
+        inst = None
+        try:
+            await base.enroll()
+            inst = await _instance(cp, base.credential, "7-0")
+            inst.devices = ["cpu", "cuda:0"]
+            await inst.connect()
+            answer = await cp.call("POST", "/api/workers/slurm.7-0/share-by-memory",
+                                   {"enabled": True, "device": "cuda:0"})
+            assert answer == {"name": "slurm", "share_by_memory": ["cuda:0"]}
+            assert (await cp.worker("slurm"))["share_by_memory"] == ["cuda:0"]
+            status, body = await cp.api("POST", "/api/workers/slurm.7-0/share-by-memory",
+                                        {"enabled": True, "device": "cuda:7"})
+            assert (status, body["error"]["message"]) == (
+                400, "worker slurm offers no device 'cuda:7' (it offers cpu, cuda:0)"), body
+        finally:
+            if inst is not None:
+                await inst.close()
+            await base.close()
 
 
 async def _offline(cp: Plane, name: str) -> dict[str, Any]:
