@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, catalog, devicesets, outputs, protocol, runner
+from cdui import __version__, catalog, devicesets, outputs, protocol, runner, same_machine
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -262,6 +262,17 @@ class Agent:
                                       timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
             await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
+            probe = self._probe(first.data) if first.type == aiohttp.WSMsgType.TEXT else None
+            if probe is not None:
+                # Before the welcome, when this agent named the control plane's machine id: show whether
+                # it really shares the control plane's folders (cdui/same_machine.py).
+                found = await asyncio.to_thread(same_machine.answer, probe)
+                if found.nonce is None or found.cannot_write:
+                    log.info("runs move their files through the control plane: this agent does not share its "
+                             "folders (%s)", found.cannot_read or
+                             "; ".join(f"{k}: {v}" for k, v in found.cannot_write.items()))
+                await ws.send_str(found.to_json())
+                first = await ws.receive(timeout=60)
             if first.type != aiohttp.WSMsgType.TEXT:
                 raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
             welcome = self._welcome(first.data)
@@ -309,6 +320,14 @@ class Agent:
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
                               device_memory=devicesets.memory_report(self.devices, self.probe.cards)).to_json()
+
+    @staticmethod
+    def _probe(raw: str) -> protocol.Probe | None:
+        try:
+            msg = protocol.parse_server_message(raw)
+        except protocol.ProtocolError:
+            return None  # reported as the welcome it should have been
+        return msg if isinstance(msg, protocol.Probe) else None
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:

@@ -39,19 +39,36 @@ def parse_duration(v: str) -> float:
 def _client(args: argparse.Namespace):
     from cdui import config
     from cdui.client import Client
-    return Client.for_user_data(config.load().user_data, getattr(args, "control", None))
+    client = Client.for_user_data(config.load().user_data, getattr(args, "control", None))
+    pin = getattr(args, "ca_fingerprint", None)
+    if pin is not None:
+        # Through the TLS proxy with a self-signed key: pinned, as the agent pins it.
+        client.trust = Trust(trust.parse_pin(pin), "--ca-fingerprint")
+    return client
 
 
 def cmd_token(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"ttl_s": args.ttl, "uses": args.uses}
     if args.for_name:
         body["worker"] = args.for_name
+    if args.public_url:
+        try:
+            body["control"] = trust.public_url(args.public_url)
+        except ValueError:
+            return _die(f"--public-url {args.public_url!r} is not an http:// or https:// address; give the "
+                        f"address workers use, e.g. --public-url https://codefyui.example.com", 2)
     res = _client(args).call("POST", "/api/workers/tokens", body)
+    command = res["command"]
+    pin = trust.parse_pin(args.ca_fingerprint) if args.ca_fingerprint else None
+    https = command.split(" --control ", 1)[-1].startswith("https://")
+    if pin is not None and "ca_fingerprint" not in res and https:
+        # The server cannot read the proxy's certificate; the pin given here is the one workers need.
+        command += f" --ca-fingerprint {pin}"
     print(res["token"])
     print(f"# valid until {res['expires_at']} for {res['uses']} agent(s); run this on the worker:")
     if res.get("note"):
         print(f"# note: {res['note']}")
-    print(res["command"])
+    print(command)
     return 0
 
 
@@ -422,6 +439,12 @@ def cmd_agent_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin_arg(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="the TLS proxy's key, for an https:// --control whose certificate this machine does not "
+                        "trust (as `cdui agent start` takes it); `workers token` also puts it in the command")
+
+
 def add_commands(sub: Any) -> None:
     w = sub.add_parser("workers", help="manage remote workers")
     wsub = w.add_subparsers(dest="workers_command", metavar="ACTION", required=True, parser_class=type(w))
@@ -430,15 +453,21 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--uses", type=int, default=1, help="how many agents may use it (default 1)")
     s.add_argument("--for", dest="for_name", default=None, metavar="NAME", help="a reissue token for worker NAME")
     s.add_argument("--control", default=None)
+    s.add_argument("--public-url", default=None, metavar="URL",
+                   help="the address workers use, e.g. the TLS proxy's https://codefyui.example.com (default: "
+                        "CODEFYUI_PUBLIC_URL, else the address this command reached)")
+    _pin_arg(s)
     s.set_defaults(func=cmd_token)
     s = wsub.add_parser("list", help="list workers")
     s.add_argument("--json", action="store_true")
     s.add_argument("--control", default=None)
+    _pin_arg(s)
     s.set_defaults(func=cmd_list)
     for action in ("drain", "undrain", "remove", "reissue"):
         s = wsub.add_parser(action, help=f"{action} a worker")
         s.add_argument("name", metavar="NAME")
         s.add_argument("--control", default=None)
+        _pin_arg(s)
         s.set_defaults(func=cmd_action, action=action)
     s = wsub.add_parser("share-by-memory", help="admit runs on a worker's devices by memory instead of slot count")
     s.add_argument("name", metavar="NAME")

@@ -14,7 +14,10 @@ agent -> control plane
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.outputs)
+  probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
 control plane -> agent
+  probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
+             plane's machine id: can it read that file and write those folders? see cdui.same_machine)
   welcome    {version, worker, heartbeat_s, resume_grace_s, runs: {run_id: {acked, action}}}
              action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here),
              "drop" (not this worker's run: forget it)
@@ -320,6 +323,18 @@ def parse_agent_message(raw: str) -> AgentMessage:
         return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
     if t == "outputs_answer":
         return _outputs_answer(d)
+    if t == "probe_answer":
+        nonce = _opt(d, "nonce", str, None, "probe_answer")
+        cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
+        raw_cw = _opt(d, "cannot_write", dict, {}, "probe_answer")
+        if len(raw_cw) > MAX_SMALL_LIST:
+            raise ProtocolError(f"probe_answer.cannot_write has {len(raw_cw)} items, over the limit of "
+                                f"{MAX_SMALL_LIST}")
+        cannot_write = {_str(k, "probe_answer.cannot_write key", MAX_LABEL_VALUE):
+                        _str(v, "probe_answer.cannot_write value", MAX_TEXT) for k, v in raw_cw.items()}
+        return ProbeAnswer(None if nonce is None else _str(nonce, "probe_answer.nonce"),
+                           None if cannot_read is None else _str(cannot_read, "probe_answer.cannot_read", MAX_TEXT),
+                           cannot_write)
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
@@ -407,6 +422,24 @@ class _Flat:
 
     def to_json(self) -> str:
         return json.dumps({"type": self.type, **asdict(self)})  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Probe(_Flat):
+    """Before the welcome: read ``nonce_file``, try to write in each of ``folders`` (cdui/same_machine.py)."""
+    nonce_file: str
+    folders: list[str]
+    type: ClassVar[str] = "probe"
+
+
+@dataclass(frozen=True)
+class ProbeAnswer(_Flat):
+    """What the agent found: the nonce it read (None: it could not, ``cannot_read`` says why) and, per
+    folder it could not create a file in, the reason."""
+    nonce: str | None
+    cannot_read: str | None
+    cannot_write: dict[str, str]
+    type: ClassVar[str] = "probe_answer"
 
 
 @dataclass(frozen=True)
@@ -504,8 +537,9 @@ def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
                          None if error is None else _str(error, f"{w}.error", MAX_TEXT))
 
 
-ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer
+ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
+                 | Probe)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -578,6 +612,10 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                             MAX_TEXT))
     if t == "error":
         return Error(_str(_opt(d, "message", str, "", "error"), "error.message", MAX_TEXT))
+    if t == "probe":
+        folders = [_str(x, "probe.folders[]", MAX_LABEL_VALUE)
+                   for x in _list(_req(d, "folders", list, "probe"), "probe.folders", MAX_SMALL_LIST)]
+        return Probe(_str(_req(d, "nonce_file", str, "probe"), "probe.nonce_file", MAX_LABEL_VALUE), folders)
     if t == "outputs_request":
         node = _opt(d, "node_id", str, None, "outputs_request")
         return OutputsRequest(_str(_req(d, "request_id", str, "outputs_request"), "outputs_request.request_id"),

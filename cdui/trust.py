@@ -39,7 +39,7 @@ import os
 import re
 import ssl
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui.errors import CduiError
+from cdui.netaddr import is_loopback_host
 
 log = logging.getLogger("cdui.trust")
 
@@ -284,8 +285,8 @@ def untrusted_message(control: str, reason: Any, presented: str | None) -> str:
     text = f"the TLS certificate of {u.hostname}:{u.port or 443} is not trusted: {reason}"
     if presented is not None:
         text += (f"; the server presented the key {presented}. If the proxy's own fingerprint (on the proxy host: "
-                 f"`{openssl_command()}`) is the same, start the agent with --ca-fingerprint {presented}; or "
-                 f"install the CA that signed it on this machine")
+                 f"`{openssl_command()}`) is the same, give --ca-fingerprint {presented} (`cdui agent start` and "
+                 f"`cdui workers ...` take it); or install the CA that signed it on this machine")
     return text
 
 
@@ -382,24 +383,53 @@ class ServerCert:
 MAX_CONTROL_URL = 300
 
 
-def advertised_control(scheme: str, host: str, asked: Any, behind_tls_proxy: bool) -> str:
+def public_url(value: str) -> str:
+    """``CODEFYUI_PUBLIC_URL`` (and ``--public-url``): ``http(s)://host[:port]``, nothing after it."""
+    u = urlsplit(value.strip())
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
+            or u.username or len(value) > MAX_CONTROL_URL:
+        raise ValueError(value)
+    return f"{u.scheme}://{u.netloc}"
+
+
+def advertised_control(scheme: str, host: str, asked: Any, behind_tls_proxy: bool,
+                       public: str | None = None, allowed_names: Collection[str] = ()) -> str:
     """The control-plane address a generated agent command names.
 
-    It is the host this request used (already checked against the allowed hosts). Its
-    scheme is the one the client says it used (``asked``: the browser's own origin,
-    which behind a TLS proxy is ``https`` while this server only sees plain HTTP), else
-    ``https`` when a proxy certificate is configured, else the connection's own."""
+    ``asked`` (the client's word: the browser's own origin, which behind a TLS proxy is
+    ``https`` while this server only sees plain HTTP, or ``cdui workers token --public-url``)
+    must be this server as the request reached it, a name the operator allowed as ``Host``
+    (``CODEFYUI_EXTRA_ALLOWED_HOSTS``: the proxy's public name) or its public address
+    (``CODEFYUI_PUBLIC_URL``). Without it, the public address when there is one; else the
+    host this request used (already checked against the allowed hosts) with the connection's
+    scheme, ``https`` when a proxy certificate is configured, except on a loopback address:
+    the proxy does not listen on this server's own port, so ``https://127.0.0.1:8000`` would
+    reach nothing."""
     if asked is not None:
         u = urlsplit(asked) if isinstance(asked, str) and len(asked) <= MAX_CONTROL_URL else None
-        if (u is None or u.scheme not in ("http", "https") or u.netloc.lower() != host.lower()
-                or u.path not in ("", "/") or u.query or u.fragment):
-            raise CduiError("bad_request", f"control={str(asked)[:MAX_CONTROL_URL]!r} is not this server's own "
-                                           f"address as the client reached it",
-                            hint=f"give http://{host} or https://{host} (the page's origin), or leave it out")
-        return f"{u.scheme}://{host}"
-    if scheme == "http" and behind_tls_proxy:
+        as_reached = (u is not None and u.scheme in ("http", "https") and not u.username
+                      and u.netloc.lower() in {host.lower(), *(n.lower() for n in allowed_names)}
+                      and u.path in ("", "/") and not u.query and not u.fragment)
+        if as_reached and u is not None:
+            return f"{u.scheme}://{u.netloc}"
+        if public is not None and isinstance(asked, str) and asked.strip().rstrip("/").lower() == public.lower():
+            return public
+        raise CduiError("bad_request", f"control={str(asked)[:MAX_CONTROL_URL]!r} is not this server's own "
+                                       f"address as the client reached it" +
+                        (f", nor its public address {public}" if public else ""),
+                        hint=f"give http://{host} or https://{host} (the page's origin)" +
+                             (f" or {public}" if public else ", or set CODEFYUI_PUBLIC_URL to the address workers "
+                                                              "use") + ", or leave it out")
+    if public is not None:
+        return public
+    if scheme == "http" and behind_tls_proxy and not _loopback_host(host):
         scheme = "https"
     return f"{scheme}://{host}"
+
+
+def _loopback_host(host: str) -> bool:
+    name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+    return is_loopback_host(name)
 
 
 def token_trust_fields(control: str, cert: ServerCert) -> dict[str, str]:

@@ -15,6 +15,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +191,31 @@ def test_advertised_control(scheme: str, asked: Any, proxy: bool, expected: str 
         assert trust.advertised_control(scheme, "cp.lab:8000", asked, proxy) == expected
 
 
+@pytest.mark.parametrize("host,asked,proxy,public,expected", [
+    # Reached on loopback behind the TLS proxy: the proxy is not on this port, so no https:// here.
+    ("127.0.0.1:8000", None, True, None, "http://127.0.0.1:8000"),
+    ("localhost:8000", None, True, None, "http://localhost:8000"),
+    ("[::1]:8000", None, True, None, "http://[::1]:8000"),
+    # The public address, from the setting or asked for (`cdui workers token --public-url`).
+    ("127.0.0.1:8000", None, True, "https://codefyui.example.com", "https://codefyui.example.com"),
+    ("127.0.0.1:8000", "https://codefyui.example.com/", False, "https://codefyui.example.com",
+     "https://codefyui.example.com"),
+    # A name the operator allowed as Host is the proxy's public name.
+    ("127.0.0.1:8000", "https://cp.lab", True, None, "https://cp.lab"),
+    ("127.0.0.1:8000", "https://cp.lab:8443", True, None, None),
+    ("127.0.0.1:8000", "https://user@cp.lab", True, None, None),
+    ("127.0.0.1:8000", "https://elsewhere.example", True, "https://codefyui.example.com", None),
+])
+def test_advertised_control_behind_the_proxy(host: str, asked: Any, proxy: bool, public: str | None,
+                                             expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(CduiError) as e:
+            trust.advertised_control("http", host, asked, proxy, public, ["cp.lab"])
+        assert e.value.code == "bad_request"
+    else:
+        assert trust.advertised_control("http", host, asked, proxy, public, ["cp.lab"]) == expected
+
+
 # -- a real nginx in front of a real control plane -----------------------------------------
 class Nginx(Proc):
     """nginx running deploy/nginx/codefyui.conf on a loopback TLS port, in front of ``upstream``."""
@@ -358,7 +384,19 @@ def test_acceptance_self_signed_proxy_pinned_with_the_documented_command(plane: 
         pin = documented_fingerprint(certs.a.cert)
         wrong = documented_fingerprint(certs.b.cert)
         ud = tmp_path / "agent-w1"
-        tok = new_token(plane)
+        # The owner's CLI, through the proxy with the pin, prints the exact command the agent needs.
+        out = subprocess.run([sys.executable, "-m", "cdui", "workers", "token", "--control", proxy.url,
+                              "--ca-fingerprint", pin], env=env_for(plane.user_data), cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        tok = out.stdout.splitlines()[0]
+        assert out.stdout.splitlines()[-1] == (f"cdui agent start --control {proxy.url} --token {tok} "
+                                               f"--ca-fingerprint {pin}")
+        # nginx sets X-Forwarded-For: whoever reaches it never gets the session token, even from this host.
+        boot = urllib.request.Request(proxy.url + "/api/auth/bootstrap")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(boot, timeout=60, context=ssl._create_unverified_context())  # noqa: S310
+        assert refused.value.code == 403 and plane.token not in refused.value.read().decode()
 
         r = run_agent(proxy.url, ud, "--token", tok, "--ca-fingerprint", wrong)
         assert r.returncode == 2, r.stdout + r.stderr
