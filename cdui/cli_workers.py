@@ -57,6 +57,10 @@ def cmd_token(args: argparse.Namespace) -> int:
         except ValueError:
             return _die(f"--public-url {args.public_url!r} is not an http:// or https:// address; give the "
                         f"address workers use, e.g. --public-url https://codefyui.example.com", 2)
+    elif args.control and urlsplit(args.control).scheme == "https":
+        # Through a TLS proxy the server sees plain HTTP: say which address and scheme this call used.
+        u = urlsplit(args.control)
+        body["control"] = f"https://{u.netloc}"
     res = _client(args).call("POST", "/api/workers/tokens", body)
     command = res["command"]
     pin = trust.parse_pin(args.ca_fingerprint) if args.ca_fingerprint else None

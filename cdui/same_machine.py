@@ -52,7 +52,7 @@ def judge(nonce: str, found: ProbeAnswer | None, why_none: str = "it did not ans
         return Verdict(False, f"it names this machine's id but cannot read this control plane's data folder: "
                               f"{reason}")
     if found.cannot_write:
-        folder, reason = next(iter(sorted(found.cannot_write.items())))
+        folder, reason = next(iter(found.cannot_write.items()))  # the first in the probe's order
         return Verdict(False, f"it runs on this machine but cannot write {folder} ({reason}), so its runs move "
                               f"their files through the control plane")
     return Verdict(True)

@@ -141,7 +141,7 @@ def test_the_agents_answer(tmp_path: Path) -> None:
                                                      "plane's data folder: it read another nonce (a copy of this "
                                                      "machine, or a claimed id)")),
     (ProbeAnswer("n" * 32, None, {"/d/output": "E2", "/d/models": "E1"}),
-     Verdict(False, "it runs on this machine but cannot write /d/models (E1), so its runs move their files "
+     Verdict(False, "it runs on this machine but cannot write /d/output (E2), so its runs move their files "
                     "through the control plane")),
     (None, Verdict(False, "it names this machine's id but it did not answer the probe")),
 ])
