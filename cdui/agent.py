@@ -164,6 +164,7 @@ class Agent:
             self.session = session
             while not self.stopping:
                 up_since = time.monotonic()
+                self.trust.reload()  # a next pin added meanwhile (`cdui agent pin --next`) counts now
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
@@ -310,6 +311,13 @@ class Agent:
                 hb.cancel()
             log.warning("connection to %s closed", self.control)
 
+    def _tls(self) -> dict[str, str | None] | None:
+        """Which pin this connection's certificate matched and the next pin held (shown in the
+        workers list, to follow a key rotation); None when not pinned or not over TLS."""
+        if self.uds or not self.trust.pinned or urlsplit(self.control).scheme != "https":
+            return None
+        return {"pin": self.trust.verified, "next": self.trust.next_pin}
+
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
         o = self.one_shot
@@ -319,7 +327,8 @@ class Agent:
                               o is not None, o.instance if o else None, agent_capabilities(), wanted,
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
-                              device_memory=devicesets.memory_report(self.devices, self.probe.cards)).to_json()
+                              device_memory=devicesets.memory_report(self.devices, self.probe.cards),
+                              tls=self._tls()).to_json()
 
     @staticmethod
     def _probe(raw: str) -> protocol.Probe | None:
@@ -368,9 +377,10 @@ class Agent:
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:
             await asyncio.sleep(self.heartbeat_s)
+            self.trust.reload()
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
-                                                     self.labels()).to_json())
+                                                     self.labels(), self._tls()).to_json())
             except (ConnectionError, RuntimeError):
                 return
 

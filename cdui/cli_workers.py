@@ -86,6 +86,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for w in res["workers"]:
         devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
         flags = " [unencrypted HTTP]" if w.get("unencrypted") else ""
+        if w.get("tls_pin") or w.get("tls_next_pin"):
+            flags += f" [pin {(w.get('tls_pin') or '?')[:19]}…" + (
+                f", next {w['tls_next_pin'][:19]}…]" if w.get("tls_next_pin") else "]")
         print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
               f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
@@ -341,7 +344,37 @@ def _agent_trust(pin_flag: str | None, cred: dict[str, Any], cred_path: Path) ->
         # A new --ca-fingerprint replaces the stored pin only once a connection proved it right.
         if pin_flag is not None and trust.record_pin(cred_path, pin_flag):
             print(f"cdui: recorded the pin {pin_flag} in {cred_path}", file=sys.stderr, flush=True)
+        elif t.verified is not None and t.verified == t.next_pin and t.verified != t.pin:
+            # The proxy switched to the next key: it is the pin now, and the old one is dropped.
+            trust.record_pin(cred_path, t.verified)
+            t.pin, t.next_pin = t.verified, None
+            logging.getLogger("cdui.agent").info("the proxy presents the next pinned key %s: it is the pin now "
+                                                 "(recorded in %s)", t.verified, cred_path)
     return t, on_connected
+
+
+def cmd_agent_pin(args: argparse.Namespace) -> int:
+    """``cdui agent pin URL --next PIN``: hold the proxy's next key beside the current pin."""
+    from cdui import config
+    from cdui.agent import credential_path
+    try:
+        control = _check_control(args.url)
+        pin = None if args.clear_next else trust.parse_pin(args.next, "--next")
+    except CduiError as err:
+        return _die(str(err), 2)
+    if urlsplit(control).scheme != "https":
+        return _die(f"{control} is not an https:// address: there is no certificate to pin", 2)
+    path = credential_path(config.load().user_data, control)
+    if _load_credential(path) is None:
+        return _die(f"no credential is stored for {control} ({path}); enroll first with "
+                    f"`cdui agent start --control {control} --token ...`", 2)
+    trust.record_next_pin(path, pin)
+    if pin is None:
+        print(f"dropped the next pin for {control} ({path})")
+    else:
+        print(f"the next pin for {control} is {pin} ({path}); a running agent takes it at its next heartbeat "
+              f"and accepts either key from its next connection on")
+    return 0
 
 
 def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
@@ -507,6 +540,12 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")
     s.set_defaults(func=cmd_agent_stop)
+    s = asub.add_parser("pin", help="hold the TLS proxy's next key beside the current pin (a key rotation)")
+    s.add_argument("url", metavar="URL")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--next", default=None, metavar="sha256:HEX", help="the key the proxy will present next")
+    g.add_argument("--clear-next", action="store_true", help="drop the next pin")
+    s.set_defaults(func=cmd_agent_pin)
     s = asub.add_parser("forget", help="delete the stored credential for URL")
     s.add_argument("url", metavar="URL")
     s.set_defaults(func=cmd_agent_forget)

@@ -9,10 +9,11 @@ agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
               one_shot, instance, capabilities, run_id,
               catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null,
-              device_memory: {device: {total_mb, free_mb}} | null}
+              device_memory: {device: {total_mb, free_mb}} | null,
+              tls: {pin, next} | null}  (a pinned agent over TLS: the key it matched, its next pin)
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
-  heartbeat  {runs: [run ids still running], labels}
+  heartbeat  {runs: [run ids still running], labels, tls}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.outputs)
   probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
 control plane -> agent
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -175,6 +177,8 @@ class Hello:
     fingerprint: dict[str, Any] | None = None
     # Each offered device's memory, {device: {total_mb, free_mb}} (cdui/devicesets.py); None: not reported.
     device_memory: dict[str, dict[str, int]] | None = None
+    # A pinned agent over TLS: {pin: the key its handshake matched, next: the next pin it holds}.
+    tls: dict[str, str | None] | None = None
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -187,7 +191,7 @@ class Hello:
                            "one_shot": self.one_shot, "instance": self.instance,
                            "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
                            "catalog_error": self.catalog_error, "fingerprint": self.fingerprint,
-                           "device_memory": self.device_memory})
+                           "device_memory": self.device_memory, "tls": self.tls})
 
 
 @dataclass
@@ -207,13 +211,34 @@ class Events:
 class Heartbeat:
     runs: list[str]
     labels: dict[str, str] | None = None
+    tls: dict[str, str | None] | None = None  # as in the hello: its next pin may have changed since
     type: ClassVar[str] = "heartbeat"
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"type": self.type, "runs": self.runs}
         if self.labels is not None:
             d["labels"] = self.labels
+        if self.tls is not None:
+            d["tls"] = self.tls
         return json.dumps(d)
+
+
+_PIN = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _tls(v: Any, where: str) -> dict[str, str | None] | None:
+    """``{pin, next}``: each a key fingerprint (cdui/trust.py) or null."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object or null, got {type(v).__name__}")
+    out: dict[str, str | None] = {}
+    for key in ("pin", "next"):
+        x = v.get(key)
+        if x is not None and not (isinstance(x, str) and _PIN.fullmatch(x)):
+            raise ProtocolError(f"{where}.{key} is not a key fingerprint (sha256:<64 hex>): {str(x)[:80]!r}")
+        out[key] = x
+    return out
 
 
 def peek_version(raw: str) -> str | None:
@@ -310,7 +335,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
                      None if wanted is None else _str(wanted, "hello.run_id"),
                      _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
                                                                                       MAX_TEXT),
-                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")))
+                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")),
+                     _tls(d.get("tls"), "hello.tls"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):
@@ -320,7 +346,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
         running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
                                                               "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
-        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
+        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"),
+                         _tls(d.get("tls"), "heartbeat.tls"))
     if t == "outputs_answer":
         return _outputs_answer(d)
     if t == "probe_answer":

@@ -56,6 +56,10 @@ class WorkerRoutes:
                 "address": conn.address if conn is not None else r["address"],
                 "labels": conn.labels if conn is not None else json.loads(r["labels"] or "{}"),
                 "unencrypted": bool(conn.unencrypted) if conn is not None else False,
+                # A pinned worker's key check, as its agent reports it: the pin its connection matched
+                # and the next pin it holds (a proxy key rotation, docs/deploy-behind-proxy.md).
+                "tls_pin": (conn.tls or {}).get("pin") if conn is not None else None,
+                "tls_next_pin": (conn.tls or {}).get("next") if conn is not None else None,
                 # Proven by the agent's answer to the same-machine probe, never by the id it claims.
                 "same_machine": self.m.same_machine.get(r["name"], NOT_PROVEN).same,
                 "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,

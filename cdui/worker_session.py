@@ -61,6 +61,8 @@ class Conn:
     # The agent read a nonce in this control plane's data folder and can write its folders
     # (cdui/same_machine.py): its runs keep this machine's paths.
     same_machine: bool = False
+    # A pinned agent's {pin it matched, next pin it holds}, from its hello and heartbeats (key rotation).
+    tls: dict[str, str | None] | None = None
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
@@ -224,7 +226,7 @@ class WorkerSession:
         clock = self.m.clock
         now = clock.time()
         conn = Conn(name, ws, hello, self.address, scheme_plain, connected_at=now, last_seen=now,
-                    alive_at=clock.monotonic(), same_machine=verdict.same)
+                    alive_at=clock.monotonic(), same_machine=verdict.same, tls=hello.tls)
         conn.labels = labels = self._with_mount(conn, dict(hello.labels))
         self.m.same_machine[name] = verdict
         self.conn = conn
@@ -373,6 +375,8 @@ class WorkerSession:
         assert conn is not None
         if m.labels is not None:
             conn.labels = self._with_mount(conn, dict(m.labels))
+        if m.tls is not None:
+            conn.tls = m.tls
         await self.m.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
                                                      (conn.last_seen, json.dumps(conn.labels), conn.name)))
 
