@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cdui import __version__, catalog, devicesets, exit_codes, outputs, protocol, runner
+from cdui import __version__, catalog, devicesets, exit_codes, outputs, protocol, runner, same_machine
 from cdui.atomic import atomic_write
 from cdui.backoff import backoff_delays
 from cdui.job import Job
@@ -184,6 +184,7 @@ class Agent:
             self.session = session
             while not self.stopping:
                 up_since = time.monotonic()
+                self.trust.reload()  # a next pin added meanwhile (`cdui agent pin --next`) counts now
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
@@ -288,6 +289,17 @@ class Agent:
                                       timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
             await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
+            probe = self._probe(first.data) if first.type == aiohttp.WSMsgType.TEXT else None
+            if probe is not None:
+                # Before the welcome, when this agent named the control plane's machine id: show whether
+                # it really shares the control plane's folders (cdui/same_machine.py).
+                found = await asyncio.to_thread(same_machine.answer, probe)
+                if found.nonce is None or found.cannot_write:
+                    log.info("runs move their files through the control plane: this agent does not share its "
+                             "folders (%s)", found.cannot_read or
+                             "; ".join(f"{k}: {v}" for k, v in found.cannot_write.items()))
+                await ws.send_str(found.to_json())
+                first = await ws.receive(timeout=60)
             if first.type != aiohttp.WSMsgType.TEXT:
                 raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
             welcome = self._welcome(first.data)
@@ -330,6 +342,13 @@ class Agent:
         so that the control plane places a run reading /datasets/... only where it may be read."""
         return {**self.labels(), **read_roots_label(self.config.layout.read_roots)}
 
+    def _tls(self) -> dict[str, str | None] | None:
+        """Which pin this connection's certificate matched and the next pin held (shown in the
+        workers list, to follow a key rotation); None when not pinned or not over TLS."""
+        if self.uds or not self.trust.pinned or urlsplit(self.control).scheme != "https":
+            return None
+        return {"pin": self.trust.verified, "next": self.trust.next_pin}
+
     def _hello(self) -> str:
         held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
         o = self.one_shot
@@ -340,7 +359,15 @@ class Agent:
                               catalog=self.probe.catalog, catalog_error=self.probe.error,
                               fingerprint=self.probe.fingerprint,
                               device_memory=devicesets.memory_report(self.devices, self.probe.cards),
-                              agent_id=self.agent_id).to_json()
+                              agent_id=self.agent_id, tls=self._tls()).to_json()
+
+    @staticmethod
+    def _probe(raw: str) -> protocol.Probe | None:
+        try:
+            msg = protocol.parse_server_message(raw)
+        except protocol.ProtocolError:
+            return None  # reported as the welcome it should have been
+        return msg if isinstance(msg, protocol.Probe) else None
 
     @staticmethod
     def _welcome(raw: str) -> protocol.Welcome:
@@ -381,9 +408,10 @@ class Agent:
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:
             await asyncio.sleep(self.heartbeat_s)
+            self.trust.reload()
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
-                                                     self._reported_labels()).to_json())
+                                                     self._reported_labels(), self._tls()).to_json())
             except (ConnectionError, RuntimeError):
                 return
 

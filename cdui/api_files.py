@@ -7,6 +7,7 @@ existing file of the same name is replaced only when the upload completed.
 """
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +108,24 @@ async def download(request: web.Request) -> web.StreamResponse:
 
 async def listing(request: web.Request) -> web.Response:
     kind, folder = _folder(request)
-    out = []
-    if folder.is_dir():
-        for p in sorted(folder.rglob("*")):
-            if p.is_file() and not p.name.startswith(TEMP_PREFIX):
-                out.append({"name": str(p.relative_to(folder)), "size": p.stat().st_size})
-    return web.json_response(out)
+    return web.json_response(await asyncio.to_thread(list_folder, folder))
+
+
+def list_folder(folder: Path) -> list[dict[str, Any]]:
+    """Every file under ``folder``: ``{"name", "size", "type": "file"}``, and each symbolic link as
+    ``{"name", "size": None, "type": "symlink"}``. A link is never shown as the file it points to (it may
+    point out of the folder, and downloads refuse it then); nothing is read through it."""
+    out: list[dict[str, Any]] = []
+    if not folder.is_dir():
+        return out
+    for p in sorted(folder.rglob("*")):  # rglob does not descend into linked folders
+        if p.name.startswith(TEMP_PREFIX):
+            continue
+        if p.is_symlink():
+            out.append({"name": str(p.relative_to(folder)), "size": None, "type": "symlink"})
+        elif p.is_file():
+            out.append({"name": str(p.relative_to(folder)), "size": p.stat().st_size, "type": "file"})
+    return out
 
 
 async def _sweep_stale(app: web.Application) -> None:

@@ -39,19 +39,40 @@ def parse_duration(v: str) -> float:
 def _client(args: argparse.Namespace):
     from cdui import config
     from cdui.client import Client
-    return Client.for_user_data(config.load().user_data, getattr(args, "control", None))
+    client = Client.for_user_data(config.load().user_data, getattr(args, "control", None))
+    pin = getattr(args, "ca_fingerprint", None)
+    if pin is not None:
+        # Through the TLS proxy with a self-signed key: pinned, as the agent pins it.
+        client.trust = Trust(trust.parse_pin(pin), "--ca-fingerprint")
+    return client
 
 
 def cmd_token(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"ttl_s": args.ttl, "uses": args.uses}
     if args.for_name:
         body["worker"] = args.for_name
+    if args.public_url:
+        try:
+            body["control"] = trust.public_url(args.public_url)
+        except ValueError:
+            return _die(f"--public-url {args.public_url!r} is not an http:// or https:// address; give the "
+                        f"address workers use, e.g. --public-url https://codefyui.example.com", 2)
+    elif args.control and urlsplit(args.control).scheme == "https":
+        # Through a TLS proxy the server sees plain HTTP: say which address and scheme this call used.
+        u = urlsplit(args.control)
+        body["control"] = f"https://{u.netloc}"
     res = _client(args).call("POST", "/api/workers/tokens", body)
+    command = res["command"]
+    pin = trust.parse_pin(args.ca_fingerprint) if args.ca_fingerprint else None
+    https = command.split(" --control ", 1)[-1].startswith("https://")
+    if pin is not None and "ca_fingerprint" not in res and https:
+        # The server cannot read the proxy's certificate; the pin given here is the one workers need.
+        command += f" --ca-fingerprint {pin}"
     print(res["token"])
     print(f"# valid until {res['expires_at']} for {res['uses']} agent(s); run this on the worker:")
     if res.get("note"):
         print(f"# note: {res['note']}")
-    print(res["command"])
+    print(command)
     return 0
 
 
@@ -65,6 +86,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for w in res["workers"]:
         devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
         flags = (" [degraded]" if w.get("degraded") else "") + (" [unencrypted HTTP]" if w.get("unencrypted") else "")
+        if w.get("tls_pin") or w.get("tls_next_pin"):
+            flags += f" [pin {(w.get('tls_pin') or '?')[:19]}…" + (
+                f", next {w['tls_next_pin'][:19]}…]" if w.get("tls_next_pin") else "]")
         print(f"{w['name']:<16} {w['status']:<9} v{w['version'] or '?':<8} devices: {devs}; "
               f"runs: {', '.join(w['runs']) or '-'}; last contact {w['last_seen'] or 'never'}; "
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
@@ -361,7 +385,37 @@ def _agent_trust(pin_flag: str | None, cred: dict[str, Any], cred_path: Path) ->
         # A new --ca-fingerprint replaces the stored pin only once a connection proved it right.
         if pin_flag is not None and trust.record_pin(cred_path, pin_flag):
             print(f"cdui: recorded the pin {pin_flag} in {cred_path}", file=sys.stderr, flush=True)
+        elif t.verified is not None and t.verified == t.next_pin and t.verified != t.pin:
+            # The proxy switched to the next key: it is the pin now, and the old one is dropped.
+            trust.record_pin(cred_path, t.verified)
+            t.pin, t.next_pin = t.verified, None
+            logging.getLogger("cdui.agent").info("the proxy presents the next pinned key %s: it is the pin now "
+                                                 "(recorded in %s)", t.verified, cred_path)
     return t, on_connected
+
+
+def cmd_agent_pin(args: argparse.Namespace) -> int:
+    """``cdui agent pin URL --next PIN``: hold the proxy's next key beside the current pin."""
+    from cdui import config
+    from cdui.agent import credential_path
+    try:
+        control = _check_control(args.url)
+        pin = None if args.clear_next else trust.parse_pin(args.next, "--next")
+    except CduiError as err:
+        return _die(str(err), 2)
+    if urlsplit(control).scheme != "https":
+        return _die(f"{control} is not an https:// address: there is no certificate to pin", 2)
+    path = credential_path(config.load().user_data, control)
+    if _load_credential(path) is None:
+        return _die(f"no credential is stored for {control} ({path}); enroll first with "
+                    f"`cdui agent start --control {control} --token ...`", 2)
+    trust.record_next_pin(path, pin)
+    if pin is None:
+        print(f"dropped the next pin for {control} ({path})")
+    else:
+        print(f"the next pin for {control} is {pin} ({path}); a running agent takes it at its next heartbeat "
+              f"and accepts either key from its next connection on")
+    return 0
 
 
 def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None:
@@ -487,6 +541,12 @@ def cmd_agent_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin_arg(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="the TLS proxy's key, for an https:// --control whose certificate this machine does not "
+                        "trust (as `cdui agent start` takes it); `workers token` also puts it in the command")
+
+
 def add_commands(sub: Any) -> None:
     w = sub.add_parser("workers", help="manage remote workers")
     wsub = w.add_subparsers(dest="workers_command", metavar="ACTION", required=True, parser_class=type(w))
@@ -495,15 +555,21 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--uses", type=int, default=1, help="how many agents may use it (default 1)")
     s.add_argument("--for", dest="for_name", default=None, metavar="NAME", help="a reissue token for worker NAME")
     s.add_argument("--control", default=None)
+    s.add_argument("--public-url", default=None, metavar="URL",
+                   help="the address workers use, e.g. the TLS proxy's https://codefyui.example.com (default: "
+                        "CODEFYUI_PUBLIC_URL, else the address this command reached)")
+    _pin_arg(s)
     s.set_defaults(func=cmd_token)
     s = wsub.add_parser("list", help="list workers")
     s.add_argument("--json", action="store_true")
     s.add_argument("--control", default=None)
+    _pin_arg(s)
     s.set_defaults(func=cmd_list)
     for action in ("drain", "undrain", "remove", "reissue"):
         s = wsub.add_parser(action, help=f"{action} a worker")
         s.add_argument("name", metavar="NAME")
         s.add_argument("--control", default=None)
+        _pin_arg(s)
         s.set_defaults(func=cmd_action, action=action)
     s = wsub.add_parser("share-by-memory", help="admit runs on a worker's devices by memory instead of slot count")
     s.add_argument("name", metavar="NAME")
@@ -539,6 +605,12 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_agent_start)
     s = asub.add_parser("stop", help="stop the background agent")
     s.set_defaults(func=cmd_agent_stop)
+    s = asub.add_parser("pin", help="hold the TLS proxy's next key beside the current pin (a key rotation)")
+    s.add_argument("url", metavar="URL")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--next", default=None, metavar="sha256:HEX", help="the key the proxy will present next")
+    g.add_argument("--clear-next", action="store_true", help="drop the next pin")
+    s.set_defaults(func=cmd_agent_pin)
     s = asub.add_parser("forget", help="delete the stored credential for URL")
     s.add_argument("url", metavar="URL")
     s.set_defaults(func=cmd_agent_forget)

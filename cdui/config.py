@@ -58,6 +58,16 @@ def _ssh_strict(v: str) -> str:
     return v.strip()
 
 
+def _networks(v: str) -> list[Any]:
+    import ipaddress
+    return [ipaddress.ip_network(x.strip(), strict=False) for x in v.split(",") if x.strip()]
+
+
+def _public_url(v: str) -> str:
+    from cdui.trust import public_url
+    return public_url(v)
+
+
 def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
 
@@ -92,6 +102,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_MACHINE_ID", None, _str, "overrides this machine's id (an agent on the server's host counts as another machine)", "a string"),
     # -- server
     Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),
+    Setting("CODEFYUI_TRUSTED_PROXIES", [], _networks, "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (none: the socket's peer is the client)", "comma-separated IP addresses or networks, e.g. 127.0.0.1,10.1.0.0/24"),
+    Setting("CODEFYUI_BOOTSTRAP", True, _bool, "0 refuses /api/auth/bootstrap to everyone (the page then asks for the session token)", "0 or 1"),
     Setting("CODEFYUI_MAX_UPLOAD_SIZE", 500 * MB, _size, "largest single uploaded file, in bytes (500 MB)", "bytes, or a size like 500MB"),
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
@@ -105,6 +117,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
     Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds"),
     Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds"),
+    Setting("CODEFYUI_PUBLIC_URL", None, _public_url, "the address workers use to reach this control plane (the TLS proxy's https:// URL); generated agent commands name it", "a URL like https://codefyui.example.com"),
     Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file", path=True),
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
     Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),

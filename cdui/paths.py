@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import unicodedata
 from pathlib import Path
 
 from cdui.errors import PathRefused
@@ -43,7 +44,35 @@ def check_name(name: str) -> str:
         raise PathRefused(name, "not a file name")
     if any(ord(c) < 32 or c == "\x7f" for c in name):
         raise PathRefused(name.encode("unicode_escape").decode(), "control characters in file name")
+    for c in name:
+        what = _deceptive(c)
+        if what is not None:
+            raise PathRefused(name.encode("unicode_escape").decode(),
+                              f"it contains U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')}), {what}",
+                              hint="rename the file without it")
     return name
+
+
+# Characters that look like a folder separator without being one: in a listing, "a\u2215b.csv" reads as
+# the file b.csv in a folder a. NFKC already maps the full-width and small forms to '/' and '\'.
+# Letters of a script that look like one (katakana NO) stay allowed: they are someone's words.
+SEPARATOR_LOOKALIKES = frozenset("\u2044\u2215\u2216\u29f5\u29f8\u29f9\u2571\u2572\u27cb\u27cd\u1735\u2cfa")
+
+
+def _deceptive(c: str) -> str | None:
+    """Why ``c`` makes a file name read as something it is not, or None.
+
+    Format characters (category Cf: the bidi controls U+202A-U+202E and U+2066-U+2069, which reorder
+    what is shown, "invoice\u202egpj.exe" showing as "invoiceexe.jpg"; zero-width characters) and
+    line or paragraph separators are invisible; separator look-alikes fake a folder."""
+    cat = unicodedata.category(c)
+    if cat == "Cf":
+        return "an invisible formatting character (bidi controls reorder how the name is shown)"
+    if cat in ("Zl", "Zp", "Cs", "Co"):
+        return "a character that is no part of a file name"
+    if c in SEPARATOR_LOOKALIKES or unicodedata.normalize("NFKC", c) in ("/", "\\"):
+        return "which looks like a folder separator"
+    return None
 
 
 def safe_join(base: str | os.PathLike[str], rel: str, *, allow_empty: bool = False) -> Path:

@@ -9,12 +9,16 @@ agent -> control plane
   hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
               one_shot, instance, capabilities, run_id,
               catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null,
-              device_memory: {device: {total_mb, free_mb}} | null}
+              device_memory: {device: {total_mb, free_mb}} | null,
+              tls: {pin, next} | null}  (a pinned agent over TLS: the key it matched, its next pin)
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
-  heartbeat  {runs: [run ids still running], labels}
+  heartbeat  {runs: [run ids still running], labels, tls}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.outputs)
+  probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
 control plane -> agent
+  probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
+             plane's machine id: can it read that file and write those folders? see cdui.same_machine)
   welcome    {version, worker, heartbeat_s, resume_grace_s, runs: {run_id: {acked, action}}}
              action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here),
              "drop" (not this worker's run: forget it)
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -176,6 +181,8 @@ class Hello:
     # with the id of the open one under the same name is that agent back after a drop the
     # control plane has not noticed yet, so it replaces the open one (not another agent).
     agent_id: str | None = None
+    # A pinned agent over TLS: {pin: the key its handshake matched, next: the next pin it holds}.
+    tls: dict[str, str | None] | None = None
     type: ClassVar[str] = "hello"
 
     def to_json(self) -> str:
@@ -188,7 +195,7 @@ class Hello:
                            "one_shot": self.one_shot, "instance": self.instance,
                            "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
                            "catalog_error": self.catalog_error, "fingerprint": self.fingerprint,
-                           "device_memory": self.device_memory, "agent_id": self.agent_id})
+                           "device_memory": self.device_memory, "agent_id": self.agent_id, "tls": self.tls})
 
 
 @dataclass
@@ -208,13 +215,34 @@ class Events:
 class Heartbeat:
     runs: list[str]
     labels: dict[str, str] | None = None
+    tls: dict[str, str | None] | None = None  # as in the hello: its next pin may have changed since
     type: ClassVar[str] = "heartbeat"
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"type": self.type, "runs": self.runs}
         if self.labels is not None:
             d["labels"] = self.labels
+        if self.tls is not None:
+            d["tls"] = self.tls
         return json.dumps(d)
+
+
+_PIN = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _tls(v: Any, where: str) -> dict[str, str | None] | None:
+    """``{pin, next}``: each a key fingerprint (cdui/trust.py) or null."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object or null, got {type(v).__name__}")
+    out: dict[str, str | None] = {}
+    for key in ("pin", "next"):
+        x = v.get(key)
+        if x is not None and not (isinstance(x, str) and _PIN.fullmatch(x)):
+            raise ProtocolError(f"{where}.{key} is not a key fingerprint (sha256:<64 hex>): {str(x)[:80]!r}")
+        out[key] = x
+    return out
 
 
 def peek_version(raw: str) -> str | None:
@@ -313,7 +341,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
                      _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
                                                                                       MAX_TEXT),
                      _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")),
-                     None if agent_id is None else _str(agent_id, "hello.agent_id"))
+                     None if agent_id is None else _str(agent_id, "hello.agent_id"),
+                     _tls(d.get("tls"), "hello.tls"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
         for i, e in enumerate(evs):
@@ -323,9 +352,22 @@ def parse_agent_message(raw: str) -> AgentMessage:
         running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
                                                               "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
-        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"))
+        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"),
+                         _tls(d.get("tls"), "heartbeat.tls"))
     if t == "outputs_answer":
         return _outputs_answer(d)
+    if t == "probe_answer":
+        nonce = _opt(d, "nonce", str, None, "probe_answer")
+        cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
+        raw_cw = _opt(d, "cannot_write", dict, {}, "probe_answer")
+        if len(raw_cw) > MAX_SMALL_LIST:
+            raise ProtocolError(f"probe_answer.cannot_write has {len(raw_cw)} items, over the limit of "
+                                f"{MAX_SMALL_LIST}")
+        cannot_write = {_str(k, "probe_answer.cannot_write key", MAX_LABEL_VALUE):
+                        _str(v, "probe_answer.cannot_write value", MAX_TEXT) for k, v in raw_cw.items()}
+        return ProbeAnswer(None if nonce is None else _str(nonce, "probe_answer.nonce"),
+                           None if cannot_read is None else _str(cannot_read, "probe_answer.cannot_read", MAX_TEXT),
+                           cannot_write)
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
@@ -413,6 +455,24 @@ class _Flat:
 
     def to_json(self) -> str:
         return json.dumps({"type": self.type, **asdict(self)})  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Probe(_Flat):
+    """Before the welcome: read ``nonce_file``, try to write in each of ``folders`` (cdui/same_machine.py)."""
+    nonce_file: str
+    folders: list[str]
+    type: ClassVar[str] = "probe"
+
+
+@dataclass(frozen=True)
+class ProbeAnswer(_Flat):
+    """What the agent found: the nonce it read (None: it could not, ``cannot_read`` says why) and, per
+    folder it could not create a file in, the reason."""
+    nonce: str | None
+    cannot_read: str | None
+    cannot_write: dict[str, str]
+    type: ClassVar[str] = "probe_answer"
 
 
 @dataclass(frozen=True)
@@ -510,8 +570,9 @@ def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
                          None if error is None else _str(error, f"{w}.error", MAX_TEXT))
 
 
-ServerMessage = Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer
+ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
+                 | Probe)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -584,6 +645,10 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                             MAX_TEXT))
     if t == "error":
         return Error(_str(_opt(d, "message", str, "", "error"), "error.message", MAX_TEXT))
+    if t == "probe":
+        folders = [_str(x, "probe.folders[]", MAX_LABEL_VALUE)
+                   for x in _list(_req(d, "folders", list, "probe"), "probe.folders", MAX_SMALL_LIST)]
+        return Probe(_str(_req(d, "nonce_file", str, "probe"), "probe.nonce_file", MAX_LABEL_VALUE), folders)
     if t == "outputs_request":
         node = _opt(d, "node_id", str, None, "outputs_request")
         return OutputsRequest(_str(_req(d, "request_id", str, "outputs_request"), "outputs_request.request_id"),

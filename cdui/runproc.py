@@ -153,14 +153,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except NodeFailed as exc:
         emit("log", {"message": redact_text(exc.tb, secrets), "level": "error", "node_id": exc.node_id})
-        emit("result", {"status": "failed", "error": str(exc), "node_id": exc.node_id})
+        emit("result", {**_failed(stop, str(exc)), "node_id": exc.node_id})
         return 0
     except Exception as exc:  # anything else is a bug of ours; keep the traceback in the log
         emit("log", {"message": redact_text(traceback.format_exc(), secrets), "level": "error"})
-        emit("result", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        emit("result", _failed(stop, f"{type(exc).__name__}: {exc}"))
         return 0
     emit("result", {"status": "succeeded", "error": None})
     return 0
+
+
+def _failed(stop: threading.Event, error: str) -> dict[str, str]:
+    """The ending of a run that raised. Asked to stop (Stop, a disabled worker, SIGTERM), a run that then
+    fails on its way out (an interrupt checkpoint it cannot write) ends ``cancelled`` as the stop asked;
+    the failure stays in its error and its log."""
+    if stop.is_set():
+        return {"status": "cancelled", "error": f"stopped on request; while stopping: {error}"}
+    return {"status": "failed", "error": error}
 
 
 def _kill_own_group() -> None:

@@ -21,7 +21,11 @@ One response hook adds the headers every answer needs: anti-framing and
 
 ``/api/auth/bootstrap`` hands the token only to a loopback connection whose
 client socket belongs to the server's own OS user (:mod:`cdui.peercred`):
-on a shared machine every local user can reach loopback.
+on a shared machine every local user can reach loopback. A request that
+carries any proxy's forwarding header is refused too (a proxy on this host may
+run as the server's own user), and so is every request with
+``CODEFYUI_BOOTSTRAP=0``. Refusals name no user, uid or path: those go to
+the log.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ from cdui import (
     api_graphs,
     api_outputs,
     api_runs,
+    proxies,
     s3_plane,
     share_memory,
     ssh_workers,
@@ -245,22 +250,39 @@ async def health(request: web.Request) -> web.Response:
 async def bootstrap(request: web.Request) -> web.Response:
     if not is_loopback(request) or request.app.get(TUNNEL_LISTENER, False):
         raise CduiError("not_found", f"no such path: GET {request.path}", status=404)
+    # What is refused says nothing of this machine (user names, uids, paths): the asker may be
+    # anyone on the network behind a proxy. The details go to the owner's log instead.
+    token_file = request.app[CONFIG].user_data / "session-token"
+    forwarded = proxies.forwarding_headers(request.headers)
+    if forwarded or not request.app[CONFIG]["CODEFYUI_BOOTSTRAP"]:
+        # A proxy on this machine connects from loopback as whichever user runs it, often the
+        # server's own (one container, everything as root): its clients must not get the token.
+        why = (f"it came through a proxy ({', '.join(forwarded)})" if forwarded
+               else "CODEFYUI_BOOTSTRAP is 0")
+        log.warning("/api/auth/bootstrap refused the session token to %s: %s; the owner reads it from %s",
+                    proxies.client_of(request).address, why, token_file)
+        raise CduiError("not_owner", "the session token is not handed out on this connection",
+                        hint="paste the session token of the user that started the server (the server log "
+                             "says where it is)", status=403)
     transport = request.transport
     peer = transport.get_extra_info("peername") if transport else None
     sock = transport.get_extra_info("sockname") if transport else None
     uid = await asyncio.to_thread(peer_uid, peer[:2], sock[:2]) if peer and sock else None
     me = os.getuid()
-    if uid is None:
-        raise CduiError("not_owner", "cannot tell which OS user opened this connection, so the session token "
-                        "is not handed out" + ("" if sys.platform.startswith("linux") else
-                                               f" (peer lookup works on Linux only, this is {sys.platform})"),
-                        hint=f"read the token from {request.app[CONFIG].user_data / 'session-token'} as the user "
-                             "that started the server, and send it in the X-CodefyUI-Token header", status=403)
     if uid != me:
-        raise CduiError("not_owner", f"this connection belongs to OS user {_user_name(uid)} (uid {uid}), but the "
-                        f"server runs as {_user_name(me)} (uid {me}); only that user gets the session token",
-                        hint="run `cdui api` or the browser as the user that started the server, or, if you are "
-                             f"that user, read {request.app[CONFIG].user_data / 'session-token'}", status=403)
+        if uid is None:
+            log.warning("/api/auth/bootstrap refused the session token to %s: cannot tell which OS user opened "
+                        "the connection%s; the owner reads it from %s", request.remote,
+                        "" if sys.platform.startswith("linux") else
+                        f" (peer lookup works on Linux only, this is {sys.platform})", token_file)
+        else:
+            log.warning("/api/auth/bootstrap refused the session token to %s: the connection belongs to OS user "
+                        "%s (uid %d), the server runs as %s (uid %d); the owner reads it from %s",
+                        request.remote, _user_name(uid), uid, _user_name(me), me, token_file)
+        raise CduiError("not_owner", "this connection is not the server's own OS user's, so the session token "
+                        "is not handed out",
+                        hint="run `cdui api` or the browser as the user that started the server, or paste its "
+                             "session token (the server log says where it is)", status=403)
     response = web.json_response({"token": request.app[SESSION_TOKEN]})
     web_session.set_cookie(request, response)
     return response

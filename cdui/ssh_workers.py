@@ -443,7 +443,8 @@ async def annotate(app: web.Application, workers: list[dict[str, Any]]) -> None:
             w = {"name": r["name"], "status": "disabled" if not r["enabled"] else "offline", "online": False,
                  "version": None, "drained": False, "disabled": not r["enabled"], "devices": [], "runs": [],
                  "last_seen": None, "address": None, "labels": {}, "unencrypted": False, "same_machine": False,
-                 "connected_at": None, "never_connected": True}
+                 "same_machine_note": None, "tls_pin": None, "tls_next_pin": None, "connected_at": None,
+                 "never_connected": True}
             workers.append(w)
         w["ssh"] = view
     workers.sort(key=lambda w: w["name"])

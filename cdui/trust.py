@@ -39,8 +39,8 @@ import os
 import re
 import ssl
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui.errors import CduiError
+from cdui.netaddr import is_loopback_host
 
 log = logging.getLogger("cdui.trust")
 
@@ -55,6 +56,7 @@ PIN_RE = re.compile(r"sha256:([0-9a-fA-F]{64})")
 MAX_CERT_DER = 64 * 1024  # far above any real leaf; bounds the parse of what a server sends
 MAX_PEM_FILE = 1024 * 1024  # a fullchain.pem is a few KiB
 CREDENTIAL_KEY = "ca_fingerprint"  # the pin's field in the agent's credential file
+NEXT_KEY = "ca_fingerprint_next"  # the next pin's (a planned key rotation of the proxy)
 
 # The documented way to print a certificate's pin on the proxy host (first certificate = leaf).
 OPENSSL_COMMAND = ("openssl x509 -in {path} -pubkey -noout | openssl pkey -pubin -outform der | "
@@ -184,8 +186,9 @@ class _SpkiPin(aiohttp.Fingerprint):
     request (the token travels in its headers), and closes the transport when it raises."""
 
     def __init__(self, trust: Trust) -> None:
-        assert trust.pin is not None
-        super().__init__(bytes.fromhex(trust.pin[7:]))
+        pin = trust.pin or trust.next_pin
+        assert pin is not None
+        super().__init__(bytes.fromhex(pin[7:]))  # unused: check() below compares the SPKI
         self.trust = trust
 
     def check(self, transport: asyncio.Transport) -> None:
@@ -226,15 +229,27 @@ class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(conn, req, context=self._context)  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Trust:
-    """How this agent checks the certificate of one control-plane address."""
+    """How this agent checks the certificate of one control-plane address.
+
+    ``next_pin`` is the key the proxy will have after a planned rotation: a certificate with either key
+    passes, so a worker that reconnects after the proxy switched keys is not stranded. ``verified`` is
+    the pin the last handshake matched (reported to the control plane). ``reload`` takes the pins from
+    the credential file again, so a next pin added with ``cdui agent pin`` counts without a restart."""
 
     pin: str | None = None
     source: str = "--ca-fingerprint"  # where the pin came from, for messages
+    next_pin: str | None = None
+    cred_path: Path | None = None
+    verified: str | None = field(default=None, compare=False)
+
+    @property
+    def pinned(self) -> bool:
+        return self.pin is not None or self.next_pin is not None
 
     def ssl_context(self) -> ssl.SSLContext:
-        if self.pin is None:
+        if not self.pinned:
             return ssl.create_default_context()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         # The pin replaces issuer and host-name checks; it is compared after the handshake.
@@ -243,18 +258,38 @@ class Trust:
         return ctx
 
     def check(self, cert_der: bytes | None, address: str) -> None:
-        """Raise :class:`PinMismatch` unless the handshake's leaf certificate carries the pinned key."""
-        if self.pin is None:
+        """Raise :class:`PinMismatch` unless the handshake's leaf certificate carries a pinned key."""
+        if not self.pinned:
             return
         try:
             got = spki_fingerprint(cert_der or b"")
         except CertificateError as exc:
             got = f"(no readable certificate: {exc})"
-        if got != self.pin:
-            raise PinMismatch(address, self.pin, got, self.source)
+        if got in (self.pin, self.next_pin):
+            self.verified = got
+            return
+        expected = self.pin or self.next_pin
+        assert expected is not None
+        source = self.source + (f"; next pin {self.next_pin}" if self.pin and self.next_pin else "")
+        raise PinMismatch(address, expected, got, source)
+
+    def reload(self) -> None:
+        """The pins stored in the credential file now (a flag's pin stays until it is recorded)."""
+        if self.cred_path is None:
+            return
+        try:
+            cred = json.loads(self.cred_path.read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(cred, dict):
+            return
+        stored, nxt = _valid_pin(cred.get(CREDENTIAL_KEY)), _valid_pin(cred.get(NEXT_KEY))
+        if stored is not None and self.source != "--ca-fingerprint":
+            self.pin = stored
+        self.next_pin = nxt
 
     def aiohttp_ssl(self) -> ssl.SSLContext | aiohttp.Fingerprint:
-        return ssl.create_default_context() if self.pin is None else _SpkiPin(self)
+        return _SpkiPin(self) if self.pinned else ssl.create_default_context()
 
     def connector(self) -> aiohttp.TCPConnector:
         """The connector of the agent's one session: ``/ws/worker`` and every file transfer."""
@@ -262,7 +297,7 @@ class Trust:
 
     def opener(self) -> urllib.request.OpenerDirector:
         """A urllib opener for enrollment with the same check."""
-        if self.pin is None:
+        if not self.pinned:
             return urllib.request.build_opener(urllib.request.HTTPSHandler(context=self.ssl_context()))
         return urllib.request.build_opener(_PinnedHTTPSHandler(self))
 
@@ -284,8 +319,8 @@ def untrusted_message(control: str, reason: Any, presented: str | None) -> str:
     text = f"the TLS certificate of {u.hostname}:{u.port or 443} is not trusted: {reason}"
     if presented is not None:
         text += (f"; the server presented the key {presented}. If the proxy's own fingerprint (on the proxy host: "
-                 f"`{openssl_command()}`) is the same, start the agent with --ca-fingerprint {presented}; or "
-                 f"install the CA that signed it on this machine")
+                 f"`{openssl_command()}`) is the same, give --ca-fingerprint {presented} (`cdui agent start` and "
+                 f"`cdui workers ...` take it); or install the CA that signed it on this machine")
     return text
 
 
@@ -310,28 +345,53 @@ def stored_pin(cred: dict[str, Any] | None, cred_path: Path, warn: Callable[[str
         return None
 
 
+def _valid_pin(value: Any) -> str | None:
+    try:
+        return parse_pin(value) if value is not None else None
+    except CduiError:
+        return None
+
+
 def agent_trust(flag: str | None, cred: dict[str, Any] | None, cred_path: Path,
                 warn: Callable[[str], None]) -> Trust:
-    """The flag's pin if given (already parsed), else the stored one, else CA mode."""
+    """The flag's pin if given (already parsed), else the stored one, else CA mode; with the stored
+    next pin beside it."""
+    nxt = _valid_pin((cred or {}).get(NEXT_KEY))
     if flag is not None:
-        return Trust(flag, "--ca-fingerprint")
+        return Trust(flag, "--ca-fingerprint", nxt, cred_path)
     pin = stored_pin(cred, cred_path, warn)
-    return Trust(pin, f"stored in {cred_path}") if pin is not None else Trust()
+    if pin is None and nxt is None:
+        return Trust(cred_path=cred_path)
+    return Trust(pin, f"stored in {cred_path}", nxt, cred_path)
 
 
 def record_pin(cred_path: Path, pin: str) -> bool:
-    """Write ``pin`` into the credential file (after a connection it let through); True if it changed."""
+    """Write ``pin`` into the credential file (after a connection it let through); True if it changed.
+    A next pin that is now the pin is used up: the rotation it was kept for happened."""
     from cdui.atomic import write_private
     try:
         cred = json.loads(cred_path.read_text())
     except (OSError, ValueError) as exc:
         log.warning("could not record the pin %s in %s: %s", pin, cred_path, exc)
         return False
-    if not isinstance(cred, dict) or cred.get(CREDENTIAL_KEY) == pin:
+    if not isinstance(cred, dict) or (cred.get(CREDENTIAL_KEY) == pin and cred.get(NEXT_KEY) != pin):
         return False
     cred[CREDENTIAL_KEY] = pin
+    if cred.get(NEXT_KEY) == pin:
+        del cred[NEXT_KEY]
     write_private(cred_path, json.dumps(cred))
     return True
+
+
+def record_next_pin(cred_path: Path, pin: str | None) -> None:
+    """``cdui agent pin --next``: keep ``pin`` as the proxy's next key beside the current one (None: drop it)."""
+    from cdui.atomic import write_private
+    cred = json.loads(cred_path.read_text())
+    if pin is None:
+        cred.pop(NEXT_KEY, None)
+    else:
+        cred[NEXT_KEY] = pin
+    write_private(cred_path, json.dumps(cred))
 
 
 # -- the control plane's side ----------------------------------------------------------
@@ -382,24 +442,53 @@ class ServerCert:
 MAX_CONTROL_URL = 300
 
 
-def advertised_control(scheme: str, host: str, asked: Any, behind_tls_proxy: bool) -> str:
+def public_url(value: str) -> str:
+    """``CODEFYUI_PUBLIC_URL`` (and ``--public-url``): ``http(s)://host[:port]``, nothing after it."""
+    u = urlsplit(value.strip())
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
+            or u.username or len(value) > MAX_CONTROL_URL:
+        raise ValueError(value)
+    return f"{u.scheme}://{u.netloc}"
+
+
+def advertised_control(scheme: str, host: str, asked: Any, behind_tls_proxy: bool,
+                       public: str | None = None, allowed_names: Collection[str] = ()) -> str:
     """The control-plane address a generated agent command names.
 
-    It is the host this request used (already checked against the allowed hosts). Its
-    scheme is the one the client says it used (``asked``: the browser's own origin,
-    which behind a TLS proxy is ``https`` while this server only sees plain HTTP), else
-    ``https`` when a proxy certificate is configured, else the connection's own."""
+    ``asked`` (the client's word: the browser's own origin, which behind a TLS proxy is
+    ``https`` while this server only sees plain HTTP, or ``cdui workers token --public-url``)
+    must be this server as the request reached it, a name the operator allowed as ``Host``
+    (``CODEFYUI_EXTRA_ALLOWED_HOSTS``: the proxy's public name) or its public address
+    (``CODEFYUI_PUBLIC_URL``). Without it, the public address when there is one; else the
+    host this request used (already checked against the allowed hosts) with the connection's
+    scheme, ``https`` when a proxy certificate is configured, except on a loopback address:
+    the proxy does not listen on this server's own port, so ``https://127.0.0.1:8000`` would
+    reach nothing."""
     if asked is not None:
         u = urlsplit(asked) if isinstance(asked, str) and len(asked) <= MAX_CONTROL_URL else None
-        if (u is None or u.scheme not in ("http", "https") or u.netloc.lower() != host.lower()
-                or u.path not in ("", "/") or u.query or u.fragment):
-            raise CduiError("bad_request", f"control={str(asked)[:MAX_CONTROL_URL]!r} is not this server's own "
-                                           f"address as the client reached it",
-                            hint=f"give http://{host} or https://{host} (the page's origin), or leave it out")
-        return f"{u.scheme}://{host}"
-    if scheme == "http" and behind_tls_proxy:
+        as_reached = (u is not None and u.scheme in ("http", "https") and not u.username
+                      and u.netloc.lower() in {host.lower(), *(n.lower() for n in allowed_names)}
+                      and u.path in ("", "/") and not u.query and not u.fragment)
+        if as_reached and u is not None:
+            return f"{u.scheme}://{u.netloc}"
+        if public is not None and isinstance(asked, str) and asked.strip().rstrip("/").lower() == public.lower():
+            return public
+        raise CduiError("bad_request", f"control={str(asked)[:MAX_CONTROL_URL]!r} is not this server's own "
+                                       f"address as the client reached it" +
+                        (f", nor its public address {public}" if public else ""),
+                        hint=f"give http://{host} or https://{host} (the page's origin)" +
+                             (f" or {public}" if public else ", or set CODEFYUI_PUBLIC_URL to the address workers "
+                                                              "use") + ", or leave it out")
+    if public is not None:
+        return public
+    if scheme == "http" and behind_tls_proxy and not _loopback_host(host):
         scheme = "https"
     return f"{scheme}://{host}"
+
+
+def _loopback_host(host: str) -> bool:
+    name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+    return is_loopback_host(name)
 
 
 def token_trust_fields(control: str, cert: ServerCert) -> dict[str, str]:

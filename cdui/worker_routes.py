@@ -9,15 +9,19 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from cdui import __version__, catalog, enroll, protocol, ssh_workers, trust
+from cdui import __version__, catalog, enroll, protocol, proxies, ssh_workers, trust
 from cdui.appkeys import WORKERS
 from cdui.errors import CduiError, NotFound
 from cdui.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.runs import iso
+from cdui.same_machine import Verdict
 from cdui.workers import WorkerManager
+
+NOT_PROVEN = Verdict(False)
 
 log = logging.getLogger("cdui.workers")  # the same logger as before the split, so log filters keep working
 
@@ -52,7 +56,13 @@ class WorkerRoutes:
                 "address": conn.address if conn is not None else r["address"],
                 "labels": conn.labels if conn is not None else json.loads(r["labels"] or "{}"),
                 "unencrypted": bool(conn.unencrypted) if conn is not None else False,
-                "same_machine": (r["machine_id"] == self.m.machine_id),
+                # A pinned worker's key check, as its agent reports it: the pin its connection matched
+                # and the next pin it holds (a proxy key rotation, docs/deploy-behind-proxy.md).
+                "tls_pin": (conn.tls or {}).get("pin") if conn is not None else None,
+                "tls_next_pin": (conn.tls or {}).get("next") if conn is not None else None,
+                # Proven by the agent's answer to the same-machine probe, never by the id it claims.
+                "same_machine": self.m.same_machine.get(r["name"], NOT_PROVEN).same,
+                "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
@@ -85,7 +95,11 @@ class WorkerRoutes:
 
     def _control(self, request: web.Request, body: dict[str, Any]) -> str:
         """The address generated commands name (checked before anything is stored)."""
-        return trust.advertised_control(request.scheme, request.host, body.get("control"), self.cert.path is not None)
+        # Behind a trusted proxy its X-Forwarded-Proto says which scheme the client used.
+        scheme = "https" if proxies.client_of(request).encrypted else "http"
+        return trust.advertised_control(scheme, request.host, body.get("control"), self.cert.path is not None,
+                                        self.m.config["CODEFYUI_PUBLIC_URL"],
+                                        self.m.config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
 
     def _token_answer(self, request: web.Request, tok: dict[str, Any], control: str) -> dict[str, Any]:
         pins = trust.token_trust_fields(control, self.cert)
@@ -96,13 +110,21 @@ class WorkerRoutes:
             cmd += f" --ca-fingerprint {pins['ca_fingerprint']}"
         out: dict[str, Any] = {"token": tok["token"], "id": tok["id"], "expires_at": iso(tok["expires_at"]),
                                "uses": tok["uses"], "worker": tok.get("worker"), "command": cmd, **pins}
-        host = request.host.rsplit(":", 1)[0].strip("[]")
+        host = (urlsplit(control).hostname or "").strip("[]")
         if host in ("127.0.0.1", "localhost", "::1"):
             # A loopback address reaches this machine only, so it is no address to give a worker.
             others = _own_addresses()
-            out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
-                           "machine start the server with --host 0.0.0.0 and give the agent an address it can reach"
-                           + (f", e.g. {', '.join(others)}" if others else ""))
+            if self.cert.path is not None:
+                # Behind the TLS proxy the server stays on loopback (docs/deploy-behind-proxy.md): the
+                # address to give is the proxy's, never --host 0.0.0.0.
+                out["note"] = ("this command uses a loopback address, which works only on this machine; for "
+                               "another machine give the TLS proxy's address: `cdui workers token --public-url "
+                               "https://NAME` (or set CODEFYUI_PUBLIC_URL)")
+            else:
+                out["note"] = ("this command uses a loopback address, which works only on this machine; for another "
+                               "machine start the server with --host 0.0.0.0 and give the agent an address it can "
+                               "reach" + (f", e.g. {', '.join(others)}" if others else "")
+                               + "; behind a TLS proxy, give its address with --public-url instead")
             out["other_addresses"] = others
         return out
 
@@ -127,7 +149,8 @@ class WorkerRoutes:
         return web.json_response({"revoked": tid})
 
     async def enroll_route(self, request: web.Request) -> web.Response:
-        address = request.remote or "?"
+        # Behind a trusted proxy every client shares the proxy's address: count the real one.
+        address = proxies.client_of(request).address
         # Anyone on the network reaches this route: a small body, bounded fields.
         unreadable: CduiError | None = None
         body: dict[str, Any] = {}

@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from cdui import __version__, api_outputs, catalog, enroll, oneshot, protocol
+from cdui import __version__, api_outputs, catalog, enroll, oneshot, protocol, proxies, same_machine
 from cdui import worker_admission as admission
 from cdui.appkeys import S3_BACKEND
 from cdui.diskfull import DiskFull
 from cdui.job import Job
 from cdui.layout import read_roots_in
-from cdui.netaddr import is_loopback
 from cdui.runs import iso
 from cdui.store import ACTIVE, TERMINAL, Run
 
@@ -60,6 +59,11 @@ class Conn:
     # When it last spoke, on the monotonic clock: liveness must not jump with the wall clock.
     alive_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The agent read a nonce in this control plane's data folder and can write its folders
+    # (cdui/same_machine.py): its runs keep this machine's paths.
+    same_machine: bool = False
+    # A pinned agent's {pin it matched, next pin it holds}, from its hello and heartbeats (key rotation).
+    tls: dict[str, str | None] | None = None
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
@@ -87,7 +91,7 @@ class RemoteExecutor:
         self.taken: str | None = None
         self.reserved: str | None = None
         # Reported once, at the agent's start: it holds for this connection only.
-        self.catalog = manager.compare_catalog(conn.hello)
+        self.catalog = manager.compare_catalog(conn.hello, conn.same_machine)
 
     def devices(self) -> list[str]:
         return list(self.conn.hello.devices)
@@ -115,7 +119,7 @@ class RemoteExecutor:
 
     async def start(self, run: Run, job: Job) -> None:
         await self.manager.runs.oneshot.took(self.manager, self, run.id)
-        if self.conn.hello.machine_id != self.manager.machine_id:
+        if not self.conn.same_machine:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         # Checked again right before it goes: the worker may have come back with fewer types.
         missing = catalog.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
@@ -142,7 +146,9 @@ class WorkerSession:
         self.m = manager
         self.request = request
         self.ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
-        self.address = request.remote or "?"
+        # The real client: behind a trusted proxy, the address the proxy names (cdui/proxies.py).
+        self.client = proxies.client_of(request)
+        self.address = self.client.address
         self.conn: Conn | None = None  # set once admitted
 
     async def run(self) -> web.WebSocketResponse:
@@ -221,12 +227,16 @@ class WorkerSession:
             return None
         name, hello = decision.name, decision.hello
         assert row is not None  # admitted: only a known credential's row is admitted
-        labels = self._with_mount(hello, dict(hello.labels))
-        scheme_plain = self.request.scheme == "http" and not is_loopback(self.request)
+        verdict = await self._probe_same_machine(name, hello)
+        if ws.closed:
+            return None
+        scheme_plain = self.client.unencrypted
         clock = self.m.clock
         now = clock.time()
-        conn = Conn(name, ws, hello, self.address, scheme_plain, connected_at=now, last_seen=now, labels=labels,
-                    alive_at=clock.monotonic())
+        conn = Conn(name, ws, hello, self.address, scheme_plain, connected_at=now, last_seen=now,
+                    alive_at=clock.monotonic(), same_machine=verdict.same, tls=hello.tls)
+        conn.labels = labels = self._with_mount(conn, dict(hello.labels))
+        self.m.same_machine[name] = verdict
         self.conn = conn
         replaced = self.m.conns.get(name) if decision.replaces else None
         self.m.register(conn)
@@ -247,11 +257,51 @@ class WorkerSession:
         log.info("worker %s connected from %s (devices %s)", name, self.address, ",".join(hello.devices))
         return row
 
-    def _with_mount(self, hello: protocol.Hello, labels: dict[str, str]) -> dict[str, str]:
-        """An agent on this very machine sees the server's data folder: it gets the mount label."""
-        if hello.machine_id and hello.machine_id == self.m.machine_id:
+    def _with_mount(self, conn: Conn, labels: dict[str, str]) -> dict[str, str]:
+        """An agent shown to read and write the server's data folder gets it as its mount label."""
+        if conn.same_machine:
             labels[self.m.config["CODEFYUI_MOUNT_LABEL"]] = str(self.m.config.layout.data_dir)
         return labels
+
+    async def _probe_same_machine(self, name: str, hello: protocol.Hello) -> same_machine.Verdict:
+        """Before the welcome, for an agent that names this machine's id: can it read a nonce written
+        into the data folder just now, and write the folders its runs write to? (cdui/same_machine.py)"""
+        if not hello.machine_id or hello.machine_id != self.m.machine_id:
+            return same_machine.Verdict(False)
+        layout = self.m.config.layout
+        folders = [layout.folders[f] for f in same_machine.WRITE_FOLDERS]
+        try:
+            await asyncio.to_thread(layout.ensure)
+            path, nonce = await asyncio.to_thread(same_machine.write_nonce, layout.data_dir)
+        except OSError as exc:
+            log.warning("worker %s is treated as another machine: no probe file could be written into %s: %s",
+                        name, layout.data_dir, exc)
+            return same_machine.Verdict(False, f"the control plane could not write its probe file: {exc}")
+        found: protocol.ProbeAnswer | None = None
+        why = "it did not answer the probe"
+        try:
+            await self.ws.send_str(protocol.Probe(str(path), [str(f) for f in folders]).to_json())
+            try:
+                msg = await self.ws.receive(timeout=same_machine.PROBE_TIMEOUT_S)
+            except TimeoutError:
+                msg = None
+                why = f"it did not answer the probe within {same_machine.PROBE_TIMEOUT_S:.0f} s"
+            if msg is not None and msg.type == WSMsgType.TEXT:
+                try:
+                    parsed = protocol.parse_agent_message(str(msg.data))
+                except protocol.ProtocolError as exc:
+                    why = f"its answer to the probe does not fit the protocol: {exc}"
+                else:
+                    if isinstance(parsed, protocol.ProbeAnswer):
+                        found = parsed
+                    else:
+                        why = f"it answered the probe with {parsed.type!r}"
+        finally:
+            await asyncio.to_thread(same_machine.remove, path)
+        verdict = same_machine.judge(nonce, found, why)
+        if verdict.note:
+            log.warning("worker %s is treated as another machine: %s", name, verdict.note)
+        return verdict
 
     # -- 2. welcome --------------------------------------------------------------------
     async def welcome(self) -> None:
@@ -343,7 +393,9 @@ class WorkerSession:
         conn = self.conn
         assert conn is not None
         if m.labels is not None:
-            conn.labels = self._with_mount(conn.hello, dict(m.labels))
+            conn.labels = self._with_mount(conn, dict(m.labels))
+        if m.tls is not None:
+            conn.tls = m.tls
         await self.m.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
                                                      (conn.last_seen, json.dumps(conn.labels), conn.name)))
 

@@ -37,6 +37,7 @@ from cdui.errors import CduiError
 from cdui.layout import read_roots_in
 from cdui.placement import no_mount_message, read_roots_message, unreadable
 from cdui.runs import STOPPED_KILLED, RunService, iso
+from cdui.same_machine import Verdict
 from cdui.store import ACTIVE
 from cdui.worker_session import Conn, RemoteExecutor, WorkerSession
 
@@ -60,6 +61,8 @@ class WorkerManager:
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
+        # Each worker's last same-machine verdict (cdui/same_machine.py), from its last connection.
+        self.same_machine: dict[str, Verdict] = {}
         self.own_catalog = catalog.node_catalog(self.runs.registry)
         self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                            clock=self.clock.monotonic)
@@ -267,14 +270,14 @@ class WorkerManager:
         conn = self.conns.get(name)
         if conn is None or conn.ws.closed:
             return None
-        return self.compare_catalog(conn.hello)
+        return self.compare_catalog(conn.hello, conn.same_machine)
 
-    def compare_catalog(self, hello: Any) -> catalog.CatalogState:
+    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog.CatalogState:
         """A worker's catalog against ours. An agent on this machine runs its jobs with the control
         plane's own plugin and custom-node folders (the job keeps the local paths), so those types
         count as its own whatever its helper, reading its own data folder, saw."""
         reported = hello.catalog
-        if reported is not None and hello.machine_id and hello.machine_id == self.machine_id:
+        if reported is not None and same_machine:
             local = {t for t, src in self.runs.registry.sources.items() if src != "builtin"}
             types = set(reported.get("types") or []) | local
             reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,

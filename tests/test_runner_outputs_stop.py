@@ -14,6 +14,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cdui import outputs, runner
 from cdui.job import Job
 from cdui.layout import Layout
@@ -70,3 +72,59 @@ def test_without_a_write_timeout_the_stop_grace_still_kills(tmp_path: Path) -> N
     final = _final_after_stop(tmp_path, {})
     assert final["status"] == "interrupted"
     assert final["error"] == "the run did not stop within 0 s and was killed"
+
+
+# -- a real run process that fails on its way out of a stop ------------------------------------
+STOP_FAILS = '''
+import time
+from cdui.nodes.base import Node, Port
+
+
+class StopFails(Node):
+    """Waits for a stop, then fails to write its interrupt checkpoint (as a run of a worker that may not
+    write the control plane's folders did)."""
+    NODE_NAME = "StopFails"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        ctx.progress(tick=1)
+        while not ctx.should_stop():
+            time.sleep(0.05)
+        raise PermissionError(13, "Permission denied", "data/models/iris/interrupt.pt")
+'''
+
+
+@pytest.mark.e2e
+def test_a_run_that_fails_while_stopping_ends_cancelled(tmp_path: Path) -> None:
+    """Stopped (Stop, a worker disabled mid-run, SIGTERM), a run whose node then fails on its way out
+    ends ``cancelled``, as the stop asked; the failure stays in its error. A real run process."""
+    nodes = tmp_path / "custom_nodes"
+    nodes.mkdir()
+    (nodes / "stop_fails.py").write_text(STOP_FAILS)
+    g = {"format_version": 1, "name": "stop fails", "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "n", "type": "StopFails", "position": {"x": 0, "y": 0}, "data": {"params": {}}}],
+        "edges": [{"id": "t", "source": "start", "sourceHandle": "trigger", "target": "n", "targetHandle": None,
+                   "type": "trigger"}]}
+    job = Job(run_id="r2", graph=g, slot_device="cpu", options={}, custom_nodes_dir=str(nodes),
+              layout=Layout.for_data_dir(tmp_path / "data").to_json())
+
+    async def main() -> dict[str, Any]:
+        running = asyncio.Event()
+
+        async def sink(batch: list[dict[str, Any]]) -> None:
+            if any(e["kind"] == "progress" for e in batch):
+                running.set()
+        handle = runner.RunHandle(job.run_id, sink, tmp_path / "run.log", [])
+        await handle.start(job)
+        await asyncio.wait_for(running.wait(), 120)
+        handle.stop(30.0)
+        return await asyncio.wait_for(handle.wait(), 120)
+    final = asyncio.run(main())
+    assert final["status"] == "cancelled", final
+    assert final["error"] == ("stopped on request; while stopping: node 'n' (StopFails) failed: PermissionError: "
+                              "[Errno 13] Permission denied: 'data/models/iris/interrupt.pt'"), final

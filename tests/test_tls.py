@@ -15,6 +15,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +191,31 @@ def test_advertised_control(scheme: str, asked: Any, proxy: bool, expected: str 
         assert trust.advertised_control(scheme, "cp.lab:8000", asked, proxy) == expected
 
 
+@pytest.mark.parametrize("host,asked,proxy,public,expected", [
+    # Reached on loopback behind the TLS proxy: the proxy is not on this port, so no https:// here.
+    ("127.0.0.1:8000", None, True, None, "http://127.0.0.1:8000"),
+    ("localhost:8000", None, True, None, "http://localhost:8000"),
+    ("[::1]:8000", None, True, None, "http://[::1]:8000"),
+    # The public address, from the setting or asked for (`cdui workers token --public-url`).
+    ("127.0.0.1:8000", None, True, "https://codefyui.example.com", "https://codefyui.example.com"),
+    ("127.0.0.1:8000", "https://codefyui.example.com/", False, "https://codefyui.example.com",
+     "https://codefyui.example.com"),
+    # A name the operator allowed as Host is the proxy's public name.
+    ("127.0.0.1:8000", "https://cp.lab", True, None, "https://cp.lab"),
+    ("127.0.0.1:8000", "https://cp.lab:8443", True, None, None),
+    ("127.0.0.1:8000", "https://user@cp.lab", True, None, None),
+    ("127.0.0.1:8000", "https://elsewhere.example", True, "https://codefyui.example.com", None),
+])
+def test_advertised_control_behind_the_proxy(host: str, asked: Any, proxy: bool, public: str | None,
+                                             expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(CduiError) as e:
+            trust.advertised_control("http", host, asked, proxy, public, ["cp.lab"])
+        assert e.value.code == "bad_request"
+    else:
+        assert trust.advertised_control("http", host, asked, proxy, public, ["cp.lab"]) == expected
+
+
 # -- a real nginx in front of a real control plane -----------------------------------------
 class Nginx(Proc):
     """nginx running deploy/nginx/codefyui.conf on a loopback TLS port, in front of ``upstream``."""
@@ -358,7 +384,19 @@ def test_acceptance_self_signed_proxy_pinned_with_the_documented_command(plane: 
         pin = documented_fingerprint(certs.a.cert)
         wrong = documented_fingerprint(certs.b.cert)
         ud = tmp_path / "agent-w1"
-        tok = new_token(plane)
+        # The owner's CLI, through the proxy with the pin, prints the exact command the agent needs.
+        out = subprocess.run([sys.executable, "-m", "cdui", "workers", "token", "--control", proxy.url,
+                              "--ca-fingerprint", pin], env=env_for(plane.user_data), cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        tok = out.stdout.splitlines()[0]
+        assert out.stdout.splitlines()[-1] == (f"cdui agent start --control {proxy.url} --token {tok} "
+                                               f"--ca-fingerprint {pin}")
+        # nginx sets X-Forwarded-For: whoever reaches it never gets the session token, even from this host.
+        boot = urllib.request.Request(proxy.url + "/api/auth/bootstrap")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(boot, timeout=60, context=ssl._create_unverified_context())  # noqa: S310
+        assert refused.value.code == 403 and plane.token not in refused.value.read().decode()
 
         r = run_agent(proxy.url, ud, "--token", tok, "--ca-fingerprint", wrong)
         assert r.returncode == 2, r.stdout + r.stderr
@@ -491,6 +529,65 @@ def test_pinned_key_changed_refused_then_new_pin_keeps_the_credential(plane: Ser
             wait_online(plane, a)
         finally:
             a.stop()
+    finally:
+        proxy.stop()
+
+
+def test_next_pin_lets_the_rotated_key_through_and_then_becomes_the_pin(certs: Certs, tmp_path: Path) -> None:
+    old, new = trust.spki_fingerprint(certs.a.der), trust.spki_fingerprint(certs.b.der)
+    t = trust.Trust(old, "stored", new)
+    t.check(certs.a.der, "cp:443")
+    assert t.verified == old
+    t.check(certs.b.der, "cp:443")
+    assert t.verified == new
+    with pytest.raises(trust.PinMismatch) as e:
+        trust.Trust(old, "stored", new).check(certs.leaf.der, "cp:443")
+    assert f"expected {old} (stored; next pin {new})" in str(e.value)
+    # Only a next pin (a worker that never pinned before the rotation's first step) pins too.
+    trust.Trust(None, "stored", new).check(certs.b.der, "cp:443")
+    cred = tmp_path / "cp-443.token"
+    cred.write_text(json.dumps({"credential": "c", trust.CREDENTIAL_KEY: old}))
+    trust.record_next_pin(cred, new)
+    t = trust.Trust(old, f"stored in {cred}", None, cred)
+    t.reload()
+    assert (t.pin, t.next_pin) == (old, new)
+    # Once the next key was seen it is the pin, and the next pin is used up.
+    assert trust.record_pin(cred, new) is True
+    assert json.loads(cred.read_text()) == {"credential": "c", trust.CREDENTIAL_KEY: new}
+
+
+@pytest.mark.e2e
+def test_key_rotation_with_a_next_pin_strands_no_worker(plane: ServerProc, certs: Certs, nginx: str,
+                                                        tmp_path: Path) -> None:
+    """The documented rotation: the next key is pinned on the worker while its agent runs, the workers list
+    shows it held, the proxy switches keys, and the agent reconnects to the new key without a restart; the
+    list shows which pin it verified, and the new key is its pin from then on."""
+    proxy = Nginx(nginx, tmp_path, plane.port, certs.a).start()
+    try:
+        old, new = documented_fingerprint(certs.a.cert), documented_fingerprint(certs.b.cert)
+        ud = tmp_path / "agent-w1"
+        a = AgentProc(tmp_path, ud, proxy.url, "--token", new_token(plane), "--ca-fingerprint", old)
+        a.spawn()
+        try:
+            w = wait_online(plane, a)
+            assert (w["tls_pin"], w["tls_next_pin"]) == (old, None), w
+            r = subprocess.run([sys.executable, "-m", "cdui", "agent", "pin", proxy.url, "--next", new],
+                               env=agent_env(ud), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stdout + r.stderr
+
+            def shown() -> dict[str, Any] | None:
+                w = next(x for x in plane.call("GET", "/api/workers", expect=200)["workers"] if x["name"] == "w1")
+                return w if w["online"] else None
+            wait_for(lambda: (shown() or {}).get("tls_next_pin") == new, 60, 0.2, "the next pin shown")
+            proxy.restart(certs.b)  # the new key; the restart drops the agent's connection
+            # Its next heartbeat says the next pin is used up: the new key is the pin now.
+            wait_for(lambda: (x := shown()) and (x["tls_pin"], x["tls_next_pin"]) == (new, None), 120, 0.2,
+                     "the worker back on the new key", detail=lambda: a.log_tail(10))
+            assert a.alive, a.log_tail(20)
+            assert credential(ud, proxy.port)[trust.CREDENTIAL_KEY] == new
+            assert trust.NEXT_KEY not in credential(ud, proxy.port)
+        finally:
+            assert a.stop() == 0
     finally:
         proxy.stop()
 

@@ -414,7 +414,8 @@ def test_agent_sigterm_cancels_runs_and_keeps_no_secret(cp, tmp_path):
 
 
 def test_same_machine_agent_has_data_label(cp, tmp_path):
-    """Agent on the control plane's machine: recognised by machine id; CODEFYUI_MACHINE_ID makes it another."""
+    """Agent on the control plane's machine: recognised by the files it reads and writes (its machine id only
+    gets it asked); CODEFYUI_MACHINE_ID makes it another."""
     a = Agent(tmp_path, cp.url, token=token(cp))
     a.spawn()
     b = Agent(tmp_path, cp.url, "w2", token=token(cp), env_extra={"CODEFYUI_MACHINE_ID": "another-machine"})
@@ -425,6 +426,46 @@ def test_same_machine_agent_has_data_label(cp, tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and setpriv to run an agent as another OS user")
+def test_agent_of_another_os_user_on_this_machine_is_another_machine(tmp_path):
+    """An agent on the control plane's host, under an OS user that can read its data folder but not write
+    it: its machine id is the control plane's, yet it is another machine (no data mount, so its runs move
+    their files through the control plane instead of failing with PermissionError at their end; the
+    assignment's paths are checked in tests/inproc/test_same_machine.py). Run processes cannot be started
+    as that user here (the test interpreter lies under /root), so no run is sent."""
+    import tempfile
+    shared = Path(tempfile.mkdtemp(prefix="cdui-other-user-"))  # outside pytest's 0700 folders
+    try:
+        os.chmod(shared, 0o755)
+        s = ServerProc(tmp_path, name="shared", data_dir=shared / "data",
+                       extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
+        ud, home = shared / "agent-ud", shared / "home"
+        for d in (ud, home):
+            d.mkdir()
+            os.chown(d, NOBODY, NOBODY)
+        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m", "cdui",
+               "agent", "start", "--control", s.url, "--name", "other", "--devices", "cpu", "--foreground",
+               "--token", token(s)]
+        a = Proc(cmd, env_for(ud, home / "data", {"HOME": str(home)}), tmp_path / "agent-other.log",
+                 name="agent-other")
+        a.spawn()
+        try:
+            w = wait_online(s, "other", a)
+            assert (w["same_machine"], w["labels"]) == (False, {}), w
+            assert w["same_machine_note"] == (f"it runs on this machine but cannot write {s.data_dir / 'models'} "
+                                              f"(PermissionError: Permission denied), so its runs move their files "
+                                              f"through the control plane"), w
+        finally:
+            a.stop()
+            s.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_garbage_on_worker_socket_is_refused_cleanly(cp, tmp_path):

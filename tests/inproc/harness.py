@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,12 @@ class FakeAgent:
         self.capabilities: list[str] = []  # what its hello offers (["s3"]: it has boto3)
         self.device_memory: dict[str, dict[str, int]] | None = None  # its devices' memory, as its hello says
         self.labels: dict[str, str] = {}  # its hello's labels (mounts, read-roots)
+        self.headers: dict[str, str] = {}  # more headers on its /ws/worker request (a proxy's X-Forwarded-*)
+        self.machine_id = "fake-machine"  # the id its hello names
+        # How it answers a same-machine probe (cdui/same_machine.py): the answer for the probe, or None
+        # to leave it unanswered. The probes it got are kept.
+        self.on_probe: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+        self.probes: list[dict[str, Any]] = []
         self._acks = asyncio.Condition()
         self._session = aiohttp.ClientSession()
         self._reader: asyncio.Task[None] | None = None
@@ -230,16 +237,23 @@ class FakeAgent:
         # autoclose off: when the control plane closes the socket (a missed-heartbeat verdict),
         # the agent drops the link instead of completing the close handshake, as a dead link does.
         self.ws = await self._session.ws_connect(self.plane.url.replace("http", "ws", 1) + "/ws/worker",
-                                                 headers={"Authorization": f"Bearer {self.credential}"},
+                                                 headers={"Authorization": f"Bearer {self.credential}",
+                                                          **self.headers},
                                                  autoclose=False)
-        hello = protocol.hello(__version__, self.name, self.devices, dict(self.labels), "fake-machine", runs)
+        hello = protocol.hello(__version__, self.name, self.devices, dict(self.labels), self.machine_id, runs)
         hello["capabilities"] = list(self.capabilities)
         hello["catalog"] = (node_catalog(self.plane.runs.registry) if self.catalog == "same" else self.catalog)
         hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"
         hello["fingerprint"] = self.fingerprint
         hello["device_memory"] = self.device_memory
         await self.ws.send_str(json.dumps(hello))
-        msg = await self.ws.receive(timeout=30)
+        msg = await self.ws.receive(timeout=60)
+        if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data).get("type") == "probe":
+            self.probes.append(json.loads(msg.data))
+            answer = self.on_probe(self.probes[-1]) if self.on_probe is not None else None
+            if answer is not None:
+                await self.ws.send_str(json.dumps({"type": "probe_answer", **answer}))
+            msg = await self.ws.receive(timeout=60)
         assert msg.type == aiohttp.WSMsgType.TEXT, msg
         self.welcome = json.loads(msg.data)
         assert self.welcome["type"] == "welcome", self.welcome

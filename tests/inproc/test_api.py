@@ -305,7 +305,7 @@ def test_upload_download_and_use_in_a_run(server: ServerProc) -> None:
     dl = server.raw("GET", "/api/files/download/small.csv")
     assert dl.status == 200 and dl.body == content
     listing = server.call("GET", "/api/files")
-    assert {"name": "small.csv", "size": len(content)} in listing
+    assert {"name": "small.csv", "size": len(content), "type": "file"} in listing
     assert not [p for p in (server.data_dir / "files").iterdir() if p.name.startswith(".upload-")]
 
     run = wait_run(server, server.submit(csv_print_graph("data/files/small.csv", label="uploaded"))["id"])

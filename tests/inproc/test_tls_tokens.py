@@ -24,12 +24,27 @@ async def test_certificate_file_pins_generated_commands(dirs: dict[str, Path], t
     need_command("openssl")
     pem = _cert(tmp_path / "tls")
     fp = trust.spki_fingerprint(trust.pem_leaf_der(pem.read_text()))
-    async with Plane(dirs["user_data"], dirs["data_dir"], CODEFYUI_TLS_CERT_FILE=str(pem)) as cp:
+    async with Plane(dirs["user_data"], dirs["data_dir"], CODEFYUI_TLS_CERT_FILE=str(pem),
+                     CODEFYUI_EXTRA_ALLOWED_HOSTS="cp.lab") as cp:
         host = cp.url.split("://", 1)[1]
-        t = await cp.call("POST", "/api/workers/tokens", {"ttl_s": 60, "uses": 1}, expect=201)
-        # A configured proxy certificate means workers use the https:// address, pinned.
-        assert t["command"] == f"cdui agent start --control https://{host} --token {t['token']} --ca-fingerprint {fp}"
+        assert cp.session is not None
+        # Through the proxy (its public name as Host): workers use the https:// address, pinned.
+        async with cp.session.post(cp.url + "/api/workers/tokens", json={"ttl_s": 60, "uses": 1},
+                                   headers={"Host": "cp.lab"}) as r:
+            assert r.status == 201, await r.text()
+            t = await r.json()
+        assert t["command"] == f"cdui agent start --control https://cp.lab --token {t['token']} --ca-fingerprint {fp}"
         assert t["ca_fingerprint"] == fp and t["fingerprint_command"] == trust.openssl_command(str(pem))
+        assert "note" not in t
+        # On the control plane's own loopback port nothing speaks TLS: no https:// there, and the note
+        # names the proxy's address, never --host 0.0.0.0 (which the proxy deployment forbids).
+        t = await cp.call("POST", "/api/workers/tokens", {"ttl_s": 60, "uses": 1}, expect=201)
+        assert t["command"] == f"cdui agent start --control http://{host} --token {t['token']}"
+        assert "--public-url https://NAME" in t["note"] and "0.0.0.0" not in t["note"]
+        # The public name asked for (`cdui workers token --public-url`) from loopback.
+        t = await cp.call("POST", "/api/workers/tokens", {"ttl_s": 60, "uses": 1, "control": "https://cp.lab"},
+                          expect=201)
+        assert t["command"] == f"cdui agent start --control https://cp.lab --token {t['token']} --ca-fingerprint {fp}"
         # The client's own origin decides the scheme; plain HTTP gets no pin.
         t = await cp.call("POST", "/api/workers/tokens", {"ttl_s": 60, "uses": 1, "control": f"http://{host}"},
                           expect=201)
@@ -44,6 +59,14 @@ async def test_certificate_file_pins_generated_commands(dirs: dict[str, Path], t
                                                                      "control": "https://elsewhere.example"})
         assert status == 400 and body["error"]["code"] == "bad_request", body
         assert await cp.call("GET", "/api/workers/tokens") == before, "a refused request stores no token"
+
+
+async def test_public_url_setting_names_the_address_for_loopback_callers(dirs: dict[str, Path]) -> None:
+    async with Plane(dirs["user_data"], dirs["data_dir"],
+                     CODEFYUI_PUBLIC_URL="https://codefyui.example.com/") as cp:
+        t = await cp.call("POST", "/api/workers/tokens", {"ttl_s": 60, "uses": 1}, expect=201)
+        assert t["command"] == f"cdui agent start --control https://codefyui.example.com --token {t['token']}"
+        assert "note" not in t and "fingerprint_command" in t
 
 
 async def test_without_certificate_file_https_origin_gets_the_openssl_command(dirs: dict[str, Path]) -> None:
