@@ -158,9 +158,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 # -- runs -------------------------------------------------------------------------
 def _client(args: argparse.Namespace):
-    from cdui.client import Client
-    cfg = _config()
-    return Client.for_user_data(cfg.user_data, getattr(args, "control", None))
+    # One client for every command: --control, and through the TLS proxy the --ca-fingerprint pin.
+    return cli_workers._client(args)
 
 
 def _target(raw: str | None) -> Any:
@@ -301,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", action="store_true", help="follow the run; exit 0 only if it succeeded")
     s.add_argument("--json", action="store_true", help="print the run object as JSON")
     s.add_argument("--control", default=None, help="control plane URL (default: the one `cdui start` recorded)")
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("api", help="call the local server's HTTP API as its owner")
@@ -308,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path", metavar="PATH")
     s.add_argument("body", metavar="JSON_BODY", nargs="?")
     s.add_argument("--control", default=None)
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_api)
 
     for name, what in (("install", "(re)install cdui's environment, e.g. --gpu cu128"),

@@ -392,6 +392,16 @@ def test_acceptance_self_signed_proxy_pinned_with_the_documented_command(plane: 
         tok = out.stdout.splitlines()[0]
         assert out.stdout.splitlines()[-1] == (f"cdui agent start --control {proxy.url} --token {tok} "
                                                f"--ca-fingerprint {pin}")
+        # The owner's other calls through the proxy take the pin too; a wrong pin is refused before anything is sent.
+        for argv in (["api", "GET", "/api/health"], ["run", str(REPO_ROOT / "examples" / "iris_train.json")]):
+            wrong_pin = subprocess.run([sys.executable, "-m", "cdui", *argv, "--control", proxy.url, "--ca-fingerprint",
+                                        wrong], env=env_for(plane.user_data), cwd=REPO_ROOT, capture_output=True,
+                                       text=True, timeout=120)
+            assert wrong_pin.returncode == 1 and f"expected {wrong}" in wrong_pin.stderr, wrong_pin.stderr
+        health = subprocess.run([sys.executable, "-m", "cdui", "api", "GET", "/api/health", "--control", proxy.url,
+                                 "--ca-fingerprint", pin], env=env_for(plane.user_data), cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert health.returncode == 0 and json.loads(health.stdout)["status"] == "ok", health.stdout + health.stderr
         # nginx sets X-Forwarded-For: whoever reaches it never gets the session token, even from this host.
         boot = urllib.request.Request(proxy.url + "/api/auth/bootstrap")
         with pytest.raises(urllib.error.HTTPError) as refused:
