@@ -249,8 +249,6 @@ class RunHandle:
 
     async def start(self, job: Job, python: str | None = None, spares: SparePool | None = None) -> None:
         self.outputs_write_timeout = _write_timeout(job)
-        if self.log_path:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.open()
         try:
             env, device = run_env(job.slot_device)
@@ -260,7 +258,15 @@ class RunHandle:
             await self._close({"status": "failed", "error": str(exc)})
             return
         pool = spares if spares is not None else SparePool(enabled=False)
-        self.proc, handover = await pool.process(*process_shape(python), env)
+        try:
+            if self.log_path:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.proc, handover = await pool.process(*process_shape(python), env)
+        except OSError as exc:
+            # No process (the interpreter cannot be run as this user, the log folder cannot be made): the
+            # run ends here with the reason. Unreported, it would stay `running` with nothing to end it.
+            await self._close({"status": "failed", "error": f"the run process could not be started: {exc}"})
+            return
         # Events and the run keep naming the slot; only the subprocess sees its own numbering.
         self.record("status", {"status": "running", "pid": self.proc.pid, "device": job.slot_device})
         assert self.proc.stdin

@@ -128,3 +128,27 @@ def test_a_run_that_fails_while_stopping_ends_cancelled(tmp_path: Path) -> None:
     assert final["status"] == "cancelled", final
     assert final["error"] == ("stopped on request; while stopping: node 'n' (StopFails) failed: PermissionError: "
                               "[Errno 13] Permission denied: 'data/models/iris/interrupt.pt'"), final
+
+
+# -- a run process that cannot be started -------------------------------------------------------
+def test_a_run_whose_process_cannot_be_started_ends_failed_with_the_reason(tmp_path: Path) -> None:
+    """An interpreter this user may not run (seen: an agent of another OS user under a 0700 home) ends the
+    run `failed` saying why; before, the exception escaped the launcher and the run stayed `running`."""
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o644)  # not executable
+    job = Job(run_id="r1", graph={"nodes": [], "edges": []}, slot_device="cpu", options={},
+              layout=Layout.for_data_dir(tmp_path).to_json())
+
+    async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        events: list[dict[str, Any]] = []
+
+        async def sink(batch: list[dict[str, Any]]) -> None:
+            events.extend(batch)
+        handle = runner.RunHandle(job.run_id, sink, tmp_path / "run.log", [])
+        await handle.start(job, python=str(exe))
+        return await asyncio.wait_for(handle.wait(), 60), events
+    final, events = asyncio.run(main())
+    assert final["status"] == "failed"
+    assert final["error"].startswith("the run process could not be started: [Errno 13] Permission denied"), final
+    assert [e["data"]["status"] for e in events if e["kind"] == "status"] == ["failed"]
