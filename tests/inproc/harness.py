@@ -47,6 +47,21 @@ def build(config: Any, clock: FakeClock) -> web.Application:
     return server.build_app(config, clock)
 
 
+def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
+    """A graph node as CodefyUI writes it (the short form graph-building tests share)."""
+    return {"id": nid, "type": ntype, "data": {"params": params}}
+
+
+def e(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
+    """A data edge from ``src``'s output ``sh`` to ``dst``'s input ``th``."""
+    return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
+
+
+def t(dst: str) -> dict[str, Any]:
+    """The trigger edge from the Start node named ``start`` to ``dst``."""
+    return {"source": "start", "sourceHandle": "trigger", "target": dst, "type": "trigger"}
+
+
 def graph() -> dict[str, Any]:
     """The smallest graph the control plane accepts; a fake agent never runs it."""
     return {"format_version": 1, "name": "inproc", "edges": [

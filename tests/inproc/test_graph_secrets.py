@@ -19,23 +19,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.inproc.harness import Plane
+from tests.inproc.harness import Plane, e, n, t
 
 HOOK_KEY = "sk-hook-" + "5f1e0c9a7d3b4e21"
 CHAT_KEY = "sk-chat-" + "a8c4e02b9f1d7e63"
 ENV_KEY = "sk-env-" + "0d9e8c7b6a5f4e3d"
-
-
-def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
-    return {"id": nid, "type": ntype, "data": {"params": params}}
-
-
-def e(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
-    return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
-
-
-def t(dst: str) -> dict[str, Any]:
-    return {"source": "start", "sourceHandle": "trigger", "target": dst, "type": "trigger"}
 
 
 def hook_graph(url: str, key: str = HOOK_KEY, chat_key: str | None = CHAT_KEY) -> dict[str, Any]:

@@ -11,19 +11,7 @@ from typing import Any
 import pytest
 
 from cdui.nodes.builtin._imagecodec import encode_png
-from tests.inproc.harness import FakeAgent, Plane
-
-
-def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
-    return {"id": nid, "type": ntype, "data": {"params": params}}
-
-
-def e(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
-    return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
-
-
-def t(dst: str) -> dict[str, Any]:
-    return {"source": "start", "sourceHandle": "trigger", "target": dst, "type": "trigger"}
+from tests.inproc.harness import FakeAgent, Plane, e, n, t
 
 
 def triple() -> dict[str, Any]:

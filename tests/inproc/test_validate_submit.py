@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.inproc.harness import Plane
+from tests.inproc.harness import Plane, e, n, t
 
 # A drop-in custom node whose package is not installed: on this machine the graph
 # can never run (a missing extra, refused for a local target).
@@ -32,18 +32,6 @@ class NeedsMissing(Node):
     def execute(self, inputs, params, ctx):
         raise AssertionError("never runs")
 '''
-
-
-def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
-    return {"id": nid, "type": ntype, "data": {"params": params}}
-
-
-def e(src: str, sh: str, dst: str, th: str) -> dict[str, Any]:
-    return {"source": src, "sourceHandle": sh, "target": dst, "targetHandle": th}
-
-
-def t(dst: str) -> dict[str, Any]:
-    return {"source": "start", "sourceHandle": "trigger", "target": dst, "type": "trigger"}
 
 
 def one(ntype: str, **params: Any) -> dict[str, Any]:
