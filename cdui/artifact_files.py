@@ -103,16 +103,24 @@ def confine(path: str | Path, roots: Iterable[Path], private: Iterable[Path] = (
     return resolved
 
 
-def _hash_regular(path: Path, max_hash_bytes: int) -> tuple[int, str | None]:
-    """(size, sha256 or None past the cap) of a regular file, never following a link or blocking on a FIFO."""
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """(descriptor, stat) of a regular file, opened without following a link or blocking on a FIFO;
+    the caller closes the descriptor."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ArtifactRefused(str(path), f"it cannot be opened as a plain file ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ArtifactRefused(str(path), "it is not a regular file")
+    return fd, st
+
+
+def _hash_regular(path: Path, max_hash_bytes: int) -> tuple[int, str | None]:
+    """(size, sha256 or None past the cap) of a regular file, never following a link or blocking on a FIFO."""
+    fd, st = _open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ArtifactRefused(str(path), "it is not a regular file")
         if st.st_size > max_hash_bytes:
             return st.st_size, None
         h = hashlib.sha256()
@@ -180,14 +188,8 @@ def _hash_fd(fd: int) -> str:
 def _copy_hashing(src: Path, dest: Path, max_hash_bytes: int) -> tuple[int, str | None]:
     """Copy the regular file ``src`` to the new file ``dest`` while hashing it: (size, sha256).
     A file over the cap is not copied (size, None): it cannot be named by its sha256."""
+    fd, st = _open_regular(src)
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ArtifactRefused(str(src), f"it cannot be opened as a plain file ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ArtifactRefused(str(src), "it is not a regular file")
         if st.st_size > max_hash_bytes:
             return st.st_size, None
         h = hashlib.sha256()
@@ -318,14 +320,10 @@ class KeptFiles:
         except ValueError:
             return None
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
+            fd, st = _open_regular(path)
+        except ArtifactRefused:
             return None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                return None
             if self._verified.get(sha) != _stamp(st):
                 if _hash_fd(fd) != sha:
                     os.close(fd)
@@ -345,11 +343,11 @@ class KeptFiles:
         """An open descriptor (at offset 0) of the regular file ``path`` if it holds exactly the bytes
         named ``sha`` (hashed through that descriptor, so what is served is what was checked)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
+            fd, _st = _open_regular(path)
+        except ArtifactRefused:
             return None
         try:
-            if stat.S_ISREG(os.fstat(fd).st_mode) and _hash_fd(fd) == sha:
+            if _hash_fd(fd) == sha:
                 os.lseek(fd, 0, os.SEEK_SET)
                 return fd
         except BaseException:
