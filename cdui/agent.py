@@ -202,8 +202,8 @@ class Agent:
                     self._status("connecting", str(exc))
                 except AiohttpPinMismatch as exc:
                     # Not the pinned key: only the operator can say whether the proxy's key changed on purpose.
-                    log.error("%s", exc.error)
-                    print(f"cdui: error: {exc.error}", flush=True)
+                    # One line, in the CLI's error shape, on stderr (where the log goes too), as _refused.
+                    print(f"cdui: error: {exc.error}", file=sys.stderr, flush=True)
                     self._status("refused", str(exc.error))
                     await self._stop_all_runs()
                     return exit_codes.REFUSED
