@@ -63,7 +63,16 @@ def hide_token_from_argv() -> None:
     os.environ[MOVED_ENV] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, orig[:-tail] + rest)
+    try:
+        os.execv(sys.executable, orig[:-tail] + rest)
+    except OSError as exc:
+        # The interpreter cannot be run again by this user (seen: a process started by root with
+        # setpriv, whose interpreter lies under a folder only root may enter). The command still
+        # works with the token where it was; say that it stays visible and how to avoid that.
+        del os.environ[TOKEN_ENV], os.environ[MOVED_ENV]
+        print(f"cdui: warning: could not start this command again without --token in its command line "
+              f"({sys.executable}: {exc.strerror}); the token stays visible to other users of this machine "
+              f"while the agent enrolls. Give it in {TOKEN_ENV} instead", file=sys.stderr, flush=True)
 
 
 def restore_token(args: Any, env: MutableMapping[str, str] | None = None) -> None:

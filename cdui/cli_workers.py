@@ -184,7 +184,7 @@ TRANSIENT_ENROLL_STATUSES = frozenset({429, 502, 503, 504})
 REFUSED_ENROLL_CODES = frozenset({"version_mismatch", "name_taken", "pin_mismatch"})
 
 
-def enroll_failure(err: CduiError, uds: str | None = None) -> int | None:
+def enroll_failure(err: CduiError, uds: str | None = None, one_shot: bool = False) -> int | None:
     """What a failed enrollment calls for: None to retry it, else the agent's exit code.
 
     Retried besides "not now": answers that may heal without touching the agent, because the
@@ -193,10 +193,12 @@ def enroll_failure(err: CduiError, uds: str | None = None) -> int | None:
     or the answer is not cdui's own (any page without cdui's JSON error body: a proxy's or some
     other web server's error). Through an SSH tunnel neither can happen (the socket leads to the
     control plane that made the one-time token), so there they end the start as before and the
-    control plane's own retry brings a new token. Every other refusal is final (CONTRACT.md)."""
+    control plane's own retry brings a new token. A one-shot agent is a batch job holding an
+    allocation: it ends with "could not start" (exit 4) on these too, rather than wait on an address
+    that may never heal. Every other refusal is final (CONTRACT.md)."""
     if err.code == "unreachable" or err.status in TRANSIENT_ENROLL_STATUSES:
         return None
-    if not uds and err.code in ("token_unknown", "http_error"):
+    if not uds and not one_shot and err.code in ("token_unknown", "http_error"):
         return None
     return exit_codes.REFUSED if err.code in REFUSED_ENROLL_CODES else exit_codes.START
 
@@ -214,7 +216,7 @@ def enroll_advice(err: CduiError, control: str) -> str:
 
 def enroll_with_retries(control: str, token: str, name: str | None, devices: list[str],
                         sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None,
-                        uds: str | None = None) -> dict[str, Any]:
+                        uds: str | None = None, one_shot: bool = False) -> dict[str, Any]:
     """Enroll, retrying what may heal with the agent's reconnect backoff; raise the final refusal."""
     from cdui.backoff import backoff_delays
     delays = backoff_delays()
@@ -222,7 +224,7 @@ def enroll_with_retries(control: str, token: str, name: str | None, devices: lis
         try:
             return _enroll(control, token, name, devices, trust, uds)
         except CduiError as err:
-            if enroll_failure(err, uds) is not None:
+            if enroll_failure(err, uds, one_shot) is not None:
                 raise
             delay = next(delays)
             when = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
@@ -350,9 +352,10 @@ def _stored_or_enrolled(args: argparse.Namespace, control: str, cred_path: Path,
                             exit_codes.START)
             try:
                 res = enroll_with_retries(control, token, args.name or hostname(), devices or detect_devices(),
-                                          trust=Trust(pin_flag), uds=args.uds)
+                                          trust=Trust(pin_flag), uds=args.uds, one_shot=bool(args.one_shot))
             except CduiError as err:
-                return _die(f"enrollment failed: {err}", enroll_failure(err, args.uds) or exit_codes.START)
+                return _die(f"enrollment failed: {err}",
+                            enroll_failure(err, args.uds, bool(args.one_shot)) or exit_codes.START)
             cred = {"credential": res["credential"], "name": res["worker"], "control": control}
             if pin_flag is not None:  # the enrollment's own connection matched it
                 cred[trust.CREDENTIAL_KEY] = pin_flag

@@ -112,3 +112,18 @@ def test_the_docs_enrollment_table_is_what_the_agent_does() -> None:
 ])
 def test_which_enrollment_failures_end_the_start(err: CduiError, uds: str | None, want: int | None) -> None:
     assert enroll_failure(err, uds) == want
+
+
+@pytest.mark.parametrize("err, want", [
+    (CduiError("unreachable", "cannot reach"), None),
+    (CduiError("http_error", "HTTP 503 from /api/workers/enroll", status=503), None),
+    (CduiError("rate_limited", "too many", status=429), None),
+    (CduiError("http_error", "HTTP 404 from /api/workers/enroll", status=404), exit_codes.START),
+    (CduiError("token_unknown", "not known", status=401), exit_codes.START),
+    (CduiError("version_mismatch", "version mismatch", status=400), exit_codes.REFUSED),
+])
+def test_a_one_shot_agent_ends_at_an_address_that_may_never_heal(err: CduiError, want: int | None) -> None:
+    """A batch job holding an allocation: "not now" is retried, but an unknown token or a foreign page
+    ends it with "could not start" instead of waiting on an address that may never change."""
+    assert enroll_failure(err, one_shot=True) == want
+

@@ -255,8 +255,9 @@ def test_enrollment_at_a_proxy_page_or_another_server_is_retried_until_it_heals(
     agent = agent_proc(tmp_path, proxy.url, tok)
     agent.spawn()
     try:
-        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: HTTP 404 from "
-                 f"/api/workers/enroll; the answer is not from cdui (a proxy's or another web server's page): "
+        page = NGINX_404.decode()
+        wait_for(lambda: online_or_dead(agent) and f"cdui: enrollment at {proxy.url} failed: POST /api/workers/enroll "
+                 f"answered HTTP 404: {page}; the answer is not from cdui (a proxy's or another web server's page): "
                  f"check that {proxy.url} is cdui's address" in agent.log_text(), 60, 0.1,
                  "an enrollment answered by the proxy's page", detail=agent.log_tail)
         proxy.restore()  # the proxy now forwards, but to a server that did not issue the token
@@ -309,7 +310,7 @@ def test_agents_started_together_use_the_token_once(tmp_path: Path) -> None:
             online(cp, "", *agents)  # fails at once if an agent exited
             logs = [a.log_text() for a in agents]
             return (sorted("is enrolling; waiting for it" in t for t in logs) == [False, True]
-                    and any("failed: HTTP 503" in t for t in logs))
+                    and any("failed: POST /api/workers/enroll answered HTTP 503" in t for t in logs))
         wait_for(holder_and_waiter, 120, 0.1, "one agent retrying the enrollment, the other waiting for it",
                  detail=lambda: [a.log_tail(5) for a in agents])
         proxy.restore()

@@ -30,6 +30,8 @@ async function act(fn) {
 }
 
 function askToken(message) {
+  // The next poll, sent with no token at all, must not wipe why the pasted token was refused.
+  if (!message && !$("token-form").hidden && !$("token-error").hidden) return;
   $("token-form").hidden = false;
   $("token-error").hidden = !message;
   $("token-error").textContent = message || "";
