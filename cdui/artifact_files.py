@@ -245,7 +245,7 @@ class KeptFiles:
             return inspect(path, max_hash_bytes)
         if st.st_size > max_hash_bytes:
             return FileFacts(path, False, st.st_size, None)
-        tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        tmp = self._temp()
         try:
             self._own_folder(self.root)
             try:
@@ -273,9 +273,13 @@ class KeptFiles:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def _temp(self) -> Path:
+        """A fresh name in the store for a file being kept (swept when a crash leaves it)."""
+        return self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+
     def keep_received(self, path: Path, sha: str) -> None:
         """Keep a file this server has just received and hashed itself (a worker's upload)."""
-        tmp = self.root / f"{KEEP_TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        tmp = self._temp()
         try:
             self._own_folder(self.root)
             try:
