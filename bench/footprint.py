@@ -1,7 +1,7 @@
 """Benchmark 5: footprint. Idle RSS of the control plane and of an agent, and whether either maps torch.
 
 Devices are probed once in a short helper subprocess (``python -m
-cdui.devices``), so neither long-running process should import torch.
+cdui.run.devices``), so neither long-running process should import torch.
 
     .venv/bin/python bench/footprint.py
 """

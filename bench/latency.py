@@ -8,7 +8,7 @@ process's ``running N nodes`` log line: torch imported, registry built, graph
 validated, about to execute its first node) and submit -> ``succeeded``.
 
 Runs are ``--gap`` seconds apart (a person submitting, not a script): the warm
-spare run process (cdui/spare.py) started after one run needs about as long as
+spare run process (cdui/run/spare.py) started after one run needs about as long as
 a cold start to import torch before the next can take it ready.
 
     .venv/bin/python bench/latency.py [--runs 100] [--gap 2]

@@ -2,7 +2,7 @@
 
 One control plane process; N simulated agents in this one process, each a
 real ``/ws/worker`` connection speaking the real protocol (the typed messages
-of ``cdui.protocol``), whose runs succeed at once. Measured: enrollment of
+of ``cdui.wire.protocol``), whose runs succeed at once. Measured: enrollment of
 all agents through one shared token from one address, connect time, the
 control plane's CPU per heartbeat and RSS per connected agent, submit ->
 assigned latency when workers are free, how `any` spreads runs over free
@@ -22,10 +22,11 @@ from typing import Any
 import aiohttp
 from common import Figure, cpu_s, parser, pct, report, rss_mb, say, server, tiny_graph
 
-from cdui import __version__, protocol
-from cdui.catalog import node_catalog
-from cdui.layout import INSTALL_ROOT
+from cdui import __version__
+from cdui.core.layout import INSTALL_ROOT
 from cdui.nodes.registry import build_registry
+from cdui.run.catalog import node_catalog
+from cdui.wire import protocol
 
 # The node catalog every simulated agent reports: the control plane's own (built-ins and the
 # installation's plugins), so none is degraded and `any` may use them all.

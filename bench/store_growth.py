@@ -1,6 +1,6 @@
 """Benchmark 6: the store at 1 M events.
 
-The control plane's own :class:`cdui.store.Store` on a fresh sqlite file:
+The control plane's own :class:`cdui.plane.store.Store` on a fresh sqlite file:
 ``--runs`` runs, then ``--events`` log events appended through the one writer
 in batches (as ``record_events`` does). Measured: append rate, the latency
 of reading a page of events after an early and a late position (the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common import Figure, parser, report, say
 
-from cdui.store import Run, Store
+from cdui.plane.store import Run, Store
 
 
 async def timed(coro_fn, n: int = 20) -> float:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cdui.spare import live_pools, spare_pids
+from cdui.run.spare import live_pools, spare_pids
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})

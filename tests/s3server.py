@@ -70,7 +70,7 @@ class MotoServer:
         urllib.request.urlopen(req, timeout=30).read()
 
     def client(self, service: str = "s3", key: str = KEY, secret: str = SECRET, token: str | None = None) -> Any:
-        from cdui import s3
+        from cdui.wire import s3
         return s3.client({"endpoint_url": self.url, "region": "us-east-1", "addressing_style": "path"},
                          key, secret, token, service=service)
 

@@ -1,5 +1,5 @@
 """The agent's exit codes and what a failed enrollment does: the code's one table
-(cdui/exit_codes.py, ``cli_workers.enroll_failure``) against the docs' tables,
+(cdui/core/exit_codes.py, ``cli_workers.enroll_failure``) against the docs' tables,
 which once said "exit 4" for answers the agent retried, and "4" for a name
 already enrolled, which exits 2."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cdui import exit_codes
-from cdui.cli_workers import REFUSED_ENROLL_CODES, enroll_failure
-from cdui.errors import CduiError
+from cdui.cli.cli_workers import REFUSED_ENROLL_CODES, enroll_failure
+from cdui.core import exit_codes
+from cdui.core.errors import CduiError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -87,7 +87,7 @@ def test_the_docs_enrollment_table_is_what_the_agent_does() -> None:
             seen.add(err.code)
             assert (enroll_failure(err), enroll_failure(err, uds="/tmp/s")) == (tcp, tunnel), (err.code, err.status)
     # Every refusal enrollment itself can answer is in the table, and every code the decision names.
-    raised = set(re.findall(r'CduiError\("(\w+)"', (ROOT / "cdui" / "enroll.py").read_text()))
+    raised = set(re.findall(r'CduiError\("(\w+)"', (ROOT / "cdui" / "plane" / "enroll.py").read_text()))
     named = {"unreachable", "http_error", "rate_limited", "version_mismatch", "untrusted_certificate"}
     assert raised | named | REFUSED_ENROLL_CODES <= seen, sorted(raised | named | REFUSED_ENROLL_CODES - seen)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdui.argv_token import restore_token, split_token
+from cdui.core.argv_token import restore_token, split_token
 from procs import REPO_ROOT, Proc, cmdlines, env_for, free_port, wait_for
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdui.atomic import atomic_write, replacing, write_private
+from cdui.core.atomic import atomic_write, replacing, write_private
 
 
 def test_atomic_write_replaces_and_sets_mode_despite_umask(tmp_path: Path) -> None:

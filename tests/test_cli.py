@@ -300,7 +300,7 @@ def _sources_reading_settings() -> str:
 def test_every_setting_is_read_or_marked_unavailable() -> None:
     """A setting in the table is either read by some code, or marked available=False
     (and then really read by nothing, so the mark goes away when the feature comes)."""
-    from cdui.config import SETTINGS
+    from cdui.core.config import SETTINGS
     src = _sources_reading_settings()
     unread = [s.name for s in SETTINGS if s.available and s.name not in src]
     assert unread == [], f"settings nothing reads; implement them or mark them available=False: {unread}"
@@ -312,14 +312,14 @@ def test_unavailable_setting_warns_at_server_start(tmp_path: Path) -> None:
     """Starting the server logs one warning per set setting this version does not implement,
     and none for an implemented one (the recorded-output settings were the last marked ones)."""
     from cdui import __version__
-    from cdui.config import SETTINGS, warn_unavailable
+    from cdui.core.config import SETTINGS, warn_unavailable
     from procs import ServerProc
     marked = [s.name for s in SETTINGS if not s.available]
     env = {name: "1" for name in marked} | {"CODEFYUI_RUN_OUTPUT_STORE_MAX_MB": "100",
                                            "CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S": "30"}
     s = ServerProc(tmp_path, extra_env=env).start()
     try:
-        lines = [ln.split(": ", 1)[1] for ln in s.log_text().splitlines() if "WARNING cdui.server:" in ln]
+        lines = [ln.split(": ", 1)[1] for ln in s.log_text().splitlines() if "WARNING cdui.plane.server:" in ln]
         assert lines == [f"`{name}` is set but not available in this version of cdui ({__version__}); it has no "
                          f"effect (unset it; see docs/configuration.md)" for name in marked], s.log_tail()
         assert warn_unavailable(logging.getLogger("test"), env) == marked

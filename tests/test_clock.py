@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cdui.clock import FakeClock, SystemClock
+from cdui.core.clock import FakeClock, SystemClock
 
 
 def test_fake_clock_wakes_sleepers_in_order_only_when_advanced() -> None:

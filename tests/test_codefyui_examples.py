@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
-from cdui.layout import Layout
 from cdui.nodes.registry import Registry, build_registry
 from codefyui_example_data import CNN_WEIGHTS, cnn_forward, example, example_names, write_example_data
 
@@ -202,7 +202,7 @@ def test_dataset_on_a_workers_transfer_run_reads_the_machines_data_folder(regist
                                                                          tmp_path: Path) -> None:
     """A worker's transfer run has a fresh data folder of its own; the datasets stay in
     the machine's data folder, which the run's layout names as ``datasets``."""
-    from cdui.offline_datasets import DATASETS_FOLDER
+    from cdui.run.offline_datasets import DATASETS_FOLDER
     from codefyui_example_data import write_mnist
 
     machine = tmp_path / "machine-data"

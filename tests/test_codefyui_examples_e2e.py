@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
-from cdui.layout import Layout
 from cdui.nodes.registry import build_registry
 from codefyui_example_data import (
     CNN_WEIGHTS,

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from cdui import offline_datasets
+from cdui.core.layout import INSTALL_ROOT, Layout
 from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
-from cdui.layout import INSTALL_ROOT, Layout
 from cdui.nodes.builtin.layers import DEFAULT_LAYERS
 from cdui.nodes.registry import Registry, build_registry
+from cdui.run import offline_datasets
 
 LAUNCHER = INSTALL_ROOT / "bin" / "cdui"
 
@@ -203,7 +203,7 @@ def test_training_pipeline_trains_a_sequential_model_on_mnist_from_disk(tmp_path
 
 
 def test_an_installed_preset_wins_over_an_embedded_one_of_the_same_name(registry: Registry, tmp_path: Path) -> None:
-    fake = json.loads((Path(__file__).parent.parent / "cdui" / "presets" / "lstm_sequence.json").read_text())
+    fake = json.loads((Path(__file__).parent.parent / "cdui" / "graph" / "builtin_presets" / "lstm_sequence.json").read_text())
     fake["nodes"][1]["params"]["function"] = "relu"  # an embedded copy that differs
     graph = {"nodes": [node("start", "Start"), node("seq", "TensorCreate", shape="1,3,128", fill="randn"),
                        {"id": "lstm", "type": "preset:LSTM Sequence", "data": {}}, node("p", "Print")],

@@ -19,9 +19,9 @@ import pytest
 import torch
 import torch.nn.functional as functional
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
 from cdui.graph.validate import validate_graph
-from cdui.layout import Layout
 from cdui.nodes.base import Node
 from cdui.nodes.builtin import classical_sklearn, cnn, fileio, layers, plots, sequence, tensor_ops
 from cdui.nodes.registry import Registry, build_registry

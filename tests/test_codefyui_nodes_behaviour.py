@@ -18,10 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as functional
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.validate import validate_graph
-from cdui.layout import Layout
 from cdui.nodes.registry import Registry, build_registry
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from cdui.errors import PathRefused
+from cdui.core.errors import PathRefused
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext, RunStopped
-from cdui.layout import Layout
 from cdui.nodes import base
 from cdui.nodes.base import Node, file_usage
 from cdui.nodes.builtin.documents import DocumentLoaderNode

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as functional
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
-from cdui.layout import Layout
 from cdui.nodes.registry import Registry, build_registry
 
 

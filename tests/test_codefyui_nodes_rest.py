@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 import torch
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext, RunStopped
 from cdui.graph.secrets import split_secrets
 from cdui.graph.validate import validate_graph
-from cdui.layout import Layout
 from cdui.nodes.base import Node
 from cdui.nodes.builtin import (
     diffusion_training,
@@ -178,7 +178,7 @@ def test_transform_resize_agrees_with_pillows_within_one_level(ctx: RunContext, 
 
 
 def test_transform_on_the_offline_dataset_gets_its_8_bit_images(ctx: RunContext) -> None:
-    from cdui.offline_datasets import OfflineImageDataset
+    from cdui.run.offline_datasets import OfflineImageDataset
 
     images = torch.arange(2 * 4 * 4, dtype=torch.uint8).reshape(2, 4, 4) * 7
     ds = OfflineImageDataset(images, torch.tensor([3, 1]), [str(i) for i in range(10)], "MNIST", "train")

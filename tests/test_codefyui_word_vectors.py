@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
-from cdui.layout import Layout
 from cdui.nodes.builtin.word_vectors import DEMO_16D, EmbeddingScatterNode, WordVectorNode
 
 

@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cdui import daemon
+from cdui.cli import daemon
 
 # Prints "ready" once its SIGTERM handling is in place, then waits.
 IGNORES_TERM = "import signal,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cdui.devices import parse_probe
+from cdui.run.devices import parse_probe
 
 
 @pytest.mark.parametrize("stdout, expected", [
@@ -27,7 +27,7 @@ def test_parse_probe(stdout: str, expected: list[str] | None) -> None:
 def test_probe_offers_cpu_and_keeps_torch_out_of_the_caller() -> None:
     """The control plane and the agent both ask detect_devices; cpu is always offered
     (a CUDA worker used to drop it), and the caller's process has not imported torch."""
-    code = ("import json, sys; from cdui.devices import detect_devices; import cdui.runs, cdui.agent; "
+    code = ("import json, sys; from cdui.run.devices import detect_devices; import cdui.plane.runs, cdui.agent.agent; "
             "print(json.dumps([detect_devices(), 'torch' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     devs, torch_loaded = json.loads(out)

@@ -2,7 +2,7 @@
 
 The mapping of a slot to ``CUDA_VISIBLE_DEVICES`` is a pure function, tested
 as a table. The run subprocess's own view is tested with a real subprocess
-started through :func:`cdui.runner.launch` under a fake inherited device list:
+started through :func:`cdui.run.runner.launch` under a fake inherited device list:
 a custom node reports the environment and the device it was told, so the
 check needs no CUDA on the machine running the tests."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from cdui import runner
-from cdui.errors import CduiError
-from cdui.job import Job
-from cdui.layout import Layout
+from cdui.core.errors import CduiError
+from cdui.core.layout import Layout
+from cdui.run import runner
+from cdui.wire.job import Job
 from procs import graph, node, trig
 
 UUID_A = "GPU-8f1c2a4e-1111-2222-3333-444455556666"

@@ -1,7 +1,7 @@
 """The documentation keeps up with the code (no server needed).
 
-- every setting of ``cdui.config.SETTINGS`` is in docs/configuration.md;
-- every command, action and flag of ``cdui.cli.build_parser()`` is in docs/cli.md;
+- every setting of ``cdui.core.config.SETTINGS`` is in docs/configuration.md;
+- every command, action and flag of ``cdui.cli.cli.build_parser()`` is in docs/cli.md;
 - every route the server registers is in docs/api.md, as ``METHOD PATH``;
 - every ``cdui ...`` command line in the docs' shell examples parses;
 - relative links in README.md and docs/*.md point at files that exist.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import cdui.clock
-import cdui.config
-import cdui.server
-from cdui.cli import build_parser
+import cdui.core.clock
+import cdui.core.config
+import cdui.plane.server
+from cdui.cli.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -52,7 +52,7 @@ def visible_flags(parser: argparse.ArgumentParser) -> list[str]:
 def test_every_setting_is_documented() -> None:
     """configuration.md names every CODEFYUI_* setting of the SETTINGS table."""
     text = read(DOCS / "configuration.md")
-    missing = [s.name for s in cdui.config.SETTINGS if f"`{s.name}`" not in text]
+    missing = [s.name for s in cdui.core.config.SETTINGS if f"`{s.name}`" not in text]
     assert missing == [], f"docs/configuration.md does not document {missing}"
 
 
@@ -73,15 +73,15 @@ def test_every_command_and_flag_is_documented() -> None:
 @pytest.fixture(scope="module")
 def routes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("docs-app")
-    cfg = cdui.config.load({"CODEFYUI_USER_DATA_DIR": str(tmp), "CODEFYUI_DATA_DIR": str(tmp / "data")})
+    cfg = cdui.core.config.load({"CODEFYUI_USER_DATA_DIR": str(tmp), "CODEFYUI_DATA_DIR": str(tmp / "data")})
     # build_app only wires (nothing is opened until startup), so there is nothing to close.
-    app = cdui.server.build_app(cfg, cdui.clock.SystemClock())
+    app = cdui.plane.server.build_app(cfg, cdui.core.clock.SystemClock())
     out = []
     for r in app.router.routes():
         if r.method == "HEAD" or r.resource is None:
             continue
         path = r.resource.canonical
-        if isinstance(r.resource, cdui.server.web.StaticResource):
+        if isinstance(r.resource, cdui.plane.server.web.StaticResource):
             path = path.rstrip("/") + "/{file}"
         out.append((r.method, path))
     assert len(out) > 20, f"suspiciously few routes: {out}"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import cdui.config
-from cdui.agent import stop_wait_s
-from cdui.cli import build_parser
+import cdui.core.config
+from cdui.agent.agent import stop_wait_s
+from cdui.cli.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def test_readme_lists_shipped_commands_as_working_and_absent_ones_as_not_yet() -
 
 def test_documented_agent_stop_wait_is_the_code_s() -> None:
     """`cdui agent stop` waits stop_wait_s(default write timeout); the pages say that number."""
-    timeout = float(cdui.config.load({})["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"])
+    timeout = float(cdui.core.config.load({})["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"])
     wait = f"{stop_wait_s(timeout):.0f} s"
     cli = section((ROOT / "docs" / "cli.md").read_text(encoding="utf-8"), "### cdui agent stop", "\n### ")
     assert f"waits up to\n{wait}" in cli or f"waits up to {wait}" in cli, cli

@@ -21,7 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cdui import __version__, protocol
+from cdui import __version__
+from cdui.wire import protocol
 from procs import Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
 
 # Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.

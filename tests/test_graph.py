@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from cdui.errors import CduiError, PathRefused
+from cdui.core.errors import CduiError, PathRefused
+from cdui.core.layout import Layout
+from cdui.core.paths import check_name, safe_join
 from cdui.graph.model import MAX_PRESET_DEPTH, parse
 from cdui.graph.secrets import fill_secrets, redact_text, split_secrets
 from cdui.graph.validate import is_compatible, validate_graph
-from cdui.layout import Layout
 from cdui.nodes.base import ANY, IMAGE, MODEL, STRING, TENSOR, TRIGGER, Node, Param, Port
 from cdui.nodes.builtin.control import StartNode
 from cdui.nodes.registry import Registry
-from cdui.paths import check_name, safe_join
 
 
 # -- a registry with small nodes whose ports and params the tables rely on ----

@@ -1,5 +1,5 @@
 """A hostile worker: it enrolls with a real token and speaks the real
-``/ws/worker`` protocol (messages built with :mod:`cdui.protocol`), then tries
+``/ws/worker`` protocol (messages built with :mod:`cdui.wire.protocol`), then tries
 to make the control plane open, hash or serve paths of its choosing, and to
 crash or starve it with malformed messages.
 
@@ -18,8 +18,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cdui import __version__, protocol
-from cdui.artifact_files import ArtifactRefused, confine, inspect
+from cdui import __version__
+from cdui.plane.files.artifact_files import ArtifactRefused, confine, inspect
+from cdui.wire import protocol
 from procs import ServerProc, start_then
 
 # Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from cdui import config as cdui_config
-from cdui import exit_codes
+from cdui.core import config as cdui_config
+from cdui.core import exit_codes
 from procs import (
     REPO_ROOT,
     Proc,
@@ -368,14 +368,14 @@ def test_units_never_install_and_restart_only_what_can_heal(name: str, prevented
     assert svc["Restart"] == "on-failure" and svc["RestartSec"] == "5s"
     assert svc["RestartPreventExitStatus"].split() == prevented
     assert svc["KillMode"] == "mixed"
-    from cdui.cli import build_parser
+    from cdui.cli.cli import build_parser
     build_parser().parse_args(argv[1:])  # the unit's command line is one cdui accepts
 
 
 def test_agent_unit_waits_longer_than_the_agents_stop_budget() -> None:
     """systemd must not kill an agent that is still inside its own SIGTERM wait, recorded-output
     writes included (the unit sets no write timeout, so the default applies)."""
-    from cdui.agent import stop_wait_s
+    from cdui.agent.agent import stop_wait_s
     unit = read_unit("codefyui-agent.service")
     timeout = float(cdui_config.load(unit_env(unit))["CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S"])
     assert seconds(unit["Service"]["TimeoutStopSec"]) > stop_wait_s(timeout)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdui.netaddr import is_loopback_host
+from cdui.core.netaddr import is_loopback_host
 
 CASES = [
     ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("localhost", True),

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
 from cdui.graph.secrets import environment_secrets, redact_text
-from cdui.layout import Layout
 from cdui.nodes.base import Node
 from cdui.nodes.builtin import _netguard, llm_chat, notify
 

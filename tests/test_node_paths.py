@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from cdui.config import load
-from cdui.errors import CduiError, PathRefused
+from cdui.core.config import load
+from cdui.core.errors import CduiError, PathRefused
+from cdui.core.layout import Layout, read_roots_in, read_roots_label
 from cdui.graph.context import RunContext
-from cdui.layout import Layout, read_roots_in, read_roots_label
 from cdui.nodes.builtin import fileio
 from cdui.nodes.registry import build_registry
-from cdui.placement import analyze, transfer_verdict, unreadable
+from cdui.plane.sched.placement import analyze, transfer_verdict, unreadable
 
 
 @pytest.fixture()
@@ -172,7 +172,7 @@ def test_an_agent_reports_its_read_roots_beside_its_mounts(tmp_path: Path) -> No
     """The agent's hello carries its CODEFYUI_READ_ROOTS as the read-roots label, so placement knows them."""
     import json
 
-    from cdui.agent import Agent
+    from cdui.agent.agent import Agent
 
     cfg = load({"CODEFYUI_USER_DATA_DIR": str(tmp_path / "ud"), "CODEFYUI_READ_ROOTS": "/datasets,/scratch/"})
     agent = Agent("http://127.0.0.1:9", "cred", "w1", ["cpu"], tmp_path / "ud", "m1",

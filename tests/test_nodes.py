@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-from cdui.errors import PathRefused
+from cdui.core.errors import PathRefused
+from cdui.core.layout import INSTALL_ROOT, Layout
 from cdui.graph.context import RunContext, RunStopped
-from cdui.layout import INSTALL_ROOT, Layout
 from cdui.nodes.base import Node
 from cdui.nodes.builtin import classical, compose, control, data, datasets, fileio, layers, notify, training
 from cdui.nodes.builtin.training_loop import TrainingLoopNode

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from cdui import instances
-from cdui.errors import CduiError
+from cdui.agent import instances
+from cdui.core.errors import CduiError
 
 
 @pytest.mark.parametrize("env, expected", [

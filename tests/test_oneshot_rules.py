@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from cdui import __version__, protocol
-from cdui.oneshot import flag_problem, queue_deadline, run_id_problem
-from cdui.oneshot_agent import OneShot
-from cdui.store import Run
+from cdui import __version__
+from cdui.agent.oneshot_agent import OneShot
+from cdui.plane.oneshot import flag_problem, queue_deadline, run_id_problem
+from cdui.plane.store import Run
+from cdui.wire import protocol
 
 
 def _hello(**fields) -> protocol.Hello:

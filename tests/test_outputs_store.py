@@ -1,4 +1,4 @@
-"""The recorded-outputs store (cdui/outputs.py) as the run subprocess writes it: summaries, the
+"""The recorded-outputs store (cdui/run/outputs.py) as the run subprocess writes it: summaries, the
 PNG thumbnail, the size bound with the oldest runs dropped first, and what is read back.
 In-process: a real folder and real tensors, no run subprocess."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cdui import outputs
+from cdui.run import outputs
 
 MiB = 1024 * 1024
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cdui.peercred import decode_address, parse_proc_net
+from cdui.core.peercred import decode_address, parse_proc_net
 from procs import REPO_ROOT, ServerProc, edge, env_for, graph, load_example, node, trig, wait_run
 
 # Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cdui import protocol
-from cdui.job import Job, JobError, JobFiles
+from cdui.wire import protocol
+from cdui.wire.job import Job, JobError, JobFiles
 
 JOB = Job(run_id="r1", graph={"nodes": [{"id": "a", "type": "Start", "params": {"token": ""}}], "edges": []},
           options={"device": "cpu", "graph_max_nodes": 500}, slot_device="cuda:1", process_device="cuda:0",

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
 from cdui.nodes.registry import build_registry
-from cdui.placement import GiB, analyze, no_mount_message, transfer_verdict
-from cdui.queue import Caps, Placement, normalize_target, parse_caps, place
+from cdui.plane.sched.placement import GiB, analyze, no_mount_message, transfer_verdict
+from cdui.plane.sched.queue import Caps, Placement, normalize_target, parse_caps, place
 
 
 @dataclass
@@ -235,8 +235,8 @@ def test_the_reason_over_many_workers_is_one_short_line() -> None:
 
 def test_run_queue_lanes_keep_first_come_first_served() -> None:
     """A requeued run goes back to its old place; lanes group runs by target, device and file needs."""
-    from cdui.dispatch import RunQueue
-    from cdui.store import Run
+    from cdui.plane.dispatch import RunQueue
+    from cdui.plane.store import Run
 
     def run(rid: str, at: float, target: object = "any", device: str = "cpu") -> Run:
         return Run(id=rid, status="queued", target=target, options={"device": device}, created_at=at)

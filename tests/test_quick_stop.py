@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cdui.runs import STOPPED_KILLED
+from cdui.plane.runs import STOPPED_KILLED
 from procs import REPO_ROOT, ServerProc, long_training_graph, pid_alive, start_then, wait_event, wait_for
 from sshd import Sshd, running
 from syspkgs import requires_command
@@ -72,7 +72,7 @@ def _through_a_quick_stop(server: ServerProc, sshd: Sshd) -> None:
     _sleeping(server, local["id"])
     wait_event(server, remote["id"], lambda e: e["kind"] == "metric", what="the worker run's first metric")
     # Held (SIGSTOP), the worker's run cannot stop within the 2 s: its agent ends it after its own grace.
-    runproc = wait_for(lambda: children_running(agent_pid, b"cdui.runproc"), 60, 0.1, "the run subprocess")
+    runproc = wait_for(lambda: children_running(agent_pid, b"cdui.run.runproc"), 60, 0.1, "the run subprocess")
     os.kill(runproc[0], signal.SIGSTOP)
     local_pid = run_pid(server, local["id"])
     slot_dir = f".codefyui-ssh/{added['remote_dir'].rsplit('/', 1)[1]}"

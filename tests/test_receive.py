@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cdui.errors import CduiError
-from cdui.receive import TEMP_PREFIX, receive, sweep_stale
+from cdui.core.errors import CduiError
+from cdui.plane.files.receive import TEMP_PREFIX, receive, sweep_stale
 
 
 class Part:

@@ -1,9 +1,9 @@
 """A stop waits for a run's recorded-output writes, up to their timeout.
 
-The launcher (cdui/runner.py) is real; the run process is a stand-in that
+The launcher (cdui/run/runner.py) is real; the run process is a stand-in that
 speaks the launcher's stdout protocol and takes seconds to write its
 outputs after a stop, which a real run cannot be made to do on cue. A real
-run sends the same ``outputs_writing`` line from cdui/outputs.py's
+run sends the same ``outputs_writing`` line from cdui/run/outputs.py's
 ``recording`` when it leaves the executor.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cdui import outputs, runner
-from cdui.job import Job
-from cdui.layout import Layout
+from cdui.core.layout import Layout
+from cdui.run import outputs, runner
+from cdui.wire.job import Job
 
 STAND_IN = textwrap.dedent('''
     import json, sys, time

@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cdui import s3
-from cdui.clock import FakeClock
-from cdui.s3_plane import CredentialBroker
+from cdui.core.clock import FakeClock
+from cdui.plane.files.s3_plane import CredentialBroker
+from cdui.wire import s3
 from procs import REPO_ROOT, load_example
 from s3server import MotoServer
 
@@ -107,7 +107,7 @@ def test_agent_without_boto3_gets_transfer_run_with_storage_fallback(tmp_path: P
 
 def test_s3_run_gets_bucket_and_sts_credentials_and_its_input_is_put_once(
         tmp_path: Path, moto: MotoServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="cdui.s3")
+    caplog.set_level(logging.INFO, logger="cdui.wire.s3")
 
     async def main() -> None:
         async with Plane(tmp_path / "ud", tmp_path / "data", **moto.settings(CODEFYUI_S3_CREDENTIALS="sts")) as plane:
@@ -152,7 +152,7 @@ def test_mounted_worker_comes_first(tmp_path: Path, moto: MotoServer) -> None:
             await mounted.connect()
             # The control plane's own machine offers its data folder to a worker there: a mounted worker.
             assert plane.app is not None
-            from cdui import appkeys
+            from cdui.plane import appkeys
             conn = plane.app[appkeys.WORKERS].conns["w2"]
             conn.labels = {"data": str(tmp_path / "data")}
             run_id = (await plane.call("POST", "/api/runs", {"graph": iris_on_upload(), "options": {"target": "any"}},
@@ -252,12 +252,12 @@ def test_auto_falls_back_to_static_and_does_not_ask_sts_for_ten_minutes(
     """A key without sts:AssumeRole (moto enforces IAM policies here): STS refuses, the static
     key is given, and STS is asked again only after 10 minutes or a settings change."""
     server, key, secret = enforcing
-    from cdui.config import load
+    from cdui.core.config import load
     cfg = load(server.settings(CODEFYUI_S3_ACCESS_KEY_ID=key, CODEFYUI_S3_SECRET_ACCESS_KEY=secret))
     settings = s3.S3Settings.from_config(cfg)
     clock = FakeClock()
     broker = CredentialBroker(settings, clock)
-    caplog.set_level(logging.WARNING, logger="cdui.s3")
+    caplog.set_level(logging.WARNING, logger="cdui.wire.s3")
 
     def refusals() -> int:
         return sum(1 for r in caplog.records if r.getMessage().startswith("STS gave no temporary credentials"))
@@ -302,7 +302,7 @@ def test_generated_session_policy_is_what_the_worker_gets(tmp_path: Path, moto: 
 
 
 def _cfg(tmp_path: Path, server: MotoServer, **more: str) -> Any:
-    from cdui.config import load
+    from cdui.core.config import load
     return load({"CODEFYUI_USER_DATA_DIR": str(tmp_path / "ud"), **server.settings(**more)})
 
 
@@ -316,7 +316,7 @@ async def _s3_run_with_objects(plane: Plane, agent: FakeAgent, moto: MotoServer,
     await agent.status(run_id, "running")
     for rel, body in objects.items():
         key = f"runs/{run_id}/{rel}"
-        # with its sha256 in the object's metadata, as the agent puts it (cdui/s3_agent.py)
+        # with its sha256 in the object's metadata, as the agent puts it (cdui/agent/s3_agent.py)
         c.put_object(Bucket="codefyui", Key=key, Body=body, Metadata={"sha256": hashlib.sha256(body).hexdigest()})
         await send_artifact(agent, run_id, kind=rel.split("/")[0], name=rel.rsplit("/", 1)[-1], backend="s3",
                             bucket="codefyui", key=key, size=len(body), sha256=hashlib.sha256(body).hexdigest())
@@ -503,7 +503,7 @@ def test_unreachable_bucket_at_delete_is_logged_and_objects_stay(tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """A bucket that cannot be reached at cleanup time: the run row goes, the answer says the objects stay."""
     own = MotoServer(tmp_path / "own-moto.log").start()
-    caplog.set_level(logging.WARNING, logger="cdui.s3")
+    caplog.set_level(logging.WARNING, logger="cdui.wire.s3")
 
     async def main() -> None:
         try:
@@ -559,7 +559,7 @@ class _Refused(Exception):
 
 def _agent_files(server: MotoServer, creds: s3.S3Credentials, stop: asyncio.Event, bucket: str = "codefyui",
                  wait_s: float = 30.0) -> Any:
-    from cdui.s3_agent import S3RunFiles
+    from cdui.agent.s3_agent import S3RunFiles
     target = {"endpoint_url": server.url, "region": "us-east-1", "bucket": bucket, "prefix": "",
               "addressing_style": "path"}
     return S3RunFiles("r1", target, creds, stop, wait_s, _Unreachable, _Refused)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from cdui import s3
-from cdui.config import load
-from cdui.errors import CduiError
-from cdui.job import Job, JobFiles
+from cdui.core.config import load
+from cdui.core.errors import CduiError
+from cdui.wire import s3
+from cdui.wire.job import Job, JobFiles
 
 SHA = "a" * 64
 
@@ -142,8 +142,8 @@ def test_credentials_never_in_a_repr_and_the_run_process_never_gets_them(tmp_pat
     assert back.s3_credentials == creds.to_dict()
     import asyncio
 
-    from cdui.agent_files import RunFiles
-    from cdui.config import load as load_cfg
+    from cdui.agent.agent_files import RunFiles
+    from cdui.core.config import load as load_cfg
     files = RunFiles("r1", back.files, tmp_path, {}, None, "http://x", "cred", 5.0, lambda k, d: None,
                      asyncio.Event())
     local = files.job_for_this_machine(back, load_cfg({"CODEFYUI_USER_DATA_DIR": str(tmp_path)}))

@@ -1,6 +1,6 @@
-"""Warm spare run processes (cdui/spare.py) through the real launcher, and on a real agent and server.
+"""Warm spare run processes (cdui/run/spare.py) through the real launcher, and on a real agent and server.
 
-Every run here is a real ``cdui.runproc`` subprocess importing torch, so the
+Every run here is a real ``cdui.run.runproc`` subprocess importing torch, so the
 whole module is e2e. A test compares a warm run with a cold one where it can:
 the warm start must change when the process was started, nothing else.
 """
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from cdui import runner
-from cdui.job import Job
-from cdui.layout import Layout
-from cdui.spare import SparePool
+from cdui.core.layout import Layout
+from cdui.run import runner
+from cdui.run.spare import SparePool
+from cdui.wire.job import Job
 from procs import ServerProc, graph, node, pid_alive, trig, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
@@ -231,7 +231,7 @@ def spares_of(parent: int) -> set[int]:
             except OSError:
                 continue
             if int(stat[1]) == parent and stat[0] not in ("Z", "X") and \
-                    proc_cmdline(int(entry)).endswith("-m cdui.runproc --spare "):
+                    proc_cmdline(int(entry)).endswith("-m cdui.run.runproc --spare "):
                 out.add(int(entry))
     return out
 
@@ -268,8 +268,8 @@ def test_agent_and_server_runs_start_warm_and_leave_no_spare(tmp_path: Path) -> 
     try:
         wait_online(server, agent=agent)
         for target in ({"worker": "w1"}, "local"):
-            assert "cdui.runproc --spare" not in run_and_see_its_process(server, target)
-            assert "cdui.runproc --spare" in run_and_see_its_process(server, target)
+            assert "cdui.run.runproc --spare" not in run_and_see_its_process(server, target)
+            assert "cdui.run.runproc --spare" in run_and_see_its_process(server, target)
         assert agent.pid is not None and server.pid is not None
         agent_spares = wait_for(lambda: spares_of(agent.pid), 120, 0.1, "the agent's spare")  # type: ignore[arg-type]
         server_spares = wait_for(lambda: spares_of(server.pid), 120, 0.1, "the server's spare")  # type: ignore[arg-type]

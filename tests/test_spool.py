@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cdui.agent import Agent, credential_key
-from cdui.config import load
-from cdui.errors import CduiError
-from cdui.spool import RunSpool, SpoolLock, live_run_ids
+from cdui.agent.agent import Agent, credential_key
+from cdui.agent.spool import RunSpool, SpoolLock, live_run_ids
+from cdui.core.config import load
+from cdui.core.errors import CduiError
 
 CP1, CP2 = "http://cp-3f9a12c4.invalid:18000", "http://cp-77aa01be.invalid:18000"
 
@@ -65,7 +65,7 @@ def test_an_older_agents_runs_move_in_only_when_the_folder_has_one_credential(tm
     """Before spools were per control plane, runs lay right under spool/. Whose they are is certain
     only when the folder holds a single credential."""
     _spool_a_running_run(tmp_path / "spool", "old1")
-    with caplog.at_level(logging.WARNING, "cdui.agent"):
+    with caplog.at_level(logging.WARNING, "cdui.agent.agent"):
         held = SpoolLock.take(tmp_path, credential_key(CP1), "w1", sole_credential=False)
     held.release()
     assert (tmp_path / "spool" / "old1" / "events.jsonl").is_file()

@@ -1,5 +1,5 @@
 """SSH workers, the pure part: the exact ssh argv, the names, the slots and what
-an ended ssh means, as tables (cdui/ssh.py)."""
+an ended ssh means, as tables (cdui/plane/ssh/ssh.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cdui import ssh
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
+from cdui.plane.ssh import ssh
 
 IID, SLOT = "3f9a12c4", 18000
 DIR = "/home/alice/.codefyui-ssh/3f9a12c4-18000"

@@ -164,7 +164,7 @@ def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd)
     run = server.submit(long_training_graph(epochs=120), {"target": {"worker": "localhost"}})
     wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
     # Held mid-run (SIGSTOP) while the ssh is killed, so "mid-run" does not depend on how fast it trains.
-    runproc = wait_for(lambda: children_running(pid, b"cdui.runproc"), 60, 0.1, "the run subprocess")
+    runproc = wait_for(lambda: children_running(pid, b"cdui.run.runproc"), 60, 0.1, "the run subprocess")
     os.kill(runproc[0], signal.SIGSTOP)
     assert server.run(run["id"])["status"] == "running"
     slot_dir = f"{added['slot']}"

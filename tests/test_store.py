@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cdui.store import MIGRATIONS, Run, Store
+from cdui.plane.store import MIGRATIONS, Run, Store
 
 
 def run(coro: Any) -> Any:

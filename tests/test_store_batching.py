@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from cdui.store import BATCH_EVENTS, Store
+from cdui.plane.store import BATCH_EVENTS, Store
 from test_store import Blocker, ev, new_run, run, writes_queued
 
 

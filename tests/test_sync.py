@@ -35,7 +35,7 @@ class Extra(Node):
         return {"value": 1.0}
 '''
 
-# Exits only in the catalog helper (python -m cdui.catalog), so runs still load it.
+# Exits only in the catalog helper (python -m cdui.run.catalog), so runs still load it.
 BREAKS_HELPER = '''
 import os
 import sys

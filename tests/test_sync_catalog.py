@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from cdui import catalog, protocol
-from cdui.catalog import CatalogState
 from cdui.nodes.registry import build_registry
+from cdui.run import catalog
+from cdui.run.catalog import CatalogState
+from cdui.wire import protocol
 
 # The built-in registry says which params run a preset (Map's subgraph; not Conv2dKernel's preset).
 PRESET_PARAMS = build_registry().preset_params
@@ -38,7 +39,7 @@ def test_compare(worker: Any, expected: CatalogState) -> None:
 def test_a_degraded_worker_always_says_why() -> None:
     """Degraded comes with the types lacking or extra, in the API and in `cdui workers list`; the same types
     defined otherwise is a warning only."""
-    from cdui.cli_workers import catalog_lines
+    from cdui.cli.cli_workers import catalog_lines
     for worker in ({"types": ["A"], "hash": "h"}, {"types": ["A", "B", "Map", "p:X"], "hash": "h"},
                    {"types": ["A", "B", "Map"], "hash": "h"}, OWN):
         api = catalog.compare(OWN, worker).to_api()

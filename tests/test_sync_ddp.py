@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
+from cdui.core.layout import Layout
 from cdui.graph.context import RunContext
-from cdui.layout import Layout
 from cdui.nodes.builtin import datasets, layers, training
 from cdui.nodes.builtin.training_loop import TrainingLoopNode
 from test_nodes import MLP, iris_split, run

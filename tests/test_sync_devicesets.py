@@ -5,14 +5,14 @@ from typing import Any
 
 import pytest
 
-from cdui import devicesets as ds
-from cdui.dispatch import lane_of
-from cdui.errors import CduiError
-from cdui.protocol import ProtocolError
-from cdui.queue import parse_caps
-from cdui.runner import run_env
-from cdui.share_memory import updated
-from cdui.store import Run
+from cdui.core.errors import CduiError
+from cdui.plane.dispatch import lane_of
+from cdui.plane.http.share_memory import updated
+from cdui.plane.sched.queue import parse_caps
+from cdui.plane.store import Run
+from cdui.run.runner import run_env
+from cdui.wire import devicesets as ds
+from cdui.wire.protocol import ProtocolError
 
 
 class Ex:

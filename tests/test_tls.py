@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from cdui import trust
-from cdui.errors import CduiError
+from cdui.core import trust
+from cdui.core.errors import CduiError
 from procs import REPO_ROOT, Proc, ServerProc, env_for, free_port, load_example, wait_for, wait_run
 
 NGINX_CONF = REPO_ROOT / "deploy" / "nginx" / "codefyui.conf"

@@ -71,7 +71,7 @@ def test_wheel_outside_checkout_serves_ui_and_runs_iris(tmp_path: Path) -> None:
     elsewhere.mkdir()
     home.mkdir()
     probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import json, cdui, cdui.layout as l; "
+                            "import json, cdui, cdui.core.layout as l; "
                             "print(json.dumps([cdui.__file__, str(l.INSTALL_ROOT)]))"],
                            cwd=elsewhere, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                            check=True, capture_output=True, text=True)
@@ -85,7 +85,7 @@ def test_wheel_outside_checkout_serves_ui_and_runs_iris(tmp_path: Path) -> None:
         assert page.status == 200 and b"<html" in page.body.lower()
         script = server.raw("GET", "/web/app.js", token=False)
         assert script.status == 200
-        assert script.body == (REPO_ROOT / "cdui" / "web" / "app.js").read_bytes()
+        assert script.body == (REPO_ROOT / "cdui" / "plane" / "web" / "app.js").read_bytes()
         run = server.submit(load_example("iris_train.json"))
         assert wait_run(server, run["id"])["status"] == "succeeded"
     finally:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cdui import protocol
-from cdui.worker_admission import Accept, NoHello, Refuse, decide
+from cdui.plane.sched.worker_admission import Accept, NoHello, Refuse, decide
+from cdui.wire import protocol
 
 V = "9.9.9"
 ROW = {"name": "gpu1"}

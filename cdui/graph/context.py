@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cdui.layout import Layout
+from cdui.core.layout import Layout
 
 
 class RunStopped(Exception):
@@ -76,7 +76,7 @@ class RunContext:
         p = self.layout.resolve_output(folder, value)
         p.parent.mkdir(parents=True, exist_ok=True)
         # A file already there may be an earlier run's recorded artifact, whose bytes the control plane
-        # keeps as a hard link (cdui/artifact_files.py): a node that opens it in place (torch.save does)
+        # keeps as a hard link (cdui/plane/files/artifact_files.py): a node that opens it in place (torch.save does)
         # would change that run's record. So a linked file is unlinked first; the node writes a new one.
         with contextlib.suppress(OSError):
             st = os.lstat(p)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
 from cdui.nodes.builtin.graph_io import INPUT_TYPES
 
 NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")

@@ -50,7 +50,7 @@ class Executor:
                  on_outputs: Callable[[str, str, dict[str, Any]], None] | None = None) -> None:
         self.registry = registry
         self.ctx = ctx
-        # Given each reported node's outputs when it completes (recorded outputs, cdui/outputs.py).
+        # Given each reported node's outputs when it completes (recorded outputs, cdui/run/outputs.py).
         self.on_outputs = on_outputs
 
     def run(self, plan: Plan) -> dict[str, dict[str, Any]]:

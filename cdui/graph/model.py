@@ -20,7 +20,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
 
 ANNOTATION_TYPES = {"note", "group", "comment", "frame"}
 MAX_PRESET_DEPTH = 10

@@ -1,6 +1,6 @@
 """The installed preset library: CodefyUI's three built-in presets (LSTM
 Sequence, Simple CNN Classifier, Training Pipeline), shipped as package data in
-``cdui/presets/``, plus the presets a user saves in the data folder's
+``cdui/graph/builtin_presets/``, plus the presets a user saves in the data folder's
 ``presets/`` (a file there replaces a built-in of the same name).
 
 A graph's own embedded presets are used only for names the library lacks
@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cdui.layout import package_dir
+from cdui.core.layout import package_dir
 
 log = logging.getLogger(__name__)
-BUILTIN_DIR = package_dir("presets")
+BUILTIN_DIR = package_dir("graph/builtin_presets")
 # A preset file larger than this is not read (the built-in ones are a few KiB).
 MAX_PRESET_FILE_BYTES = 1 << 20
 

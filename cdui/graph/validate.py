@@ -17,8 +17,8 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdui.core.layout import Layout
 from cdui.graph.model import DEFAULT_MAX_NODES, GEdge, Graph, err, parse
-from cdui.layout import Layout
 from cdui.nodes.base import ANY, IMAGE, TENSOR, TRIGGER, Node, Param, Port
 from cdui.nodes.codefyui_names import CODEFYUI_BUILTINS
 from cdui.nodes.registry import Registry

@@ -136,7 +136,7 @@ def build_registry(custom_dir: Path | None = None, plugins_dir: Path | None = No
         reg.load_plugins(plugins_dir)
     if custom_dir is not None:
         reg.load_custom_dir(custom_dir)
-    from cdui.catalog import hidden_types
+    from cdui.run.catalog import hidden_types
     for name in hidden_types():  # CODEFYUI_NODES_HIDE: left out as if it were not installed
         reg.nodes.pop(name, None)
         reg.sources.pop(name, None)

@@ -18,8 +18,9 @@ from typing import Any
 
 import aiohttp
 
-from cdui import __version__, protocol
-from cdui.appkeys import SESSION_TOKEN
+from cdui import __version__
+from cdui.plane.appkeys import SESSION_TOKEN
+from cdui.wire import protocol
 from inproc.harness import Plane
 
 NAME = "w1"

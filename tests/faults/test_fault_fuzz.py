@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdui import __version__
-from cdui.appkeys import SESSION_TOKEN
+from cdui.plane.appkeys import SESSION_TOKEN
 from inproc.harness import FakeAgent
 
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 from probe import content_sha, expected_files, install, probe_graph
 
-from cdui.paths import sha256_file
+from cdui.core.paths import sha256_file
 from procs import TERMINAL, Proc, ServerProc, env_for, spool_dir, wait_for, wait_run
 from tcpproxy import TcpProxy
 

@@ -28,11 +28,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from cdui import __version__, protocol, server
-from cdui import appkeys as _keys
-from cdui.catalog import node_catalog
-from cdui.clock import FakeClock
-from cdui.config import load
+from cdui import __version__
+from cdui.core.clock import FakeClock
+from cdui.core.config import load
+from cdui.plane import appkeys as _keys
+from cdui.plane import server
+from cdui.run.catalog import node_catalog
+from cdui.wire import protocol
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 
@@ -223,7 +225,7 @@ class FakeAgent:
         self.labels: dict[str, str] = {}  # its hello's labels (mounts, read-roots)
         self.headers: dict[str, str] = {}  # more headers on its /ws/worker request (a proxy's X-Forwarded-*)
         self.machine_id = "fake-machine"  # the id its hello names
-        # How it answers a same-machine probe (cdui/same_machine.py): the answer for the probe, or None
+        # How it answers a same-machine probe (cdui/wire/same_machine.py): the answer for the probe, or None
         # to leave it unanswered. The probes it got are kept.
         self.on_probe: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self.probes: list[dict[str, Any]] = []

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cdui.artifact_files import KeptFiles
+from cdui.plane.files.artifact_files import KeptFiles
 from tests.inproc.harness import FakeAgent, Plane
 
 # Writes `text` into models/<path> by opening the file in place, as torch.save does.
@@ -296,7 +296,7 @@ def test_kept_files_link_dedupe_and_refuse_a_symlink(tmp_path: Path) -> None:
 ])
 def test_where_a_mounted_workers_data_folder_may_be_seen(tmp_path: Path, env: dict[str, str],
                                                          roots: list[str]) -> None:
-    from cdui.layout import Layout
+    from cdui.core.layout import Layout
     layout = Layout.from_env({"CODEFYUI_DATA_DIR": str(tmp_path / "data"),
                               **{k: str(tmp_path / v) for k, v in env.items()}}, install_root=tmp_path)
     assert layout.mount_roots() == [tmp_path / r for r in roots]

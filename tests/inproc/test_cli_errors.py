@@ -1,6 +1,6 @@
 """Every refusal the `cdui` command line can be sent is printed as one clear line, never a traceback.
 
-The real CLI (``cdui.cli.main``, in a thread: it is a blocking client) against
+The real CLI (``cdui.cli.cli.main``, in a thread: it is a blocking client) against
 a real control plane in this process; a worker whose catalog lacks a type is a
 fake agent speaking the real protocol. The shapes no cdui server sends (a
 proxy's HTML error page, ``{"error": "text"}``) come from a small aiohttp app
@@ -19,7 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from harness import FakeAgent, Plane, graph
 
-from cdui import catalog, cli
+from cdui.cli import cli
+from cdui.run import catalog
 
 
 async def cdui(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -159,8 +160,8 @@ async def test_status_counts_every_run(env: dict[str, Path], capsys: pytest.Capt
     import time
     from dataclasses import replace
 
-    from cdui.appkeys import STORE
-    from cdui.store import Run
+    from cdui.plane.appkeys import STORE
+    from cdui.plane.store import Run
     async with Plane(**env) as cp:
         store = cp.app[STORE]
         base = Run(id="", name="r", status="succeeded", target="local", options={"target": "local"},

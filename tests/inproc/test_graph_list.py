@@ -1,4 +1,4 @@
-"""Listing saved graphs never holds the event loop (cdui.graph_index).
+"""Listing saved graphs never holds the event loop (cdui.plane.graph_index).
 
 A real control plane in this process; the graphs are real files, the index
 helper a real process. In this tier the test's client and the server share one
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cdui.appkeys import GRAPH_INDEX
+from cdui.plane.appkeys import GRAPH_INDEX
 from tests.inproc.harness import Plane
 from tests.inproc.test_inproc_graph_api import n, triple
 
@@ -113,7 +113,7 @@ async def test_a_listing_waits_for_the_index_at_most_its_budget(dirs: dict[str, 
 def _helpers_of(folder: Path) -> list[int]:
     """Index helper processes working on ``folder``'s graphs."""
     from procs import cmdlines
-    return [pid for pid, cmd in cmdlines() if b"cdui.graph_index" in cmd and str(folder).encode() in cmd]
+    return [pid for pid, cmd in cmdlines() if b"cdui.plane.graph_index" in cmd and str(folder).encode() in cmd]
 
 
 async def test_a_stopping_server_stops_its_index_helper(dirs: dict[str, Path]) -> None:

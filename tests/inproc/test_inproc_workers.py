@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import FakeAgent, Plane
 
-from cdui import appkeys as _keys
+from cdui.plane import appkeys as _keys
 
 GRACE = "30"
 

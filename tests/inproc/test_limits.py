@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from threaded import InProcServer
 
-from cdui.enroll import EnrollLimiter, RateLimiter
 from cdui.graph.model import DEFAULT_MAX_NODES
-from cdui.server import HostCheck
+from cdui.plane.enroll import EnrollLimiter, RateLimiter
+from cdui.plane.server import HostCheck
 from procs import ServerProc, node, trig
 
 MB = 1024 * 1024

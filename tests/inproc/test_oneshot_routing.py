@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 from harness import FakeAgent, Plane
 
-from cdui import __version__, protocol
+from cdui import __version__
+from cdui.wire import protocol
 
 TIMEOUT = "100"
 
@@ -435,7 +436,7 @@ async def test_instance_without_one_shot_is_refused_as_bad_flags(tmp_path):
 
 
 def test_the_credentials_device_cap_applies_to_each_instance_and_one_instance_can_have_its_own():
-    from cdui.queue import parse_caps
+    from cdui.plane.sched.queue import parse_caps
     caps = parse_caps("slurm/cpu=0,slurm.7-1/cpu=1")
     assert (caps.slots("slurm.7-0", "cpu"), caps.slots("slurm.7-1", "cpu"), caps.slots("slurm", "cpu")) == (0, 1, 0)
     assert caps.slots("other.7-0", "cpu") == 1

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from harness import FakeAgent, Plane
 
-from cdui import outputs
-from cdui.drawing import drawing
+from cdui.plane.drawing import drawing
+from cdui.run import outputs
 
 GRAPH = {"format_version": 1, "name": "two tensors", "edges": [
     {"id": f"t{i}", "source": "start", "sourceHandle": "trigger", "target": t, "targetHandle": None, "type": "trigger"}

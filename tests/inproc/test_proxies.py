@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from harness import FakeAgent, Plane
 
-from cdui.appkeys import SESSION_TOKEN
-from cdui.proxies import Client, decide
+from cdui.plane.appkeys import SESSION_TOKEN
+from cdui.plane.http.proxies import Client, decide
 
 LOCAL = [ipaddress.ip_network("127.0.0.1/32")]
 LAN = [ipaddress.ip_network("10.1.0.0/24"), ipaddress.ip_network("::1/128")]
@@ -128,7 +128,7 @@ async def _bootstrap(cp: Plane, headers: dict[str, str]) -> tuple[int, dict]:
 async def test_bootstrap_refuses_proxied_requests(dirs: dict[str, Path], settings: dict[str, str],
                                                   headers: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     """A proxied client gets a short refusal naming nothing of this machine; the owner's log says why."""
-    caplog.set_level(logging.WARNING, logger="cdui.server")
+    caplog.set_level(logging.WARNING, logger="cdui.plane.server")
     async with Plane(dirs["user_data"], dirs["data_dir"], **settings) as cp:
         status, body = await _bootstrap(cp, headers)
         assert status == 403, body

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cdui.event_size import bound_event, encoded_size
+from cdui.core.event_size import bound_event, encoded_size
 from tests.inproc.harness import FakeAgent, Plane
 
 MiB = 1024 * 1024

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from harness import FakeAgent, Plane
 
-from cdui import subscription
-from cdui.subscription import Subscription
+from cdui.plane import subscription
+from cdui.plane.subscription import Subscription
 
 
 def test_a_full_subscription_drops_and_says_so() -> None:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from harness import FakeAgent, Plane
 
-from cdui import protocol, same_machine
-from cdui.config import machine_id
-from cdui.protocol import Probe, ProbeAnswer
-from cdui.same_machine import Verdict, judge
+from cdui.core.config import machine_id
+from cdui.wire import protocol, same_machine
+from cdui.wire.protocol import Probe, ProbeAnswer
+from cdui.wire.same_machine import Verdict, judge
 
 
 def _truthful(probe: dict[str, Any]) -> dict[str, Any]:

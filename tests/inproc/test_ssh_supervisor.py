@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cdui import ssh
-from cdui.clock import FakeClock
-from cdui.ssh_supervisor import Deps, Spec, Supervisor, TunnelState
+from cdui.core.clock import FakeClock
+from cdui.plane.ssh import ssh
+from cdui.plane.ssh.ssh_supervisor import Deps, Spec, Supervisor, TunnelState
 
 
 def fake_ssh(tmp: Path, prepare: str, tunnel: str) -> str:
@@ -155,7 +155,7 @@ def version_refused_ssh(tmp: Path) -> str:
     path.write_text("#!/bin/sh\n"
                     f"echo \"$*\" >>'{tmp / 'calls'}'\n"
                     'for a in "$@"; do [ "$a" = -R ] && { echo "cdui-ssh: started pid=4242"; '
-                    f"echo '2030-01-01 00:00:00,000 ERROR cdui.agent: {line}'; echo 'cdui: error: {line}'; "
+                    f"echo '2030-01-01 00:00:00,000 ERROR cdui.agent.agent: {line}'; echo 'cdui: error: {line}'; "
                     "echo 'cdui-ssh: agent exited code=2'; exit 2; }; done\n"
                     'echo "cdui-ssh: dir=/home/alice/.codefyui-ssh/3f9a12c4-18000"; exit 0\n')
     path.chmod(0o755)

@@ -1,4 +1,4 @@
-"""The per-SSH-worker tunnel listener (cdui/tunnel.py): only an agent's routes,
+"""The per-SSH-worker tunnel listener (cdui/plane/ssh/tunnel.py): only an agent's routes,
 worker credentials only, enrollment rate limited per SSH worker; and on the
 server's own port, no Host makes a request count as tunnelled."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import aiohttp
 from harness import FakeAgent, Plane
 
 from cdui import __version__
-from cdui.appkeys import SESSION_TOKEN
-from cdui.tunnel import TunnelListener
+from cdui.plane.appkeys import SESSION_TOKEN
+from cdui.plane.ssh.tunnel import TunnelListener
 
 
 async def call(sock: str, method: str, path: str, headers: dict[str, str] | None = None,

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 from harness import FakeAgent, Plane, graph
 
-from cdui import __version__, catalog
+from cdui import __version__
+from cdui.run import catalog
 
 NO_LOCAL = {"CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}
 
@@ -159,7 +160,7 @@ async def test_workers_list_shows_a_degraded_worker_and_why(tmp_path: Path, monk
     extra installed on one side only), and says so in a warning."""
     import asyncio
 
-    from cdui import cli
+    from cdui.cli import cli
     monkeypatch.setenv("CODEFYUI_USER_DATA_DIR", str(tmp_path / "ud"))
     monkeypatch.setenv("CODEFYUI_DATA_DIR", str(tmp_path / "data"))
     async with _plane(tmp_path) as cp:

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness import Plane
 
-from cdui import trust
+from cdui.core import trust
 
 
 def _cert(d: Path) -> Path:

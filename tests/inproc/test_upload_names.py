@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from harness import Plane
 
-from cdui.paths import check_name
+from cdui.core.paths import check_name
 
 
 async def _upload(cp: Plane, name: str, data: bytes = b"a,b\n") -> tuple[int, dict]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 from harness import Plane
 
-from cdui import web_session
-from cdui.appkeys import SESSION_TOKEN
+from cdui.plane.appkeys import SESSION_TOKEN
+from cdui.plane.http import web_session
 
 
 async def _upload(cp: Plane, name: str, data: bytes) -> None:

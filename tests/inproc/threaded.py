@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from harness import Plane
 
-from cdui.clock import Clock, SystemClock
+from cdui.core.clock import Clock, SystemClock
 from procs import ServerProc
 
 T = TypeVar("T")

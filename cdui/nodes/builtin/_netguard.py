@@ -49,7 +49,7 @@ class TargetRefused(ValueError):
 
 
 def _setting(name: str, env: Mapping[str, str] | None) -> list[str]:
-    from cdui.config import SETTINGS_BY_NAME
+    from cdui.core.config import SETTINGS_BY_NAME
     env = os.environ if env is None else env
     raw = env.get(name)
     s = SETTINGS_BY_NAME[name]

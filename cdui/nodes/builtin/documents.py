@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdui.errors import PathRefused
+from cdui.core.errors import PathRefused
 from cdui.nodes.base import LIST, SCALAR, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode
 from cdui.nodes.builtin._util import as_bool

@@ -23,14 +23,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
 from cdui.nodes.base import DATASET, SCALAR, Param, Port
 from cdui.nodes.builtin._declared import B, DeclaredNode, I, T, int_param
 from cdui.nodes.builtin._util import as_bool
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 # Bounds checked before any pixel is decoded: a folder or a file may be huge.
 MAX_FILES = 10_000
@@ -148,7 +148,7 @@ class TransformNode(DeclaredNode):
 def image_directory(layout: Layout, value: Any) -> Path:
     """The folder ``directory`` names: relative to the data folder, as CodefyUI's
     ``backend/data``; ``data/...`` means the same folder."""
-    from cdui.paths import safe_join
+    from cdui.core.paths import safe_join
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
@@ -163,7 +163,7 @@ def image_directory(layout: Layout, value: Any) -> Path:
 def selected_files(folder: Path, pattern: str, max_images: int) -> list[Path]:
     """The regular files in ``folder`` whose name matches ``pattern``, sorted, at most ``max_images``
     (0: all, up to :data:`MAX_FILES`); nothing outside the folder, however a name links."""
-    from cdui.paths import safe_join
+    from cdui.core.paths import safe_join
 
     if not pattern or "/" in pattern or "\\" in pattern or ".." in pattern or "\x00" in pattern:
         raise ValueError(f"ImageBatchReader: pattern must be a file-name pattern such as *.png, "

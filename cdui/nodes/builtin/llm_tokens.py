@@ -32,8 +32,8 @@ from cdui.nodes.builtin._declared import B, DeclaredNode, T, int_param
 from cdui.nodes.builtin._util import as_bool
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 TIKTOKEN_FAMILIES = {"cl100k_base": "cl100k_base", "o200k_base": "o200k_base", "p50k_base": "p50k_base",
                      "gpt2": "r50k_base"}  # family -> the name of its BPE file

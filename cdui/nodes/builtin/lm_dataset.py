@@ -29,8 +29,8 @@ from cdui.nodes.builtin._declared import B, DeclaredNode
 from cdui.nodes.builtin._util import as_bool
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 CHUNK_ROWS = 512  # rows per encode call: small enough to notice a stop soon
 CACHE_FOLDER = "lm_token_cache"
@@ -59,7 +59,7 @@ class PackedLMDataset:
 
 def cache_folder(layout: Layout, value: Any) -> Path:
     """``cache_dir`` under the data folder, or its ``lm_token_cache/``."""
-    from cdui.paths import safe_join
+    from cdui.core.paths import safe_join
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     rel = v[5:] if v.startswith("data/") else (v or CACHE_FOLDER)

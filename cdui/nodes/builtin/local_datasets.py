@@ -29,20 +29,20 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cdui.errors import CduiError
+from cdui.core.errors import CduiError
 from cdui.nodes.base import DATASET, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 MAX_HF_ITEMS = 10_000_000
 
 
 def _cache_folder(layout: Layout, value: Any, default: Path) -> Path:
-    from cdui.paths import safe_join
+    from cdui.core.paths import safe_join
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
@@ -180,7 +180,7 @@ class HuggingFaceDatasetNode(DeclaredNode):
 # -- Kaggle -------------------------------------------------------------------------------------
 def kaggle_root(layout: Layout, params: dict[str, Any]) -> tuple[Path, str | None]:
     """The folder a slug names in kagglehub's cache (plus subdir), and why it is missing (None: present)."""
-    from cdui.paths import safe_join
+    from cdui.core.paths import safe_join
 
     slug = str(params.get("dataset_slug") or "").strip()
     if not slug:

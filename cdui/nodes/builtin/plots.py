@@ -30,7 +30,7 @@ class PlotNode(DeclaredNode):
     NEEDS: ClassVar[tuple[str, ...]] = ("matplotlib", "numpy")
     EXTRA: ClassVar[str | None] = "plots"
     # Every run of a plot node writes its picture (into data/media/), so runs
-    # that use one go where files can be written (see cdui.placement).
+    # that use one go where files can be written (see cdui.plane.sched.placement).
     ALWAYS_WRITES: ClassVar[str | None] = "media"
 
     @staticmethod

@@ -15,8 +15,8 @@ from cdui.nodes.base import ANY, MODEL, Param, Port, package_available
 from cdui.nodes.builtin._declared import DeclaredNode, I, T, int_param
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 RL = "RL"
 MAX_WIDTH = 65536

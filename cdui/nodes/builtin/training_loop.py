@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdui.atomic import replacing
+from cdui.core.atomic import replacing
 from cdui.graph.context import RunStopped
 from cdui.nodes.base import ANY, DATALOADER, LOSS_FN, MODEL, OPTIMIZER, SCALAR, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device, to_device

@@ -26,8 +26,8 @@ from cdui.nodes.base import ANY, SCALAR, STRING, TENSOR, Param, Port, install_hi
 from cdui.nodes.builtin._declared import DeclaredNode
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
-    from cdui.layout import Layout
 
 PREVIEW_MAX_SIDE = 256  # the preview rides the event stream: keep it small
 CONTAINERS = {".mp4": "h264", ".webm": "libvpx-vp9"}

@@ -1,0 +1,653 @@
+"""The worker agent: ``cdui agent start``.
+
+It connects outbound to the control plane's ``/ws/worker`` (the worker opens
+no port), says hello, receives runs, runs each in its own subprocess through
+the one launcher (:mod:`cdui.run.runner`), and streams their events back.
+
+Durability: every event goes to the run's spool (:mod:`cdui.agent.spool`) before
+it is sent and leaves it only when acknowledged, so a dropped connection or a
+restarted control plane loses nothing: on reconnect the agent replays, in
+order, what was not acknowledged.
+
+Reconnects back off from 1 s doubling to 60 s with +-20 % jitter, reset after a
+connection that stayed up for a minute (NOTES.md). Refusals that retrying
+cannot fix (version mismatch, revoked or superseded credential) end the agent
+with exit code 2; the others are retried with advice.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from cdui import __version__
+from cdui.agent.oneshot_agent import OneShot
+from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
+from cdui.core import exit_codes
+from cdui.core.atomic import atomic_write
+from cdui.core.backoff import backoff_delays
+from cdui.core.layout import read_roots_label
+from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
+from cdui.run import catalog, outputs, runner
+from cdui.run.spare import SparePool
+from cdui.wire import devicesets, protocol, same_machine
+from cdui.wire.job import Job
+from cdui.wire.s3 import agent_capabilities
+
+log = logging.getLogger("cdui.agent.agent")
+
+FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
+REPLAY_CHUNK = 500  # events per message when replaying after a reconnect
+# After SIGTERM the last events get this long to be acknowledged, twice at most: over the
+# live connection, then over a fresh one if that one dropped.
+ACK_WAIT_S = 15.0
+# The longest a SIGTERM'd agent takes to exit, final uploads of transfer runs aside: runs
+# get their stop grace, then the two acknowledgement waits. Service managers wait longer.
+STOP_BUDGET_S = runner.STOP_GRACE_S + 2 * ACK_WAIT_S
+# After the stop budget, the final uploads of transfer runs get this much.
+FINAL_UPLOADS_S = 30.0
+
+
+def stop_wait_s(outputs_write_timeout_s: float) -> float:
+    """How long a SIGTERMed agent may take to end: the stop budget, the final uploads, and a
+    run's recorded-output writes (``CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S``). ``cdui agent stop``
+    waits this long, and the systemd unit's ``TimeoutStopSec`` must be longer (a test checks both)."""
+    return STOP_BUDGET_S + FINAL_UPLOADS_S + outputs_write_timeout_s
+
+
+class Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def credential_key(control: str) -> str:
+    """``<host>-<port>`` of a control plane's address: names its credential file and its spool."""
+    u = urlsplit(control)
+    host = u.hostname or "localhost"
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return f"{host}-{port}"
+
+
+def credential_path(user_data: Path, control: str) -> Path:
+    return user_data / "agent" / f"{credential_key(control)}.token"
+
+
+def ws_url(control: str) -> str:
+    u = urlsplit(control.rstrip("/"))
+    scheme = "wss" if u.scheme == "https" else "ws"
+    return f"{scheme}://{u.netloc}{u.path}/ws/worker"
+
+
+class AgentRun:
+    def __init__(self, run_id: str, spool: RunSpool) -> None:
+        self.run_id = run_id
+        self.spool = spool
+        self.handle: runner.RunHandle | None = None
+        self.finished = spool.read_state().get("finished", False)
+        self.lock = asyncio.Lock()
+        self.files: Any = None  # its cdui.agent.agent_files.RunFiles, once assigned
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and not self.handle.done
+
+
+class Agent:
+    def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
+                 machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
+                 status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
+                 on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None,
+                 uds: str | None = None) -> None:
+        from cdui.core.config import load
+        self.config = config if config is not None else load()
+        # One certificate check for enrollment, /ws/worker and every file transfer (cdui/core/trust.py).
+        self.trust = trust or Trust()
+        self.on_connected = on_connected
+        self._untrusted_seen = False
+        self.control = control.rstrip("/")
+        self.credential = credential
+        self.name = name
+        self.devices = devices
+        self.user_data = user_data
+        self.machine_id = machine_id
+        self.labels = labels or (lambda: {})
+        self.status_file = status_file
+        # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
+        self.uds = uds
+        # Its every connection says it is this same agent (protocol.Hello.agent_id).
+        self.agent_id = secrets.token_hex(8)
+        # This credential's own spool: other control planes' agents may share the user data folder.
+        # The caller holds its lock (cdui.agent.spool.SpoolLock) before anything in it is read.
+        self.spool_root = base_dir(user_data) / credential_key(self.control)
+        self.runs: dict[str, AgentRun] = {}
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.heartbeat_s = 10.0
+        self.grace_s = 300.0
+        self.stopping = False
+        self._stop_event = asyncio.Event()
+        self.exit_code = exit_codes.OK
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._early_stops: set[str] = set()
+        self.one_shot = one_shot
+        # Warm run processes from the second run on; a one-shot agent has no second run (cdui/run/spare.py).
+        self.spares = SparePool(bool(self.config["CODEFYUI_RUN_WARM_SPARE"]) and one_shot is None)
+        self.probe = catalog.Probe(error="the node catalog helper has not run yet")
+        for run_id in spooled_runs(self.spool_root):
+            r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
+            self.runs[run_id] = r
+            if not r.finished:
+                # Its subprocess died with the previous agent. Record its end here, as
+                # its recorder would have; the control plane gets it with the replay.
+                r.spool.append([{"src_seq": r.spool.last_seq + 1, "kind": "status", "at": time.time(),
+                                 "data": {"status": "interrupted",
+                                          "error": f"worker {name} reconnected without the run (its agent "
+                                                   f"restarted while the run was running)"}}])
+                r.finished = True
+                r.spool.write_state({"run_id": run_id, "finished": True, "status": "interrupted"})
+
+    # -- status for `cdui agent start` (the parent waits on it) -------------------------
+    def _status(self, state: str, message: str = "") -> None:
+        if self.status_file is None:
+            return
+        # atomic_write's temporary name is this process's own: two agents sharing a user data folder
+        # must not rename each other's file away (that failure used to drop the live connection).
+        try:
+            atomic_write(self.status_file, json.dumps({"state": state, "message": message, "pid": os.getpid(),
+                                                       "control": self.control, "name": self.name,
+                                                       "at": time.time()}))
+        except OSError as exc:  # the status file informs `cdui agent start`; it is no reason to disconnect
+            log.warning("could not write %s: %s", self.status_file, exc)
+
+    # -- main loop --------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_shutdown)
+        await self._probe_catalog()
+        delays = backoff_delays()
+        # An SSH worker's agent reaches the control plane through its tunnel's Unix socket.
+        connector = aiohttp.UnixConnector(path=self.uds) if self.uds else self.trust.connector()
+        down_since = time.monotonic()
+        async with aiohttp.ClientSession(connector=connector) as session:
+            self.session = session
+            while not self.stopping:
+                up_since = time.monotonic()
+                self.trust.reload()  # a next pin added meanwhile (`cdui agent pin --next`) counts now
+                try:
+                    await self._connect_once(session)
+                except Refused as exc:
+                    if self.one_shot is not None:  # a batch job cannot wait for a refusal to change
+                        self._refused(exc)
+                        await self._stop_all_runs()
+                        return self.one_shot.on_refused()
+                    # Behind an SSH tunnel the control plane re-enrolls a refused credential itself.
+                    if exc.code in FATAL_REFUSALS or (self.uds and exc.code == "unknown_credential"):
+                        self._refused(exc)
+                        self._status("refused", str(exc))
+                        await self._stop_all_runs()
+                        return exit_codes.REFUSED
+                    log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
+                    self._status("connecting", str(exc))
+                except AiohttpPinMismatch as exc:
+                    # Not the pinned key: only the operator can say whether the proxy's key changed on purpose.
+                    # One line, in the CLI's error shape, on stderr (where the log goes too), as _refused.
+                    print(f"cdui: error: {exc.error}", file=sys.stderr, flush=True)
+                    self._status("refused", str(exc.error))
+                    await self._stop_all_runs()
+                    return exit_codes.REFUSED
+                except aiohttp.ClientConnectorCertificateError as exc:
+                    # Retried: a fixed proxy or an updated CA list must need no agent restart.
+                    await self._untrusted(exc)
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
+                    self._status("connecting", f"unreachable: {exc}")
+                finally:
+                    if self.ws is not None:
+                        down_since = time.monotonic()
+                    self.ws = None
+                if self.stopping:
+                    break
+                if self.uds and time.monotonic() - down_since > self.grace_s:
+                    # No tunnel came back within the control plane's resume grace: its runs there have ended.
+                    log.warning("no SSH tunnel for %.0f s (the resume grace); stopping", self.grace_s)
+                    self.stopping = True
+                    break
+                if time.monotonic() - up_since > 60:
+                    delays = backoff_delays()
+                delay = next(delays)
+                log.info("reconnecting in %.1f s", delay)
+                try:
+                    await asyncio.wait_for(self._stop_event.wait(), delay)
+                except TimeoutError:
+                    pass
+            if self.one_shot is None or self.one_shot.exit_code is None:
+                await self._drain_on_shutdown(session)
+        await self.spares.close()
+        if self.one_shot is not None and self.one_shot.exit_code is not None:
+            return self.one_shot.exit_code
+        return self.exit_code
+
+    @staticmethod
+    def _refused(exc: Refused) -> None:
+        """The one line a refusal that ends the agent leaves, in the CLI's error shape, on stderr
+        (where the log goes too, so never twice). Under systemd a version mismatch restarts the
+        agent every 5 s until both sides match (docs/remote-workers.md#running-the-agent-under-systemd),
+        and each try adds exactly this line to the journal; the SSH supervisor reads it too."""
+        print(f"cdui: error: refused by the control plane: {exc}", file=sys.stderr, flush=True)
+
+    async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> None:
+        reason = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
+        presented = None
+        if not self._untrusted_seen:  # the first report names the key, so it can be compared and pinned
+            self._untrusted_seen = True
+            presented = await asyncio.to_thread(presented_fingerprint, exc.host, exc.port or 443)
+        msg = untrusted_message(self.control, reason, presented)
+        log.error("%s; retrying", msg)
+        self._status("connecting", msg)
+
+    async def _probe_catalog(self) -> None:
+        """The node catalog and fingerprint, once at start: a plugin installed later counts after a restart."""
+        self.probe = await asyncio.to_thread(catalog.probe, self.config.custom_nodes_dir, self.config.plugins_dir)
+        if self.probe.error:
+            log.error("no node catalog is reported to the control plane: %s; it sends this worker no `any` runs "
+                      "(fix the cause and restart the agent)", self.probe.error)
+        else:
+            assert self.probe.catalog is not None and self.probe.fingerprint is not None
+            log.info("node catalog: %d types (%s); environment: %s", len(self.probe.catalog["types"]),
+                     self.probe.catalog["hash"][:19], catalog.summary(self.probe.fingerprint))
+            # Runs describe the devices as this agent sees them, before their own narrowing.
+            os.environ[catalog.SEEN_ACCELERATOR_ENV] = str(self.probe.fingerprint.get("accelerator", ""))
+
+    @staticmethod
+    def _advice(code: str) -> str:
+        if code == "unknown_credential":
+            return ("the credential is not known there: is --control the same server (and database) that enrolled "
+                    "this worker? If the worker was enrolled elsewhere, run `cdui agent forget URL` and enroll with "
+                    "a new token; retrying")
+        if code == "name_in_use":
+            return "another agent is connected with this worker's name; retrying"
+        return "retrying"
+
+    async def _connect_once(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Authorization": f"Bearer {self.credential}"}
+        # WebSocket pings every heartbeat: a connection that went silent (a dead
+        # route, not a closed socket) is noticed and replaced.
+        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
+                                      max_msg_size=protocol.MAX_MESSAGE,
+                                      timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+            await ws.send_str(self._hello())
+            first = await ws.receive(timeout=60)
+            probe = self._probe(first.data) if first.type == aiohttp.WSMsgType.TEXT else None
+            if probe is not None:
+                # Before the welcome, when this agent named the control plane's machine id: show whether
+                # it really shares the control plane's folders (cdui/wire/same_machine.py).
+                found = await asyncio.to_thread(same_machine.answer, probe)
+                if found.nonce is None or found.cannot_write:
+                    log.info("runs move their files through the control plane: this agent does not share its "
+                             "folders (%s)", found.cannot_read or
+                             "; ".join(f"{k}: {v}" for k, v in found.cannot_write.items()))
+                await ws.send_str(found.to_json())
+                first = await ws.receive(timeout=60)
+            if first.type != aiohttp.WSMsgType.TEXT:
+                raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
+            welcome = self._welcome(first.data)
+            self.heartbeat_s = welcome.heartbeat_s
+            self.grace_s = welcome.resume_grace_s
+            self.ws = ws
+            if self.stopping:
+                # SIGTERM came while connecting: the shutdown found no connection to close, so this
+                # one must not be served (it would keep the agent alive with nothing to stop it).
+                await ws.close()
+                return
+            log.info("connected to %s as worker %s (capabilities: %s)", self.control, welcome.worker,
+                     ", ".join(agent_capabilities()) or "none")
+            self._status("connected")
+            if self.on_connected is not None:
+                self.on_connected()
+            await self._resume(welcome.runs)
+            hb = asyncio.create_task(self._heartbeats(ws))
+            try:
+                async for m in ws:
+                    if m.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    try:
+                        msg = protocol.parse_server_message(m.data)
+                    except protocol.ProtocolError as exc:
+                        log.warning("ignoring a malformed message from the control plane: %s", exc)
+                        continue
+                    try:
+                        await self._handle(msg)
+                    except Refused:
+                        raise
+                    except Exception:  # a message we fail on must not drop the connection
+                        log.exception("handling a control-plane message failed")
+            finally:
+                hb.cancel()
+            log.warning("connection to %s closed", self.control)
+
+    def _reported_labels(self) -> dict[str, str]:
+        """The mounts, and the folders this machine lets runs read by absolute path (CODEFYUI_READ_ROOTS),
+        so that the control plane places a run reading /datasets/... only where it may be read."""
+        return {**self.labels(), **read_roots_label(self.config.layout.read_roots)}
+
+    def _tls(self) -> dict[str, str | None] | None:
+        """Which pin this connection's certificate matched and the next pin held (shown in the
+        workers list, to follow a key rotation); None when not pinned or not over TLS."""
+        if self.uds or not self.trust.pinned or urlsplit(self.control).scheme != "https":
+            return None
+        return {"pin": self.trust.verified, "next": self.trust.next_pin}
+
+    def _hello(self) -> str:
+        held = [protocol.HeldRun(r.run_id, r.running, r.spool.last_seq) for r in self.runs.values()]
+        o = self.one_shot
+        # A one-shot agent names its run: the --run-id it waits for, or the run it took (on a reconnect).
+        wanted = (o.taken or o.run_id) if o else None
+        return protocol.Hello(__version__, self.name, self.devices, self._reported_labels(), self.machine_id, held,
+                              o is not None, o.instance if o else None, agent_capabilities(), wanted,
+                              catalog=self.probe.catalog, catalog_error=self.probe.error,
+                              fingerprint=self.probe.fingerprint,
+                              device_memory=devicesets.memory_report(self.devices, self.probe.cards),
+                              agent_id=self.agent_id, tls=self._tls()).to_json()
+
+    @staticmethod
+    def _probe(raw: str) -> protocol.Probe | None:
+        try:
+            msg = protocol.parse_server_message(raw)
+        except protocol.ProtocolError:
+            return None  # reported as the welcome it should have been
+        return msg if isinstance(msg, protocol.Probe) else None
+
+    @staticmethod
+    def _welcome(raw: str) -> protocol.Welcome:
+        """The control plane's first answer: a welcome, or the refusal it raises."""
+        try:
+            msg = protocol.parse_server_message(raw)
+        except protocol.ProtocolError as exc:
+            raise aiohttp.ClientError(f"the control plane's first message does not fit the protocol: {exc}") from None
+        if isinstance(msg, protocol.Refused):
+            raise Refused(msg.code, msg.message)
+        if not isinstance(msg, protocol.Welcome):
+            raise aiohttp.ClientError(f"expected a welcome, got {msg.type!r}")
+        return msg
+
+    async def _resume(self, answer: dict[str, protocol.RunAnswer]) -> None:
+        for run_id, r in list(self.runs.items()):
+            a = answer.get(run_id)
+            if a is None:
+                continue
+            action = a.action
+            async with r.lock:
+                r.spool.ack(a.acked)
+                if action == "drop":
+                    if r.handle:
+                        r.handle.stop()
+                    if not r.running:
+                        r.spool.remove()
+                        self.runs.pop(run_id, None)
+                    continue
+                if action == "stop" and r.handle:
+                    r.handle.stop()
+                pending = r.spool.unacked()
+                # In order, in bounded messages: a long outage can leave many events behind.
+                for i in range(0, len(pending), REPLAY_CHUNK):
+                    await self._send(protocol.Events(run_id, pending[i:i + REPLAY_CHUNK]))
+            self._maybe_forget(r)
+
+    async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while not ws.closed:
+            await asyncio.sleep(self.heartbeat_s)
+            self.trust.reload()
+            try:
+                await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
+                                                     self._reported_labels(), self._tls()).to_json())
+            except (ConnectionError, RuntimeError):
+                return
+
+    async def _send(self, msg: protocol.Events) -> bool:
+        ws = self.ws
+        if ws is None or ws.closed:
+            return False
+        try:
+            # Within the control plane's message limit, however big the batch.
+            for text in protocol.encode_events(msg.run_id, msg.events):
+                await ws.send_str(text)
+            return True
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return False
+
+    async def _handle(self, msg: protocol.ServerMessage) -> None:
+        if isinstance(msg, protocol.Assign):
+            if self.one_shot is not None and (self.stopping or not self.one_shot.accept(msg.run_id)):
+                log.warning("run %s assigned, but this one-shot agent takes no other run; ignoring it", msg.run_id)
+                return
+            # In the background: fetching inputs can take long, and stops and acks must get through meanwhile.
+            task = asyncio.create_task(self._start_run(msg.run_id, msg.job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif isinstance(msg, protocol.Ack):
+            r = self.runs.get(msg.run_id)
+            if r is not None:
+                r.spool.ack(msg.acked)
+                self._maybe_forget(r)
+        elif isinstance(msg, protocol.Stop):
+            r = self.runs.get(msg.run_id)
+            if r is not None and r.handle is not None:
+                log.info("run %s: stop requested by the control plane", r.run_id)
+                r.handle.stop()
+            else:  # its assignment is still being set up: stop it as soon as it exists
+                self._early_stops.add(msg.run_id)
+        elif isinstance(msg, protocol.S3CredentialsMessage):
+            r = self.runs.get(msg.run_id)
+            if r is not None and r.files is not None:
+                r.files.new_credentials(msg.credentials)
+        elif isinstance(msg, protocol.OutputsRequest):
+            task = asyncio.create_task(self._answer_outputs(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif isinstance(msg, protocol.Revoked):
+            raise Refused("revoked", msg.message)
+        elif isinstance(msg, protocol.Error):
+            log.warning("the control plane reported: %s", msg.message)
+        else:  # a welcome or refusal comes first or not at all
+            log.warning("unexpected %r message from the control plane after the welcome", msg.type)
+
+    async def _answer_outputs(self, msg: protocol.OutputsRequest) -> None:
+        answer = await outputs.agent_answer(outputs.store_dir(self.user_data), msg)
+        ws = self.ws
+        if ws is not None and not ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
+                await ws.send_str(answer.to_json())
+
+    async def _start_run(self, run_id: str, job: Job) -> None:
+        if run_id in self.runs:
+            log.warning("run %s assigned twice; ignoring the second assignment", run_id)
+            return
+        from cdui.agent.agent_files import RunFiles
+        spool = RunSpool(self.spool_root, run_id)
+        spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
+        r = AgentRun(run_id, spool)
+        self.runs[run_id] = r
+        files: RunFiles | None = None
+
+        async def sink(events: list[dict[str, Any]]) -> None:
+            for ev in events:
+                if ev["kind"] == "artifact" and "backend" not in ev["data"] and files is not None:
+                    ev["data"] = await files.on_artifact(ev["data"])
+            if self.one_shot is not None:
+                self.one_shot.final_event(events)
+            async with r.lock:
+                await asyncio.to_thread(r.spool.append, events)
+                await self._send(protocol.Events(run_id, events))
+
+        log_path = self.user_data / "agent-runs" / run_id / "run.log"
+        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs())
+        r.handle = handle
+        if run_id in self._early_stops:
+            self._early_stops.discard(run_id)
+            handle.stop()
+        files = RunFiles(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None), self.control,
+                         self.credential, self.grace_s, handle.record, handle.stop_event)
+        r.files = files
+        handle.open()
+
+        async def on_done() -> None:
+            final = await handle.wait()
+            log.info("run %s: %s", run_id, final["status"])
+            r.finished = True
+            r.spool.write_state({"run_id": run_id, "finished": True, "status": final["status"]})
+            if self.one_shot is not None and run_id == self.one_shot.taken:
+                self.one_shot.final = "interrupted" if self.one_shot.signalled and final["status"] == "cancelled" \
+                    else final["status"]
+                self._spawn(self._one_shot_deadline(r))
+            self._maybe_forget(r)
+        asyncio.create_task(on_done())
+        try:
+            # This machine's folders: the job as assigned stays as it was.
+            local = files.job_for_this_machine(job, self.config)
+            local = outputs.for_this_machine(local, self.user_data, self.config)
+            fetched = await files.fetch_inputs()
+        except Exception as exc:  # a failed download or a missing mount fails this run only
+            log.warning("run %s: preparing its files failed: %s", run_id, exc)
+            await handle.finish_without_process({"status": "failed",
+                                                 "error": f"preparing the run's files failed: {exc}"})
+            return
+        if not fetched:
+            await handle.finish_without_process({"status": "cancelled",
+                                                 "error": "stopped while its inputs were downloading"})
+            return
+        if handle.stop_requested:
+            await handle.finish_without_process({"status": "cancelled", "error": "stopped before it started"})
+            return
+        files.start()
+        handle.before_final = lambda final: files.finish(final, handle)
+        log.info("run %s: starting on %s (files: %s)", run_id, local.slot_device, files.backend or "none")
+        await handle.start(local, spares=self.spares)
+
+    def _maybe_forget(self, r: AgentRun) -> None:
+        if (r.finished or (r.handle is None)) and not r.running and r.spool.acked >= r.spool.last_seq:
+            r.spool.remove()
+            self.runs.pop(r.run_id, None)
+            self._prune_run_folders()
+            if self.one_shot is not None and r.run_id == self.one_shot.taken:
+                self._one_shot_exit(self.one_shot.on_delivered())
+
+    # -- one-shot: exit once the run's end is acknowledged, or after the grace without it ------
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one_shot_deadline(self, r: AgentRun) -> None:
+        await asyncio.sleep(self.grace_s)
+        if self.one_shot is not None and self.one_shot.exit_code is None and r.run_id in self.runs:
+            log.error("run %s: its end was not acknowledged within %g s (the resume grace); exiting with it left "
+                      "in the spool %s", r.run_id, self.grace_s, r.spool.dir)
+            self._one_shot_exit(1)
+
+    def _one_shot_exit(self, code: int) -> None:
+        assert self.one_shot is not None
+        if self.one_shot.exit_code is not None:
+            return
+        log.info("one-shot agent done; exit code %d", code)
+        self.one_shot.exit_code = code
+        self.stopping = True
+        self._stop_event.set()
+        if self.ws is not None:
+            self._spawn(self.ws.close())
+
+    def _prune_run_folders(self) -> None:
+        """The agent's own run retention (CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST): keep the newest run
+        folders, never a live run's."""
+        keep = int(self.config["CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST"])
+        root = self.user_data / "agent-runs"
+        if keep <= 0 or not root.is_dir():
+            return
+        # Another agent's runs may be here too (agents of several control planes share the folder):
+        # a run still in any agent's spool is live.
+        live = set(self.runs) | live_run_ids(self.user_data)
+        done = [p for p in root.iterdir() if p.is_dir() and p.name not in live]
+        done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for p in done[keep:]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    # -- shutdown ------------------------------------------------------------------
+    def request_shutdown(self) -> None:
+        if self.stopping:
+            return
+        log.info("SIGTERM: stopping runs (10 s grace each), then exiting")
+        self.stopping = True
+        if self.one_shot is not None:
+            self.exit_code = self.one_shot.on_signal()
+        self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown_sequence())
+
+    async def _shutdown_sequence(self) -> None:
+        await self._stop_all_runs()
+        # Let the last events reach the control plane over the live connection.
+        deadline = time.monotonic() + ACK_WAIT_S
+        while time.monotonic() < deadline and self.ws is not None and any(
+                r.spool.unacked() for r in self.runs.values()):
+            await asyncio.sleep(0.1)
+        self._stop_event.set()
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def _stop_all_runs(self) -> None:
+        handles = [r.handle for r in self.runs.values() if r.handle is not None and not r.handle.done]
+        for h in handles:
+            h.stop(runner.STOP_GRACE_S)
+        if handles:
+            await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+        await self.spares.close()  # every way out of the agent passes here
+
+    async def _drain_on_shutdown(self, session: aiohttp.ClientSession) -> None:
+        """After SIGTERM: wait for runs to end, then deliver their last events (best effort)."""
+        await self._stop_all_runs()
+        if not any(r.spool.unacked() for r in self.runs.values()):
+            return
+        deadline = time.monotonic() + ACK_WAIT_S
+        while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
+            try:
+                await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))
+            except (TimeoutError, aiohttp.ClientError, OSError, Refused):
+                await asyncio.sleep(1)
+
+    async def _deliver_once(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Authorization": f"Bearer {self.credential}"}
+        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=None) as ws:
+            await ws.send_str(self._hello())
+            first = await ws.receive(timeout=30)
+            if first.type != aiohttp.WSMsgType.TEXT:
+                raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
+            welcome = self._welcome(first.data)
+            self.ws = ws
+            await self._resume(welcome.runs)
+            while any(r.spool.unacked() for r in self.runs.values()):
+                m = await ws.receive(timeout=10)
+                if m.type != aiohttp.WSMsgType.TEXT:
+                    return
+                try:
+                    msg = protocol.parse_server_message(m.data)
+                except protocol.ProtocolError:
+                    continue
+                if isinstance(msg, protocol.Ack):
+                    await self._handle(msg)
+            self.ws = None
+
+
+def hostname() -> str:
+    return socket.gethostname().split(".")[0] or "worker"

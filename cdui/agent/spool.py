@@ -1,0 +1,189 @@
+"""The agent's event spool: durable before sent, dropped only once acknowledged.
+
+Each credential has its own spool, ``<user-data>/spool/<host>-<port>/`` (named
+like its credential file ``agent/<host>-<port>.token``), and the agent that runs
+with that credential holds ``spool/<host>-<port>.lock`` for as long as it runs
+(:class:`SpoolLock`). Agents of several control planes share one user data
+folder (every SSH worker on a shared lab account uses the account's default
+folder), so an agent reads, replays, ends or removes only the runs in its own
+spool, and a second agent with the same credential in the same folder is refused
+before it reads anything there.
+
+One folder per run in it, ``<user-data>/spool/<host>-<port>/<run id>/``:
+
+- ``events.jsonl``: every event the run's recorder produced, one JSON object a
+  line, appended (and fsync'ed) before the event is sent;
+- ``acked``: the highest ``src_seq`` the control plane acknowledged;
+- ``state.json``: what the agent knows of the run (no secrets, ever).
+
+After an acknowledgement the acknowledged prefix is no longer needed; the
+file is compacted when the run has ended and everything is acknowledged (the
+folder is removed), so a long run's spool grows only with what is unacked
+while the connection is down... and with what it logged, which is bounded by
+the run itself.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from cdui.core.atomic import atomic_write
+from cdui.core.errors import CduiError
+
+log = logging.getLogger("cdui.agent.agent")
+# What a run's spool folder holds; a folder with one of these right under spool/ is a run
+# spooled by an agent from before spools were kept per credential.
+RUN_FILES = ("events.jsonl", "acked", "state.json")
+
+
+class RunSpool:
+    def __init__(self, root: Path, run_id: str) -> None:
+        self.dir = root / run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.events_path = self.dir / "events.jsonl"
+        self.acked = self._read_int(self.dir / "acked")
+        self.last_seq = 0
+        self.pending: list[dict[str, Any]] = []
+        if self.events_path.exists():
+            for line in self.events_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line after a crash; the recorder will not reuse its seq
+                self.last_seq = max(self.last_seq, int(ev["src_seq"]))
+                if ev["src_seq"] > self.acked:
+                    self.pending.append(ev)
+
+    @staticmethod
+    def _read_int(p: Path) -> int:
+        try:
+            return int(p.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def append(self, events: list[dict[str, Any]]) -> None:
+        with open(self.events_path, "a", encoding="utf-8") as fh:
+            for ev in events:
+                fh.write(json.dumps(ev, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        for ev in events:
+            self.last_seq = max(self.last_seq, ev["src_seq"])
+        self.pending.extend(events)
+
+    def ack(self, acked: int) -> None:
+        if acked <= self.acked:
+            return
+        self.acked = acked
+        atomic_write(self.dir / "acked", str(acked))
+        self.pending = [e for e in self.pending if e["src_seq"] > acked]
+
+    def unacked(self) -> list[dict[str, Any]]:
+        return list(self.pending)
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        atomic_write(self.dir / "state.json", json.dumps(state))
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def spooled_runs(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir())
+
+
+def base_dir(user_data: Path) -> Path:
+    return user_data / "spool"
+
+
+def _legacy_runs(base: Path) -> list[Path]:
+    """Run folders right under ``spool/`` (an older agent's layout)."""
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir()
+                  if p.is_dir() and not p.is_symlink() and any((p / f).exists() for f in RUN_FILES))
+
+
+def live_run_ids(user_data: Path) -> set[str]:
+    """Every run some agent of this user data folder still spools: its run folder is in use."""
+    base = base_dir(user_data)
+    if not base.is_dir():
+        return set()
+    ids = {p.name for p in _legacy_runs(base)}
+    for own in base.iterdir():
+        if own.is_dir() and not own.is_symlink() and own.name not in ids:
+            ids.update(spooled_runs(own))
+    return ids
+
+
+class SpoolLock:
+    """One agent's hold on its credential's spool in a shared user data folder."""
+
+    def __init__(self, user_data: Path, key: str, fd: int) -> None:
+        self.user_data = user_data
+        self.root = base_dir(user_data) / key
+        self._fd: int | None = fd
+
+    @classmethod
+    def take(cls, user_data: Path, key: str, holder: str, sole_credential: bool = False) -> SpoolLock:
+        """Hold the spool of ``key`` (``<host>-<port>`` of the control plane, ``holder`` names it in
+        messages), or raise ``CduiError`` if another agent of this folder holds it. ``sole_credential``:
+        this is the folder's only credential, so runs an older agent spooled before spools were kept
+        per credential are this agent's, and move into its spool."""
+        from cdui.agent.instances import lock
+        base = base_dir(user_data)
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(base / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            lock(fd, f"the spool of {holder}")
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise CduiError("agent_running", f"another agent{f' (pid {other})' if other.isdigit() else ''} "
+                                             f"already runs for {holder} from {user_data}",
+                            hint="one agent per control plane and user data folder: stop that one first, or "
+                                 "give this one its own CODEFYUI_USER_DATA_DIR") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        held = cls(user_data, key, fd)
+        held.root.mkdir(mode=0o700, exist_ok=True)
+        held._adopt_legacy(sole_credential)
+        return held
+
+    def _adopt_legacy(self, sole_credential: bool) -> None:
+        legacy = _legacy_runs(base_dir(self.user_data))
+        if not legacy:
+            return
+        if not sole_credential:
+            # Whose they are is not written anywhere: taking them could end another agent's run.
+            log.warning("the spool holds %d run(s) of an older cdui (%s) and this folder has credentials for several "
+                        "control planes, so they are left where they are; to deliver them, start the agent that "
+                        "spooled them with only its credential in %s", len(legacy),
+                        ", ".join(p.name for p in legacy), self.user_data / "agent")
+            return
+        for p in legacy:
+            try:
+                os.replace(p, self.root / p.name)
+            except OSError as exc:
+                log.warning("could not move the spooled run %s into %s: %s", p, self.root, exc)
+        log.info("moved %d spooled run(s) of an older cdui into %s", len(legacy), self.root)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor releases the lock
+            self._fd = None

@@ -1,0 +1,2 @@
+"""The `cdui` command line and its HTTP client. The top layer: it may import every other package.
+"""

@@ -1,0 +1,367 @@
+"""The ``cdui`` command line (argparse).
+
+Errors are printed as one line ``cdui: error: <what happened> (<what to do>)``
+on stderr. Exit codes: 0 success; 1 failure (a run that did not succeed, a
+non-2xx answer); 2 bad usage. The agent has its own table (docs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cdui import __version__
+from cdui.cli import cli_datasets, cli_workers, daemon
+from cdui.cli.cli_util import _die, _read_pid
+from cdui.core.errors import CduiError
+
+QUICK_STOP_S = 2.0  # `cdui stop` kills the server this long after asking it to stop
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, with the usage hint
+        self.exit(2, f"cdui: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _config():
+    from cdui.core import config
+    return config.load()
+
+
+# -- server lifecycle -----------------------------------------------------------
+
+
+def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    from cdui.cli.client import Client
+    try:
+        status, body = Client(url, timeout=timeout).request("GET", "/api/health")
+    except CduiError:
+        return None
+    return body if status == 200 and isinstance(body, dict) else None
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from cdui.core.private import private_dir, restrict_umask
+    if args.extras:
+        # bin/cdui installs the extras and takes the flag away before starting; here
+        # (a cdui installed from a wheel) pip is the way.
+        return _die(f"--extras is done by the launcher: run `bin/cdui start --extras {args.extras}` from "
+                    f"the checkout, or install them with `pip install 'cdui[{args.extras}]'` and start again", 2)
+    if args.foreground:
+        # The server's database, logs and tokens are this user's alone. Only the
+        # server process itself narrows its umask (the daemonising parent opens
+        # its files with explicit modes), so it still knows the user's own
+        # umask for its run subprocesses.
+        restrict_umask()
+    cfg = _config()
+    ud = private_dir(cfg.user_data)
+    from cdui.cli.client import server_info
+    pid = daemon.PidFile(ud / "cdui.pid").running()
+    if pid:
+        info = server_info(ud) or {}
+        print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
+        return 0
+    if args.foreground:
+        return _serve(cfg, args)
+    log_path = ud / "cdui.log"
+    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
+    (ud / "server.json").unlink(missing_ok=True)
+    proc = daemon.spawn(cmd, log_path)
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+
+    def ready(rc: int | None) -> int | None:
+        if rc is not None:
+            tail = _tail(log_path, 5)
+            return _die(f"the server exited during start (code {rc}); last log lines:\n{tail}")
+        info = server_info(ud)
+        if info and info.get("pid") == proc.pid and _health(url):
+            print(f"cdui {__version__} running at {url} (pid {proc.pid}, log {log_path})")
+            return 0
+        return None
+    answer = daemon.wait_ready(proc, ready, 120)
+    return answer if answer is not None else _die(f"the server did not answer at {url} within 120 s; see {log_path}")
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _serve(cfg: Any, args: argparse.Namespace) -> int:
+    import logging
+
+    from cdui.core.config import warn_unavailable
+    from cdui.plane.server import serve
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unavailable(logging.getLogger("cdui.plane.server"))
+    with daemon.PidFile(cfg.user_data / "cdui.pid").held():
+        try:
+            serve(cfg, args.host, args.port)
+        except OSError as exc:
+            return _die(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+                        f"(choose another --port, or stop what uses it)")
+        finally:
+            (cfg.user_data / "server.json").unlink(missing_ok=True)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    cfg = _config()
+    pid = daemon.PidFile(cfg.user_data / "cdui.pid").running()
+    if not pid:
+        print("cdui is not running")
+        return 0
+    # The server is asked to stop (SIGTERM: workers and SSH agents get the stop notice, local runs
+    # are asked to stop), then killed after about 2 s: a stop that waits for every run is SIGTERM
+    # alone (`systemctl stop`, `kill PID`). What had not ended by the kill ends `interrupted` at the
+    # next start (cdui/plane/stopping.py).
+    if daemon.stop(pid, QUICK_STOP_S, kill=True) == "killed":
+        daemon.wait_gone(pid, 10)
+        daemon.PidFile(cfg.user_data / "cdui.pid").remove_if(pid)
+        from cdui.cli.client import server_info
+        if (server_info(cfg.user_data) or {}).get("pid") == pid:
+            (cfg.user_data / "server.json").unlink(missing_ok=True)
+        print(f"cdui (pid {pid}) stopped: killed {QUICK_STOP_S:g} s after the stop request; runs that had not "
+              f"ended by then end interrupted at the next start (to wait for them instead: kill -TERM {pid})")
+    else:
+        print(f"cdui (pid {pid}) stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = _config()
+    from cdui.cli.client import Client, server_info
+    pid = _read_pid(cfg.user_data / "cdui.pid")
+    info = server_info(cfg.user_data)
+    if not pid or not info:
+        print(f"cdui is not running (user data {cfg.user_data})")
+        return 1
+    while True:
+        h = _health(info["url"])
+        line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
+        try:
+            # Every run counted by the server, not the newest page of them.
+            counts: dict[str, int] = Client.for_user_data(cfg.user_data).call("GET", "/api/runs/counts")["counts"]
+            line += "; runs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")
+        except CduiError:
+            pass
+        print(line, flush=True)
+        if args.once or not sys.stdout.isatty():
+            return 0 if h else 1
+        time.sleep(2)
+
+
+# -- runs -------------------------------------------------------------------------
+def _client(args: argparse.Namespace):
+    # One client for every command: --control, and through the TLS proxy the --ca-fingerprint pin.
+    return cli_workers._client(args)
+
+
+def _target(raw: str | None) -> Any:
+    if raw is None or raw in ("local", "any"):
+        return raw or "local"
+    if raw == "one-shot":
+        return {"pool": "one-shot"}
+    return {"worker": raw}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    path = Path(args.graph)
+    try:
+        graph = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return _die(f"cannot read graph file {args.graph}: {exc.strerror}")
+    except ValueError as exc:
+        return _die(f"graph file {args.graph} is not valid JSON: {exc}")
+    options: dict[str, Any] = {"target": _target(args.target)}
+    if args.device:
+        options["device"] = args.device
+    if args.devices is not None:
+        options["devices"] = args.devices
+    if args.memory_mb is not None:
+        options["memory_mb"] = args.memory_mb
+    client = _client(args)
+    try:
+        run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
+    except CduiError as err:
+        # A validation refusal lists every error under its line; every other refusal is the one line main() prints.
+        items = err.details if isinstance(err.details, list) else []
+        if err.code == "invalid_graph" and items and all(isinstance(e, dict) for e in items):
+            print(f"cdui: error: {err.message}", file=sys.stderr)
+            for e in items:
+                where = f"node {e['node_id']}: " if e.get("node_id") else ""
+                print(f"  - {where}{e.get('message')}" + (f" ({e['hint']})" if e.get("hint") else ""),
+                      file=sys.stderr)
+            return 1
+        raise
+    if not args.wait:
+        print(json.dumps(run, indent=2) if args.json else run["id"])
+        return 0
+    if not args.json:
+        print(run["id"])
+    final = follow(client, run["id"], quiet=args.json)
+    if args.json:
+        print(json.dumps(final, indent=2))
+    return 0 if final["status"] == "succeeded" else 1
+
+
+def _progress_line(ev: dict[str, Any]) -> str | None:
+    k, d = ev["kind"], ev["data"]
+    node = d.get("node_id")
+    if k == "status":
+        s = d.get("status")
+        return f"status: {s}" + (f" ({d['error']})" if d.get("error") else "")
+    if k == "node_status":
+        if d.get("status") in ("running", "failed", "stopped"):
+            return f"node {node} ({d.get('type')}): {d.get('status')}" + (f": {d['error']}" if d.get("error") else "")
+        return None
+    if k == "progress":
+        parts = [f"{key} {val:.4g}" if isinstance(val, float) else f"{key} {val}"
+                 for key, val in d.items() if key != "node_id"]
+        return f"node {node}: " + ", ".join(parts)
+    if k == "log":
+        if d.get("stream") == "stderr" and d.get("level") != "error":
+            return f"  {d.get('message')}"
+        return f"[{d.get('level', 'info')}] {d.get('message')}"
+    if k == "run_warning":
+        return f"warning ({d.get('kind')}): {d.get('message')}"
+    if k == "artifact":
+        return f"artifact {d.get('kind')}: {d.get('name')}"
+    return None
+
+
+def follow(client: Any, run_id: str, quiet: bool = False) -> dict[str, Any]:
+    """Print a run's events as they come; return the final run object."""
+    from cdui.plane.store import TERMINAL
+    after = 0
+    while True:
+        events = client.call("GET", f"/api/runs/{run_id}/events?after={after}")
+        for ev in events:
+            after = ev["seq"]
+            if quiet:
+                continue
+            line = _progress_line(ev)
+            if line:
+                print(line, flush=True)
+        run = client.call("GET", f"/api/runs/{run_id}")
+        if run["status"] in TERMINAL and run.get("last_seq", 0) <= after:
+            return run
+        time.sleep(0.3)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    body = None
+    if args.body is not None:
+        raw = sys.stdin.read() if args.body == "-" else args.body
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _die(f"JSON_BODY is not valid JSON: {exc} (quote it, e.g. '{{\"ttl_s\": 3600}}')", 2)
+    client = _client(args)
+    status, parsed = client.request(args.method, args.path, body)
+    print(json.dumps(parsed, indent=2) if not isinstance(parsed, str) else parsed)
+    return 0 if status < 300 else 1
+
+
+# -- parser -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="cdui", description="cdui: run CodefyUI node graphs locally and on remote workers")
+    p.add_argument("--version", action="version", version=f"cdui {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    s = sub.add_parser("start", help="start the control plane (background unless --foreground)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--extras", default=None, metavar="LIST",
+                   help="first install these node-family extras: all or a comma list (done by bin/cdui)")
+    s.set_defaults(func=cmd_start)
+
+    s = sub.add_parser("stop", help="stop the control plane (it is killed after about 2 s)")
+    s.set_defaults(func=cmd_stop)
+
+    s = sub.add_parser("status", help="show the control plane's state")
+    s.add_argument("--once", action="store_true", help="print once and exit")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("run", help="queue a graph as a run")
+    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("--target", default=None, help="local (default), any, a worker NAME, or one-shot")
+    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    s.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="a device set: N devices of --device's kind on one worker (default: one)")
+    s.add_argument("--memory-mb", type=int, default=None, metavar="MB",
+                   help="the MiB the run needs on each device, counted where a device shares by memory")
+    s.add_argument("--wait", action="store_true", help="follow the run; exit 0 only if it succeeded")
+    s.add_argument("--json", action="store_true", help="print the run object as JSON")
+    s.add_argument("--control", default=None, help="control plane URL (default: the one `cdui start` recorded)")
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("api", help="call the local server's HTTP API as its owner")
+    s.add_argument("method", metavar="METHOD")
+    s.add_argument("path", metavar="PATH")
+    s.add_argument("body", metavar="JSON_BODY", nargs="?")
+    s.add_argument("--control", default=None)
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
+    s.set_defaults(func=cmd_api)
+
+    for name, what in (("install", "(re)install cdui's environment, e.g. --gpu cu128"),
+                       ("test", "run the test suite (installs the test extras on first use)"),
+                       ("wheelhouse", "fill a folder with wheels for an offline install")):
+        s = sub.add_parser(name, help=f"{what} [bin/cdui]", add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(func=_launcher_only, launcher_command=name)
+
+    cli_workers.add_commands(sub)
+    cli_datasets.add_commands(sub)
+    return p
+
+
+def _launcher_only(args: argparse.Namespace) -> int:
+    launcher = Path(__file__).resolve().parents[2] / "bin" / "cdui"
+    return _die(f"`{args.launcher_command}` is run by the launcher, not by the Python package: "
+                f"use `{launcher} {args.launcher_command}` (or `cdui {args.launcher_command}` when the launcher "
+                f"is on your PATH)", 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cdui.core import argv_token
+    if argv is None:  # `agent start --token T`: T leaves the world-readable command line at once
+        argv_token.hide_token_from_argv()
+    from cdui.core.config import absolute_paths
+    try:
+        # Every process this one starts (daemons, runs) sees the paths the user meant, wherever its cwd is.
+        os.environ.update(absolute_paths(os.environ, Path.cwd()))
+    except FileNotFoundError:  # the launch folder was deleted: relative settings cannot mean anything anyway
+        pass
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    argv_token.restore_token(args)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CduiError as err:
+        return _die(str(err), 2 if err.code in ("bad_setting", "bad_usage") else 1)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `cdui workers token | head -1`: the reader left; that is fine
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Configuration: one table of every ``CODEFYUI_*`` setting, checked once at start.
+
+Each setting has a name, a default (the spec's), a type and a line of help.
+:func:`load` reads them all from the environment and refuses a bad value with
+a message naming the variable, the value and what is expected. The test suite
+checks that every setting here is documented in docs/configuration.md.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdui.core.errors import CduiError
+from cdui.core.layout import Layout, install_root_from_env, parse_read_roots
+
+GiB = 1024 ** 3
+MB = 1000 ** 2
+
+
+def _int(v: str) -> int:
+    return int(v.strip())
+
+
+def _float(v: str) -> float:
+    return float(v.strip())
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(v)
+
+
+def _size(v: str) -> int:
+    s = v.strip().upper().replace(" ", "")
+    for suffix, mult in (("GIB", GiB), ("MIB", 1024 ** 2), ("KIB", 1024), ("GB", 10 ** 9), ("MB", MB),
+                         ("KB", 1000), ("G", GiB), ("M", 1024 ** 2), ("K", 1024), ("B", 1)):
+        if s.endswith(suffix):
+            return int(float(s[: -len(suffix)]) * mult)
+    return int(s)
+
+
+def _str(v: str) -> str:
+    return v
+
+
+def _ssh_strict(v: str) -> str:
+    if v.strip() not in ("accept-new", "yes"):
+        raise ValueError(v)
+    return v.strip()
+
+
+def _networks(v: str) -> list[Any]:
+    import ipaddress
+    return [ipaddress.ip_network(x.strip(), strict=False) for x in v.split(",") if x.strip()]
+
+
+def _public_url(v: str) -> str:
+    from cdui.core.trust import public_url
+    return public_url(v)
+
+
+def _list(v: str) -> list[str]:
+    return [x.strip() for x in v.split(",") if x.strip()]
+
+
+def _read_roots(v: str) -> tuple[Path, ...]:
+    return parse_read_roots(v)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+    expected: str = ""
+    # A file or folder: a relative value means the folder the user ran cdui in (see absolute_paths).
+    path: bool = False
+    # False: the spec names it but nothing in this version reads it; setting it logs a warning at start.
+    available: bool = True
+
+
+SETTINGS: list[Setting] = [
+    # -- paths
+    Setting("CODEFYUI_INSTALL_ROOT", None, _str, "the installation root: relative node paths resolve against it, data/ sits in it (default: the checkout cdui runs from, else ~/CodefyUI)", "a folder", path=True),
+    Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder", path=True),
+    Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder", path=True),
+    Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder", path=True),
+    Setting("CODEFYUI_IMAGES_DIR", None, _str, "uploaded images", "a folder", path=True),
+    Setting("CODEFYUI_MODELS_DIR", None, _str, "models (uploads and ModelSaver/CheckpointSaver outputs)", "a folder", path=True),
+    Setting("CODEFYUI_MEDIA_DIR", None, _str, "media files", "a folder", path=True),
+    Setting("CODEFYUI_READ_ROOTS", (), _read_roots, "folders absolute node paths may read on this machine, e.g. /datasets,/scratch (none by default)", "comma-separated absolute folders"),
+    Setting("CODEFYUI_MACHINE_ID", None, _str, "overrides this machine's id (an agent on the server's host counts as another machine)", "a string"),
+    # -- server
+    Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),
+    Setting("CODEFYUI_TRUSTED_PROXIES", [], _networks, "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (none: the socket's peer is the client)", "comma-separated IP addresses or networks, e.g. 127.0.0.1,10.1.0.0/24"),
+    Setting("CODEFYUI_BOOTSTRAP", True, _bool, "0 refuses /api/auth/bootstrap to everyone (the page then asks for the session token)", "0 or 1"),
+    Setting("CODEFYUI_MAX_UPLOAD_SIZE", 500 * MB, _size, "largest single uploaded file, in bytes (500 MB)", "bytes, or a size like 500MB"),
+    Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
+    Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
+    Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
+    Setting("CODEFYUI_RUN_WARM_SPARE", True, _bool, "1 keeps one spare run process with torch imported, so the next run starts warm; 0 starts every run cold", "0 or 1"),
+    Setting("CODEFYUI_STOP_GRACE_S", 10.0, _float, "seconds a stopped run has to end before it is killed", "seconds"),
+    Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
+    Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
+    # -- workers (control plane)
+    Setting("CODEFYUI_WORKER_RESUME_GRACE_S", 300.0, _float, "seconds a disconnected worker's runs wait for it (0 ends them at once)", "seconds"),
+    Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
+    Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds"),
+    Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds"),
+    Setting("CODEFYUI_PUBLIC_URL", None, _public_url, "the address workers use to reach this control plane (the TLS proxy's https:// URL); generated agent commands name it", "a URL like https://codefyui.example.com"),
+    Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file", path=True),
+    Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
+    Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),
+    Setting("CODEFYUI_TRANSFER_MAX_INPUT_BYTES", 2 * GiB, _size, "largest total input of one transfer run, in bytes (2 GiB)", "bytes"),
+    Setting("CODEFYUI_ENROLL_RATE_PER_MIN", 20, _int, "failed enrollment attempts allowed per token and source address per minute (ten times that per address)", "an integer"),
+    # -- S3 / MinIO bucket backend (cdui/wire/s3.py)
+    Setting("CODEFYUI_S3_ENABLED", False, _bool, "move files of unmounted workers through an S3/MinIO bucket", "0 or 1"),
+    Setting("CODEFYUI_S3_ENDPOINT_URL", None, _str, "the bucket's API address (empty for AWS)", "a URL"),
+    Setting("CODEFYUI_S3_REGION", "us-east-1", _str, "the bucket's region", "a region"),
+    Setting("CODEFYUI_S3_BUCKET", None, _str, "the bucket; the backend is off without it", "a bucket name"),
+    Setting("CODEFYUI_S3_PREFIX", "", _str, "prepended to every key", "a key prefix"),
+    Setting("CODEFYUI_S3_ADDRESSING_STYLE", "auto", _str, "auto, path or virtual", "auto|path|virtual"),
+    Setting("CODEFYUI_S3_ACCESS_KEY_ID", None, _str, "the control plane's key (memory only)", "a key id"),
+    Setting("CODEFYUI_S3_SECRET_ACCESS_KEY", None, _str, "the control plane's secret (memory only)", "a secret"),
+    Setting("CODEFYUI_S3_CREDENTIALS", "auto", _str, "what a worker receives: sts, static or auto", "sts|static|auto"),
+    Setting("CODEFYUI_S3_STS_ROLE_ARN", None, _str, "role to assume on AWS", "an ARN"),
+    Setting("CODEFYUI_S3_STS_DURATION_S", 3600, _int, "lifetime of temporary credentials (900-43200)", "seconds"),
+    Setting("CODEFYUI_S3_DOWNLOAD", "proxy", _str, "proxy or presign", "proxy|presign"),
+    Setting("CODEFYUI_S3_PRESIGN_TTL_S", 900, _int, "validity of presigned URLs", "seconds"),
+    # -- SSH workers
+    Setting("CODEFYUI_SSH_REMOTE_PORT_RANGE", "18000-18100", _str, "range of SSH slot numbers", "LOW-HIGH"),
+    Setting("CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING", "accept-new", _ssh_strict, "accept-new or yes", "accept-new|yes"),
+    # -- agent
+    Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
+    Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
+    Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token"),
+    Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
+    Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
+    # -- install
+    Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder", path=True),
+    Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),
+    Setting("CODEFYUI_RELEASE_TAG", None, _str, "version to install (install.sh)", "a version"),
+    # -- network nodes (Webhook, LLMChat), read by the run process of the machine that runs them
+    Setting("CODEFYUI_NODE_NET_ALLOW_LOCAL", ["11434"], _list, "ports on this machine's loopback and link-local addresses (127/8, ::1, 169.254/16, fe80::/10, 0.0.0.0) that Webhook and LLMChat may call; '*' allows every port, empty refuses all (default: Ollama's 11434)", "comma-separated ports, or *"),
+    Setting("CODEFYUI_LLM_KEY_HOSTS", [], _list, "hosts besides api.openai.com and api.anthropic.com (https) to which LLMChat may send this machine's OPENAI_API_KEY/ANTHROPIC_API_KEY", "comma-separated host names"),
+    # -- run limits
+    Setting("CODEFYUI_RUN_EVENT_MAX_BYTES", 4 * 1024 ** 2, _size, "largest run event kept whole (its data as JSON); a larger one is cut with a marker, a graph output becomes the error output_too_large (4 MiB; 0: no bound)", "bytes, or a size like 4MiB"),
+    Setting("CODEFYUI_RUN_UPLOAD_QUOTA", 20 * GiB, _size, "most bytes a worker may upload to the control plane for one run, all files together (20 GiB; 0: no quota)", "bytes, or a size like 20GiB"),
+]
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class Config:
+    """The parsed settings, plus the derived paths."""
+
+    def __init__(self, values: dict[str, Any], layout: Layout, user_data: Path) -> None:
+        self.values = values
+        self.layout = layout
+        self.user_data = user_data
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        v = self.values.get(name)
+        return default if v is None else v
+
+    @property
+    def db_path(self) -> Path:
+        return self.user_data / "cdui.sqlite3"
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.layout.install_root / "plugins"
+
+    @property
+    def custom_nodes_dir(self) -> Path:
+        return self.layout.folder("custom_nodes")
+
+
+def unavailable_settings(env: Mapping[str, str] | None = None) -> list[str]:
+    """Names of the settings set in ``env`` that this version does not implement."""
+    env = os.environ if env is None else env
+    return [s.name for s in SETTINGS if not s.available and env.get(s.name, "").strip()]
+
+
+def warn_unavailable(log: logging.Logger, env: Mapping[str, str] | None = None) -> list[str]:
+    """Log one warning per unavailable setting that is set; a user who set one must learn it does nothing."""
+    from cdui import __version__
+    names = unavailable_settings(env)
+    for name in names:
+        log.warning("`%s` is set but not available in this version of cdui (%s); it has no effect "
+                    "(unset it; see docs/configuration.md)", name, __version__)
+    return names
+
+
+def absolute_paths(env: Mapping[str, str], cwd: Path) -> dict[str, str]:
+    """A copy of ``env`` with every relative path setting made absolute against ``cwd``.
+
+    Background processes are started from the installation root, not from the
+    user's folder; without this, ``CODEFYUI_USER_DATA_DIR=ud cdui start`` would
+    put the daemon's state under the installation while the CLI waits for it
+    in ``./ud``. Apply it to the environment of every re-spawned cdui process.
+    """
+    out = dict(env)
+    for s in SETTINGS:
+        raw = out.get(s.name)
+        if s.path and raw:
+            p = Path(raw).expanduser()
+            if not p.is_absolute():
+                out[s.name] = str(cwd / p)
+    return out
+
+
+def user_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    v = env.get("CODEFYUI_USER_DATA_DIR")
+    return Path(v).expanduser().absolute() if v else install_root_from_env(env) / ".codefyui_dev"
+
+
+def load(env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw = env.get(s.name)
+        if raw is None or (raw == "" and s.default is not None and s.parse is not _str):
+            values[s.name] = s.default
+            continue
+        try:
+            values[s.name] = s.parse(raw)
+        except (ValueError, TypeError):
+            raise CduiError("bad_setting", f"{s.name}={raw!r} is not valid: expected {s.expected or s.parse.__name__}",
+                            hint=f"fix or unset {s.name} ({s.help})") from None
+    return Config(values, Layout.from_env(env), user_data_dir(env))
+
+
+def machine_id(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if env.get("CODEFYUI_MACHINE_ID"):
+        return env["CODEFYUI_MACHINE_ID"]
+    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            v = Path(p).read_text().strip()
+            if v:
+                return v
+        except OSError:
+            continue
+    return socket.gethostname()

@@ -1,0 +1,3 @@
+"""HTTP routes of the control plane: handlers translate HTTP into calls on the run service and worker
+manager, nothing more.
+"""

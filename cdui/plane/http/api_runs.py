@@ -1,0 +1,387 @@
+"""HTTP routes for runs, their events, artifacts, and the node catalog."""
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import os
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from cdui.core.errors import CduiError, NotFound
+from cdui.plane.appkeys import RUNS
+from cdui.plane.files.artifact_files import KEPT_BACKENDS, MAX_HASH_BYTES, ArtifactRefused, confine
+from cdui.plane.http.httpjson import read_json
+from cdui.plane.runs import iso
+from cdui.plane.store import TERMINAL
+
+
+def _runs(request: web.Request):
+    return request.app[RUNS]
+
+
+async def _read_graph_body(request: web.Request) -> Any:
+    limit = _runs(request).config["CODEFYUI_MAX_GRAPH_BYTES"]
+    return await read_json(request, limit, "CODEFYUI_MAX_GRAPH_BYTES")
+
+
+def _event_out(ev: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": ev["seq"], "kind": ev["kind"], "data": ev["data"], "at": iso(ev["at"])}
+
+
+async def submit(request: web.Request) -> web.Response:
+    body = await _read_graph_body(request)
+    if not isinstance(body, dict) or "graph" not in body:
+        raise CduiError("bad_request", "the body must be an object with a 'graph' (and optional 'options')",
+                        hint='POST {"graph": {...}, "options": {"target": "local"}}')
+    run = await _runs(request).submit(body["graph"], body.get("options"))
+    return web.json_response(run, status=201)
+
+
+# sqlite's integers are 64-bit: a larger ?limit= or ?after= would fail inside the query.
+MAX_INT64 = 2 ** 63 - 1
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    # Not below 0: sqlite reads LIMIT -1 as "no limit".
+    limit = _int_query(request, "limit", 200, 0, MAX_INT64, "e.g. ?limit=200 for the newest 200 runs")
+    return web.json_response(await _runs(request).list(request.query.get("status"), limit))
+
+
+async def count_runs(request: web.Request) -> web.Response:
+    counts = await _runs(request).store.count_runs()
+    return web.json_response({"counts": counts, "total": sum(counts.values())})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    return web.json_response(await _runs(request).get(request.match_info["run_id"]))
+
+
+# Events per answer of the events route (its default and its maximum) and per
+# page of a WebSocket's backlog: one page is read and encoded at a time, so a
+# run of millions of events costs bounded memory per request.
+EVENTS_PAGE = 10000
+
+
+def _int_query(request: web.Request, name: str, default: int, low: int, high: int | None, hint: str) -> int:
+    raw = request.query.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"an integer from {low} to {high}" if high is not None else f"an integer of at least {low}"
+        raise CduiError("bad_query", f"{name}={raw!r} is not {bounds}", hint=hint)
+    return value
+
+
+def _after(request: web.Request) -> int:
+    return _int_query(request, "after", 0, 0, MAX_INT64, "give the last seq you have, e.g. ?after=42")
+
+
+async def events(request: web.Request) -> web.Response:
+    """One page of a run's events; a full page says where the next one starts.
+
+    The body stays a JSON array (the contract); the cursor travels in headers:
+    ``X-CodefyUI-Next-After: SEQ`` and ``Link: <...?after=SEQ&limit=N>; rel="next"``,
+    present only when more events follow right now."""
+    run_id = request.match_info["run_id"]
+    await _runs(request).get(run_id)
+    after = _after(request)
+    limit = _int_query(request, "limit", EVENTS_PAGE, 1, EVENTS_PAGE,
+                       f"ask for at most {EVENTS_PAGE} events per call and follow X-CodefyUI-Next-After")
+    evs = await _runs(request).store.events(run_id, after, limit + 1)
+    headers = {}
+    if len(evs) > limit:
+        evs = evs[:limit]
+        nxt = evs[-1]["seq"]
+        headers["X-CodefyUI-Next-After"] = str(nxt)
+        headers["Link"] = f'<{request.path}?after={nxt}&limit={limit}>; rel="next"'
+    return web.json_response([_event_out(e) for e in evs], headers=headers)
+
+
+async def stream(request: web.Request) -> web.WebSocketResponse:
+    """Live events: everything after ``?after=SEQ``, then new events as they come.
+
+    Invariant: every event is sent exactly once, in ``seq`` order. The
+    subscription starts before the backlog is read, so nothing stored
+    meanwhile is missed; the backlog is read from the store a page at a time
+    until caught up; a live event at or below what was sent is a duplicate and
+    dropped, and one that skips ahead (two batches broadcast out of order)
+    sends the missing events from the store first. Whatever is broadcast has
+    been committed, with every lower ``seq`` before it."""
+    service = _runs(request)
+    run_id = request.match_info["run_id"]
+    await service.get(run_id)
+    after = _after(request)
+    ws = web.WebSocketResponse(heartbeat=20)
+    await ws.prepare(request)
+    q = service.subscribe(run_id)
+    last = after
+
+    async def catch_up(upto: int | None = None) -> None:
+        nonlocal last
+        while upto is None or last < upto:
+            page = await service.store.events(run_id, last, EVENTS_PAGE)
+            for ev in page:
+                if upto is not None and ev["seq"] > upto:
+                    return
+                await ws.send_json(_event_out(ev))
+                last = ev["seq"]
+            if len(page) < EVENTS_PAGE:
+                return
+
+    try:
+        await catch_up()
+        run = await service.store.get_run(run_id)
+        done = run is None or run.status in TERMINAL and run.last_seq <= last
+
+        async def reader() -> None:
+            async for msg in ws:
+                if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                    return
+        rtask = asyncio.create_task(reader())
+        while not done and not ws.closed:
+            get = asyncio.create_task(q.get())
+            finished, _ = await asyncio.wait({get, rtask}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+            if rtask in finished:
+                get.cancel()
+                break
+            if get not in finished:
+                get.cancel()
+                run = await service.store.get_run(run_id)
+                if run is not None and run.last_seq > last:
+                    await catch_up()  # stored but not broadcast to us (e.g. dropped while we were behind)
+                if run is None or (run.status in TERMINAL and run.last_seq <= last):
+                    break
+                continue
+            ev = get.result()
+            if q.overflowed:
+                # This watcher fell too far behind and events were dropped for it: every
+                # broadcast event is committed, so read the rest from the store instead.
+                q.overflowed = False
+                while not q.empty():
+                    q.get_nowait()
+                await catch_up()
+                run = await service.store.get_run(run_id)
+                done = run is None or run.status in TERMINAL and run.last_seq <= last
+                continue
+            if ev["seq"] <= last:
+                continue
+            if ev["seq"] > last + 1:
+                await catch_up(ev["seq"])
+            else:
+                await ws.send_json(_event_out(ev))
+                last = ev["seq"]
+            if ev["kind"] == "status" and ev["data"].get("status") in TERMINAL:
+                # Give the status row time to land before we say goodbye.
+                run = await service.store.get_run(run_id)
+                done = run is None or run.status in TERMINAL
+        rtask.cancel()
+    finally:
+        service.unsubscribe(run_id, q)
+        await ws.close()
+    return ws
+
+
+async def stop(request: web.Request) -> web.Response:
+    return web.json_response(await _runs(request).stop(request.match_info["run_id"]))
+
+
+async def delete(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    warning = await _runs(request).delete(run_id)
+    return web.json_response({"deleted": run_id, **({"warning": warning} if warning else {})})
+
+
+def _artifact_out(a: dict[str, Any]) -> dict[str, Any]:
+    return {"id": a["id"], "kind": a["kind"], "name": a["name"], "backend": a["backend"], "path": a["path"],
+            "relative_path": a["relative_path"], "label": a.get("label"), "size": a["size"], "sha256": a["sha256"],
+            "created_at": iso(a["created_at"])}
+
+
+async def artifacts(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    await _runs(request).get(run_id)
+    return web.json_response([_artifact_out(a) for a in await _runs(request).store.artifacts(run_id)])
+
+
+async def download_artifact(request: web.Request) -> web.StreamResponse:
+    run_id = request.match_info["run_id"]
+    raw = request.match_info["artifact_id"]
+    try:
+        aid = int(raw)
+    except ValueError:
+        raise CduiError("bad_request", f"artifact id {raw!r} is not a number") from None
+    a = await _runs(request).store.artifact(run_id, aid)
+    if a is None:
+        raise NotFound("artifact", raw, hint=f"list them with GET /api/runs/{run_id}/artifacts")
+    if a["backend"] == "left_on_worker":
+        # The path is the worker's own: shown for the user, never opened here.
+        raise CduiError("not_here", f"artifact {aid} stayed on the worker, at {a['path']} there; "
+                                    f"this server does not have it",
+                        hint="copy it from the worker machine", status=404)
+    if a["backend"] == "s3":
+        from cdui.plane.files.s3_plane import backend_of
+        bucket = backend_of(request.app)
+        if bucket is None:
+            raise CduiError("not_here", f"artifact {aid} is in {a['path']}, and the S3 backend is off here",
+                            hint="set CODEFYUI_S3_ENABLED=1 with the bucket's settings, or use `mc`/`aws s3`",
+                            status=404)
+        return await bucket.download(request, a)
+    service = _runs(request)
+    sha = a["sha256"]
+    if isinstance(sha, str) and a["backend"] in KEPT_BACKENDS:
+        # A recorded artifact is immutable: its own bytes, wherever the named path has moved on.
+        fd = await asyncio.to_thread(service.kept.open_verified, sha)
+        if fd is None:
+            fd = await _from_named_file(service, a)
+        return await _send_fd(request, fd, Path(a["path"] or a["name"]).name)
+    path = _served_path(service, a)
+    if path.is_dir():
+        return await _zip_dir(request, path, a["name"])
+    if not path.is_file() or path.is_symlink():
+        raise CduiError("gone", f"artifact file {a['path']} no longer exists", status=410)
+    if isinstance(a["size"], int) and path.stat().st_size != a["size"]:
+        # Too big to hash when it was recorded, so not kept: its size at least tells a replaced file.
+        raise await _replaced(service, a, "now holds a file of another size")
+    return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{path.name}"'})
+
+
+def _served_path(service: Any, a: dict[str, Any]) -> Path:
+    """The row's path on this server, refused unless it is inside this server's data folders."""
+    if not a["path"]:
+        raise CduiError("not_here", f"artifact {a['id']} is not stored on this server ({a['backend']})",
+                        hint="it lives on the worker or mount that produced it", status=404)
+    try:
+        # Whatever a row says, only files inside this server's data folders are served.
+        return confine(a["path"], service.artifact_roots(), [service.config.user_data])
+    except ArtifactRefused as exc:
+        raise CduiError("not_here", f"artifact {a['id']} is not served: {exc.reason}",
+                        hint="only files inside this server's data folders are downloadable", status=404) from None
+
+
+async def _from_named_file(service: Any, a: dict[str, Any]) -> int:
+    """No kept bytes (a row recorded before they were kept, or a kept file changed in place): the file
+    at the row's path if it still holds the row's bytes (kept from now on), else a plain refusal."""
+    path = _served_path(service, a)
+    try:
+        facts = await asyncio.to_thread(service.kept.keep, path, MAX_HASH_BYTES, a["sha256"])
+    except ArtifactRefused as exc:
+        raise await _replaced(service, a, f"cannot be used ({exc.reason})") from None
+    if facts is not None and facts.sha256 == a["sha256"]:
+        fd = await asyncio.to_thread(service.kept.open_verified, a["sha256"])
+        if fd is None:  # the store could not take it (a full disk): the named file itself, checked again
+            fd = await asyncio.to_thread(service.kept.open_matching, path, a["sha256"])
+        if fd is not None:
+            return int(fd)
+    raise await _replaced(service, a, "no longer exists" if facts is None else "now holds other bytes")
+
+
+async def _replaced(service: Any, a: dict[str, Any], what: str) -> CduiError:
+    """The 410 that says which run replaced the file, when one recorded it."""
+    by = await service.store.artifact_replaced_by(a["path"], a["sha256"] or "", a["id"])
+    who = f" (run {by['run_id']} wrote its {by['kind']} {by['name']!r} there)" if by is not None else ""
+    shown = f"sha256 {a['sha256']}" if a["sha256"] else f"{a['size']} bytes"
+    return CduiError("replaced", f"artifact {a['id']} ({a['name']}) of run {a['run_id']} cannot be served: the "
+                                 f"file at {a['path']} {what}{who}, and the recorded bytes ({shown}) were not kept",
+                     hint="this server keeps a recorded file's bytes (data/artifacts/) until its run is deleted; "
+                          "this one was recorded before that, or is too big to hash", status=410)
+
+
+async def _send_fd(request: web.Request, fd: int, name: str) -> web.StreamResponse:
+    """Stream an open file (a verified kept artifact) and close it: the bytes sent are the ones checked."""
+    fh = os.fdopen(fd, "rb")
+    try:
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        resp = web.StreamResponse(headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                           "Content-Type": ctype})
+        resp.content_length = os.fstat(fh.fileno()).st_size
+        await resp.prepare(request)
+        while chunk := await asyncio.to_thread(fh.read, 1 << 20):
+            await resp.write(chunk)
+    finally:
+        fh.close()
+    await resp.write_eof()
+    return resp
+
+
+async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamResponse:
+    import tempfile
+    import zipfile
+
+    def build() -> str:
+        fd, tmp = tempfile.mkstemp(suffix=".zip")
+        with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
+            # Links are never followed out of the folder (nor into other folders);
+            # FIFOs and devices are not files.
+            for root, _dirs, names in os.walk(folder, followlinks=False):
+                for n in sorted(names):
+                    p = Path(root) / n
+                    if p.is_file() and not p.is_symlink():
+                        z.write(p, p.relative_to(folder))
+        return tmp
+    tmp = await asyncio.to_thread(build)
+    resp = web.StreamResponse(headers={"Content-Type": "application/zip",
+                                       "Content-Disposition": f'attachment; filename="{name}.zip"'})
+    await resp.prepare(request)
+    try:
+        with open(tmp, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                await resp.write(chunk)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    await resp.write_eof()
+    return resp
+
+
+async def nodes(request: web.Request) -> web.Response:
+    reg = _runs(request).registry
+    return web.json_response({"nodes": reg.catalog(), "load_errors": reg.load_errors})
+
+
+# Refusals that stay HTTP errors on both routes (documented so in docs/api.md): the graph is too big
+# to look at, or the control plane cannot answer now. Every other refusal of submit is an answer
+# about this graph on this target, so validate reports it as ``valid: false``.
+VALIDATE_RAISES = frozenset({"graph_too_large"})
+
+
+async def validate(request: web.Request) -> web.Response:
+    body = await _read_graph_body(request)
+    with_options = isinstance(body, dict) and "graph" in body
+    graph = body.get("graph") if with_options else body
+    options = body.get("options") if with_options else None
+    try:
+        # The very checks submit makes (same target, device, machine), so the two answers agree.
+        admitted = await _runs(request).admit(graph, options)
+    except CduiError as exc:
+        if exc.code in VALIDATE_RAISES or exc.status >= 500:
+            raise
+        if exc.code == "invalid_graph" and isinstance(exc.details, list):
+            errors = exc.details
+        else:
+            one: dict[str, Any] = {"node_id": None, "code": exc.code, "message": exc.message}
+            if exc.hint:
+                one["hint"] = exc.hint
+            if exc.details is not None:
+                one["details"] = exc.details
+            errors = [one]
+        return web.json_response({"valid": False, "errors": errors, "nodes": []})
+    return web.json_response({"valid": True, "errors": [], "nodes": [p.id for p in admitted.plan.order]})
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/api/runs", submit)
+    r.add_get("/api/runs", list_runs)
+    r.add_get("/api/runs/counts", count_runs)  # before {run_id}, which would match it
+    r.add_get("/api/runs/{run_id}", get_run)
+    r.add_get("/api/runs/{run_id}/events", events)
+    r.add_get("/ws/runs/{run_id}", stream)
+    r.add_post("/api/runs/{run_id}/stop", stop)
+    r.add_delete("/api/runs/{run_id}", delete)
+    r.add_get("/api/runs/{run_id}/artifacts", artifacts)
+    r.add_get("/api/runs/{run_id}/artifacts/{artifact_id}/download", download_artifact)
+    r.add_get("/api/nodes", nodes)
+    r.add_post("/api/graphs/validate", validate)

@@ -1,0 +1,417 @@
+"""One-shot workers on the control plane: who gets them, how long pool runs wait, instances.
+
+A one-shot agent (``cdui agent start --one-shot``) takes exactly one run and
+exits. It is never given a run for ``any``: only runs that name it
+(``{"worker": NAME}``, or ``NAME.<ID>`` for an instance) and runs of the
+one-shot pool (``{"pool": "one-shot"}`` with ``options.device``). Pool runs
+wait per device kind, oldest first, and fail after
+``CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S`` (0: they wait forever); so do
+runs that name an instance, and runs that name a worker whose own last agent
+was one-shot (remembered in its ``workers`` row, so a restarted control plane
+starts their countdown at once).
+
+Instances share one credential: ``<credential>.<ID>`` is the name a run sees,
+the credential's row is never changed by them, and drain and removal of the
+credential apply to every instance. The control plane keeps the last
+:data:`MAX_DEPARTED` departed instances of each credential in memory, for the
+Workers list.
+
+The pure rules come first (flags, names, placement, deadlines); then
+:class:`OneShotBook`, the in-memory state, whose methods the run service and
+the worker manager call from one-line hooks.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from cdui.core.errors import CduiError
+from cdui.plane.sched import queue as q
+from cdui.plane.sched import worker_admission as admission
+from cdui.plane.sched.placement import unreadable
+from cdui.plane.store import ACTIVE, Run
+from cdui.wire import protocol
+
+if TYPE_CHECKING:
+    from cdui.core.clock import Clock
+    from cdui.plane.runs import RunService
+    from cdui.plane.worker_session import RemoteExecutor
+    from cdui.plane.workers import WorkerManager
+
+log = logging.getLogger("cdui.plane.oneshot")
+
+POOL = "one-shot"
+MAX_DEPARTED = 50  # departed instances kept per credential, until the control plane restarts
+# An instance ID becomes part of a worker name and of a folder name on the agent: no dots, no slashes.
+INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+# -- pure rules ------------------------------------------------------------------------
+def flag_problem(hello: protocol.Hello) -> str | None:
+    """Why this hello's one-shot flags cannot be served, or None."""
+    if hello.instance is not None and not hello.one_shot:
+        return "--instance is only for one-shot agents; add --one-shot"
+    if hello.run_id is not None and not hello.one_shot:
+        return "--run-id is only for one-shot agents; add --one-shot"
+    if hello.instance is not None and not INSTANCE_RE.match(hello.instance):
+        return (f"instance ID {hello.instance[:80]!r} is not valid: use 1-64 letters, digits, '_' or '-', "
+                f"starting with a letter or digit")
+    return None
+
+
+def conn_name(credential: str, hello: protocol.Hello) -> str:
+    """The name the agent works under: the credential's, or ``<credential>.<ID>`` for an instance."""
+    return f"{credential}.{hello.instance}" if hello.instance is not None else credential
+
+
+def peek_conn_name(credential: str, first: object) -> str:
+    """:func:`conn_name` from the raw first message, before admission parsed it (the
+    open connection of that name is looked up first); the credential's name if it is no hello."""
+    if not isinstance(first, str):
+        return credential
+    try:
+        hello = protocol.parse_agent_message(first)
+    except protocol.ProtocolError:
+        return credential
+    if isinstance(hello, protocol.Hello) and hello.instance is not None and INSTANCE_RE.match(hello.instance):
+        return conn_name(credential, hello)
+    return credential
+
+
+def is_one_shot(ex: object) -> bool:
+    return bool(getattr(ex, "one_shot", False))
+
+
+def busy_reason(ex: object) -> str | None:
+    """Why a one-shot executor takes no (other) run: it has its one run, or waits for its --run-id."""
+    if not is_one_shot(ex):
+        return None
+    name = getattr(ex, "name", "?")
+    taken, reserved = getattr(ex, "taken", None), getattr(ex, "reserved", None)
+    if taken is not None:
+        return f"one-shot worker {name} has taken its one run ({taken})"
+    if reserved is not None:
+        return f"one-shot worker {name} takes only run {reserved} (--run-id)"
+    return None
+
+
+def not_one_shot(names: list[str], executors: Mapping[str, q.ExecutorView]) -> list[str]:
+    """``any`` never goes to a one-shot worker: it would exit after that run."""
+    return [n for n in names if not is_one_shot(executors[n])]
+
+
+def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used: dict[tuple[str, str], int],
+               caps: q.Caps, needs: str = "none", reads: Sequence[str] = ()) -> q.Placement | str:
+    """A pool run's one-shot worker now, or why it waits. Executors are tried in name order;
+    the dispatch loop reads runs oldest first, so each device kind is served first come, first served."""
+    kind = q.device_kind(wanted)
+    for name in sorted(executors):
+        ex = executors[name]
+        if not is_one_shot(ex) or ex.unavailable_reason():
+            continue
+        if any(used.get((name, d), 0) for d in ex.devices()):
+            continue  # placed in this same pass: it takes one run only
+        if needs == "mount" and not ex.mounted():
+            continue
+        if unreadable(reads, ex.read_roots()):
+            continue
+        dev = q.choose_device(ex, wanted, used, caps)
+        if dev is not None:
+            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
+            return q.Placement(name, dev, backend)
+    what = "a device" if kind == "auto" else kind
+    return (f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
+            + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
+
+
+def queue_deadline(target: Any, created_at: float, timeout: float, one_shot_since: float | None,
+                   names_instance: bool) -> float | None:
+    """When a queued run stops waiting for a one-shot worker (None: no one-shot timeout applies)."""
+    if timeout <= 0:
+        return None
+    if isinstance(target, dict) and target.get("pool") == POOL:
+        return created_at + timeout
+    if isinstance(target, dict) and "worker" in target:
+        if names_instance:
+            return created_at + timeout
+        if one_shot_since is not None:
+            return max(created_at, one_shot_since) + timeout
+    return None
+
+
+def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str]) -> str | None:
+    """Why ``--run-id`` cannot take ``run`` on the agent ``name`` offering ``devices`` and holding
+    ``held`` runs, or None. A one-shot agent that reconnects after taking its run names that run."""
+    if run is None:
+        return "no run with that id exists on this control plane"
+    if run.id in held and run.worker_id == name:
+        return None  # its own run, on a reconnect
+    if run.status == "queued":
+        if isinstance(run.target, dict) and run.target.get("pool") == POOL:
+            wanted = run.options.get("device")
+            if any(q.device_matches(wanted, d) for d in devices):
+                return None
+            return f"it waits in the one-shot pool for {wanted}, which this agent does not offer ({', '.join(devices)})"
+        if run.target == {"worker": name}:
+            return None
+        return f"it waits for {json.dumps(run.target)}, not for the one-shot pool or worker {name}"
+    if run.status in ACTIVE and run.worker_id == name:
+        return None  # this agent's own run, on a reconnect
+    return f"it is {run.status}" + (f" on worker {run.worker_id}" if run.worker_id else "")
+
+
+@dataclass
+class Departed:
+    name: str
+    instance: str
+    run: str | None
+    left_at: float
+
+    def to_api(self, iso: Callable[[float | None], str | None]) -> dict[str, Any]:
+        return {"name": self.name, "instance": self.instance, "run": self.run, "left_at": iso(self.left_at),
+                "note": None if self.run else "it exited without taking a run"}
+
+
+@dataclass
+class OneShotBook:
+    """The control plane's in-memory view of one-shot workers (see the module's docstring)."""
+
+    clock: Clock
+    timeout: float
+    one_shot_since: dict[str, float] = field(default_factory=dict)
+    instance_names: dict[str, bool] = field(default_factory=dict)  # worker name -> names an instance?
+    departed: dict[str, deque[Departed]] = field(default_factory=dict)
+    _timer: asyncio.Task[None] | None = None
+    _timer_at: float | None = None
+
+    # -- the run service's hooks -------------------------------------------------------
+    async def load(self, service: RunService) -> None:
+        """At start: the workers whose own last agent was one-shot; their runs' countdown starts now."""
+        now = self.clock.time()
+        rows = await service.store.read(lambda c: [r[0] for r in c.execute("SELECT name FROM workers "
+                                                                           "WHERE one_shot=1")])
+        for name in rows:
+            self.one_shot_since.setdefault(name, now)
+
+    async def names_instance(self, service: RunService, name: str) -> bool:
+        """Whether ``name`` is ``<credential>.<ID>`` of an enrolled credential (not a credential itself)."""
+        if name not in self.instance_names:
+            base, dot, inst = name.rpartition(".")
+            found = False
+            if dot and INSTANCE_RE.match(inst):
+                found = await service.store.read(lambda c: (
+                    c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone() is None
+                    and c.execute("SELECT 1 FROM workers WHERE name=?", (base,)).fetchone() is not None))
+            self.instance_names[name] = found
+        return self.instance_names[name]
+
+    async def expire(self, service: RunService, run: Run, wake: Callable[[], None]) -> bool:
+        """End a queued run whose one-shot wait is over (True), or arm the timer for it."""
+        target = run.target
+        named = target.get("worker") if isinstance(target, dict) else None
+        inst = await self.names_instance(service, named) if isinstance(named, str) else False
+        since = self.one_shot_since.get(named) if isinstance(named, str) else None
+        deadline = queue_deadline(target, run.created_at, self.timeout, since, inst)
+        if deadline is None:
+            return False
+        now = self.clock.time()
+        if now >= deadline:
+            what = "the one-shot pool" if named is None else f"one-shot worker {named}"
+            await service.finish(run.id, "failed", f"no one-shot worker took the run within {self.timeout:g} s "
+                                                   f"(waiting for {what}; CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S)")
+            return True
+        self._arm(deadline, service, wake)
+        return False
+
+    def _arm(self, deadline: float, service: RunService, wake: Callable[[], None]) -> None:
+        if self._timer is not None and not self._timer.done() and self._timer_at is not None \
+                and self._timer_at <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+
+        async def fire() -> None:
+            await self.clock.sleep(deadline - self.clock.time())
+            self._timer_at = None
+            wake()
+        self._timer = service.spawn(fire())
+
+    async def refuse_record_outputs(self, service: RunService, target: Any, record_outputs: bool) -> None:
+        if not record_outputs:
+            return
+        named = target.get("worker") if isinstance(target, dict) else None
+        pool = isinstance(target, dict) and target.get("pool") == POOL
+        if pool or (isinstance(named, str) and (named in self.one_shot_since
+                                                or await self.names_instance(service, named))):
+            where = "the one-shot pool" if pool else f"one-shot worker {named}"
+            raise CduiError("record_outputs_one_shot",
+                            f"a run with record_outputs on cannot go to {where}: a one-shot agent exits when the "
+                            f"run ends, so its recorded outputs could never be read",
+                            hint="turn record_outputs off, or queue the run on a long-running worker or local")
+
+    # -- the worker manager's hooks ------------------------------------------------------
+    async def admit(self, accept: admission.Accept, manager: WorkerManager) -> admission.Decision:
+        """Admission, one-shot part: flags, the instance's name, one agent per name, ``--run-id``."""
+        hello = accept.hello
+        problem = flag_problem(hello)
+        if problem is not None:
+            return admission.Refuse("bad_flags", problem, accept.name, f"bad flags: {problem}")
+        name = conn_name(accept.name, hello)
+        if not hello.one_shot and accept.name not in self.one_shot_since:
+            return accept
+        held = {r.run_id for r in hello.runs}
+        busy = [r for r in await asyncio.to_thread(manager.store.runs_in_status_sync, ACTIVE)
+                if r.worker_id == name and r.id not in held]
+        if busy and not hello.one_shot:
+            # Its last agent was one-shot and that run is not over: admitted, this agent would hold
+            # none of it and the welcome would end it `interrupted` (a reconnect without the run).
+            msg = (f"worker {name}'s run {busy[0].id} is still in progress with a one-shot agent; an agent "
+                   f"that is not that one cannot use the name until the run has ended")
+            return admission.Refuse("name_in_use", msg, name, msg)
+        if not hello.one_shot:
+            return accept
+        if busy:
+            msg = (f"worker {name}'s run {busy[0].id} is still in progress with another agent; one agent per name "
+                   f"at a time (run several jobs at once with --instance)")
+            return admission.Refuse("name_in_use", msg, name, msg)
+        if hello.run_id is not None:
+            why = run_id_problem(await manager.store.get_run(hello.run_id), name, hello.devices, held)
+            if why is not None:
+                msg = f"--run-id {hello.run_id}: this agent cannot take that run: {why}"
+                return admission.Refuse("bad_run_id", msg, name, msg)
+        return replace(accept, name=name)
+
+    async def connected(self, manager: WorkerManager, executor: RemoteExecutor, credential: str) -> None:
+        """A one-shot agent (or a normal one, which clears the mark) came: mark its executor
+        and remember, on the credential's own row only, what kind its last agent was."""
+        hello = executor.conn.hello
+        executor.credential = credential
+        executor.one_shot = hello.one_shot
+        if not hello.one_shot:
+            if credential in self.one_shot_since:
+                self.one_shot_since.pop(credential, None)
+                await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot=0 WHERE name=?",
+                                                              (credential,)))
+            return
+        # The agent names its run in run_id: the --run-id it waits for (still queued), or, on a
+        # reconnect, the one it took (then it takes no other, whatever that run became).
+        wanted = await manager.store.get_run(hello.run_id) if hello.run_id is not None else None
+        executor.taken = hello.run_id if wanted is not None and wanted.status != "queued" else None
+        executor.reserved = hello.run_id if wanted is not None and wanted.status == "queued" else None
+        if hello.instance is not None:
+            self.instance_names[executor.name] = True
+            return
+        self.one_shot_since.setdefault(credential, self.clock.time())
+        await manager.store.write(lambda c: c.execute(
+            "UPDATE workers SET one_shot=1, one_shot_run=CASE WHEN ? IS NULL THEN one_shot_run ELSE ? END "
+            "WHERE name=?", (executor.taken, executor.taken, credential)))
+        if executor.taken is None:
+            await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=NULL WHERE name=?",
+                                                          (credential,)))
+
+    async def start_wanted(self, manager: WorkerManager, executor: RemoteExecutor) -> None:
+        """``--run-id``: start exactly that run on the agent now, wherever it is in the queue."""
+        run_id = executor.reserved
+        if run_id is None or executor.taken is not None:
+            return
+        run = await manager.store.get_run(run_id, with_graph=True)
+        if run is None or run.status != "queued":
+            return
+        wanted = run.options.get("device")
+        dev = next((d for d in executor.devices() if q.device_matches(wanted, d)), None)
+        if dev is not None:
+            await manager.runs.start_on(run, executor, dev)
+
+    async def took(self, manager: WorkerManager, executor: RemoteExecutor, run_id: str) -> None:
+        """A one-shot worker was given its run: it takes no other one."""
+        if not executor.one_shot:
+            return
+        executor.taken = run_id
+        executor.reserved = None
+        if executor.conn.hello.instance is None:
+            await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=? WHERE name=?",
+                                                          (run_id, executor.credential)))
+
+    def gone(self, executor: RemoteExecutor) -> None:
+        """An instance's agent left: one line in its credential's list of departed instances."""
+        hello = executor.conn.hello
+        if not executor.one_shot or hello.instance is None:
+            return
+        rows = self.departed.setdefault(executor.credential, deque(maxlen=MAX_DEPARTED))
+        rows.append(Departed(executor.name, hello.instance, executor.taken, self.clock.time()))
+
+    def card(self, credential: str, row: Mapping[str, Any], manager: WorkerManager,
+             iso: Callable[[float | None], str | None]) -> dict[str, Any]:
+        """What the Workers list adds to a credential's card: its one-shot mark and its instances."""
+        live = [c for c in manager.conns.values() if not c.ws.closed and c.hello.instance is not None
+                and c.name == f"{credential}.{c.hello.instance}"]
+        running = [c for c in live if manager.runs.runs_on(c.name)]
+        out: dict[str, Any] = {"one_shot": bool(row["one_shot"]), "one_shot_run": row["one_shot_run"]}
+        if row["one_shot"]:
+            out["one_shot_note"] = (f"took run {row['one_shot_run']}" if row["one_shot_run"]
+                                    else "its last agent took no run")
+        out["instances"] = {
+            "connected": len(live), "running": len(running),
+            "live": [{"name": c.name, "instance": c.hello.instance, "devices": list(c.hello.devices),
+                      "runs": [rid for rid, _, _ in manager.runs.runs_on(c.name)], "address": c.address,
+                      "connected_at": iso(c.connected_at)} for c in sorted(live, key=lambda c: c.name)],
+            "departed": [d.to_api(iso) for d in reversed(self.departed.get(credential, ()))],
+        }
+        return out
+
+    async def remove_instance(self, name: str, manager: WorkerManager) -> dict[str, Any] | None:
+        """``DELETE /api/workers/<credential>.<ID>``: a departed instance's row goes; a live one
+        cannot go alone (its agent would reconnect with the credential). None: not an instance."""
+        base, dot, inst = name.rpartition(".")
+        if not dot:
+            return None
+        conn = manager.conns.get(name)
+        live = conn is not None and not conn.ws.closed and conn.hello.instance == inst
+        if live or (self.instance_names.get(name) and manager.runs.runs_on(name)):
+            raise CduiError("instance_connected", f"instance {name} is connected or its run is in progress; it "
+                                                  f"cannot be removed on its own",
+                            hint=f"wait until it has left, or remove the credential {base} (which revokes every "
+                                 f"instance)", status=409)
+        rows = self.departed.get(base)
+        if rows is None or not any(d.name == name for d in rows):
+            return None
+        self.departed[base] = deque((d for d in rows if d.name != name), maxlen=MAX_DEPARTED)
+        return {"removed": name, "instance": True}
+
+    async def revoke_instances(self, credential: str, manager: WorkerManager) -> None:
+        """The credential was removed: every instance is disconnected, its run ends ``interrupted``,
+        and runs waiting for any instance fail."""
+        prefix = f"{credential}."
+        for name, conn in list(manager.conns.items()):
+            if conn.hello.instance is None or name != prefix + conn.hello.instance:
+                continue
+            manager.conns.pop(name, None)
+            manager.runs.detach_executor(name)
+            await conn.send(protocol.Revoked(f"worker {credential} was removed from the control plane; its "
+                                             f"credential (shared by its instances) is revoked"))
+            await conn.ws.close()
+            for run_id, _, _ in manager.runs.runs_on(name):
+                await manager.runs.finish(run_id, "interrupted", f"worker {credential} was removed (instance {name})")
+        for r in await asyncio.to_thread(manager.store.runs_in_status_sync, {"queued"} | ACTIVE):
+            named = r.target.get("worker") if isinstance(r.target, dict) else None
+            if r.status == "queued" and isinstance(named, str) and named.startswith(prefix):
+                await manager.runs.finish(r.id, "failed", f"worker {credential} was removed before the run started")
+            elif r.status in ACTIVE and r.worker_id and r.worker_id.startswith(prefix):
+                await manager.runs.finish(r.id, "interrupted", f"worker {credential} was removed")
+        self.departed.pop(credential, None)
+        self.one_shot_since.pop(credential, None)
+        self.instance_names = {k: v for k, v in self.instance_names.items() if not k.startswith(prefix)}
+
+    def set_drain(self, credential: str, drain: bool, manager: WorkerManager) -> None:
+        """Drain is the credential's: it applies to every instance."""
+        for ex in list(manager.runs.executors.values()):
+            if getattr(ex, "credential", None) == credential and getattr(ex, "one_shot", False):
+                ex.drained = drain  # type: ignore[attr-defined]
+

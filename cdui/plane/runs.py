@@ -1,0 +1,930 @@
+"""The run service: submit, queue, dispatch, record, stop, delete.
+
+This is the core of the control plane; HTTP handlers only translate requests
+into calls here. It owns:
+
+- the in-memory secrets of queued and running runs (never stored);
+- the dispatch loop, which places queued runs on executors (this server's
+  own devices, or connected workers) using :mod:`cdui.plane.sched.queue`;
+- :meth:`RunService.record_events`, the single path by which events of any run
+  (local or remote) are stored, applied to the run's status and broadcast to
+  live subscribers.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from cdui.core import event_size
+from cdui.core.clock import Clock, SystemClock
+from cdui.core.config import Config
+from cdui.core.diskfull import DiskFull
+from cdui.core.errors import CduiError, NotFound
+from cdui.core.paths import safe_join, sha256_file
+from cdui.graph.presets import preset_library
+from cdui.graph.secrets import MIN_SECRET_LEN, describe_path, short_secrets, split_secrets
+from cdui.graph.secrets import Path_ as SecretPath
+from cdui.graph.uses import presets_used
+from cdui.graph.validate import Plan, validate_graph
+from cdui.nodes.registry import Registry
+from cdui.plane import stopping
+from cdui.plane.dispatch import RunQueue, needs_of, reads_of
+from cdui.plane.files.artifact_files import (
+    KEPT_BACKENDS,
+    KEPT_FOLDER,
+    MAX_HASH_BYTES,
+    SHA256_HEX,
+    ArtifactRefused,
+    FileFacts,
+    KeepGate,
+    KeptFiles,
+    confine,
+)
+from cdui.plane.oneshot import OneShotBook
+from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
+from cdui.plane.sched.queue import (
+    DEVICE_NAME,
+    ExecutorView,
+    Placement,
+    candidates,
+    device_kind,
+    normalize_target,
+    parse_caps,
+    place,
+)
+from cdui.plane.store import ACTIVE, TERMINAL, Run, Store
+from cdui.plane.subscription import Subscription
+from cdui.run import outputs, runner
+from cdui.run.catalog import with_run_report
+from cdui.run.devices import detect_devices
+from cdui.run.spare import SparePool
+from cdui.wire import devicesets
+from cdui.wire.job import Job, JobFiles
+
+log = logging.getLogger(__name__)
+CP = "cp"  # the source name of events born on the control plane
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A submission every check accepted (:meth:`RunService.admit`): what a run is stored from."""
+    target: Any  # as normalize_target gives it
+    device: str
+    device_set: dict[str, Any]
+    record_outputs: bool
+    plan: Plan
+    files: FilePlan
+    stored_graph: Any  # installed presets it uses embedded, secrets blanked
+    secrets: list[tuple[SecretPath, Any]]
+
+
+class RunListener(Protocol):
+    """What the run service tells an executor's owner (the worker manager) and asks of it."""
+
+    async def on_terminal(self, run_id: str, status: str) -> None:
+        """A run ended (its final status is stored)."""
+
+    async def before_dispatch(self) -> None:
+        """At start, after local recovery and before the first dispatch (adoption)."""
+
+    async def on_shutdown(self) -> None:
+        """Graceful stop: stop the listener's runs and wait for their ending."""
+
+    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+        """Raise :class:`CduiError` at submit if the target can never run the graph."""
+
+    async def on_disk_recovered(self) -> None:
+        """The store's disk has room again."""
+
+
+class FileStore(Protocol):
+    """A bucket that replaces the transfer backend (cdui/plane/files/s3_plane.py): it may change a run's job
+    just before it is sent, makes the rows of its artifacts, and removes a run's objects."""
+
+    async def prepare(self, run: Run, job: Job, executor: Executor) -> Job: ...
+
+    async def artifact_row(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any] | str | None: ...
+
+    async def cleanup(self, run: Run, by_retention: bool) -> str | None: ...
+
+
+class Executor(ExecutorView, Protocol):
+    """What placement reads of an executor (name, devices, unavailable_reason, mounted), and the
+    starting and stopping of runs."""
+
+    async def start(self, run: Run, job: Job) -> None: ...
+
+    def stop(self, run_id: str, grace: float) -> bool: ...
+
+
+class LocalExecutor:
+    """Runs on this server's own devices, one subprocess per run."""
+
+    name = "local"
+
+    def __init__(self, service: RunService, devices: list[str]) -> None:
+        self.service = service
+        self._devices = devices
+        self.handles: dict[str, runner.RunHandle] = {}
+
+    def devices(self) -> list[str]:
+        return list(self._devices)
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def mounted(self) -> bool:
+        return True  # this server's own data folder
+
+    def read_roots(self) -> list[str]:
+        return [str(r) for r in self.service.layout.read_roots]
+
+    async def start(self, run: Run, job: Job) -> None:
+        run_id = run.id
+
+        async def sink(events: list[dict[str, Any]]) -> None:
+            if run_id in self.service.abandoned:
+                return  # it already ended failed: what it says while stopping is not stored
+            try:
+                await self.service.record_events(run_id, "local", events)
+            except DiskFull as err:
+                await self.service.fail_for_full_disk(run_id, err)
+
+        log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
+        job = outputs.for_this_machine(job, self.service.config.user_data, self.service.config)
+        handle = await runner.launch(job, sink, log_path, spares=self.service.spares)
+        self.handles[run_id] = handle
+
+        async def forget() -> None:
+            await handle.wait()
+            self.handles.pop(run_id, None)
+            self.service.abandoned.discard(run_id)
+        self.service.spawn(forget())
+
+    def stop(self, run_id: str, grace: float) -> bool:
+        h = self.handles.get(run_id)
+        if h is None:
+            return False
+        h.stop(grace)
+        return True
+
+
+STOPPED_KILLED = ("the server was killed while it was stopping (`cdui stop` kills it about 2 s after asking), "
+                  "before the run's ending was stored")
+
+
+class RunService:
+    def __init__(self, config: Config, store: Store, registry: Registry, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.stop_grace = float(config["CODEFYUI_STOP_GRACE_S"])
+        self.store = store
+        self.registry = registry
+        self.layout = config.layout
+        self.caps = parse_caps(config["CODEFYUI_RUN_QUEUE_MAX_CONCURRENT"])
+        self.executors: dict[str, Executor] = {}
+        self.secrets: dict[str, list[Any]] = {}
+        self.active: dict[str, tuple[str, str]] = {}  # run id -> (executor, device)
+        self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self._closed: asyncio.Task[None] | None = None
+        self.listeners: list[RunListener] = []
+        self._sha_cache: dict[tuple[str, int, int], str] = {}
+        self.stop_pending: set[str] = set()
+        self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
+        self.storage: FileStore | None = None  # the S3 backend, when enabled
+        self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
+        self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
+        self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
+        self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/run/spare.py)
+        # The previous server was killed in the middle of its stop (plane/stopping.py): its runs end, none is adopted.
+        self.killed_while_stopping = False
+        # Every recorded artifact's bytes, by sha256 (cdui/plane/files/artifact_files.py). Keeping a file and adding
+        # its row is one step that a delete's release never comes between (KeepGate).
+        self.kept = KeptFiles(self.layout.data_dir / KEPT_FOLDER)
+        self._keep_gate = KeepGate()
+
+    def add_listener(self, listener: RunListener) -> None:
+        self.listeners.append(listener)
+
+    # -- background tasks --------------------------------------------------
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
+        devices = await asyncio.to_thread(detect_devices)
+        self.executors["local"] = LocalExecutor(self, devices)
+        await self.devicebook.load(self.store)
+        self.killed_while_stopping = stopping.take(self.config.user_data)
+        await asyncio.to_thread(self.kept.sweep_temporary)
+        await self._recover()
+        await self.oneshot.load(self)
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
+            self.queue.add(r)
+        for listener in self.listeners:
+            await listener.before_dispatch()
+        self.spawn(self._dispatch_loop())
+
+    async def _recover(self) -> None:
+        """After a restart: local runs that were executing end ``interrupted``;
+        queued runs stay queued (NOTES.md); worker runs are left to adoption."""
+        rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        why = (STOPPED_KILLED if self.killed_while_stopping
+               else "the server restarted while the run was executing on it")
+        for r in rows:
+            if r.worker_id in (None, "local"):
+                await self._finish(r.id, "interrupted", why)
+
+    async def close(self) -> None:
+        """Graceful shutdown: stop every active run, give them the shutdown grace.
+
+        Its body runs once: a second call (the cleanup after a stop by signal)
+        waits for the first one's end."""
+        if self._closed is None:
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
+        self._closing = True
+        stopping.begin(self.config.user_data)
+        grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
+        waits: list[Awaitable[object]] = [listener.on_shutdown() for listener in self.listeners]
+        local = self.executors.get("local")
+        if isinstance(local, LocalExecutor):
+            for h in list(local.handles.values()):
+                h.stop(grace)
+                waits.append(h.wait())
+        all_stopped = True
+        if waits:
+            stopped = asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True))
+            timer = asyncio.ensure_future(self.clock.sleep(grace + 15))
+            either: list[asyncio.Future[Any]] = [stopped, timer]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            timer.cancel()
+            if not stopped.done():
+                all_stopped = False
+                stopped.cancel()
+                log.error("runs did not stop within the shutdown grace")
+        if all_stopped:
+            stopping.end(self.config.user_data)  # else the next start ends what is still active
+        await self.spares.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _disk_state(self, state: dict[str, Any] | None) -> None:
+        """The store's disk became full (state) or has room again (None)."""
+        if state is None and not self._closing:
+            self.wake()
+            for listener in self.listeners:
+                self.spawn(listener.on_disk_recovered())
+
+    async def fail_for_full_disk(self, run_id: str, err: DiskFull) -> None:
+        """A local run whose events cannot be stored ends ``failed`` now, saying why, and is stopped."""
+        if run_id in self.abandoned:
+            return
+        self.abandoned.add(run_id)
+        local = self.executors.get("local")
+        if local is not None:
+            local.stop(run_id, self.stop_grace)
+        log.error("run %s: its events could not be stored (%s); ending it failed", run_id, err.message)
+        try:
+            await self._finish(run_id, "failed", f"{err.message}: the run's events could not be stored, so it was "
+                                                 f"stopped; {err.hint}")
+        except DiskFull:
+            log.error("run %s: even its final status could not be stored; it ends interrupted at the next start",
+                      run_id)
+
+    # -- submit ------------------------------------------------------------
+    def preset_library(self) -> dict[str, dict[str, Any]]:
+        """The installed presets: CodefyUI's built-in ones shipped with cdui,
+        then the data folder's ``presets/*.json`` (a file there replaces a
+        built-in of the same name)."""
+        return preset_library(self.layout.folder("presets"))
+
+    async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
+        if self.store.full:
+            err = self.store.disk_full_error()
+            raise CduiError("disk_full", f"run refused: {err.message}", hint=err.hint, status=507)
+        a = await self.admit(graph, options)
+        now = self.clock.time()
+        run_id = uuid.uuid4().hex[:12]
+        opts = {"target": a.target, "device": a.device, "record_outputs": a.record_outputs,
+                "files": a.files.to_json(), "has_secrets": bool(a.secrets),
+                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"], **a.device_set}
+        run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
+                  status="queued", target=a.target, options=opts, graph=a.stored_graph,
+                  created_at=now, queue_reason="waiting for the scheduler")
+        await self.store.create_run(run)
+        if a.secrets:
+            self.secrets[run_id] = a.secrets
+        self.queue.add(run.without_graph())
+        await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
+        self.wake()
+        return await self.get(run_id)
+
+    async def admit(self, graph: Any, options: Any) -> Admitted:
+        """Every check a submit makes of a graph and its options (target, device, the graph on that
+        target's machine, the files it moves, its secrets), storing nothing: ``POST /api/runs`` and
+        ``POST /api/graphs/validate`` both call this, so they give the same answer. Raises
+        :class:`CduiError` (``invalid_graph`` with every graph error in ``details``)."""
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise CduiError("bad_options", f"options must be an object, got {type(options).__name__}")
+        target = normalize_target(options.get("target", "local"))
+        device = options.get("device") or "auto"
+        # Only names a device can have: "cuda:-1" or "cpu:x" would wait in the queue for ever.
+        if not isinstance(device, str) or not DEVICE_NAME.match(device):
+            raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
+        if not isinstance(options.get("record_outputs", False), bool):
+            raise CduiError("bad_options", f"record_outputs={options['record_outputs']!r} is not true or false",
+                            hint='give "record_outputs": true to keep the run\'s outputs, or leave it out')
+        device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
+        await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
+        library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
+        # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
+        # a worker's run subprocess checks the same on its own machine before any node runs.
+        here = self.layout if target == "local" else None
+        plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
+                                               self.config["CODEFYUI_GRAPH_MAX_NODES"], here)
+        if errors:
+            raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was stored",
+                            hint="fix every error listed in details and submit again", details=errors)
+        assert plan is not None
+        files = await asyncio.to_thread(self.file_plan, graph, library)
+        await self.check_target(target, graph, files)
+        await self.oneshot.refuse_record_outputs(self, target, bool(options.get("record_outputs", False)))
+        # Embed the installed presets the run uses, so it runs the same anywhere;
+        # then split secrets out of the whole of it, embedded presets included.
+        # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
+        # the embedded copy it replaces is dropped.
+        used = presets_used(graph, library, self.registry.preset_params)
+        extra = [p for name, p in library.items() if name in used]
+        replaced = {str(p.get("preset_name") or p.get("name")) for p in extra}
+        own = [p for p in graph.get("presets") or []
+               if not (isinstance(p, dict) and str(p.get("preset_name") or p.get("name")) in replaced)]
+        full_graph = {**graph, "presets": own + extra} if extra else graph
+        stored_graph, secrets = split_secrets(full_graph, self.registry, library)
+        short = short_secrets(secrets)
+        if short:
+            where = ", ".join(describe_path(full_graph, p) for p in short[:5])
+            raise CduiError("secret_too_short", f"{len(short)} secret param value(s) are shorter than "
+                            f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
+                            "nothing was stored",
+                            hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
+        return Admitted(target, device, device_set, bool(options.get("record_outputs", False)), plan, files,
+                        stored_graph, secrets)
+
+    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+        """Refuse at submit what can never run (unknown worker, no way to move its files, an absolute
+        path this server may not read)."""
+        if target == "local" and files.reads:
+            roots = [str(r) for r in self.layout.read_roots]
+            missing = unreadable(files.reads, roots)
+            if missing:
+                raise CduiError("path_not_readable", read_roots_message("local", missing, roots),
+                                hint="add its folder to CODEFYUI_READ_ROOTS where the control plane starts "
+                                     "(see docs/configuration.md), or target a worker that lists it")
+        for listener in self.listeners:
+            await listener.check_target(target, graph, files)
+
+    def file_plan(self, graph: Any, library: dict[str, dict[str, Any]]) -> FilePlan:
+        usage = analyze(graph, self.registry, library, self.config["CODEFYUI_GRAPH_MAX_NODES"])
+
+        def lookup(folder: str, name: str) -> tuple[str, int] | None:
+            try:
+                path = self.layout.resolve_upload(folder, name)
+            except CduiError:
+                return None
+            if not path.is_file():
+                return None
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            if key not in self._sha_cache:
+                self._sha_cache[key] = sha256_file(path)[1]
+            return self._sha_cache[key], st.st_size
+        # A bucket backend replaces the transfer backend, so the transfer setting alone does not decide.
+        return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"] or self.storage is not None,
+                                self.config["CODEFYUI_TRANSFER_MAX_INPUT_BYTES"])
+
+    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        # The control plane is the recorder of its own events; their src_seq
+        # continues from what is stored (looked up lazily in record_cp).
+        return {"kind": kind, "data": data, "at": self.clock.time()}
+
+    async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
+
+    # -- events --------------------------------------------------------------
+    async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+        """Store, apply and broadcast events of one source. Returns the acked src_seq."""
+        # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut where born.
+        limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
+        events = [{**ev, "data": event_size.bound_event(str(ev.get("kind")), ev.get("data"), limit)}
+                  for ev in events]
+        # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
+        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP))
+        for ev in stored:
+            await self._apply(run_id, src, ev)
+            for q in list(self.subscribers.get(run_id, ())):
+                q.put_nowait(ev)
+        return acked
+
+    async def _apply(self, run_id: str, src: str, ev: dict[str, Any]) -> None:
+        kind, data = ev["kind"], ev["data"]
+        if kind == "artifact":
+            await self._record_artifact(run_id, src, data)
+        elif kind == "execution_facts" and src != CP:  # the run process's own fingerprint replaces the worker's
+            run = await self.store.get_run(run_id)
+            if run is not None:
+                await self.store.update_run(run_id, execution_facts=with_run_report(run.execution_facts, data, src))
+        elif kind == "status" and src != CP:
+            status = data.get("status")
+            if status == "running":
+                await self.store.update_run(run_id, status="running", queue_reason=None)
+            elif status in TERMINAL:
+                await self._finish(run_id, status, data.get("error"), record=False)
+
+    async def _record_artifact(self, run_id: str, src: str, data: dict[str, Any]) -> None:
+        """Turn an ``artifact`` event into an artifact row, or into an ``artifact_refused`` warning.
+
+        A worker (``worker:<name>``) may be hostile: its events never name a path
+        here directly. Its rows come from the upload route (``transfer``), from a
+        ``mount`` path resolved under this server's data folder, or are display
+        only (``left_on_worker``: the path is the worker's, never opened here).
+        """
+        backend = data.get("backend")
+        if src == CP or backend == "transfer":
+            return  # transfer rows are made by the upload route when the file arrives
+        kind = str(data.get("kind") or "output")[:64]
+        if src != "local":
+            if backend == "mount":
+                await self._record_mount_artifact(run_id, kind, data)
+            elif backend == "s3" and self.storage is not None:
+                row = await self.storage.artifact_row(run_id, kind, data)
+                if isinstance(row, str):
+                    await self._refuse_artifact(run_id, data.get("key"), row)
+                elif row is not None:
+                    await self.store.add_artifact(row)
+            elif backend == "left_on_worker":
+                # Shown so the user knows where the file stayed; the download route refuses it.
+                await self.store.add_artifact({
+                    "run_id": run_id, "kind": kind, "name": _text(data.get("name")) or "?",
+                    "backend": "left_on_worker", "path": _text(data.get("path")),
+                    "relative_path": _text(data.get("relative_path")), "label": None,
+                    "size": _size(data.get("size")), "sha256": None})
+            else:
+                await self._refuse_artifact(run_id, data.get("path"), f"a worker's artifact needs backend mount, "
+                                                                      f"transfer or left_on_worker, not {backend!r}")
+            return
+        await self._record_local_artifact(run_id, data)
+
+    def artifact_roots(self) -> list[Path]:
+        """The folders whose files may become (and be served as) artifacts: the data folders, and the
+        run folders of mount runs where the data folders were moved onto a share (Layout.mount_roots)."""
+        return [self.layout.data_dir, *self.layout.folders.values(),
+                *(root / "runs" for root in self.layout.mount_roots()[1:])]
+
+    async def keep_artifact(self, paths: list[Path], row: Callable[[FileFacts | None], dict[str, Any] | None],
+                            expect: str | None = None, worker: bool = False) -> None:
+        """Keep the bytes of the first of ``paths`` that exists (all confined already; ``expect``: only
+        if they have this sha256, which a worker's row needs) and add the row ``row`` builds from what
+        was found, if any."""
+        async with self._keep_gate.keeping():
+            facts = None
+            for path in paths:
+                facts = await asyncio.to_thread(self.kept.keep, path, MAX_HASH_BYTES, expect, worker)
+                if facts is not None:
+                    break
+            made = row(facts)
+            if made is not None:
+                await self.store.add_artifact(made)
+
+    async def keep_received(self, path: Path, sha: str, row: dict[str, Any] | None) -> int | None:
+        """Keep a file this server received and hashed (a worker's upload), and add its row if given."""
+        async with self._keep_gate.keeping():
+            await asyncio.to_thread(self.kept.keep_received, path, sha)
+            return None if row is None else await self.store.add_artifact(row)
+
+    async def _release_kept(self, shas: set[str]) -> None:
+        """Forget the kept bytes of ``shas`` that no remaining row names."""
+        if not shas:
+            return
+        async with self._keep_gate.releasing():
+            still = await self.store.shas_in_use(shas, KEPT_BACKENDS)
+            await asyncio.to_thread(self.kept.release, shas - still)
+
+    async def _refuse_artifact(self, run_id: str, path: Any, reason: str) -> None:
+        shown = _text(path) or ""
+        log.warning("run %s: artifact %r refused: %s", run_id, shown, reason)
+        await self.record_cp(run_id, "run_warning", {"kind": "artifact_refused", "path": shown,
+                                                     "message": f"artifact {shown!r} was not recorded: {reason}"})
+
+    def _mount_paths(self, run_id: str, rel: str) -> list[Path]:
+        """Where this server may see a mount run's file ``rel`` (relative to the worker's mount), confined.
+        The run's own folder ``runs/<run id>/`` (checkpoints, TensorBoard logs) may be on a share
+        beside the data folders rather than in this server's own data folder (Layout.mount_roots)."""
+        try:
+            parts = rel.replace("\\", "/").split("/")
+            if len(parts) > 2 and parts[0] == "runs" and parts[1] == run_id:
+                rest = "/".join(parts[2:])
+                found = [safe_join(d, rest) for d in self.layout.mount_run_dirs(run_id)]
+            else:
+                found = [self.layout.resolve("data/" + rel)]
+        except CduiError as exc:
+            raise ArtifactRefused(rel, exc.message) from None
+        return [confine(p, self.artifact_roots(), [self.config.user_data]) for p in found]
+
+    async def _record_mount_artifact(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        rel = data.get("relative_path")
+        raw_sha = data.get("sha256")
+        sha = raw_sha if isinstance(raw_sha, str) and SHA256_HEX.fullmatch(raw_sha) else None
+
+        def row(facts: FileFacts | None) -> dict[str, Any]:
+            # The control plane's path only where it sees the same file (a mounted worker's shared folder):
+            # else null. Its bytes are then kept here, as a local run's are.
+            path = None
+            if facts is not None and (facts.is_dir or not sha or facts.sha256 == sha):
+                path = str(facts.path)
+            return {"run_id": run_id, "kind": kind, "name": _text(data.get("name")) or Path(str(rel)).name,
+                    "backend": "mount", "path": path, "relative_path": rel, "label": _text(data.get("label")),
+                    "size": _size(data.get("size")), "sha256": sha}
+        try:
+            if not isinstance(rel, str) or not rel:
+                raise ArtifactRefused(_text(rel) or "", "a mount artifact needs a relative_path")
+            await self.keep_artifact(self._mount_paths(run_id, rel), row, expect=sha, worker=True)
+        except ArtifactRefused as exc:
+            await self._refuse_artifact(run_id, rel, exc.reason)
+
+    async def _record_local_artifact(self, run_id: str, data: dict[str, Any]) -> None:
+        raw = data.get("path")
+
+        def row(facts: FileFacts | None) -> dict[str, Any] | None:
+            if facts is None:
+                return None
+            try:
+                rel = str(path.relative_to(self.layout.data_dir.resolve()))
+            except ValueError:
+                rel = None
+            return {"run_id": run_id, "kind": data.get("kind", "output"), "name": _text(data.get("name")) or path.name,
+                    "backend": "local", "path": str(raw), "relative_path": rel, "size": facts.size,
+                    "sha256": facts.sha256}
+        try:
+            path = confine(str(raw or ""), self.artifact_roots(), [self.config.user_data])
+            await self.keep_artifact([path], row)
+        except ArtifactRefused as exc:
+            await self._refuse_artifact(run_id, raw, exc.reason)
+
+    async def _finish(self, run_id: str, status: str, error: str | None, record: bool = True) -> None:
+        """End a run, once: the first ending stored wins (a later one, e.g. the status a
+        run reports while being stopped after it already ended failed, changes nothing).
+        ``record``: also store the final status event (from the control plane)."""
+        now = self.clock.time()
+        event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
+        ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
+        for ev in stored:
+            for q in list(self.subscribers.get(run_id, ())):
+                q.put_nowait(ev)
+        self.active.pop(run_id, None)
+        self.secrets.pop(run_id, None)
+        self.stop_pending.discard(run_id)
+        self.queue.remove(run_id)
+        if not ended:
+            return
+        for listener in self.listeners:
+            try:
+                await listener.on_terminal(run_id, status)
+            except Exception:
+                log.exception("terminal hook failed for run %s", run_id)
+        self.wake()
+        if not self._closing and not self.store.full:
+            self.spawn(self._apply_retention())
+
+    # -- the port for executors' owners (the worker manager) ---------------------
+    async def finish(self, run_id: str, status: str, error: str | None) -> None:
+        """End a run now (the first ending stored wins) and free its slot."""
+        await self._finish(run_id, status, error)
+
+    def adopt(self, run_id: str, executor: str, device: str, options: dict[str, Any] | None = None) -> None:
+        """Count ``run_id`` as running on ``executor``/``device`` (it holds that slot, or that set;
+        ``options``: the run's, for the memory it needs on a shared device)."""
+        self.active[run_id] = (executor, device)
+        self.devicebook.hold(run_id, options or {})
+
+    def release(self, run_id: str) -> None:
+        """Free a run's slot without ending it."""
+        self.active.pop(run_id, None)
+        self.wake()
+
+    def attach_executor(self, executor: Executor) -> None:
+        """An executor came (a worker connected): the queue may place runs on it."""
+        self.executors[executor.name] = executor
+        self.wake()
+
+    def detach_executor(self, name: str, executor: Executor | None = None) -> None:
+        """The executor ``name`` is gone; with ``executor``, only if it is still that one
+        (a reconnect may have attached a newer one under the same name)."""
+        if executor is None or self.executors.get(name) is executor:
+            self.executors.pop(name, None)
+
+    def executor(self, name: str) -> Executor | None:
+        return self.executors.get(name)
+
+    def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]:
+        """(run id, executor, device) of every run holding a slot, on ``executor`` or on any."""
+        return [(rid, ex, dev) for rid, (ex, dev) in list(self.active.items())
+                if executor is None or ex == executor]
+
+    async def start_on(self, run: Run, executor: Executor, device: str) -> None:
+        """Start the queued ``run`` on ``executor`` now, out of queue order (a one-shot agent's --run-id)."""
+        fp = FilePlan.from_json(run.options.get("files"))
+        backend = None if not fp.uses_files else ("mount" if executor.mounted() else "transfer")
+        await self._start(run, Placement(executor.name, device, backend))
+
+    async def requeue(self, run_id: str, reason: str) -> None:
+        """Put a run whose assignment never reached its executor back in the queue.
+
+        It keeps its ``created_at`` (its place in the queue) and its secrets,
+        which stay in memory until the run really ends. A run whose Stop was
+        asked for meanwhile ends ``cancelled`` instead: it never started."""
+        self.active.pop(run_id, None)
+        run = await self.store.get_run(run_id)
+        if run is None or run.status in TERMINAL:
+            return
+        if run.stop_requested:
+            await self._finish(run_id, "cancelled", f"stopped before it started ({reason})")
+            return
+        if await self.store.requeue(run_id, "waiting for the scheduler"):
+            back = await self.store.get_run(run_id)
+            if back is not None and back.status == "queued":
+                self.queue.add(back)
+            log.warning("run %s: %s", run_id, reason)
+            await self.record_cp(run_id, "run_warning", {"kind": "requeued", "message": reason})
+        self.wake()
+
+    # -- dispatch -------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self._closing:
+                return
+            if self.store.full:
+                continue  # starting a run needs writes; the store wakes us when there is room again
+            try:
+                await self.dispatch_once()
+            except Exception:  # one bad run must not stop the queue; it is logged and retried
+                log.exception("dispatch failed")
+
+    async def dispatch_once(self) -> None:
+        """One pass over the queue's lanes (see cdui/plane/dispatch.py): oldest head first, each lane
+        placed until its head must wait. Its cost grows with the lanes and the runs placed,
+        not with the backlog."""
+        used = devicesets.slots_used(self.active.values())  # a set holds a slot of each member
+        used_mb = self.devicebook.used_mb(self.active)
+        blocked: set[tuple[str, str]] = set()
+        free = self.queue.free_order([n for n, ex in self.executors.items() if self._has_free_slot(ex, used)])
+        heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
+        heapq.heapify(heads)
+        while heads:
+            _, key = heapq.heappop(heads)
+            lane = self.queue.lanes.get(key)
+            run = lane.head() if lane is not None else None
+            if lane is None or run is None:
+                continue
+            if run.stop_requested or await self.oneshot.expire(self, run, self.wake):
+                # Stopping, or its one-shot wait is over (expire ended it): the lane's next run is looked at.
+                self.queue.remove(run.id)
+                if lane.runs:
+                    heapq.heappush(heads, (lane.head_order(), key))
+                continue
+            decision = self.place(run, used, blocked, free, used_mb)
+            if isinstance(decision, Placement):
+                devicesets.take(used, decision.executor, decision.device)
+                self.devicebook.took(used_mb, decision.executor, decision.device, devicesets.memory_need(run.options))
+                self.queue.remove(run.id)
+                self.queue.used(decision.executor)
+                if decision.executor in free:
+                    free.remove(decision.executor)
+                    placed_on = self.executors.get(decision.executor)
+                    if placed_on is not None and self._has_free_slot(placed_on, used):
+                        free.append(decision.executor)  # least recently used is now the last
+                # The slot is held from now on, and the start (its claim, a writer round trip) runs on
+                # its own: the pass does not wait for one run's write before placing the next.
+                self.active[run.id] = (decision.executor, decision.device)
+                self.spawn(self._start(run, decision))
+                if lane.runs:
+                    heapq.heappush(heads, (lane.head_order(), key))
+            else:
+                if isinstance(run.target, str) and run.target == "any" and len(free) < len(self.executors):
+                    # The refusal came from the free executors only: say why over all of them.
+                    decision = str(self.place(run, used, blocked, None, used_mb))
+                kind = device_kind(run.options.get("device"))
+                for name in candidates(run.target, self.executors):
+                    blocked.add((name, kind))
+                lane.reason = decision
+
+    def place(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
+              order: list[str] | None, used_mb: dict[tuple[str, str], int] | None = None) -> Placement | str:
+        """Where ``run`` goes now, or why it waits: the one decision of a dispatch pass
+        (``order``: the executors ``any`` tries, least recently used first; None: all)."""
+        ask = self.devicebook.ask(run.options, self.executors,
+                                  self.devicebook.used_mb(self.active) if used_mb is None else used_mb)
+        return place(run.target, run.options.get("device"), self.executors, used, self.caps, len(self.active),
+                     blocked, needs_of(run), order, ask, reads_of(run))
+
+    def _has_free_slot(self, ex: Executor, used: dict[tuple[str, str], int]) -> bool:
+        if ex.unavailable_reason():
+            return False
+        # A device shared by memory is tried whatever its slot count: its admission is by memory.
+        return any(used.get((ex.name, d), 0) < self.caps.slots(ex.name, d)
+                   or devicesets.shares(self.devicebook.setting(ex.name), d) for d in ex.devices())
+
+    async def _start(self, run: Run, where: Placement) -> None:
+        run_id = run.id
+        if run.options.get("has_secrets") and run_id not in self.secrets:
+            # Secret values live in memory only (NOTES.md); a restart while queued loses them.
+            await self._finish(run_id, "failed", "the run's secret values were kept in memory only and were lost "
+                                                 "when the server restarted before it started; submit it again")
+            return
+        # Claim it atomically: a Stop that landed since the queue was read wins. The graph is read here, once.
+        graph = await self.store.claim_queued_graph(run_id, worker_id=where.executor, slot_device=where.device,
+                                                    started_at=self.clock.time())
+        if graph is None:
+            if self.active.get(run_id) == (where.executor, where.device):
+                self.active.pop(run_id, None)  # the slot the pass held for it
+                self.wake()
+            return
+        run = replace(run, graph=graph)
+        self.active[run_id] = (where.executor, where.device)
+        self.devicebook.hold(run_id, run.options)
+        job = self.build_job(run, where)
+        try:
+            if self.storage is not None:  # before it is sent: a run without bucket credentials fails here
+                job = await self.storage.prepare(run, job, self.executors[where.executor])
+            await self.executors[where.executor].start(run, job)
+            if run_id in self.stop_pending:  # Stop pressed while it was being handed over
+                self.executors[where.executor].stop(run_id, self.stop_grace)
+        except Exception as exc:
+            log.exception("could not start run %s on %s", run_id, where.executor)
+            await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
+
+    def build_job(self, run: Run, where: Placement) -> Job:
+        """The run's one job, built here once; executors and agents derive theirs from it."""
+        files = JobFiles(where.backend, tuple(FilePlan.from_json(run.options.get("files")).inputs),
+                         self.config["CODEFYUI_MOUNT_LABEL"])
+        if run.graph is None:
+            raise ValueError(f"run {run.id} was read without its graph; a job needs it")
+        return Job(run_id=run.id, graph=run.graph, options=dict(run.options), slot_device=where.device,
+                   layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
+                   plugins_dir=str(self.config.plugins_dir), files=files,
+                   secrets=tuple((tuple(p), v) for p, v in self.secrets.get(run.id, [])))
+
+    # -- stop / delete --------------------------------------------------------
+    async def stop(self, run_id: str) -> dict[str, Any]:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        if run.status in TERMINAL:
+            return await self.get(run_id)
+        await self.store.update_run(run_id, stop_requested=1)
+        if run.status == "queued" and await self.store.cancel_queued(run_id):
+            self.queue.remove(run_id)
+            await self._finish(run_id, "cancelled", "stopped before it started")
+        else:
+            self.stop_pending.add(run_id)  # for an executor still setting the run up
+            ex_name = (self.active.get(run_id) or (run.worker_id, None))[0]
+            ex = self.executors.get(ex_name or "")
+            if ex is not None:
+                ex.stop(run_id, self.stop_grace)
+            await self.record_cp(run_id, "log", {"message": "stop requested", "level": "info"})
+        return await self.get(run_id)
+
+    async def delete(self, run_id: str, by_retention: bool = False) -> str | None:
+        """Remove a finished run, its folder and its bucket objects; a warning if the bucket was unreachable."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        if run.status not in TERMINAL:
+            raise CduiError("run_active", f"run {run_id} is {run.status}; it cannot be deleted yet",
+                            hint=f"stop it first: POST /api/runs/{run_id}/stop", status=409)
+        kept = {a["sha256"] for a in await self.store.artifacts(run_id)
+                if a["backend"] in KEPT_BACKENDS and isinstance(a["sha256"], str)}
+        await asyncio.to_thread(self._remove_run_folder, run_id, run.status == "interrupted")
+        await asyncio.to_thread(outputs.forget_run, outputs.store_dir(self.config.user_data), run_id)
+        warning = await self.storage.cleanup(run, by_retention) if self.storage is not None else None
+        await self.store.delete_run(run_id)
+        await self._release_kept(kept)  # bytes another run also recorded stay kept for it
+        return warning
+
+    def _remove_run_folder(self, run_id: str, keep_checkpoints: bool) -> None:
+        # Its own folder, and a mount run's on the share beside moved data folders (Layout.mount_roots).
+        for folder in self.layout.mount_run_dirs(run_id):
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            if not keep_checkpoints:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            for child in folder.iterdir():
+                # The resume point: local runs write checkpoints/, transfer uploads land in checkpoint/.
+                if child.name in ("checkpoints", "checkpoint"):
+                    continue
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
+    async def _apply_retention(self) -> None:
+        keep = self.config["CODEFYUI_RUN_RETENTION_KEEP_LAST"]
+        if not keep or keep <= 0:
+            return
+        runs = await self.store.list_runs(limit=100000)
+        finished = [r for r in runs if r.status in TERMINAL]
+        for r in finished[keep:]:
+            try:
+                await self.delete(r.id, by_retention=True)
+            except CduiError:
+                pass
+
+    # -- reading -------------------------------------------------------------
+    def to_api(self, run: Run) -> dict[str, Any]:
+        out = {
+            "id": run.id, "name": run.name, "status": run.status, "target": run.target,
+            "device": run.slot_device, "options": run.options,
+            "worker_id": run.worker_id, "worker_status": None,
+            "queue_reason": (self.queue.reason(run.id) or run.queue_reason) if run.status == "queued" else None,
+            "error": run.error, "late_result": run.late_result,
+            "execution_facts": run.execution_facts or {},
+            "stop_requested": bool(run.stop_requested),
+            "last_seq": run.last_seq,
+            "created_at": iso(run.created_at), "started_at": iso(run.started_at),
+            "finished_at": iso(run.finished_at),
+        }
+        if run.disconnected_at and run.status == "disconnected":
+            since = self.clock.time() - run.disconnected_at
+            out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
+                                    "disconnected_s": round(since, 1),
+                                    "text": f"worker disconnected {since:.0f} s ago"}
+        return out
+
+    async def get(self, run_id: str) -> dict[str, Any]:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound("run", run_id, hint="list runs with GET /api/runs")
+        return self.to_api(run)
+
+    async def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        return [self.to_api(r) for r in await self.store.list_runs(status, limit)]
+
+    def subscribe(self, run_id: str) -> Subscription:
+        q = Subscription()  # bounded: a slow watcher reads what it missed from the store
+        self.subscribers.setdefault(run_id, set()).add(q)
+        return q
+
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[dict[str, Any]]) -> None:
+        s = self.subscribers.get(run_id)
+        if s:
+            s.discard(q)
+            if not s:
+                self.subscribers.pop(run_id, None)
+
+
+def _text(v: Any, limit: int = 4096) -> str | None:
+    """A display string from an event field (bounded; None stays None)."""
+    if v is None:
+        return None
+    return str(v)[:limit]
+
+
+def _size(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

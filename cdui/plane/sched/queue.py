@@ -1,0 +1,236 @@
+"""Queue policy: targets, device slots, concurrency caps, queue reasons.
+
+Pure functions only; :mod:`cdui.plane.runs` calls them from its dispatch loop.
+
+- A *target* is ``"local"``, ``"any"``, ``{"worker": NAME}`` or
+  ``{"pool": "one-shot"}`` (``options.device`` gives the device kind).
+- Every device of an executor has slots (1 by default).
+  ``CODEFYUI_RUN_QUEUE_MAX_CONCURRENT`` is a comma-separated list of
+  ``N`` (at most N runs at once in total), ``DEVICE=N`` (slots per device on
+  every executor: ``cpu=2``, ``cuda:0=2``, ``cuda=2`` for every CUDA device) and
+  ``NAME/DEVICE=N`` (slots of one worker's device; ``local/cpu=2`` for this
+  server).
+- First come, first served per device kind: once a run for a device kind
+  waits on an executor, later runs of that kind do not overtake it there.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cdui.core.errors import CduiError
+from cdui.plane import oneshot
+from cdui.plane.sched.placement import unreadable
+from cdui.run.catalog import any_skips
+from cdui.wire import devicesets
+
+POOL = "one-shot"
+
+
+@dataclass
+class Caps:
+    total: int | None = None
+    per_device: dict[str, int] = field(default_factory=dict)
+    per_executor: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def slots(self, executor: str, device: str) -> int:
+        kind = device.split(":")[0]
+        # An instance NAME.ID has its own NAME.ID/DEVICE entry, else its credential's NAME/DEVICE one.
+        for name in (executor, executor.rpartition(".")[0]):
+            if (name, device) in self.per_executor:
+                return self.per_executor[(name, device)]
+            if (name, kind) in self.per_executor:
+                return self.per_executor[(name, kind)]
+        if device in self.per_device:
+            return self.per_device[device]
+        if kind in self.per_device:
+            return self.per_device[kind]
+        return 1
+
+
+def parse_caps(spec: str) -> Caps:
+    caps = Caps()
+    for item in [x.strip() for x in (spec or "").split(",") if x.strip()]:
+        try:
+            if "=" not in item:
+                caps.total = int(item)
+                if caps.total < 1:
+                    raise ValueError
+                continue
+            key, _, n = item.partition("=")
+            value = int(n)
+            if value < 0:
+                raise ValueError
+            if "/" in key:
+                name, _, dev = key.partition("/")
+                caps.per_executor[(name.strip(), dev.strip())] = value
+            else:
+                caps.per_device[key.strip()] = value
+        except ValueError:
+            raise CduiError("bad_setting", f"CODEFYUI_RUN_QUEUE_MAX_CONCURRENT entry {item!r} is not valid",
+                            hint="use N, DEVICE=N or NAME/DEVICE=N, e.g. 2,cpu=1,w1/cuda:0=2") from None
+    return caps
+
+
+def normalize_target(raw: Any) -> Any:
+    """The stored form of a target; raises CduiError with the accepted forms."""
+    if raw is None or raw == "local":
+        return "local"
+    if raw == "any":
+        return "any"
+    if raw in ("one-shot", POOL):
+        return {"pool": POOL}
+    if isinstance(raw, str) and raw:
+        return {"worker": raw}
+    if isinstance(raw, dict):
+        if isinstance(raw.get("worker"), str) and raw["worker"]:
+            return {"worker": raw["worker"]}
+        if raw.get("pool") == POOL:
+            return {"pool": POOL}
+    raise CduiError("bad_target", f"target {raw!r} is not valid",
+                    hint='use "local", "any", {"worker": NAME} or {"pool": "one-shot"}')
+
+
+# A device a run may ask for: a kind, or one CUDA card by its index (cuda:0 ... cuda:999).
+DEVICE_NAME = re.compile(r"^(auto|cpu|mps|cuda|cuda:(0|[1-9][0-9]{0,2}))$")
+
+
+def device_kind(device: str | None) -> str:
+    if not device or device == "auto":
+        return "auto"
+    return device.split(":")[0]
+
+
+def device_matches(wanted: str | None, device: str) -> bool:
+    if not wanted or wanted == "auto":
+        return True
+    if ":" in wanted:
+        return wanted == device
+    return device.split(":")[0] == wanted
+
+
+class ExecutorView(Protocol):
+    name: str
+
+    def devices(self) -> list[str]: ...
+
+    def unavailable_reason(self) -> str | None: ...
+
+    def mounted(self) -> bool: ...
+
+    def read_roots(self) -> list[str]: ...
+
+
+@dataclass
+class Placement:
+    executor: str
+    device: str
+    backend: str | None = None  # "mount" | "transfer" | None (the run uses no files)
+
+
+def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, str], int],
+                  caps: Caps) -> str | None:
+    devs = [d for d in ex.devices() if device_matches(wanted, d)]
+    if wanted in (None, "", "auto"):
+        devs.sort(key=lambda d: (d == "cpu", d))  # GPUs first when the run does not care
+    for d in devs:
+        if used.get((ex.name, d), 0) < caps.slots(ex.name, d):
+            return d
+    return None
+
+
+def candidates(target: Any, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
+    """The executors a target may use, in the order they are tried. ``order``: the
+    executors to try for ``any`` (the caller's least recently used first; by
+    default every executor by name); workers come before this server."""
+    if target == "local":
+        return ["local"] if "local" in executors else []
+    if target == "any":
+        names = sorted(executors) if order is None else [n for n in order if n in executors]
+        # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
+        skipped = any_skips(executors)
+        remote = oneshot.not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
+        return remote + (["local"] if "local" in names else [])
+    if isinstance(target, dict) and "worker" in target:
+        return [target["worker"]] if target["worker"] in executors else []
+    return []
+
+
+def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
+          used: dict[tuple[str, str], int], caps: Caps, running_total: int,
+          blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
+          ask: devicesets.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
+    """Where a queued run goes now, or the reason it waits.
+
+    ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
+    first, then unmounted ones through the transfer backend) or "mount" (only
+    workers with the ``data`` mount). ``order``: which executors ``any`` tries,
+    in that order (see :func:`candidates`). ``ask``: a device set or shared devices
+    (see :mod:`cdui.wire.devicesets`); None: one slot. ``reads``: the absolute paths the run reads;
+    only an executor whose read roots cover them all may take it. With several candidates the reason
+    is a short summary by cause, so it stays small however many workers there are."""
+    kind = device_kind(wanted)
+    if isinstance(target, dict) and target.get("pool") == POOL:
+        return oneshot.place_pool(wanted, executors, used, caps, needs, reads)
+    names = candidates(target, executors, order)
+    if needs != "none":
+        names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
+    if isinstance(target, dict) and "worker" in target and not names:
+        return f"waiting for worker {target['worker']} to connect (it is offline)"
+    if caps.total is not None and running_total >= caps.total:
+        return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
+                "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
+    # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
+    skips = any_skips(executors) if target == "any" else {}
+    reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
+        ("no node catalog match", n, why) for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
+    for name in names:
+        ex = executors[name]
+        why = ex.unavailable_reason()
+        if why:
+            reasons.append(("unavailable", name, why))
+            continue
+        if needs == "mount" and not ex.mounted():
+            reasons.append(("no data mount", name, f"{name} has no `data` mount"))
+            continue
+        missing = unreadable(reads, ex.read_roots())
+        if missing:
+            reasons.append((f"not allowed to read {missing[0]}", name,
+                            f"{name} does not allow reading {missing[0]} (CODEFYUI_READ_ROOTS)"))
+            continue
+        if not any(device_matches(wanted, d) for d in ex.devices()):
+            reasons.append((f"no {wanted} device", name,
+                            f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})"))
+            continue
+        if (name, kind) in blocked:
+            reasons.append((f"an earlier {kind} run waits", name, f"an earlier run for {kind} is waiting on {name}"))
+            continue
+        dev = choose_device(ex, wanted, used, caps) if ask is None else devicesets.choose(ex, wanted, used, caps, ask)
+        if dev is not None:
+            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
+            return Placement(name, dev, backend)
+        busy = [d for d in ex.devices() if device_matches(wanted, d)]
+        reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
+                        else devicesets.busy_text(name, wanted, ask, ex.devices())))
+    if not names:
+        return "waiting for a worker to connect" if target == "any" else "no executor for this target"
+    if len(reasons) <= 2:
+        return "waiting: " + "; ".join(text for _, _, text in reasons)
+    if ask is not None and ask.count > 1:
+        return devicesets.fits_text(wanted, ask.count) + ": " + summarize(kind, reasons).partition(": ")[2]
+    return summarize(kind, reasons)
+
+
+def summarize(kind: str, reasons: list[tuple[str, str, str]], shown: int = 3) -> str:
+    """One short line for many executors: each cause, how many, and the first few names."""
+    by_cause: dict[str, list[str]] = {}
+    for cause, name, _ in reasons:
+        by_cause.setdefault(cause, []).append(name)
+    parts = []
+    for cause, names in by_cause.items():
+        more = f", +{len(names) - shown} more" if len(names) > shown else ""
+        parts.append(f"{cause} on {len(names)} ({', '.join(names[:shown])}{more})")
+    slot = "a free slot" if kind == "auto" else f"a free {kind} slot"
+    return f"waiting for {slot}: " + "; ".join(parts)

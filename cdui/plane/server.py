@@ -1,0 +1,429 @@
+"""The control plane's HTTP server (aiohttp).
+
+Handlers translate HTTP into calls on :class:`~cdui.plane.runs.RunService` and
+friends; they never write to the database themselves. Middlewares, in order:
+
+1. errors: every error leaves as ``{"error": {"code", "message", "hint"?}}``;
+2. Host allowlist: ``localhost``, this machine's interface addresses with the
+   server's port, and ``CODEFYUI_EXTRA_ALLOWED_HOSTS``; anything else is 421;
+3. auth: the session token (``X-CodefyUI-Token`` header) on every route
+   except the public ones below. A ``?token=`` query parameter is accepted only
+   where a browser cannot send a header (the run event WebSocket and download
+   links): URLs end up in history, proxy logs and ``Referer`` headers, so
+   everywhere else a query token counts as absent. The web page's session
+   cookie counts on those same routes only, from a page of this origin
+   (:mod:`cdui.plane.http.web_session`): a cookie would be sent by any page that makes
+   the browser call us, so it never stands in for the header elsewhere.
+
+One response hook adds the headers every answer needs: anti-framing and
+``nosniff`` on the page, ``Cache-Control: no-store`` on every ``/api/`` answer
+(the bootstrap token and run data must not stay in a browser or proxy cache).
+
+``/api/auth/bootstrap`` hands the token only to a loopback connection whose
+client socket belongs to the server's own OS user (:mod:`cdui.core.peercred`):
+on a shared machine every local user can reach loopback. A request that
+carries any proxy's forwarding header is refused too (a proxy on this host may
+run as the server's own user), and so is every request with
+``CODEFYUI_BOOTSTRAP=0``. Refusals name no user, uid or path: those go to
+the log.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import socket
+import sys
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from cdui import __version__
+from cdui.core.atomic import write_private
+from cdui.core.clock import Clock, SystemClock
+from cdui.core.config import Config
+from cdui.core.errors import CduiError
+from cdui.core.layout import WEB_DIR
+from cdui.core.netaddr import is_loopback
+from cdui.core.peercred import peer_uid
+from cdui.core.private import private_dir, restrict_umask
+from cdui.nodes.registry import build_registry
+from cdui.plane import workers
+from cdui.plane.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
+from cdui.plane.files import s3_plane, transfer
+from cdui.plane.http import (
+    api_files,
+    api_graphs,
+    api_outputs,
+    api_runs,
+    proxies,
+    share_memory,
+    web_session,
+    worker_routes,
+)
+from cdui.plane.runs import RunService
+from cdui.plane.ssh import ssh_workers
+from cdui.plane.store import Store
+
+log = logging.getLogger(__name__)
+
+# Routes that need no session token. Worker routes check their own credential.
+PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
+                "/api/workers/enroll", "/ws/worker"}
+PUBLIC_PREFIXES = ("/web/",)
+# What a worker credential may do over plain HTTP: its own runs' inputs and results, nothing of the user's API.
+WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
+# Where a browser cannot send a header: the event WebSocket and download links.
+QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/download/.+"
+                                r"|/api/runs/[^/]+/artifacts/[^/]+/download)$")
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
+                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(err: CduiError) -> web.Response:
+    return web.json_response(err.to_json(), status=err.status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except CduiError as err:
+        return error_response(err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
+        msg = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        if exc.status == 404:
+            msg = f"no such path: {request.method} {request.path}"
+        if exc.status == 405:
+            msg = f"{request.method} is not allowed on {request.path}"
+        return web.json_response(CduiError(code, msg, status=exc.status).to_json(), status=exc.status)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.json_response(CduiError("internal", "internal server error; nothing was changed by this request",
+                                           "see the server log (cdui.log in the user data dir)", 500).to_json(),
+                                 status=500)
+
+
+class HostCheck:
+    """Which HTTP Host values this server answers to: a page on another host name cannot reach the API
+    (DNS rebinding)."""
+
+    def __init__(self, port: int | None, extra: list[str]) -> None:
+        # None: the port is the one the request arrived on (its local socket's),
+        # so the app needs no port when it is built.
+        self.port = port
+        self.extra = {h.lower() for h in extra}
+        # Host values come from any client: an LRU of the last CACHE_SIZE answers, not one per value ever seen.
+        self._cache: OrderedDict[str, bool] = OrderedDict()
+
+    CACHE_SIZE = 256
+
+    def _is_local_ip(self, host: str) -> bool:
+        if host in self._cache:
+            self._cache.move_to_end(host)
+            return self._cache[host]
+        ok = False
+        try:
+            ip = ipaddress.ip_address(host)
+            fam = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            with socket.socket(fam, socket.SOCK_DGRAM) as s:
+                s.bind((host, 0))  # succeeds only for this machine's own addresses
+            ok = True
+        except (ValueError, OSError):
+            ok = False
+        self._cache[host] = ok
+        while len(self._cache) > self.CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return ok
+
+    def allowed(self, host_header: str | None, local_port: int | None = None) -> bool:
+        if not host_header:
+            return False
+        h = host_header.strip().lower()
+        if h in self.extra:
+            return True
+        if h.startswith("["):
+            name, closed, rest = h[1:].partition("]")
+            if not closed or (rest and not rest.startswith(":")):
+                return False  # "[::1" and "[::1]evil" are no host
+            port = rest[1:]
+        else:
+            name, _, port = h.partition(":")
+        if port and not (port.isascii() and port.isdigit() and len(port) <= 5):
+            return False  # "127.0.0.1:1@evil.example" is not a host and a port
+        if name in ("localhost", "127.0.0.1", "::1") or name.endswith(".localhost"):
+            return True
+        own = self.port if self.port is not None else local_port
+        if port and port != str(own):
+            return False
+        return self._is_local_ip(name)
+
+
+@web.middleware
+async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    check = request.app[HOSTS]
+    if not check.allowed(request.host, _local_port(request)):
+        raise CduiError("host_not_allowed", f"Host {request.host!r} is not allowed on this server",
+                        hint="add it to CODEFYUI_EXTRA_ALLOWED_HOSTS (host:port) and restart the server",
+                        status=421)
+    return await handler(request)
+
+
+def _local_port(request: web.Request) -> int | None:
+    """The port of the socket this request arrived on (None off TCP)."""
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    return sock[1] if isinstance(sock, tuple) and len(sock) >= 2 else None
+
+
+def request_token(request: web.Request) -> str | None:
+    token = request.headers.get("X-CodefyUI-Token")
+    if token:
+        return token
+    if QUERY_TOKEN_ROUTES.match(request.path):
+        return request.query.get("token") or web_session.cookie_token(request)
+    return None
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    path = request.path
+    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or request.method == "OPTIONS":
+        return await handler(request)
+    token = request_token(request)
+    if token and secrets.compare_digest(token, request.app[SESSION_TOKEN]):
+        request["auth"] = "session"
+        return await handler(request)
+    # Worker credentials are accepted where the worker layer says so.
+    worker_auth = request.app.get(WORKER_AUTH)
+    if worker_auth is not None and request.headers.get("Authorization", "").lower().startswith("bearer "):
+        worker = await worker_auth(request)
+        if worker is not None:
+            if not WORKER_ROUTES.match(f"{request.method} {path}"):
+                raise CduiError("forbidden", f"a worker credential cannot use {request.method} {path}",
+                                hint="workers may only download their runs' inputs and upload their outputs",
+                                status=403)
+            request["auth"] = "worker"
+            request["worker"] = worker
+            return await handler(request)
+    if not token and "token" in request.query:
+        raise CduiError("unauthorized", f"{path} does not accept the session token in the URL (?token=)",
+                        hint="send it in the X-CodefyUI-Token header instead; only /ws/runs/{id} and download "
+                             "links take ?token=, because URLs end up in logs and browser history", status=401)
+    raise CduiError("unauthorized", "missing or wrong session token" if token else "this route needs the session token",
+                    hint="send it in the X-CodefyUI-Token header; `cdui api` does this for you, and the web page "
+                         "gets it from /api/auth/bootstrap on this machine", status=401)
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: runs for every answer, errors and static files included."""
+    path = request.path
+    if path.startswith("/api/"):
+        response.headers["Cache-Control"] = "no-store"
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    elif path in ("/", "/index.html") or path.startswith("/web/"):
+        for name, value in PAGE_HEADERS.items():
+            response.headers[name] = value
+
+
+# -- basic routes ------------------------------------------------------------
+async def health(request: web.Request) -> web.Response:
+    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them."""
+    problems = request.app[STORE].problems()
+    if not problems:
+        return web.json_response({"status": "ok", "version": __version__})
+    return web.json_response({"status": "degraded", "version": __version__, "problems": problems})
+
+
+async def bootstrap(request: web.Request) -> web.Response:
+    if not is_loopback(request) or request.app.get(TUNNEL_LISTENER, False):
+        raise CduiError("not_found", f"no such path: GET {request.path}", status=404)
+    # What is refused says nothing of this machine (user names, uids, paths): the asker may be
+    # anyone on the network behind a proxy. The details go to the owner's log instead.
+    token_file = request.app[CONFIG].user_data / "session-token"
+    forwarded = proxies.forwarding_headers(request.headers)
+    if forwarded or not request.app[CONFIG]["CODEFYUI_BOOTSTRAP"]:
+        # A proxy on this machine connects from loopback as whichever user runs it, often the
+        # server's own (one container, everything as root): its clients must not get the token.
+        why = (f"it came through a proxy ({', '.join(forwarded)})" if forwarded
+               else "CODEFYUI_BOOTSTRAP is 0")
+        log.warning("/api/auth/bootstrap refused the session token to %s: %s; the owner reads it from %s",
+                    proxies.client_of(request).address, why, token_file)
+        raise CduiError("not_owner", "the session token is not handed out on this connection",
+                        hint="paste the session token of the user that started the server (the server log "
+                             "says where it is)", status=403)
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport else None
+    sock = transport.get_extra_info("sockname") if transport else None
+    uid = await asyncio.to_thread(peer_uid, peer[:2], sock[:2]) if peer and sock else None
+    me = os.getuid()
+    if uid != me:
+        if uid is None:
+            log.warning("/api/auth/bootstrap refused the session token to %s: cannot tell which OS user opened "
+                        "the connection%s; the owner reads it from %s", request.remote,
+                        "" if sys.platform.startswith("linux") else
+                        f" (peer lookup works on Linux only, this is {sys.platform})", token_file)
+        else:
+            log.warning("/api/auth/bootstrap refused the session token to %s: the connection belongs to OS user "
+                        "%s (uid %d), the server runs as %s (uid %d); the owner reads it from %s",
+                        request.remote, _user_name(uid), uid, _user_name(me), me, token_file)
+        raise CduiError("not_owner", "this connection is not the server's own OS user's, so the session token "
+                        "is not handed out",
+                        hint="run `cdui api` or the browser as the user that started the server, or paste its "
+                             "session token (the server log says where it is)", status=403)
+    response = web.json_response({"token": request.app[SESSION_TOKEN]})
+    web_session.set_cookie(request, response)
+    return response
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+        return repr(pwd.getpwuid(uid).pw_name)
+    except (ImportError, KeyError):
+        return f"#{uid}"
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(WEB_DIR / "index.html")
+
+
+def build_app(config: Config, clock: Clock) -> web.Application:
+    """Wire the app; no I/O happens here. What needs opening (folders, the
+    session-token file, the store, the run service, the worker manager) is
+    opened at startup by a ``cleanup_ctx``, which also closes it, in reverse
+    order, at cleanup."""
+    app = web.Application(middlewares=[error_middleware, host_middleware, auth_middleware],
+                          # No route reads more than a graph body at once; the upload routes stream their parts.
+                          client_max_size=config["CODEFYUI_MAX_GRAPH_BYTES"] + 64 * 1024)
+    app[CONFIG] = config
+    app[CLOCK] = clock
+    app[HOSTS] = HostCheck(None, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
+    app[SESSION_TOKEN] = secrets.token_urlsafe(32)
+    app[TUNNEL_LISTENER] = False
+    store = Store(config.db_path)
+    app[STORE] = store
+    runs = RunService(config, store, build_registry(config.custom_nodes_dir, config.plugins_dir), clock)
+    app[RUNS] = runs
+    manager = workers.WorkerManager(app)
+    app[WORKERS] = manager
+    app[WORKER_AUTH] = manager.worker_auth
+    runs.add_listener(manager)
+
+    # Startup in this order, cleanup in reverse: the run service stops its runs
+    # (the workers' too, through the manager's listener) before the manager lets
+    # go of its connections, and both before the store closes.
+    app.cleanup_ctx.append(_files_ctx)
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_workers_ctx)
+    app.cleanup_ctx.append(_runs_ctx)
+    app.on_shutdown.append(_close_sockets)
+    s3_plane.setup(app)  # after the run service's context: the bucket backend's renewal needs it started
+
+    app.on_response_prepare.append(security_headers)
+    app.router.add_get("/api/health", health)
+    app.router.add_get("/api/auth/bootstrap", bootstrap)
+    app.router.add_get("/", index)
+    if WEB_DIR.is_dir():
+        app.router.add_static("/web/", WEB_DIR)
+    worker_routes.setup(app)
+    share_memory.setup(app)
+    transfer.setup(app)
+    api_runs.setup(app)
+    api_files.setup(app)
+    api_graphs.setup(app)
+    ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
+    web_session.setup(app)
+    api_outputs.setup(app)
+    return app
+
+
+async def _files_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    private_dir(config.user_data)
+    write_private(config.user_data / "session-token", app[SESSION_TOKEN])
+    config.layout.ensure()
+    yield
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    store = app[STORE]
+    store.open()
+    yield
+    store.close()
+
+
+async def _workers_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[WORKERS].close()
+
+
+async def _runs_ctx(app: web.Application) -> AsyncIterator[None]:
+    runs = app[RUNS]
+    await runs.start()
+    yield
+    # A graceful stop by signal has already stopped the runs while the sockets
+    # were still read (see _run_until_signal); close() runs its body once.
+    await runs.close()
+
+
+async def _close_sockets(app: web.Application) -> None:
+    """aiohttp's shutdown step for long-lived connections: it waits for every
+    handler before the cleanups run, and a worker's WebSocket never ends by
+    itself. The runs are stopped first (once; by a signal they already were,
+    while the sockets were still read), which also ends every run's live
+    stream; then the worker sockets close."""
+    await app[RUNS].close()
+    await app[WORKERS].close()
+
+
+def serve(config: Config, host: str, port: int) -> None:
+    """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
+    restrict_umask()
+    app = build_app(config, SystemClock())
+
+    async def on_startup(app: web.Application) -> None:
+        info = {"url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}",
+                "host": host, "port": port, "pid": os.getpid(), "version": __version__}
+        write_private(config.user_data / "server.json", json.dumps(info))
+        log.info("cdui %s listening on http://%s:%d (user data %s)", __version__, host, port, config.user_data)
+
+    app.on_startup.append(on_startup)
+    asyncio.run(_run_until_signal(app, host, port, config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5))
+
+
+async def _run_until_signal(app: web.Application, host: str, port: int, shutdown_timeout: float) -> None:
+    """Serve until SIGINT/SIGTERM, then stop the runs *before* aiohttp's own shutdown.
+
+    aiohttp's runner begins its shutdown by marking every connection closing,
+    and from then on it discards whatever arrives on them, WebSocket frames
+    included. A worker's final events (its run ``cancelled``) and heartbeats
+    would be dropped unread, the run would wait out the whole grace and end
+    ``interrupted``. So the runs are stopped first, while every socket is still
+    read; only then does the runner close connections and run the cleanups."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await stop.wait()
+        log.info("stopping: asking active runs to stop")
+        await app[RUNS].close()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

@@ -1,0 +1,488 @@
+"""One ``/ws/worker`` connection, from its first message to its end.
+
+A :class:`WorkerSession` lives exactly as long as one WebSocket of one agent:
+
+1. :meth:`~WorkerSession.handshake`: read the credential and the first
+   message, ask the pure :func:`cdui.plane.sched.worker_admission.decide` whether it gets
+   in, and either send ``refused`` or register the connection (:class:`Conn`)
+   with the manager;
+2. :meth:`~WorkerSession.welcome`: answer the runs the agent says it holds,
+   and settle the runs it should hold but does not;
+3. :meth:`~WorkerSession.serve` (with :meth:`~WorkerSession.watchdog` beside
+   it): every message until the socket closes;
+4. :meth:`~WorkerSession.gone`: what the departed worker's runs become.
+
+What outlives a connection (the registry of open connections, the grace
+timers, adoption at start, the list of refused connections, shutdown) is the
+:class:`~cdui.plane.workers.WorkerManager`'s; a session reads and changes it only
+through the manager's methods.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from cdui import __version__
+from cdui.core.diskfull import DiskFull
+from cdui.core.layout import read_roots_in
+from cdui.plane import enroll, oneshot
+from cdui.plane.appkeys import S3_BACKEND
+from cdui.plane.http import api_outputs, proxies
+from cdui.plane.runs import iso
+from cdui.plane.sched import worker_admission as admission
+from cdui.plane.store import ACTIVE, TERMINAL, Run
+from cdui.run import catalog
+from cdui.wire import protocol, same_machine
+from cdui.wire.job import Job
+
+if TYPE_CHECKING:
+    from cdui.plane.workers import WorkerManager
+
+log = logging.getLogger("cdui.plane.workers")  # the same logger as before the split, so log filters keep working
+HELLO_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Conn:
+    """The state of one admitted connection, as the rest of the control plane sees it."""
+
+    name: str
+    ws: web.WebSocketResponse
+    hello: protocol.Hello
+    address: str
+    unencrypted: bool
+    # Wall time, shown and stored (the server's clock sets both).
+    connected_at: float = 0.0
+    last_seen: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    # When it last spoke, on the monotonic clock: liveness must not jump with the wall clock.
+    alive_at: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The agent read a nonce in this control plane's data folder and can write its folders
+    # (cdui/wire/same_machine.py): its runs keep this machine's paths.
+    same_machine: bool = False
+    # A pinned agent's {pin it matched, next pin it holds}, from its hello and heartbeats (key rotation).
+    tls: dict[str, str | None] | None = None
+
+    async def send(self, msg: protocol.ServerMessage) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            async with self.lock:
+                await self.ws.send_str(msg.to_json())
+            return True
+        except (ConnectionError, RuntimeError):
+            return False
+
+
+class RemoteExecutor:
+    """A connected worker, as the run queue sees it."""
+
+    def __init__(self, manager: WorkerManager, conn: Conn) -> None:
+        self.manager = manager
+        self.conn = conn
+        self.name = conn.name
+        self.drained = False
+        self.disabled = False
+        # One-shot agents (see cdui.plane.oneshot): the credential an instance shares, its one run.
+        self.credential = conn.name
+        self.one_shot = False
+        self.taken: str | None = None
+        self.reserved: str | None = None
+        # Reported once, at the agent's start: it holds for this connection only.
+        self.catalog = manager.compare_catalog(conn.hello, conn.same_machine)
+
+    def devices(self) -> list[str]:
+        return list(self.conn.hello.devices)
+
+    def device_memory(self) -> dict[str, dict[str, int]]:
+        return dict(self.conn.hello.device_memory or {})
+
+    def mounted(self) -> bool:
+        return self.manager.config["CODEFYUI_MOUNT_LABEL"] in self.conn.labels
+
+    def read_roots(self) -> list[str]:
+        """The folders its machine lets runs read by absolute path, as its agent reported them."""
+        return read_roots_in(self.conn.labels)
+
+    def capabilities(self) -> list[str]:
+        """What the agent declared it offers (``s3`` where it has boto3)."""
+        return list(self.conn.hello.capabilities)
+
+    def unavailable_reason(self) -> str | None:
+        if self.disabled:
+            return f"worker {self.name} is disabled"
+        if self.drained:
+            return f"worker {self.name} is draining (no new runs)"
+        return oneshot.busy_reason(self)
+
+    async def start(self, run: Run, job: Job) -> None:
+        await self.manager.runs.oneshot.took(self.manager, self, run.id)
+        if not self.conn.same_machine:
+            job = job.without_local_paths()  # another machine resolves paths in its own installation
+        # Checked again right before it goes: the worker may have come back with fewer types.
+        missing = catalog.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
+        if missing:
+            raise catalog.refuse_missing(self.name, missing)
+        # The stored facts, not the ones read when the run was claimed: the storage backend may have
+        # added its own (the bucket of an s3 run) since.
+        stored = await self.manager.store.get_run(run.id)
+        facts = stored.execution_facts if stored is not None else run.execution_facts
+        await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
+            facts, self.conn.hello.fingerprint))
+        if not await self.conn.send(protocol.Assign(run.id, job)):
+            raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
+
+    def stop(self, run_id: str, grace: float) -> bool:
+        self.manager.runs.spawn(self.conn.send(protocol.Stop(run_id)))
+        return True
+
+
+class WorkerSession:
+    """One agent's connection: handshake → welcome → serve (watchdog beside it) → gone."""
+
+    def __init__(self, manager: WorkerManager, request: web.Request) -> None:
+        self.m = manager
+        self.request = request
+        self.ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
+        # The real client: behind a trusted proxy, the address the proxy names (cdui/plane/http/proxies.py).
+        self.client = proxies.client_of(request)
+        self.address = self.client.address
+        self.conn: Conn | None = None  # set once admitted
+
+    async def run(self) -> web.WebSocketResponse:
+        """The whole connection; the route handler of ``/ws/worker``."""
+        ws = self.ws
+        await ws.prepare(self.request)
+        row = await self.handshake()
+        if row is None:
+            return ws
+        conn = self.conn
+        assert conn is not None  # handshake admitted it
+        executor = RemoteExecutor(self.m, conn)
+        try:
+            await self.m.runs.oneshot.connected(self.m, executor, row["name"])
+            await self.welcome()
+            executor.drained = bool(row["drained"])
+            executor.disabled = bool(row["disabled"])
+            self.m.runs.attach_executor(executor)
+            await self.m.runs.oneshot.start_wanted(self.m, executor)
+            watchdog = self.m.runs.spawn(self.watchdog())
+            try:
+                await self.serve()
+            finally:
+                watchdog.cancel()
+        finally:
+            if self.m.conns.get(conn.name) is conn:
+                # Only the worker's current connection: one that a reconnect replaced has left nothing.
+                self.m.runs.oneshot.gone(executor)
+                self.m.conns.pop(conn.name, None)
+                self.m.runs.detach_executor(conn.name, executor)
+                # aiohttp cancels this handler once a peer's clean close completes; what
+                # the departed worker's runs become must not be cut short by that.
+                await asyncio.shield(self.m.runs.spawn(self.gone()))
+            await ws.close()
+        return ws
+
+    # -- 1. handshake ------------------------------------------------------------------
+    async def _first_message(self) -> str | admission.NoHello:
+        try:
+            first = await self.ws.receive(timeout=HELLO_TIMEOUT_S)
+        except TimeoutError:
+            return admission.NoHello("no hello within 30 s")
+        if first.type != WSMsgType.TEXT:
+            return admission.NoHello("the first message must be a JSON text hello")
+        return str(first.data)
+
+    async def handshake(self) -> Any:
+        """Admit the connection or refuse it; the credential's ``workers`` row if admitted, else None."""
+        ws, store = self.ws, self.m.store
+        auth = self.request.headers.get("Authorization", "")
+        cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        h = enroll.hash_secret(cred) if cred else ""
+
+        row = await store.read(
+            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
+        old = None
+        first: str | admission.NoHello | None = None
+        if row is None:
+            old = await store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
+                                                       (h,)).fetchone() if h else None)
+        else:
+            first = await self._first_message()
+        existing = self.m.conns.get(oneshot.peek_conn_name(row["name"], first)) if row is not None else None
+        if existing is not None and existing.ws.closed:
+            existing = None
+        decision = admission.decide(row, old, first, existing.address if existing else None, __version__, h,
+                                    existing.hello.agent_id if existing else None)
+        if isinstance(decision, admission.Accept):
+            decision = await self.m.runs.oneshot.admit(decision, self.m)
+        if isinstance(decision, admission.Refuse):
+            if decision.listed_name is not None:
+                self.m.reject(decision.listed_name, decision.listed_reason or decision.code, self.address,
+                              decision.listed_once_per)
+            await ws.send_str(protocol.Refused(decision.code, decision.message).to_json())
+            await ws.close()
+            return None
+        name, hello = decision.name, decision.hello
+        assert row is not None  # admitted: only a known credential's row is admitted
+        verdict = await self._probe_same_machine(name, hello)
+        if ws.closed:
+            return None
+        scheme_plain = self.client.unencrypted
+        clock = self.m.clock
+        now = clock.time()
+        conn = Conn(name, ws, hello, self.address, scheme_plain, connected_at=now, last_seen=now,
+                    alive_at=clock.monotonic(), same_machine=verdict.same, tls=hello.tls)
+        conn.labels = labels = self._with_mount(conn, dict(hello.labels))
+        self.m.same_machine[name] = verdict
+        self.conn = conn
+        replaced = self.m.conns.get(name) if decision.replaces else None
+        self.m.register(conn)
+        if replaced is not None and replaced is not conn:
+            # Registered first: the old session, ending now, sees it is no longer the worker's
+            # connection and leaves its runs alone (they are this connection's now).
+            log.info("worker %s reconnected from %s before its old connection (from %s) was noticed to be gone; "
+                     "replacing that one", name, self.address, replaced.address)
+            api_outputs.gone(replaced)
+            self.m.runs.detach_executor(name)  # the old one's; this connection attaches its own after the welcome
+            # Not awaited: a dead peer never answers the close, and this agent's welcome must not wait
+            # for the close handshake's timeout.
+            self.m.runs.spawn(replaced.ws.close())
+        await store.write(lambda c: c.execute(
+            "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
+            (hello.version, json.dumps(hello.devices), json.dumps(labels), clock.time(), self.address,
+             hello.machine_id, name)))
+        log.info("worker %s connected from %s (devices %s)", name, self.address, ",".join(hello.devices))
+        return row
+
+    def _with_mount(self, conn: Conn, labels: dict[str, str]) -> dict[str, str]:
+        """An agent shown to read and write the server's data folder gets it as its mount label."""
+        if conn.same_machine:
+            labels[self.m.config["CODEFYUI_MOUNT_LABEL"]] = str(self.m.config.layout.data_dir)
+        return labels
+
+    async def _probe_same_machine(self, name: str, hello: protocol.Hello) -> same_machine.Verdict:
+        """Before the welcome, for an agent that names this machine's id: can it read a nonce written
+        into the data folder just now, and write the folders its runs write to? (cdui/wire/same_machine.py)"""
+        if not hello.machine_id or hello.machine_id != self.m.machine_id:
+            return same_machine.Verdict(False)
+        layout = self.m.config.layout
+        folders = [layout.folders[f] for f in same_machine.WRITE_FOLDERS]
+        try:
+            await asyncio.to_thread(layout.ensure)
+            path, nonce = await asyncio.to_thread(same_machine.write_nonce, layout.data_dir)
+        except OSError as exc:
+            log.warning("worker %s is treated as another machine: no probe file could be written into %s: %s",
+                        name, layout.data_dir, exc)
+            return same_machine.Verdict(False, f"the control plane could not write its probe file: {exc}")
+        found: protocol.ProbeAnswer | None = None
+        why = "it did not answer the probe"
+        try:
+            await self.ws.send_str(protocol.Probe(str(path), [str(f) for f in folders]).to_json())
+            try:
+                msg = await self.ws.receive(timeout=same_machine.PROBE_TIMEOUT_S)
+            except TimeoutError:
+                msg = None
+                why = f"it did not answer the probe within {same_machine.PROBE_TIMEOUT_S:.0f} s"
+            if msg is not None and msg.type == WSMsgType.TEXT:
+                try:
+                    parsed = protocol.parse_agent_message(str(msg.data))
+                except protocol.ProtocolError as exc:
+                    why = f"its answer to the probe does not fit the protocol: {exc}"
+                else:
+                    if isinstance(parsed, protocol.ProbeAnswer):
+                        found = parsed
+                    else:
+                        why = f"it answered the probe with {parsed.type!r}"
+        finally:
+            await asyncio.to_thread(same_machine.remove, path)
+        verdict = same_machine.judge(nonce, found, why)
+        if verdict.note:
+            log.warning("worker %s is treated as another machine: %s", name, verdict.note)
+        return verdict
+
+    # -- 2. welcome --------------------------------------------------------------------
+    async def welcome(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        m, store = self.m, self.m.store
+        src = f"worker:{conn.name}"
+        held = {r.run_id: r for r in conn.hello.runs}
+        answer: dict[str, protocol.RunAnswer] = {}
+        stops = []
+        for run_id, h in held.items():
+            run = await store.get_run(run_id)
+            acked = await store.source_acked(run_id, src) if run else 0
+            if run is None or run.worker_id != conn.name:
+                answer[run_id] = protocol.RunAnswer(h.last_seq, "drop")
+                continue
+            if run.status in TERMINAL:
+                answer[run_id] = protocol.RunAnswer(acked, "stop")
+                continue
+            answer[run_id] = protocol.RunAnswer(acked, "continue")
+            m.cancel_timer(run_id)
+            m.runs.adopt(run_id, conn.name, run.slot_device or "cpu", run.options)
+            if run.status == "disconnected":
+                await store.update_run(run_id, status="running", disconnected_at=None)
+                away = m.clock.time() - (run.disconnected_at or m.clock.time())
+                await m.runs.record_cp(run_id, "run_warning", {
+                    "kind": "worker_reconnected",
+                    "message": f"worker {conn.name} reconnected after {away:.0f} s; resuming from event {acked}"})
+            if run.stop_requested:
+                stops.append(run_id)
+        await conn.send(protocol.Welcome(__version__, conn.name, m.heartbeat, m.grace, answer))
+        for run_id in stops:
+            await conn.send(protocol.Stop(run_id))
+        bucket = m.app.get(S3_BACKEND)
+        if bucket is not None:  # its bucket credentials may come from a control plane that is gone
+            await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
+        # Runs this worker should hold but does not: its agent restarted without them.
+        active = await asyncio.to_thread(store.runs_in_status_sync, ACTIVE)
+        for r in active:
+            if r.worker_id != conn.name or r.id in held:
+                continue
+            m.cancel_timer(r.id)
+            if await store.source_acked(r.id, src) == 0:
+                # Not one event of it ever arrived: the assignment was lost in
+                # transit (or the agent died before it started the run), so
+                # nothing ran that could be lost by running it again.
+                await m.runs.requeue(r.id, f"the run was requeued because its assignment never reached "
+                                           f"worker {conn.name}: it reconnected without the run and had "
+                                           f"sent no event of it")
+            else:
+                await m.runs.finish(r.id, "interrupted",
+                                    f"worker {conn.name} reconnected without the run (its agent restarted)")
+
+    # -- 3. serve, with the watchdog ---------------------------------------------------------
+    async def serve(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        clock = self.m.clock
+        async for msg in conn.ws:
+            conn.last_seen = clock.time()
+            conn.alive_at = clock.monotonic()
+            if msg.type != WSMsgType.TEXT:
+                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                    return
+                await conn.send(protocol.Error("binary frames are not part of the protocol"))
+                continue
+            try:
+                m = protocol.parse_agent_message(msg.data)
+            except protocol.ProtocolError as exc:
+                log.warning("worker %s sent a malformed message: %s", conn.name, exc)
+                await conn.send(protocol.Error(f"malformed message: {exc}"))
+                continue
+            try:
+                if isinstance(m, protocol.Events):
+                    await self.events(m)
+                elif isinstance(m, protocol.Heartbeat):
+                    await self.heartbeat(m)
+                elif isinstance(m, protocol.OutputsAnswer):
+                    api_outputs.answered(conn, m)
+                else:
+                    await conn.send(protocol.Error("hello was already received"))
+            except DiskFull:
+                pass  # the store reported the full disk once; a heartbeat's last_seen waits for room
+            except Exception:  # one bad message must not end the connection
+                log.exception("handling a message from worker %s failed", conn.name)
+                await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
+
+    async def heartbeat(self, m: protocol.Heartbeat) -> None:
+        conn = self.conn
+        assert conn is not None
+        if m.labels is not None:
+            conn.labels = self._with_mount(conn, dict(m.labels))
+        if m.tls is not None:
+            conn.tls = m.tls
+        await self.m.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
+                                                     (conn.last_seen, json.dumps(conn.labels), conn.name)))
+
+    async def watchdog(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        clock, beat = self.m.clock, self.m.heartbeat
+        while not conn.ws.closed:
+            await clock.sleep(beat)
+            if clock.monotonic() - conn.alive_at > 3 * beat:
+                log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
+                await conn.ws.close()
+                return
+
+    async def events(self, m: protocol.Events) -> None:
+        conn = self.conn
+        assert conn is not None
+        store = self.m.store
+        run = await store.get_run(m.run_id)
+        if run is None or run.worker_id != conn.name:
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            return
+        if run.status in TERMINAL:
+            # Ended here while the worker was away: keep the log as it is, keep its real ending.
+            # A run this worker itself ended has no later ending to keep: whatever it sends
+            # after its own final status (a replay after a restart) is not how the run ended.
+            ended_by_it = any(e["kind"] == "status" and (e.get("data") or {}).get("status") in TERMINAL
+                              for e in m.events) and await self._ended_by(m.run_id, conn.name)
+            for e in m.events:
+                d = e.get("data") or {}
+                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result and not ended_by_it:
+                    late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
+                            "at": iso(e.get("at") or self.m.clock.time())}
+                    facts = dict(run.execution_facts or {})
+                    facts["late_result"] = late
+                    await store.update_run(m.run_id, late_result=late, execution_facts=facts)
+                    run = replace(run, late_result=late)
+            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            return
+        try:
+            acked = await self.m.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+        except DiskFull as err:
+            # No ack: the agent keeps the events in its spool. Once there is room the
+            # connection is renewed (see WorkerManager.on_disk_recovered) and it replays them.
+            if conn.name not in self.m.unstored:
+                log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
+                await conn.send(protocol.Error(f"{err.message}; your events are not acknowledged: keep them in the "
+                                               f"spool, they are asked for again once there is room"))
+            self.m.unstored.add(conn.name)
+            return
+        await conn.send(protocol.Ack(m.run_id, acked))
+
+    async def _ended_by(self, run_id: str, name: str) -> bool:
+        """Whether the stored log holds a final status of the run from worker ``name``."""
+        row = await self.m.store.read(lambda c: c.execute(
+            "SELECT 1 FROM run_events WHERE run_id=? AND src=? AND kind='status' AND json_extract(data, '$.status') "
+            "IN ('succeeded', 'failed', 'cancelled', 'interrupted') LIMIT 1", (run_id, f"worker:{name}")).fetchone())
+        return row is not None
+
+    # -- 4. gone -------------------------------------------------------------------------
+    async def gone(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        m, name = self.m, conn.name
+        log.warning("worker %s disconnected", name)
+        api_outputs.gone(conn)
+        for run_id, _, _ in m.runs.runs_on(name):
+            if m.closing:
+                # Nobody would be left to wait for its return: the server is stopping.
+                await m.runs.finish(run_id, "interrupted",
+                                    f"the server was stopping and worker {name} disconnected before the run "
+                                    f"stopped")
+                continue
+            if m.grace <= 0:
+                await m.runs.finish(run_id, "interrupted",
+                                    f"worker {name} disconnected and CODEFYUI_WORKER_RESUME_GRACE_S is 0")
+                continue
+            run = await m.store.get_run(run_id)
+            if run is None or run.status != "running":
+                continue
+            now = m.clock.time()
+            await m.store.update_run(run_id, status="disconnected", disconnected_at=now)
+            await m.runs.record_cp(run_id, "run_warning", {
+                "kind": "worker_disconnected",
+                "message": f"worker {name} disconnected; the run keeps its slot for up to {m.grace:g} s"})
+            m.start_timer(run_id, adopted=False)

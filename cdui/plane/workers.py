@@ -1,0 +1,317 @@
+"""Remote workers on the control plane: the registry of connections, grace
+timers, adoption and shutdown. Each ``/ws/worker`` connection is one
+:class:`~cdui.plane.worker_session.WorkerSession` (handshake, welcome, serve,
+gone); the plain HTTP routes (enrollment, tokens, drain, reissue, remove) are
+in :mod:`cdui.plane.http.worker_routes`; who may connect is decided by
+:func:`cdui.plane.sched.worker_admission.decide`.
+
+The wire shapes are in :mod:`cdui.wire.protocol`, token policy in
+:mod:`cdui.plane.enroll`; this module is the loop that ties them to the run service.
+
+Disconnect handling, in one place:
+
+- a worker's connection closes, or it is silent for three heartbeats: each of
+  its active runs becomes ``disconnected`` (``worker_disconnected`` warning),
+  keeps its slot, and waits ``CODEFYUI_WORKER_RESUME_GRACE_S``;
+- it reconnects holding the run: back to ``running`` (``worker_reconnected``),
+  the agent replays every event after the last acknowledged one;
+- the grace passes: the run ends ``interrupted`` and frees its slot; if the
+  worker later returns with it, it is told to stop and the real ending is
+  stored as ``late_result``;
+- the control plane restarted (it was killed): worker runs are *adopted* at
+  start (``disconnected``, same slot, same log) and wait the grace from then.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from cdui.core.config import machine_id
+from cdui.core.errors import CduiError
+from cdui.core.layout import read_roots_in
+from cdui.plane import enroll
+from cdui.plane.appkeys import CLOCK, CONFIG, RUNS
+from cdui.plane.runs import STOPPED_KILLED, RunService, iso
+from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
+from cdui.plane.store import ACTIVE
+from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
+from cdui.run import catalog
+from cdui.wire import protocol
+from cdui.wire.same_machine import Verdict
+
+__all__ = ["Conn", "RemoteExecutor", "WorkerManager", "WorkerSession"]
+
+log = logging.getLogger(__name__)
+MAX_REJECTED = 50  # names kept in the list of refused connections
+
+
+class WorkerManager:
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.config = app[CONFIG]
+        self.clock = app[CLOCK]
+        self.runs: RunService = app[RUNS]
+        self.store = self.runs.store
+        self.conns: dict[str, Conn] = {}
+        self.rejected: dict[str, dict[str, Any]] = {}
+        self._revoked_seen: dict[str, float] = {}
+        self.timers: dict[str, asyncio.Task[Any]] = {}
+        self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
+        self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
+        self.machine_id = machine_id()
+        # Each worker's last same-machine verdict (cdui/wire/same_machine.py), from its last connection.
+        self.same_machine: dict[str, Verdict] = {}
+        self.own_catalog = catalog.node_catalog(self.runs.registry)
+        self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
+                                           clock=self.clock.monotonic)
+        self.closing = False
+        self._ended = asyncio.Event()
+        self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
+
+    # -- start: adopt what a killed control plane left -------------------------------
+    async def before_dispatch(self) -> None:
+        rows = await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE)
+        for r in rows:
+            if r.worker_id in (None, "local"):
+                continue
+            if self.runs.killed_while_stopping:
+                # Its worker was told to stop it before the kill: there is nothing to adopt.
+                await self.runs.finish(r.id, "interrupted", f"{STOPPED_KILLED}; worker {r.worker_id} had been "
+                                                             f"told to stop it")
+                continue
+            if self.grace <= 0:
+                await self.runs.finish(r.id, "interrupted",
+                                        "the server restarted and CODEFYUI_WORKER_RESUME_GRACE_S is 0, "
+                                        "so worker runs are not adopted")
+                continue
+            now = self.clock.time()
+            self.runs.adopt(r.id, r.worker_id, r.slot_device or "cpu", r.options)
+            await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
+            await self.runs.record_cp(r.id, "run_warning", {
+                "kind": "worker_disconnected", "restart": True,
+                "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r.worker_id} "
+                           f"to reconnect with the run"})
+            self.start_timer(r.id, adopted=True)
+
+    # -- grace timers -------------------------------------------------------------
+    def start_timer(self, run_id: str, adopted: bool) -> None:
+        self.cancel_timer(run_id)
+        self.timers[run_id] = self.runs.spawn(self._grace_expiry(run_id, adopted))
+
+    def cancel_timer(self, run_id: str) -> None:
+        t = self.timers.pop(run_id, None)
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _grace_expiry(self, run_id: str, adopted: bool) -> None:
+        await self.clock.sleep(self.grace)
+        self.timers.pop(run_id, None)
+        run = await self.store.get_run(run_id)
+        if run is None or run.status != "disconnected":
+            return
+        g = f"{self.grace:g}"
+        if adopted:
+            msg = f"it did not reconnect with the run within {g} s after this server restarted"
+        else:
+            msg = f"worker {run.worker_id} did not reconnect within {g} s (CODEFYUI_WORKER_RESUME_GRACE_S)"
+        await self.runs.finish(run_id, "interrupted", msg)
+
+    async def on_terminal(self, run_id: str, status: str) -> None:
+        self.cancel_timer(run_id)
+        self._ended.set()  # wakes a shutdown waiting for worker runs to end
+
+    # -- the registry of connections (each one a WorkerSession) --------------------------
+    async def ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        """``/ws/worker``: one :class:`~cdui.plane.worker_session.WorkerSession` per connection."""
+        return await WorkerSession(self, request).run()
+
+    def register(self, conn: Conn) -> None:
+        """An admitted connection becomes the worker's current one (a newer one replaces it)."""
+        self.conns[conn.name] = conn
+        self.rejected.pop(conn.name, None)
+
+    def reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
+        now = self.clock.time()
+        if cred_hash is not None:
+            last = self._revoked_seen.get(cred_hash)
+            if last is not None and now - last < 3600:
+                return
+            self._revoked_seen[cred_hash] = now
+        if len(self._revoked_seen) > MAX_REJECTED * 20:
+            self._revoked_seen = {h: t for h, t in self._revoked_seen.items() if now - t < 3600}
+        # The latest refusal per name, for at most MAX_REJECTED names: a flood of
+        # made-up names cannot grow the list (or GET /api/workers) without end.
+        name = name[:protocol.MAX_NAME]
+        self.rejected.pop(name, None)
+        self.rejected[name] = {"name": name, "reason": reason[:500], "address": address, "at": iso(now)}
+        while len(self.rejected) > MAX_REJECTED:
+            del self.rejected[next(iter(self.rejected))]
+        log.warning("rejected worker connection %s from %s: %s", name, address, reason)
+
+    async def on_disk_recovered(self) -> None:
+        """The disk has room again: renew the connections of workers whose events were not
+        stored, so that each agent replays, in order, everything it kept in its spool."""
+        names, self.unstored = self.unstored, set()
+        for name in names:
+            conn = self.conns.get(name)
+            if conn is not None and not conn.ws.closed:
+                log.warning("worker %s: disk space is back; reconnecting it to replay its unstored events", name)
+                await conn.ws.close(message=b"disk space is back: reconnect and replay")
+
+    # -- operator actions (the HTTP routes call these) ------------------------------------
+    def set_drained(self, name: str, drained: bool) -> None:
+        """A connected worker's executor takes new runs or not (the stored flag is the caller's)."""
+        ex = self.runs.executor(name)
+        if isinstance(ex, RemoteExecutor):
+            ex.drained = drained
+        self.runs.oneshot.set_drain(name, drained, self)
+        self.runs.wake()
+
+    async def remove_worker(self, name: str) -> None:
+        """Forget an enrolled worker: its credential is revoked, its connection told and closed,
+        its runs end (running ones ``interrupted``, queued ones aimed at it ``failed``)."""
+        now = self.clock.time()
+
+        def fn(c: Any) -> None:
+            row = c.execute("SELECT credential_hash FROM workers WHERE name=?", (name,)).fetchone()
+            if row is not None and row["credential_hash"]:
+                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
+                          "VALUES (?,?,?,?)",
+                          (row["credential_hash"], name, "removed", now))
+            c.execute("DELETE FROM workers WHERE name=?", (name,))
+            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
+        await self.store.write(fn)
+        conn = self.conns.pop(name, None)
+        self.runs.detach_executor(name)
+        if conn is not None:
+            await conn.send(protocol.Revoked(f"worker {name} was removed from the control plane; its credential "
+                                             f"is revoked"))
+            await conn.ws.close()
+        for run_id, _, _ in self.runs.runs_on(name):
+            await self.runs.finish(run_id, "interrupted", f"worker {name} was removed")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
+            if r.target == {"worker": name}:
+                await self.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
+        for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
+            if r.worker_id == name:
+                await self.runs.finish(r.id, "interrupted", f"worker {name} was removed")
+        await self.runs.oneshot.revoke_instances(name, self)
+
+    # -- graceful shutdown: runs on workers are stopped, not left to adopt ----------------
+    async def on_shutdown(self) -> None:
+        """Ask every worker run to stop and wait, up to the grace, for each worker's own ending.
+
+        This runs while the server still reads every socket (see
+        ``server._run_until_signal``), so a worker that stops its run at once
+        has its final events stored and the run ends as it really did."""
+        self.closing = True
+        grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
+        for run_id, name, _ in self.runs.runs_on():
+            if name == "local":
+                continue
+            conn = self.conns.get(name)
+            if conn is not None and not conn.ws.closed:
+                await conn.send(protocol.Stop(run_id))
+            else:
+                await self.runs.finish(run_id, "interrupted",
+                                        "the server stopped while the run's worker was disconnected")
+        deadline = self.clock.monotonic() + grace + 5
+        while any(ex != "local" for _, ex, _ in self.runs.runs_on()):
+            self._ended.clear()
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                break
+            if not await self._ended_within(remaining):
+                break
+        for run_id, name, _ in self.runs.runs_on():
+            if name != "local":
+                await self.runs.finish(run_id, "interrupted",
+                                        f"the server stopped and the run did not stop within {grace:g} s")
+        await self.close()
+
+    async def _ended_within(self, seconds: float) -> bool:
+        """Wait until a run ends or ``seconds`` pass on the clock; True if one ended."""
+        ended = asyncio.ensure_future(self._ended.wait())
+        timer = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait({ended, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            ended.cancel()
+        return self._ended.is_set()
+
+    async def close(self) -> None:
+        """Let go of every connection and grace timer (the app's cleanup; idempotent)."""
+        self.closing = True
+        for conn in list(self.conns.values()):
+            await conn.ws.close()
+        for t in list(self.timers.values()):
+            t.cancel()
+
+    # -- HTTP -----------------------------------------------------------------------------
+    async def worker_rows(self) -> list[dict[str, Any]]:
+        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM workers ORDER BY name")])
+
+    async def worker_auth(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        cred = auth[7:].strip()
+        if not cred:
+            return None
+        h = enroll.hash_secret(cred)
+        row = await self.store.read(lambda c: c.execute("SELECT name FROM workers WHERE credential_hash=?",
+                                                        (h,)).fetchone())
+        return row[0] if row else None
+
+    def catalog_state(self, name: str) -> catalog.CatalogState | None:
+        """The connected worker's catalog against ours (None: not connected); from its hello,
+        so it holds from the welcome on, before its executor is attached."""
+        conn = self.conns.get(name)
+        if conn is None or conn.ws.closed:
+            return None
+        return self.compare_catalog(conn.hello, conn.same_machine)
+
+    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog.CatalogState:
+        """A worker's catalog against ours. An agent on this machine runs its jobs with the control
+        plane's own plugin and custom-node folders (the job keeps the local paths), so those types
+        count as its own whatever its helper, reading its own data folder, saw."""
+        reported = hello.catalog
+        if reported is not None and same_machine:
+            local = {t for t, src in self.runs.registry.sources.items() if src != "builtin"}
+            types = set(reported.get("types") or []) | local
+            reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,
+                                                                                        "types": sorted(types)}
+        return catalog.compare(self.own_catalog, reported, hello.catalog_error)
+
+    async def check_target(self, target: Any, graph: Any, files: Any) -> None:
+        if not (isinstance(target, dict) and "worker" in target):
+            return
+        name = target["worker"]
+        rows = {r["name"]: r for r in await self.worker_rows()}
+        if name not in rows and not await self.runs.oneshot.names_instance(self.runs, name):
+            raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",
+                            hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
+        if isinstance(graph, dict):
+            library = await asyncio.to_thread(self.runs.preset_library)  # reads files: off the event loop
+            missing = catalog.missing_types(self.catalog_state(name), graph, library,
+                                            self.runs.registry.preset_params)
+            if missing:
+                raise catalog.refuse_missing(name, missing)
+        conn = self.conns.get(name)
+        row = rows.get(name) or rows.get(name.rpartition(".")[0])  # an instance has its credential's mounts
+        labels = conn.labels if conn is not None else json.loads((row or {}).get("labels") or "{}")
+        if files is not None and files.reads:
+            roots = read_roots_in(labels)
+            missing = unreadable(files.reads, roots)
+            if missing:
+                raise CduiError("path_not_readable", read_roots_message(name, missing, roots),
+                                hint="add its folder to CODEFYUI_READ_ROOTS where the worker's agent starts and "
+                                     "restart the agent (see docs/remote-workers.md#absolute-dataset-paths)")
+        if files is None or not files.uses_files or files.transfer_ok:
+            return
+        if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
+            raise CduiError("no_mount", no_mount_message(name, files.reason),
+                            hint="see docs/remote-workers.md#files-on-workers", status=400)

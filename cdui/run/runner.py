@@ -1,0 +1,386 @@
+"""The one launcher of run subprocesses, and the recorder of their events.
+
+:func:`launch` starts ``python -m cdui.run.runproc`` for one run, hands it the job
+(secrets included) on stdin, and reads its events. The :class:`RunHandle` is
+the run's *recorder*: it gives each event its ``src_seq`` (gapless from
+``first_seq``), adds the status events only the parent can know (started,
+crashed, killed) and delivers events in batches to ``on_events``.
+
+Stop: :meth:`RunHandle.stop` writes ``stop`` to the run's stdin and gives it
+``grace`` seconds. A run that ends by itself in time reports its own status
+(``cancelled`` when it honoured the stop); one still alive after the grace is
+killed and ends ``interrupted``. A run subprocess that dies on its own without
+a result ends ``failed`` with ``run subprocess exited with code N``.
+
+Devices: a run on slot ``cuda:N`` gets ``CUDA_VISIBLE_DEVICES`` set to the one
+card that slot is (see :func:`map_slot_device`) and is told, in the job's
+``process_device``, that its card is ``cuda:0``. The slot name
+(``slot_device``) is what events and the run object show.
+
+Warm start: given a :class:`cdui.run.spare.SparePool`, a run takes the pool's
+spare process (torch already imported) when it would have been started the
+same way, and hands it the job on stdin just as a fresh one; everything above
+holds for it unchanged.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cdui.core import event_size
+from cdui.core.errors import CduiError
+from cdui.core.private import open_private_append, user_umask
+from cdui.graph.secrets import environment_secrets, redact_text, redact_value
+from cdui.run.spare import SparePool
+from cdui.wire.devicesets import map_set
+from cdui.wire.job import Job
+
+# An event only the launcher reads (never stored): the run has finished executing nodes
+# and is writing its recorded outputs (cdui/run/outputs.py).
+OUTPUTS_WRITING = "outputs_writing"
+WRITE_MARGIN_S = 5.0  # past the write timeout, so the run's own bound ends the writes first
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
+STOP_GRACE_S = 10.0
+MAX_LOG_LINE = 4000
+
+
+def _visible_entries(inherited: str) -> list[str]:
+    """The devices an inherited ``CUDA_VISIBLE_DEVICES`` lists, in order.
+
+    CUDA reads the list up to its first invalid entry and ignores the rest
+    (``-1`` is the usual way to hide every card), so an empty or negative
+    entry ends it here too. Entries are kept as written: an index, a
+    ``GPU-<uuid>`` or a ``MIG-<uuid>`` all select one device."""
+    out: list[str] = []
+    for raw in inherited.split(","):
+        entry = raw.strip()
+        if not entry or entry.startswith("-"):
+            break
+        out.append(entry)
+    return out
+
+
+def map_slot_device(slot: str, inherited: str | None) -> tuple[str, str | None]:
+    """Map a run's slot to what its subprocess needs.
+
+    Returns ``(device, cuda_visible_devices)``: the device the run is told to
+    use inside its own process, and the ``CUDA_VISIBLE_DEVICES`` it gets
+    (``None``: leave the inherited environment as it is).
+
+    Slot numbers count the devices this agent or server sees, and it sees
+    only what its own ``CUDA_VISIBLE_DEVICES`` (set by SLURM, systemd or
+    docker) lists: slot ``cuda:1`` under ``2,3`` is physical card ``3``. The
+    run is given exactly that one card, so inside it the card is ``cuda:0``;
+    telling it ``cuda:1`` would name a device its process does not have.
+    Raises :class:`CduiError` when the slot names a card that is not there."""
+    slot = str(slot or "cpu").strip()
+    kind, _, index_text = slot.partition(":")
+    if kind != "cuda":
+        return slot, None
+    index_text = index_text or "0"
+    if not index_text.isdigit():
+        raise CduiError("bad_device", f"device {slot!r} is not valid: the part after 'cuda:' must be a card number",
+                        hint="use cuda or cuda:N with N = 0, 1, ...")
+    index = int(index_text)
+    if inherited is None:
+        return "cuda:0", str(index)
+    entries = _visible_entries(inherited)
+    if index >= len(entries):
+        seen = f"{len(entries)} card(s): {', '.join(entries)}" if entries else "no card"
+        raise CduiError("device_not_visible",
+                        f"run slot {slot!r} names card {index}, but CUDA_VISIBLE_DEVICES={inherited!r} "
+                        f"leaves this process {seen}",
+                        hint="offer only the cards this process can see (--devices), or start it with a "
+                             "CUDA_VISIBLE_DEVICES that lists the card")
+    return "cuda:0", entries[index]
+
+
+def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """The run subprocess's environment and the device it is told to use.
+
+    ``base`` is the environment inherited (default: this process's)."""
+    env = dict(os.environ if base is None else base)
+    # Secrets never travel in the environment; make sure no stray one does.
+    env.pop("CODEFYUI_AGENT_TOKEN", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    if "," in (slot or ""):  # a device set (cdui/wire/devicesets.py): every card of it, and only those
+        device, visible = map_set(slot, env.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        device, visible = map_slot_device(slot or "cpu", env.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return env, device
+
+
+def process_shape(python: str | None = None) -> tuple[str, str, int, dict[str, str]]:
+    """How a run process is started here: python, working folder, umask, and the environment
+    before a slot narrows it (what a spare is built with)."""
+    return (python or sys.executable, str(Path(__file__).resolve().parents[2]), user_umask(),
+            run_env("cpu")[0])
+
+
+def prime_spare(spares: SparePool) -> None:
+    """Start the pool's spare now instead of at the first run."""
+    spares.prime(*process_shape())
+
+
+class RunHandle:
+    def __init__(self, run_id: str, on_events: EventSink, log_path: Path | None,
+                 secrets: list[Any], first_seq: int = 1) -> None:
+        self.run_id = run_id
+        self.on_events = on_events
+        self.log_path = log_path
+        # The run's own secrets and this machine's API keys (a node reads them from the environment
+        # it inherits): both are masked in everything the run reports.
+        self.secrets = [*secrets, *environment_secrets(os.environ)]
+        # This machine's bound on one event (cdui/core/event_size.py), so an oversized one is cut before it is spooled.
+        self.event_max_bytes = event_size.limit_from_env()
+        self.next_seq = first_seq
+        self.proc: asyncio.subprocess.Process | None = None
+        self.stop_requested = False
+        self.stop_grace = STOP_GRACE_S  # the grace the stop was asked with (CODEFYUI_STOP_GRACE_S)
+        # Recorded outputs: once the run says it is writing them, a stop waits up to the
+        # job's write timeout (CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S) before the kill.
+        self.outputs_write_timeout = 0.0
+        self.writing_outputs = False
+        self.killed = False
+        self.result: dict[str, Any] | None = None
+        self.final: dict[str, Any] | None = None
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._done = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop_task: asyncio.Task[Any] | None = None
+        self._readers: list[asyncio.Task[Any]] = []
+        self.stop_event = asyncio.Event()
+        self.stop_count = 0  # how many times Stop was asked for (a second press can mean "now")
+        # Awaited after the process ended, before the final status is recorded.
+        self.before_final: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+
+    # -- recording -------------------------------------------------------
+    def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
+        data = event_size.bound_event(kind, data, self.event_max_bytes)
+        self._queue.put_nowait({"src_seq": self.next_seq, "kind": kind, "data": data,
+                                "at": at if at is not None else time.time()})
+        self.next_seq += 1
+
+    async def _deliver(self) -> None:
+        while True:
+            item = await self._queue.get()
+            batch = []
+            end = item is None
+            if item is not None:
+                batch.append(item)
+            while not end and len(batch) < 1000:
+                try:
+                    nxt = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if nxt is None:
+                    end = True
+                else:
+                    batch.append(nxt)
+            if batch:
+                try:
+                    await self.on_events(batch)
+                except Exception:  # the sink must not kill the recorder; it logs its own failures
+                    log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
+            if end:
+                return
+
+    async def _read_events(self) -> None:
+        assert self.proc and self.proc.stdout
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                return
+            try:
+                ev = json.loads(line)
+                kind, data = str(ev["kind"]), ev.get("data") or {}
+            except (ValueError, KeyError, TypeError):
+                self.record("log", {"message": redact_text(line.decode(errors="replace")[:MAX_LOG_LINE], self.secrets),
+                                    "level": "warning", "stream": "stdout"})
+                continue
+            if kind == "result":
+                self.result = data
+                continue
+            if kind == OUTPUTS_WRITING:
+                self._outputs_writing()
+                continue
+            # The run subprocess masks its own events; the parent knows the same
+            # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
+            self.record(kind, redact_value(data, self.secrets), ev.get("at"))
+
+    async def _read_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        # The run log can hold anything the run printed: this user's alone.
+        fh = open_private_append(self.log_path) if self.log_path else None
+        try:
+            while True:
+                line = await self.proc.stderr.readline()
+                if not line:
+                    return
+                text = redact_text(line.decode(errors="replace").rstrip("\n"), self.secrets)
+                if fh:
+                    fh.write((text + "\n").encode())
+                    fh.flush()
+                if text.strip():
+                    self.record("log", {"message": text[:MAX_LOG_LINE], "level": "info", "stream": "stderr"})
+        finally:
+            if fh:
+                fh.close()
+
+    # -- lifecycle --------------------------------------------------------
+    def open(self) -> None:
+        """Start delivering events; :meth:`record` works from here on, before the process exists."""
+        if not self._tasks:
+            self._tasks.append(asyncio.create_task(self._deliver()))
+
+    async def start(self, job: Job, python: str | None = None, spares: SparePool | None = None) -> None:
+        self.outputs_write_timeout = _write_timeout(job)
+        self.open()
+        try:
+            env, device = run_env(job.slot_device)
+        except CduiError as exc:
+            # A slot this process cannot give (its card is not visible here) fails
+            # the run with the reason, rather than running it on the wrong device.
+            await self._close({"status": "failed", "error": str(exc)})
+            return
+        pool = spares if spares is not None else SparePool(enabled=False)
+        try:
+            if self.log_path:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.proc, handover = await pool.process(*process_shape(python), env)
+        except OSError as exc:
+            # No process (the interpreter cannot be run as this user, the log folder cannot be made): the
+            # run ends here with the reason. Unreported, it would stay `running` with nothing to end it.
+            await self._close({"status": "failed", "error": f"the run process could not be started: {exc}"})
+            return
+        # Events and the run keep naming the slot; only the subprocess sees its own numbering.
+        self.record("status", {"status": "running", "pid": self.proc.pid, "device": job.slot_device})
+        assert self.proc.stdin
+        try:
+            # A spare first gets its card set, then the job. The job goes on the pipe, secrets
+            # included: they are never in argv or the environment.
+            self.proc.stdin.write((handover or b"") + (replace(job, process_device=device).to_json() + "\n").encode())
+            await self.proc.stdin.drain()
+            if self.stop_requested:
+                # Stop was asked for while the run was being prepared: tell the process at once.
+                self.proc.stdin.write(b"stop\n")
+                await self.proc.stdin.drain()
+                self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
+        except ConnectionError:
+            pass  # it died before reading its job: _finish reports its exit code
+        self._readers = [asyncio.create_task(self._read_events()), asyncio.create_task(self._read_stderr())]
+        self._tasks.extend(self._readers)
+        self._tasks.append(asyncio.create_task(self._finish()))
+
+    async def _finish(self) -> None:
+        assert self.proc
+        rc = await self.proc.wait()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        final: dict[str, Any]
+        if self.killed:
+            final = {"status": "interrupted",
+                     "error": f"the run did not stop within {self.stop_grace:.0f} s and was killed"}
+        elif self.result is not None:
+            final = {"status": self.result.get("status", "failed"), "error": self.result.get("error")}
+        else:
+            final = {"status": "failed", "error": f"run subprocess exited with code {rc}"}
+        if self._stop_task:
+            self._stop_task.cancel()
+        await self._close(final)
+
+    async def _close(self, final: dict[str, Any]) -> None:
+        if self.before_final is not None:
+            # e.g. the agent's final uploads: the end is reported only after them,
+            # so a finished run's files are all there.
+            try:
+                final = await self.before_final(final)
+            except Exception:
+                log.exception("run %s: finishing step failed", self.run_id)
+        self.final = final
+        self.record("status", dict(final))
+        self._queue.put_nowait(None)
+        await self._tasks[0]
+        self._done.set()
+
+    async def finish_without_process(self, final: dict[str, Any]) -> None:
+        """End a run that never got its subprocess (stopped or failed while preparing)."""
+        self.open()
+        await self._close(final)
+
+    async def wait(self) -> dict[str, Any]:
+        await self._done.wait()
+        assert self.final is not None
+        return self.final
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Ask the run to stop; kill it after ``grace`` seconds."""
+        if self.done:
+            return
+        self.stop_count += 1
+        if self.stop_requested:
+            return
+        if self.writing_outputs:
+            grace = max(grace, self.outputs_write_timeout + WRITE_MARGIN_S)
+        self.stop_grace = grace
+        self.stop_requested = True
+        self.stop_event.set()
+        if not self.proc:
+            return  # not started yet: whoever prepares it checks stop_event
+        try:
+            assert self.proc.stdin
+            self.proc.stdin.write(b"stop\n")
+        except (ConnectionError, RuntimeError, AssertionError):
+            pass
+        self._stop_task = asyncio.create_task(self._kill_after(grace))
+
+    def _outputs_writing(self) -> None:
+        """The run has stopped executing nodes and writes its recorded outputs: it bounds
+        that by the write timeout itself, so a stop already counting down waits that long
+        (plus a margin) instead of killing it at the stop grace."""
+        self.writing_outputs = True
+        if self._stop_task is not None and self.outputs_write_timeout > 0:
+            self._stop_task.cancel()
+            self.stop_grace = self.outputs_write_timeout + WRITE_MARGIN_S
+            self._stop_task = asyncio.create_task(self._kill_after(self.stop_grace))
+
+    async def _kill_after(self, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if self.proc and self.proc.returncode is None:
+            self.killed = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _write_timeout(job: Job) -> float:
+    from cdui.run import outputs
+    try:
+        return max(0.0, float(job.options.get(outputs.OPT_TIMEOUT) or 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
+                 first_seq: int = 1, spares: SparePool | None = None) -> RunHandle:
+    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq)
+    await handle.start(job, spares=spares)
+    return handle

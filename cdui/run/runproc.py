@@ -1,0 +1,246 @@
+"""The run subprocess: ``python -m cdui.run.runproc``.
+
+Protocol with its parent (:mod:`cdui.run.runner`):
+
+- stdin, first line: the job as JSON (:class:`cdui.wire.job.Job`, read back by
+  ``Job.from_json``). Secrets arrive only here, on the pipe.
+  ``process_device`` is the device nodes use in this process (``cuda:0``
+  for any CUDA slot, see :func:`cdui.run.runner.map_slot_device`); ``slot_device``
+  is the slot's name, used in messages.
+  Later lines: ``stop`` asks the run to stop (nodes see ``ctx.should_stop()``).
+- end of stdin (the launcher is gone) asks the same, and after
+  :data:`ORPHAN_GRACE_S` the process kills its own process group: no one else
+  is left to end a node that ignores the stop.
+- SIGTERM asks the same as ``stop``: a batch system (SLURM at a job's time
+  limit, ``scancel``) signals every process of the job, this one included,
+  and the run must still end through its nodes (the interrupt checkpoint).
+- fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
+  one has kind ``result`` (``{"status", "error"}``). Anything a node or library
+  prints is moved to stderr so it cannot corrupt the event stream.
+- stderr: free text, kept in the run's log.
+
+``python -m cdui.run.runproc --spare`` is a warm spare (:mod:`cdui.run.spare`): it
+imports torch and the built-in node modules first, then reads one handover
+line before the job, ``{"env": {NAME: value or null}}`` for each name in
+:data:`DEFERRED_ENV`, and sets those variables for itself. Nothing it imports
+before that initialises CUDA, which reads ``CUDA_VISIBLE_DEVICES`` only when
+it first initialises, so the run sees its own card set. Plugin and
+custom-node folders are loaded after the job, as in a fresh process.
+
+Every event has secret values replaced by ``***`` in its decoded data (keys
+included) before it is encoded, so escaping cannot hide a secret from the mask.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+# Variables a spare is started without (they differ per run) and gets on its handover line.
+DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
+MAX_HANDOVER = 64 * 1024
+# A run whose launcher is gone gets the launcher's own stop grace (cdui.run.runner.STOP_GRACE_S) to end
+# through its nodes before it kills itself.
+ORPHAN_GRACE_S = 10.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    spare = "--spare" in (sys.argv[1:] if argv is None else argv)
+    import warnings
+    # torch warns at import when numpy is absent; numpy is not a dependency of ours.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    events_fd = os.dup(1)
+    os.dup2(2, 1)  # print() from nodes goes to stderr from now on
+    sys.stdout = sys.stderr
+    out = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+    lock = threading.Lock()
+    secrets: list[Any] = []
+
+    from cdui.graph.secrets import redact_text, redact_value
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        # NaN and infinities are not JSON: they travel as strings ("nan", "inf").
+        # Mask the decoded values first (escaping changes how a secret looks in
+        # the line), then the line too, for what default=str turned into text.
+        safe = redact_value(_json_safe(data), secrets)
+        line = json.dumps({"kind": kind, "data": safe, "at": time.time()}, default=str)
+        line = redact_text(line, secrets)
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    if spare:
+        _warm()
+        handover = sys.stdin.readline(MAX_HANDOVER)
+        if not handover:
+            return 2  # its owner closed the pipe without a run: nothing to report
+        problem = _apply_handover(handover)
+        if problem:
+            emit("result", {"status": "failed", "error": f"the spare run process could not read its handover: "
+                                                         f"{problem}"})
+            return 0
+    first = sys.stdin.readline()
+    if not first:
+        return 2
+    from cdui.wire.job import Job, JobError
+    try:
+        job = Job.from_json(first)
+    except JobError as exc:
+        emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
+        return 0
+    # The machine's own API keys too: a node may send one (LLMChat) and a server may echo it back.
+    from cdui.graph.secrets import environment_secrets
+    secrets.extend([*job.secret_pairs(), *environment_secrets(os.environ)])
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                stop.set()
+        # The parent closed the pipe: it is gone (killed, say, by `cdui stop` after its 2 s), so
+        # stop too. Nobody is left to kill a node that ignores the stop after the grace, and an
+        # orphan must not keep a GPU or its data loaders: the process ends its own group then.
+        stop.set()
+        time.sleep(ORPHAN_GRACE_S)
+        _kill_own_group()
+
+    threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
+
+    from cdui.core.layout import Layout
+    from cdui.graph.context import RunContext, RunStopped
+    from cdui.graph.executor import Executor, NodeFailed
+    from cdui.graph.model import DEFAULT_MAX_NODES
+    from cdui.graph.secrets import fill_secrets
+    from cdui.graph.validate import validate_graph
+    from cdui.nodes.registry import build_registry
+    from cdui.wire.devicesets import process_devices, run_facts
+
+    # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
+    # own number (cuda:1) may not exist here; process_device is what does.
+    slot = job.slot_device or "cpu"
+    device = job.process_device or slot
+    try:
+        if job.layout is None:
+            raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
+        layout = Layout.from_json(job.layout)
+        registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
+                                  Path(job.plugins_dir) if job.plugins_dir else None)
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, run_facts(slot, job.process_device))
+        graph = fill_secrets(job.graph, job.secret_pairs())
+        # The limit the control plane checked the graph against, so a raised limit holds here too.
+        plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
+                                      layout=layout)
+        if plan is None:
+            msg = "; ".join(e["message"] for e in errors[:5])
+            emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
+            return 0
+        ctx = RunContext(job.run_id, layout, emit, device=device, stop_event=stop)
+        ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
+        where = slot if device == slot else f"{slot} ({device} in the run's process)"
+        emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
+        from cdui.run import outputs
+        with outputs.recording(job, emit) as on_outputs:
+            Executor(registry, ctx, on_outputs).run(plan)
+    except RunStopped:
+        emit("result", {"status": "cancelled", "error": "stopped on request"})
+        return 0
+    except NodeFailed as exc:
+        emit("log", {"message": redact_text(exc.tb, secrets), "level": "error", "node_id": exc.node_id})
+        emit("result", {**_failed(stop, str(exc)), "node_id": exc.node_id})
+        return 0
+    except Exception as exc:  # anything else is a bug of ours; keep the traceback in the log
+        emit("log", {"message": redact_text(traceback.format_exc(), secrets), "level": "error"})
+        emit("result", _failed(stop, f"{type(exc).__name__}: {exc}"))
+        return 0
+    emit("result", {"status": "succeeded", "error": None})
+    return 0
+
+
+def _failed(stop: threading.Event, error: str) -> dict[str, str]:
+    """The ending of a run that raised. Asked to stop (Stop, a disabled worker, SIGTERM), a run that then
+    fails on its way out (an interrupt checkpoint it cannot write) ends ``cancelled`` as the stop asked;
+    the failure stays in its error and its log."""
+    if stop.is_set():
+        return {"status": "cancelled", "error": f"stopped on request; while stopping: {error}"}
+    return {"status": "failed", "error": error}
+
+
+def _kill_own_group() -> None:
+    """SIGKILL this process and what it started: its whole process group when it leads one
+    (its launcher starts it in a session of its own), else just itself."""
+    pid = os.getpid()
+    try:
+        if os.getpgrp() == pid:
+            os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        os._exit(1)
+
+
+def _warm() -> None:
+    """What every run imports anyway, done before its job arrives. None of it initialises CUDA."""
+    import torch  # noqa: F401
+
+    import cdui.core.layout  # noqa: F401
+    import cdui.graph.context  # noqa: F401
+    import cdui.graph.executor  # noqa: F401
+    import cdui.graph.validate  # noqa: F401
+    import cdui.run.catalog  # noqa: F401
+    import cdui.wire.job  # noqa: F401
+    from cdui.nodes.registry import Registry
+    Registry().load_builtin()  # imports the built-in node modules; the run's registry is built after its job
+
+
+def _apply_handover(line: str) -> str | None:
+    """Set this process's deferred variables from the handover line; the problem, if it is not one."""
+    try:
+        msg = json.loads(line)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    env = msg.get("env") if isinstance(msg, dict) else None
+    if not isinstance(env, dict) or set(env) - set(DEFERRED_ENV):
+        return f"expected {{\"env\": {{...}}}} naming only {', '.join(DEFERRED_ENV)}"
+    for name in DEFERRED_ENV:
+        value = env.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        elif isinstance(value, str):
+            os.environ[name] = value
+        else:
+            return f"{name} must be a string or null, got {type(value).__name__}"
+    return None
+
+
+def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,
+                  devices: dict[str, Any]) -> None:
+    """This process's own fingerprint and torch numerics, which replace the worker's for the run."""
+    from cdui.run.catalog import run_facts
+    try:
+        facts = run_facts(registry, Path(custom_dir) if custom_dir else None,
+                          Path(plugins_dir) if plugins_dir else None)
+    except Exception as exc:  # the facts describe the run; failing to gather them must not fail it
+        emit("log", {"message": f"could not collect the run's fingerprint: {type(exc).__name__}: {exc}",
+                     "level": "warning"})
+        facts = {}
+    emit("execution_facts", {**facts, "devices": devices})
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,667 @@
+"""Every message of ``/ws/worker``, as a typed shape with its validation.
+
+JSON text frames, one object each, with a ``type`` field. The agent's first
+message is ``hello``, and its first field is ``version``: the control plane
+reads the version before anything else so that a future agent with other
+fields still gets a readable refusal.
+
+agent -> control plane
+  hello      {version, name, devices, labels, machine_id, runs: [{run_id, running, last_seq}],
+              one_shot, instance, capabilities, run_id,
+              catalog: {types, hash} | null, catalog_error, fingerprint: {...} | null,
+              device_memory: {device: {total_mb, free_mb}} | null,
+              tls: {pin, next} | null}  (a pinned agent over TLS: the key it matched, its next pin)
+              (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.plane.oneshot`)
+  events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
+  heartbeat  {runs: [run ids still running], labels, tls}
+  outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.run.outputs)
+  probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
+control plane -> agent
+  probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
+             plane's machine id: can it read that file and write those folders? see cdui.wire.same_machine)
+  welcome    {version, worker, heartbeat_s, resume_grace_s, runs: {run_id: {acked, action}}}
+             action: "continue" (replay after ``acked``), "stop" (stop it now: it ended here),
+             "drop" (not this worker's run: forget it)
+  refused    {code, message}  then close. Codes: version_mismatch, revoked, unknown_credential,
+             name_in_use, bad_hello
+  assign     {run_id, job}  (the job's shape: :class:`cdui.wire.job.Job`)
+  ack        {run_id, acked}
+  s3_credentials {run_id, credentials}  (fresh bucket credentials of an s3 run: cdui.wire.s3.S3Credentials)
+  stop       {run_id}
+  revoked    {message}  (the worker was removed or its credential superseded; exit 2)
+  error      {message}  (a malformed message; the connection stays up)
+  outputs_request {request_id, run_id, node_id}  (node_id null: which nodes have recorded outputs)
+
+Each message is a dataclass below with one ``to_json()`` for the way out; the
+way in is :func:`parse_agent_message` on the control plane and
+:func:`parse_server_message` on the agent, which check every field and bound
+(sizes, NaN and infinities, nesting) once, at the edge, so that the code behind
+them handles typed values only.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from cdui.wire.devicesets import parse_memory_report
+from cdui.wire.job import Job, JobError
+
+# Bounds on what a worker may send (a worker may be hostile). Events come in
+# batches of at most a few hundred; a message is encoded by :func:`encode_events`
+# on the agent so that it always fits.
+MAX_MESSAGE = 8 * 1024 * 1024     # bytes of one WebSocket message
+MAX_EVENTS = 2000                 # events in one message
+MAX_NAME = 128                    # run ids, names, devices, kinds, label keys, machine ids
+MAX_LABEL_VALUE = 4096            # a label's value may be a path
+MAX_ITEMS = 10000                 # runs in a hello or heartbeat
+MAX_SMALL_LIST = 64               # devices, labels, capabilities
+MAX_DEPTH = 16                    # nesting of an event's ``data``
+MAX_TYPES = 4096                  # node types in a hello's catalog
+MAX_FINGERPRINT = 32 * 1024       # bytes of a hello's fingerprint, encoded
+MAX_FINGERPRINT_DEPTH = 4
+MAX_SEQ = 2 ** 53                 # src_seq stays exact in JSON numbers
+# ``at`` is a UNIX time; anything outside 2000-01-01 .. 2100-01-01 is a bug or an attack.
+MIN_AT, MAX_AT = 946684800.0, 4102444800.0
+
+
+class ProtocolError(ValueError):
+    """A message that does not fit its shape; the text says what and where."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return v
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and numbers that overflow to them,
+    and turns nesting too deep to parse into a ValueError."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply") from None
+
+
+def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ProtocolError(f"{where}: missing field {key!r}")
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ProtocolError(f"{where}: field {key!r} has type {type(v).__name__}")
+    return v
+
+
+def _opt(d: dict[str, Any], key: str, typ: type | tuple[type, ...], default: Any, where: str) -> Any:
+    if key not in d or d[key] is None:
+        return default
+    return _req(d, key, typ, where)
+
+
+def _str(v: Any, where: str, limit: int = MAX_NAME) -> str:
+    if not isinstance(v, str):
+        raise ProtocolError(f"{where} must be a string, got {type(v).__name__}")
+    if len(v) > limit:
+        raise ProtocolError(f"{where} is {len(v)} characters long, over the limit of {limit}")
+    return v
+
+
+def _list(v: Any, where: str, limit: int) -> list[Any]:
+    if not isinstance(v, list):
+        raise ProtocolError(f"{where} must be a list, got {type(v).__name__}")
+    if len(v) > limit:
+        raise ProtocolError(f"{where} has {len(v)} items, over the limit of {limit}")
+    return v
+
+
+def _labels(v: Any, where: str) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object, got {type(v).__name__}")
+    if len(v) > MAX_SMALL_LIST:
+        raise ProtocolError(f"{where} has {len(v)} labels, over the limit of {MAX_SMALL_LIST}")
+    return {_str(k, f"{where} key"): _str(val, f"{where}[{k[:40]!r}]", MAX_LABEL_VALUE) for k, val in v.items()}
+
+
+def _int(v: Any, where: str, low: int = 0, high: int = MAX_SEQ) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ProtocolError(f"{where} must be an integer, got {type(v).__name__}")
+    if not low <= v <= high:
+        raise ProtocolError(f"{where}={v} is out of range ({low}..{high})")
+    return v
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse ``data`` nested deeper than MAX_DEPTH (iteratively: no recursion to exhaust)."""
+    stack = [(data, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"{where} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+
+
+@dataclass(frozen=True)
+class HeldRun:
+    run_id: str
+    running: bool
+    last_seq: int
+
+
+@dataclass
+class Hello:
+    version: str
+    name: str
+    devices: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+    machine_id: str = ""
+    runs: list[HeldRun] = field(default_factory=list)
+    one_shot: bool = False
+    instance: str | None = None
+    capabilities: list[str] = field(default_factory=list)
+    run_id: str | None = None  # a one-shot agent's --run-id: the one run it takes
+    # The node catalog the agent's helper reported ({types, hash}); None: the
+    # helper failed (catalog_error says why) or the agent predates catalogs.
+    catalog: dict[str, Any] | None = None
+    catalog_error: str | None = None
+    fingerprint: dict[str, Any] | None = None
+    # Each offered device's memory, {device: {total_mb, free_mb}} (cdui/wire/devicesets.py); None: not reported.
+    device_memory: dict[str, dict[str, int]] | None = None
+    # Drawn once per agent process and presented on every connection it opens: a connection
+    # with the id of the open one under the same name is that agent back after a drop the
+    # control plane has not noticed yet, so it replaces the open one (not another agent).
+    agent_id: str | None = None
+    # A pinned agent over TLS: {pin: the key its handshake matched, next: the next pin it holds}.
+    tls: dict[str, str | None] | None = None
+    type: ClassVar[str] = "hello"
+
+    def to_json(self) -> str:
+        # version first: the control plane reads it before anything else, so that an
+        # agent of another version with other fields still gets a readable refusal.
+        return json.dumps({"version": self.version, "type": self.type, "name": self.name, "devices": self.devices,
+                           "labels": self.labels, "machine_id": self.machine_id,
+                           "runs": [{"run_id": r.run_id, "running": r.running, "last_seq": r.last_seq}
+                                    for r in self.runs],
+                           "one_shot": self.one_shot, "instance": self.instance,
+                           "capabilities": self.capabilities, "run_id": self.run_id, "catalog": self.catalog,
+                           "catalog_error": self.catalog_error, "fingerprint": self.fingerprint,
+                           "device_memory": self.device_memory, "agent_id": self.agent_id, "tls": self.tls})
+
+
+@dataclass
+class Events:
+    run_id: str
+    events: list[dict[str, Any]]
+    type: ClassVar[str] = "events"
+
+    def to_json(self) -> str:
+        """One message, however big; the agent sends :func:`encode_events` instead,
+        which splits a batch to fit the control plane's limit."""
+        return json.dumps({"type": self.type, "run_id": self.run_id, "events": [_safe(e) for e in self.events]},
+                          default=str, allow_nan=False)
+
+
+@dataclass
+class Heartbeat:
+    runs: list[str]
+    labels: dict[str, str] | None = None
+    tls: dict[str, str | None] | None = None  # as in the hello: its next pin may have changed since
+    type: ClassVar[str] = "heartbeat"
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {"type": self.type, "runs": self.runs}
+        if self.labels is not None:
+            d["labels"] = self.labels
+        if self.tls is not None:
+            d["tls"] = self.tls
+        return json.dumps(d)
+
+
+_PIN = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _tls(v: Any, where: str) -> dict[str, str | None] | None:
+    """``{pin, next}``: each a key fingerprint (cdui/core/trust.py) or null."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object or null, got {type(v).__name__}")
+    out: dict[str, str | None] = {}
+    for key in ("pin", "next"):
+        x = v.get(key)
+        if x is not None and not (isinstance(x, str) and _PIN.fullmatch(x)):
+            raise ProtocolError(f"{where}.{key} is not a key fingerprint (sha256:<64 hex>): {str(x)[:80]!r}")
+        out[key] = x
+    return out
+
+
+def peek_version(raw: str) -> str | None:
+    """The version of a hello, read before (and without) the rest of the message."""
+    if len(raw) > MAX_MESSAGE:
+        return None
+    try:
+        d = loads(raw)
+    except ValueError:
+        return None
+    version = d.get("version") if isinstance(d, dict) else None
+    return version[:MAX_NAME] if isinstance(version, str) else None
+
+
+def _event(e: Any, where: str) -> dict[str, Any]:
+    if not isinstance(e, dict):
+        raise ProtocolError(f"{where} is not an object")
+    _int(_req(e, "src_seq", int, where), f"{where}.src_seq", 1)
+    _str(_req(e, "kind", str, where), f"{where}.kind")
+    data = e.get("data", {})
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}.data is not an object")
+    _check_depth(data, f"{where}.data")
+    at = e.get("at")
+    if at is not None:
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not MIN_AT <= at <= MAX_AT:
+            raise ProtocolError(f"{where}.at={at!r} is not a UNIX time between 2000 and 2100")
+    return e
+
+
+def _catalog(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"hello.catalog must be an object, got {type(v).__name__}")
+    types = [_str(t, "hello.catalog.types[]") for t in _list(_req(v, "types", list, "hello.catalog"),
+                                                             "hello.catalog.types", MAX_TYPES)]
+    return {"types": types, "hash": _str(_req(v, "hash", str, "hello.catalog"), "hello.catalog.hash")}
+
+
+def _fingerprint(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"hello.fingerprint must be an object, got {type(v).__name__}")
+    size = len(json.dumps(v))
+    if size > MAX_FINGERPRINT:
+        raise ProtocolError(f"hello.fingerprint is {size} bytes, over the limit of {MAX_FINGERPRINT}")
+    stack = [(v, 1)]
+    while stack:  # only objects of strings, numbers and booleans, MAX_FINGERPRINT_DEPTH deep
+        obj, depth = stack.pop()
+        if depth > MAX_FINGERPRINT_DEPTH:
+            raise ProtocolError(f"hello.fingerprint nests deeper than {MAX_FINGERPRINT_DEPTH} levels")
+        for k, x in obj.items():
+            if isinstance(x, dict):
+                stack.append((x, depth + 1))
+            elif x is not None and not isinstance(x, (str, int, float, bool)):
+                raise ProtocolError(f"hello.fingerprint field {str(k)[:40]!r} has type {type(x).__name__}")
+    return v
+
+
+def parse_agent_message(raw: str) -> AgentMessage:
+    if len(raw) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
+    try:
+        d = loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(d).__name__}")
+    t = d.get("type")
+    if t == "hello":
+        runs = []
+        for i, r in enumerate(_list(_opt(d, "runs", list, [], "hello"), "hello.runs", MAX_ITEMS)):
+            if not isinstance(r, dict):
+                raise ProtocolError(f"hello.runs[{i}] is not an object")
+            runs.append(HeldRun(_str(_req(r, "run_id", str, f"hello.runs[{i}]"), f"hello.runs[{i}].run_id"),
+                                bool(r.get("running")),
+                                _int(_opt(r, "last_seq", int, 0, f"hello.runs[{i}]"), f"hello.runs[{i}].last_seq")))
+        devices = [_str(x, "hello.devices[]") for x in _list(_req(d, "devices", list, "hello"), "hello.devices",
+                                                              MAX_SMALL_LIST)]
+        labels = _labels(_opt(d, "labels", dict, {}, "hello"), "hello.labels")
+        caps = [_str(x, "hello.capabilities[]") for x in _list(_opt(d, "capabilities", list, [], "hello"),
+                                                               "hello.capabilities", MAX_SMALL_LIST)]
+        instance = _opt(d, "instance", str, None, "hello")
+        wanted = _opt(d, "run_id", str, None, "hello")
+        cat_error = _opt(d, "catalog_error", str, None, "hello")
+        agent_id = _opt(d, "agent_id", str, None, "hello")
+        return Hello(_str(_req(d, "version", str, "hello"), "hello.version"),
+                     _str(_req(d, "name", str, "hello"), "hello.name"), devices, labels,
+                     _str(_opt(d, "machine_id", str, "", "hello"), "hello.machine_id"), runs,
+                     bool(d.get("one_shot")), None if instance is None else _str(instance, "hello.instance"), caps,
+                     None if wanted is None else _str(wanted, "hello.run_id"),
+                     _catalog(d.get("catalog")), None if cat_error is None else _str(cat_error, "hello.catalog_error",
+                                                                                      MAX_TEXT),
+                     _fingerprint(d.get("fingerprint")), parse_memory_report(d.get("device_memory")),
+                     None if agent_id is None else _str(agent_id, "hello.agent_id"),
+                     _tls(d.get("tls"), "hello.tls"))
+    if t == "events":
+        evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
+        for i, e in enumerate(evs):
+            _event(e, f"events[{i}]")
+        return Events(_str(_req(d, "run_id", str, "events"), "events.run_id"), evs)
+    if t == "heartbeat":
+        running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
+                                                              "heartbeat.runs", MAX_ITEMS)]
+        labels = _opt(d, "labels", dict, None, "heartbeat")
+        return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"),
+                         _tls(d.get("tls"), "heartbeat.tls"))
+    if t == "outputs_answer":
+        return _outputs_answer(d)
+    if t == "probe_answer":
+        nonce = _opt(d, "nonce", str, None, "probe_answer")
+        cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
+        raw_cw = _opt(d, "cannot_write", dict, {}, "probe_answer")
+        if len(raw_cw) > MAX_SMALL_LIST:
+            raise ProtocolError(f"probe_answer.cannot_write has {len(raw_cw)} items, over the limit of "
+                                f"{MAX_SMALL_LIST}")
+        cannot_write = {_str(k, "probe_answer.cannot_write key", MAX_LABEL_VALUE):
+                        _str(v, "probe_answer.cannot_write value", MAX_TEXT) for k, v in raw_cw.items()}
+        return ProbeAnswer(None if nonce is None else _str(nonce, "probe_answer.nonce"),
+                           None if cannot_read is None else _str(cannot_read, "probe_answer.cannot_read", MAX_TEXT),
+                           cannot_write)
+    raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
+
+
+def _safe(obj: Any) -> Any:
+    """A JSON-able copy without NaN/Infinity (sent as strings, as the run process does)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_safe(v) for v in obj]
+    return obj
+
+
+def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> list[str]:
+    """``events`` messages for the agent to send, each within ``limit`` bytes and MAX_EVENTS events.
+
+    Split by encoded size, in order. An event too big for any message on its own is
+    replaced by a ``run_warning`` with the same src_seq saying so, so that the
+    sequence stays gapless and the control plane can acknowledge past it."""
+    head = len(json.dumps({"type": "events", "run_id": run_id, "events": []}))
+    out: list[str] = []
+    batch: list[str] = []
+    size = head
+    for ev in events:
+        text = json.dumps(_safe(ev), default=str, allow_nan=False)
+        if head + len(text.encode()) + 1 > limit:
+            text = json.dumps({"src_seq": ev.get("src_seq"), "kind": "run_warning", "at": ev.get("at"),
+                               "data": {"kind": "event_too_large",
+                                        "message": f"a {str(ev.get('kind'))[:64]} event of {len(text)} bytes was "
+                                                   f"too large to send and was dropped"}})
+        n = len(text.encode()) + 1
+        if batch and (size + n > limit or len(batch) >= MAX_EVENTS):
+            out.append(_events_text(run_id, batch))
+            batch, size = [], head
+        batch.append(text)
+        size += n
+    if batch:
+        out.append(_events_text(run_id, batch))
+    return out
+
+
+def _events_text(run_id: str, encoded: list[str]) -> str:
+    """An events message around events already encoded (their size was counted as encoded)."""
+    return f'{{"type": "events", "run_id": {json.dumps(run_id)}, "events": [{",".join(encoded)}]}}'
+
+
+# -- control plane -> agent ------------------------------------------------------------
+ACTIONS = ("continue", "stop", "drop")
+MAX_TEXT = 64 * 1024  # an error's or refusal's message
+
+
+@dataclass(frozen=True)
+class RunAnswer:
+    """The welcome's word on one run the agent said it holds: ``acked`` is the last
+    event the control plane has; ``action`` ``continue`` (replay what follows),
+    ``stop`` (it ended here: stop it now) or ``drop`` (not this worker's: forget it)."""
+
+    acked: int
+    action: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"acked": self.acked, "action": self.action}
+
+
+@dataclass(frozen=True)
+class Welcome:
+    version: str
+    worker: str
+    heartbeat_s: float
+    resume_grace_s: float
+    runs: dict[str, RunAnswer] = field(default_factory=dict)
+    type: ClassVar[str] = "welcome"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "version": self.version, "worker": self.worker,
+                           "heartbeat_s": self.heartbeat_s, "resume_grace_s": self.resume_grace_s,
+                           "runs": {k: v.to_dict() for k, v in self.runs.items()}})
+
+
+class _Flat:
+    """A message whose fields are plain JSON values: ``{"type", <fields in order>}``."""
+
+    type: ClassVar[str]
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, **asdict(self)})  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Probe(_Flat):
+    """Before the welcome: read ``nonce_file``, try to write in each of ``folders`` (cdui/wire/same_machine.py)."""
+    nonce_file: str
+    folders: list[str]
+    type: ClassVar[str] = "probe"
+
+
+@dataclass(frozen=True)
+class ProbeAnswer(_Flat):
+    """What the agent found: the nonce it read (None: it could not, ``cannot_read`` says why) and, per
+    folder it could not create a file in, the reason."""
+    nonce: str | None
+    cannot_read: str | None
+    cannot_write: dict[str, str]
+    type: ClassVar[str] = "probe_answer"
+
+
+@dataclass(frozen=True)
+class Refused(_Flat):
+    code: str
+    message: str
+    type: ClassVar[str] = "refused"
+
+
+@dataclass(frozen=True)
+class Assign:
+    run_id: str
+    job: Job
+    type: ClassVar[str] = "assign"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "job": self.job.to_dict()}, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class S3CredentialsMessage:
+    """Fresh bucket credentials for a running s3 run (renewal, or after a reconnect). Like the
+    assignment's, they are secrets: left out of ``repr``, never logged."""
+
+    run_id: str
+    credentials: dict[str, Any] = field(repr=False)
+    type: ClassVar[str] = "s3_credentials"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "run_id": self.run_id, "credentials": self.credentials},
+                          allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Ack(_Flat):
+    run_id: str
+    acked: int
+    type: ClassVar[str] = "ack"
+
+
+@dataclass(frozen=True)
+class Stop(_Flat):
+    run_id: str
+    type: ClassVar[str] = "stop"
+
+
+@dataclass(frozen=True)
+class Revoked(_Flat):
+    message: str
+    type: ClassVar[str] = "revoked"
+
+
+@dataclass(frozen=True)
+class Error(_Flat):
+    message: str
+    type: ClassVar[str] = "error"
+
+
+@dataclass(frozen=True)
+class OutputsRequest(_Flat):
+    request_id: str
+    run_id: str
+    node_id: str | None
+    type: ClassVar[str] = "outputs_request"
+
+
+@dataclass(frozen=True)
+class OutputsAnswer(_Flat):
+    """A worker's answer: the recorded nodes (``node_id`` None) or one node's summary, or an error.
+    ``nodes`` and ``summary`` are rebuilt field by field by :mod:`cdui.run.outputs` when parsed."""
+
+    request_id: str
+    run_id: str
+    node_id: str | None
+    nodes: list[dict[str, str]] | None = None
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    type: ClassVar[str] = "outputs_answer"
+
+
+def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
+    from cdui.run import outputs
+    w = "outputs_answer"
+    node_id = _opt(d, "node_id", str, None, w)
+    node_id = None if node_id is None else _str(node_id, f"{w}.node_id", outputs.MAX_NODE_ID)
+    error = _opt(d, "error", str, None, w)
+    try:
+        nodes = None if d.get("nodes") is None else outputs.clean_nodes(d["nodes"])
+        summary = None if d.get("summary") is None or node_id is None else outputs.clean_summary(d["summary"],
+                                                                                                  node_id)
+    except ValueError as exc:
+        raise ProtocolError(f"{w}: {exc}") from None
+    return OutputsAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                         _str(_req(d, "run_id", str, w), f"{w}.run_id"), node_id, nodes, summary,
+                         None if error is None else _str(error, f"{w}.error", MAX_TEXT))
+
+
+ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
+                 | Probe)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer
+
+
+def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
+    v = _req(d, key, (int, float), where)
+    if isinstance(v, bool) or not low <= v <= high:
+        raise ProtocolError(f"{where}: {key}={v!r} is out of range ({low}..{high})")
+    return float(v)
+
+
+def parse_server_message(raw: str | bytes) -> ServerMessage:
+    """The control plane's message, checked once at the agent's edge.
+
+    The control plane is trusted more than a worker, but a proxy, a wrong URL or
+    a control plane of another version can still send what does not fit: the
+    text of the error says what, so the agent can log it and go on."""
+    if len(raw) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
+    try:
+        d = loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(d).__name__}")
+    t = d.get("type")
+    if t == "welcome":
+        runs: dict[str, RunAnswer] = {}
+        raw_runs = _opt(d, "runs", dict, {}, "welcome")
+        if len(raw_runs) > MAX_ITEMS:
+            raise ProtocolError(f"welcome.runs has {len(raw_runs)} items, over the limit of {MAX_ITEMS}")
+        for run_id, a in raw_runs.items():
+            where = f"welcome.runs[{run_id[:40]!r}]"
+            _str(run_id, f"{where} key")
+            if not isinstance(a, dict):
+                raise ProtocolError(f"{where} is not an object")
+            action = _str(_req(a, "action", str, where), f"{where}.action")
+            if action not in ACTIONS:
+                raise ProtocolError(f"{where}.action={action!r} is not one of {', '.join(ACTIONS)}")
+            runs[run_id] = RunAnswer(_int(_opt(a, "acked", int, 0, where), f"{where}.acked"), action)
+        return Welcome(_str(_req(d, "version", str, "welcome"), "welcome.version"),
+                       _str(_req(d, "worker", str, "welcome"), "welcome.worker"),
+                       _number(d, "heartbeat_s", "welcome", 0.01, 86400.0),
+                       _number(d, "resume_grace_s", "welcome", 0.0, 30 * 86400.0), runs)
+    if t == "refused":
+        return Refused(_str(_req(d, "code", str, "refused"), "refused.code"),
+                       _str(_opt(d, "message", str, "", "refused"), "refused.message", MAX_TEXT))
+    if t == "assign":
+        run_id = _str(_req(d, "run_id", str, "assign"), "assign.run_id")
+        try:
+            job = Job.from_dict(_req(d, "job", dict, "assign"))
+        except JobError as exc:
+            raise ProtocolError(f"assign: {exc}") from None
+        if job.run_id != run_id:
+            raise ProtocolError(f"assign: the job is for run {job.run_id[:64]!r}, the message for {run_id!r}")
+        return Assign(run_id, job)
+    if t == "s3_credentials":
+        from cdui.wire.s3 import S3Credentials
+        run_id = _str(_req(d, "run_id", str, "s3_credentials"), "s3_credentials.run_id")
+        creds = _req(d, "credentials", dict, "s3_credentials")
+        try:
+            S3Credentials.from_dict(creds)
+        except ValueError as exc:
+            raise ProtocolError(f"s3_credentials: {exc}") from None
+        return S3CredentialsMessage(run_id, creds)
+    if t == "ack":
+        return Ack(_str(_req(d, "run_id", str, "ack"), "ack.run_id"), _int(_req(d, "acked", int, "ack"), "ack.acked"))
+    if t == "stop":
+        return Stop(_str(_req(d, "run_id", str, "stop"), "stop.run_id"))
+    if t == "revoked":
+        return Revoked(_str(_opt(d, "message", str, "the credential was revoked", "revoked"), "revoked.message",
+                            MAX_TEXT))
+    if t == "error":
+        return Error(_str(_opt(d, "message", str, "", "error"), "error.message", MAX_TEXT))
+    if t == "probe":
+        folders = [_str(x, "probe.folders[]", MAX_LABEL_VALUE)
+                   for x in _list(_req(d, "folders", list, "probe"), "probe.folders", MAX_SMALL_LIST)]
+        return Probe(_str(_req(d, "nonce_file", str, "probe"), "probe.nonce_file", MAX_LABEL_VALUE), folders)
+    if t == "outputs_request":
+        node = _opt(d, "node_id", str, None, "outputs_request")
+        return OutputsRequest(_str(_req(d, "request_id", str, "outputs_request"), "outputs_request.request_id"),
+                              _str(_req(d, "run_id", str, "outputs_request"), "outputs_request.run_id"),
+                              None if node is None else _str(node, "outputs_request.node_id", 256))
+    raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
+
+
+def hello(version: str, name: str, devices: list[str], labels: dict[str, str], machine_id: str,
+          runs: list[dict[str, Any]], one_shot: bool = False, instance: str | None = None) -> dict[str, Any]:
+    """A hello as a plain object, for tests and tools that write raw frames
+    (some of them on purpose not quite right); the agent sends :class:`Hello`."""
+    held = [HeldRun(r["run_id"], bool(r.get("running")), int(r.get("last_seq", 0))) for r in runs]
+    obj: dict[str, Any] = json.loads(Hello(version, name, devices, labels, machine_id, held, one_shot,
+                                           instance).to_json())
+    return obj
