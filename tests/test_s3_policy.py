@@ -142,10 +142,12 @@ def test_credentials_never_in_a_repr_and_the_run_process_never_gets_them(tmp_pat
     assert back.s3_credentials == creds.to_dict()
     import asyncio
 
-    from cdui.agent.agent_files import RunFiles
+    from cdui.agent.run_files import run_files
+    from cdui.agent.s3_agent import S3Files
     from cdui.core.config import load as load_cfg
-    files = RunFiles("r1", back.files, tmp_path, {}, None, "http://x", "cred", 5.0, lambda k, d: None,
-                     asyncio.Event())
+    files = run_files("r1", back.files, tmp_path, {}, None, "http://x", "cred", 5.0, lambda k, d: None,
+                      asyncio.Event())
+    assert isinstance(files, S3Files)
     local = files.job_for_this_machine(back, load_cfg({"CODEFYUI_USER_DATA_DIR": str(tmp_path)}))
     assert local.s3_credentials is None and "the-secret" not in local.to_json()
     assert files.s3 is not None and files.s3.bucket == "b"

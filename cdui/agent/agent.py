@@ -45,6 +45,7 @@ from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, un
 from cdui.run import catalog, outputs, runner
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets, protocol, same_machine
+from cdui.wire.file_backend import FileBackend
 from cdui.wire.job import Job
 from cdui.wire.s3 import agent_capabilities
 
@@ -100,7 +101,7 @@ class AgentRun:
         self.handle: runner.RunHandle | None = None
         self.finished = spool.read_state().get("finished", False)
         self.lock = asyncio.Lock()
-        self.files: Any = None  # its cdui.agent.agent_files.RunFiles, once assigned
+        self.files: Any = None  # its cdui.wire.file_backend.FileBackend, once assigned
 
     @property
     def running(self) -> bool:
@@ -477,12 +478,12 @@ class Agent:
         if run_id in self.runs:
             log.warning("run %s assigned twice; ignoring the second assignment", run_id)
             return
-        from cdui.agent.agent_files import RunFiles
+        from cdui.agent.run_files import run_files
         spool = RunSpool(self.spool_root, run_id)
         spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
         r = AgentRun(run_id, spool)
         self.runs[run_id] = r
-        files: RunFiles | None = None
+        files: FileBackend | None = None
 
         async def sink(events: list[dict[str, Any]]) -> None:
             for ev in events:
@@ -500,8 +501,8 @@ class Agent:
         if run_id in self._early_stops:
             self._early_stops.discard(run_id)
             handle.stop()
-        files = RunFiles(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None), self.control,
-                         self.credential, self.grace_s, handle.record, handle.stop_event)
+        files = run_files(run_id, job.files, self.user_data, self.labels(), getattr(self, "session", None),
+                          self.control, self.credential, self.grace_s, handle.record, handle.stop_event)
         r.files = files
         handle.open()
 
@@ -535,7 +536,7 @@ class Agent:
             return
         files.start()
         handle.before_final = lambda final: files.finish(final, handle)
-        log.info("run %s: starting on %s (files: %s)", run_id, local.slot_device, files.backend or "none")
+        log.info("run %s: starting on %s (files: %s)", run_id, local.slot_device, files.kind or "none")
         await handle.start(local, spares=self.spares)
 
     def _maybe_forget(self, r: AgentRun) -> None:

@@ -1,12 +1,13 @@
 """The S3 backend on a worker: one run's bucket access (docs/s3.md).
 
-:class:`cdui.agent.agent_files.RunFiles` uses it for a run whose job says
+:class:`S3Files` is the file backend of a run whose job says
 ``files.backend: "s3"``: inputs come from ``inputs/<sha256>`` into the same
 ``agent-cache`` as the transfer backend's, and uploads go to
 ``runs/<run id>/...`` (in parts from :data:`cdui.wire.s3.MULTIPART_THRESHOLD`;
 boto3 aborts the parts of an upload that fails). The order of the uploads,
 the retry budget through outages and what stays on the worker are
-RunFiles' own, shared with the transfer backend.
+:class:`cdui.agent.transfer_agent.TransferFiles`' own: S3Files only moves the
+bytes through :class:`S3RunFiles`, the run's bucket access.
 
 Credentials live in this object only (memory): never logged, never written,
 and never in the job the run subprocess reads. Errors are told apart:
@@ -29,7 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cdui.agent.agent_files import Refused, Unreachable
+from cdui.agent.transfer_agent import TransferFiles, _delays
+from cdui.core.config import Config
+from cdui.core.layout import Layout
 from cdui.wire import s3
+from cdui.wire.job import Job
 
 log = logging.getLogger("cdui.agent.agent")
 
@@ -142,3 +148,49 @@ class S3RunFiles:
         record("artifact", {"kind": "output" if meta.get("group") == "output" else meta.get("kind", "output"),
                             "name": path.name, "backend": "s3", "bucket": self.bucket, "key": key,
                             "size": size, "sha256": sha})
+
+
+class S3Files(TransferFiles):
+    """The transfer backend's order, retries and leftovers, with the bytes in a bucket."""
+
+    kind = "s3"
+    # the artifact event says the file is queued; the row comes with its own event once the object is in the bucket
+    QUEUED = {"upload": "queued"}
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.s3: S3RunFiles | None = None  # the run's bucket access, with its credentials (from the job)
+
+    def _layout(self, job: Job, cfg: Config) -> Layout:
+        layout = super()._layout(job, cfg)
+        if job.files.s3 is None or job.s3_credentials is None:
+            raise RuntimeError("the control plane sent an s3 run without its bucket or credentials")
+        self.s3 = S3RunFiles(self.run_id, job.files.s3, s3.S3Credentials.from_dict(job.s3_credentials),
+                             self.stop_event, max(self.grace_s, 60.0), Unreachable, Refused)
+        return layout
+
+    def new_credentials(self, raw: dict[str, Any]) -> None:
+        """Fresh bucket credentials from the control plane (renewal, reconnect)."""
+        if self.s3 is not None:
+            self.s3.new_credentials(raw)
+
+    async def _fetch(self, folder: str, name: str, sha: str, dest: Path) -> bool:
+        """From the bucket, with the same retries through outages as the transfer backend's."""
+        assert self.s3 is not None
+        delays = _delays()
+        deadline = time.monotonic() + self.grace_s
+        while True:
+            try:
+                await self.s3.download_input(sha, dest)
+                return True
+            except Unreachable as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not download input {sha[:12]} from the bucket: {exc}") from None
+                log.warning("run %s: downloading input %s failed (%s); retrying", self.run_id, sha[:12], exc)
+                await asyncio.sleep(next(delays))
+            except Refused as exc:
+                raise RuntimeError(str(exc)) from None
+
+    async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
+        assert self.s3 is not None
+        await self.s3.upload(path, meta, await self._sha(path), self.record)

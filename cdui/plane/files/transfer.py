@@ -20,7 +20,7 @@ all of a run's uploads together (counted from its stored transfer artifacts, so
 a file stored once already for another name counts again: the bound is on what
 a worker may send), and never land outside those folders: names go
 through :func:`cdui.core.paths.safe_join`, and every refusal is logged.
-The agent side lives in :mod:`cdui.agent.agent_files`.
+The agent side lives in :mod:`cdui.agent.transfer_agent`.
 """
 from __future__ import annotations
 

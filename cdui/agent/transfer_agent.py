@@ -1,0 +1,323 @@
+"""The transfer backend, agent side: a run folder of its own, inputs from the control plane, outputs back to it.
+
+The run's data folder is ``<user-data>/agent-runs/<run id>/data``. Inputs are
+fetched by sha256 into ``<user-data>/agent-cache/<sha256>`` (kept; deleting it
+is safe) and copied under the names the graph uses. What the run records is
+uploaded while it runs; what it wrote under ``models/ media/ output/`` (and
+inputs it overwrote) after it ends; the interrupt checkpoint last. The run's
+end is reported only after that. :class:`cdui.agent.s3_agent.S3Files` keeps
+all of this and moves the bytes through a bucket instead.
+
+Unreachable control plane (connection errors, 502/503/504): retry with growing
+backoff for up to the resume grace, shared by the run's files, then one last
+try each. Files the control plane refuses stay on the worker,
+listed with their worker path and a ``transfer_failed`` warning (docs/remote-workers.md#the-transfer-backend).
+The control plane's side is :mod:`cdui.plane.files.transfer`.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from cdui.agent.agent_files import Files, Refused, Unreachable
+from cdui.core.atomic import replacing
+from cdui.core.backoff import backoff_delays
+from cdui.core.config import Config
+from cdui.core.layout import Layout
+from cdui.core.paths import safe_join, sha256_file
+from cdui.plane.sched.placement import human_size
+from cdui.run.offline_datasets import DATASETS_FOLDER
+from cdui.wire.file_backend import OUTPUT_FOLDERS, StopCount
+from cdui.wire.job import Job
+
+log = logging.getLogger("cdui.agent.agent")
+RETRY_STATUSES = {502, 503, 504}
+# why a file stayed on the worker when a Stop came during the final uploads (it already has its warning)
+STOPPED_DURING_FINAL = "stopped during the final uploads"
+# An input's cache entry is named by its sha256: nothing else may name a file there.
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class _Stopped(Exception):
+    """The run was stopped while one of its inputs was downloading."""
+
+
+def _delays(start: float = 1.0, cap: float = 60.0) -> Iterator[float]:
+    return backoff_delays(start, cap)
+
+
+class TransferFiles(Files):
+    """A run on a worker without the ``data`` mount: the control plane's HTTP routes are its file store."""
+
+    kind = "transfer"
+    # more fields on the artifact event of a file that will be uploaded
+    QUEUED: dict[str, Any] = {}
+
+    def __init__(self, run_id: str, inputs: tuple[dict[str, Any], ...], user_data: Path,
+                 session: aiohttp.ClientSession | None, control: str, credential: str,
+                 grace_s: float, record: Callable[[str, dict[str, Any]], None],
+                 stop_event: asyncio.Event) -> None:
+        super().__init__(run_id)
+        self.inputs: list[dict[str, Any]] = list(inputs)
+        self.user_data = user_data
+        self.session = session
+        self.control = control.rstrip("/")
+        self.credential = credential
+        self.grace_s = grace_s
+        self.record = record
+        self.stop_event = stop_event
+        self.input_shas: dict[str, str] = {}  # relative path -> sha256 as given
+        self.uploaded: set[Path] = set()
+        self._queue: asyncio.Queue[tuple[Path, dict[str, Any]] | None] = asyncio.Queue()
+        self._held_last: list[tuple[Path, dict[str, Any]]] = []
+        self._left: list[tuple[Path, dict[str, Any], str]] = []
+        self._uploader: asyncio.Task[Any] | None = None
+        self._retry_deadline: float | None = None
+
+    # -- before the run ----------------------------------------------------------
+    def _layout(self, job: Job, cfg: Config) -> Layout:
+        self.data_dir = self.user_data / "agent-runs" / self.run_id / "data"
+        layout = Layout.for_data_dir(self.data_dir, read_roots=cfg.layout.read_roots)
+        layout.ensure()
+        # Datasets are not sent with a run: the Dataset node reads this machine's own data folder.
+        layout.folders[DATASETS_FOLDER] = cfg.layout.data_dir
+        return layout
+
+    async def fetch_inputs(self) -> bool:
+        """Fetch every input (cache first). Returns False if the run was stopped meanwhile."""
+        if not self.inputs:
+            return True
+        assert self.data_dir is not None
+        cache = self.user_data / "agent-cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        n = len(self.inputs)
+        log.info("run %s: fetching %d input(s)", self.run_id, n)
+        for i, inp in enumerate(self.inputs, 1):
+            if self.stop_event.is_set():
+                return False
+            sha, folder, name = str(inp["sha256"]), str(inp["folder"]), str(inp["name"])
+            if not SHA256.fullmatch(sha):
+                raise RuntimeError(f"input {folder}/{name} names {sha[:80]!r} as its sha256, which is not one")
+            # Folder and name together stay inside the run's data folder.
+            dest = safe_join(self.data_dir, f"{folder}/{name}")
+            cached = cache / sha
+            how = "cached"
+            if not (cached.is_file() and cached.stat().st_size == inp.get("size", cached.stat().st_size)):
+                how = "fetched"
+                if not await self._fetch(folder, name, sha, cached):
+                    return False
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            # A copy, never a link: a node that overwrites its input cannot alter the cache.
+            await asyncio.to_thread(shutil.copyfile, cached, dest)
+            self.input_shas[f"{folder}/{name}"] = sha
+            self.record("run_warning", {"kind": "transfer_progress", "file": name, "how": how,
+                                        "message": f"fetching inputs {i}/{n}: {Path(name).name} "
+                                                   f"({human_size(inp.get('size', 0))}, {how})"})
+        return True
+
+    async def _fetch(self, folder: str, name: str, sha: str, dest: Path) -> bool:
+        """Download one input into ``dest`` (whole and checked, or not at all); False if the run was stopped."""
+        url = f"{self.control}/api/{folder}/download/{name}"
+        delays = _delays()
+        deadline = time.monotonic() + self.grace_s
+        while True:
+            try:
+                # The cache entry is named by its sha256: it appears only complete and checked.
+                with replacing(dest) as tmp:
+                    got = await self._stream_into(url, folder, name, tmp)
+                    if got is None:
+                        raise _Stopped
+                    if got != sha:
+                        raise RuntimeError(f"{folder}/{name} arrived with sha256 {got}, expected {sha}: "
+                                           f"the file changed on the control plane since the run was queued")
+                return True
+            except _Stopped:
+                return False
+            except (TimeoutError, aiohttp.ClientError, OSError, Unreachable) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not download {folder}/{name}: {exc}") from None
+                log.warning("run %s: downloading %s/%s failed (%s); retrying", self.run_id, folder, name, exc)
+                try:
+                    await asyncio.wait_for(self.stop_event.wait(), next(delays))
+                    return False
+                except TimeoutError:
+                    pass
+
+    async def _stream_into(self, url: str, folder: str, name: str, tmp: Path) -> str | None:
+        """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile."""
+        assert self.session is not None
+        h = hashlib.sha256()
+        async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+            if resp.status in RETRY_STATUSES:
+                raise Unreachable(f"HTTP {resp.status}")
+            if resp.status != 200:
+                raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
+                                   f"{(await resp.text())[:300]}")
+            with open(tmp, "wb") as fh:  # noqa: ASYNC230 -- chunks of 1 MiB, written as they arrive
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    if self.stop_event.is_set():
+                        return None
+                    h.update(chunk)
+                    fh.write(chunk)
+        return h.hexdigest()
+
+    # -- during the run ----------------------------------------------------------
+    def start(self) -> None:
+        self._uploader = asyncio.create_task(self._upload_loop())
+
+    async def on_artifact(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite and schedule one artifact event of the run."""
+        if self.data_dir is None:
+            return data
+        path = Path(str(data.get("path", "")))
+        # The row comes with the upload (S3: its own event once the object is in the bucket).
+        out = {**data, "backend": self.kind, **self.QUEUED}
+        try:
+            inside = path.resolve().relative_to(self.data_dir.resolve())
+        except ValueError:
+            return out  # not the run's (a symlink out of its folder included): never uploaded
+        if inside.parts and inside.parts[0] in OUTPUT_FOLDERS:
+            return out  # uploaded after the run, to the same relative path (second group)
+        kind = str(data.get("kind") or "output")
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            name = f.name if f == path else f"{path.name}/{f.relative_to(path)}"
+            item = (f, {"group": "artifact", "kind": kind, "name": name})
+            if f.name == "interrupt.pt":
+                self._held_last.append(item)  # third group: after everything else
+            else:
+                self._queue.put_nowait(item)
+        return out
+
+    async def _upload_loop(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            await self._upload_or_leave(*item)
+
+    async def _upload_or_leave(self, path: Path, meta: dict[str, Any]) -> None:
+        if path in self.uploaded:
+            return
+        try:
+            await self._upload_with_retry(path, meta)
+            self.uploaded.add(path)
+        except (Refused, Unreachable, OSError) as exc:
+            self._left.append((path, meta, str(exc)))
+
+    async def _upload_with_retry(self, path: Path, meta: dict[str, Any]) -> None:
+        delays = _delays()
+        last_try = False
+        while True:
+            try:
+                await self._upload(path, meta)
+                return
+            except Unreachable as exc:
+                now = time.monotonic()
+                if self._retry_deadline is None:
+                    self._retry_deadline = now + self.grace_s  # one budget for all of the run's files
+                if last_try:
+                    raise
+                if now >= self._retry_deadline:
+                    last_try = True  # the budget is spent: one more try, then it stays here
+                    continue
+                delay = min(next(delays), max(0.1, self._retry_deadline - now))
+                log.warning("run %s: uploading %s failed (%s); retrying in %.1f s", self.run_id, path.name, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
+        assert self.session is not None
+        sha = await self._sha(path)
+        form = aiohttp.FormData()
+        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": path.stat().st_size}),
+                       content_type="application/json")
+        with open(path, "rb") as fh:  # noqa: ASYNC230 -- aiohttp streams it from the open file
+            form.add_field("file", fh, filename=path.name, content_type="application/octet-stream")
+            try:
+                async with self.session.post(f"{self.control}/api/runs/{self.run_id}/artifacts/upload", data=form,
+                                             headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+                    if resp.status in RETRY_STATUSES:
+                        raise Unreachable(f"HTTP {resp.status}")
+                    if resp.status >= 300:
+                        try:
+                            msg = (await resp.json())["error"]["message"]
+                        except Exception:
+                            msg = f"HTTP {resp.status}"
+                        raise Refused(msg)
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+                raise Unreachable(str(exc) or type(exc).__name__) from None
+
+    # -- after the run -------------------------------------------------------------
+    @staticmethod
+    async def _sha(path: Path) -> str:
+        return (await asyncio.to_thread(sha256_file, path))[1]
+
+    async def finish(self, final: dict[str, Any], handle: StopCount) -> dict[str, Any]:
+        """The second and third groups, then what stays on the worker. Runs before the end is reported.
+
+        A Stop that ended the run came before this and does not count; a Stop pressed
+        during these uploads leaves the rest on the worker."""
+        if self.data_dir is None:
+            return final
+        stops_before = handle.stop_count
+        self._queue.put_nowait(None)
+        if self._uploader is not None:
+            await self._uploader
+        outputs = await self._changed_outputs(self.data_dir)
+        await self._upload_final(outputs + self._held_last, lambda: handle.stop_count > stops_before)
+        self._record_left(self.data_dir)
+        return final
+
+    async def _changed_outputs(self, data_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+        """Files the run wrote: everything new in the output folders, and inputs it overwrote."""
+        outputs: list[tuple[Path, dict[str, Any]]] = []
+        for folder in OUTPUT_FOLDERS:
+            root = data_dir / folder
+            if root.is_dir():
+                for p in sorted(root.rglob("*")):
+                    if p.is_file() and not p.is_symlink() and not p.name.startswith(".upload-"):
+                        rel = str(p.relative_to(data_dir))
+                        if rel in self.input_shas and await self._sha(p) == self.input_shas[rel]:
+                            continue  # an input, unchanged
+                        outputs.append((p, {"group": "output", "relative_path": rel}))
+        for rel, sha in self.input_shas.items():  # overwritten inputs outside models/ media/ output/
+            p = data_dir / rel
+            if rel.split("/")[0] not in OUTPUT_FOLDERS and p.is_file() and await self._sha(p) != sha:
+                outputs.append((p, {"group": "artifact", "kind": "output", "name": f"inputs/{rel}"}))
+        return outputs
+
+    async def _upload_final(self, pending: list[tuple[Path, dict[str, Any]]],
+                            stopped: Callable[[], bool]) -> None:
+        """Upload ``pending`` in order; once a Stop arrives, the rest stays on the worker."""
+        for i, (path, meta) in enumerate(pending):
+            if stopped():
+                rest = pending[i:]
+                for p, m in rest:
+                    self._left.append((p, m, STOPPED_DURING_FINAL))
+                self.record("run_warning", {"kind": "transfer_failed", "count": len(rest),
+                                            "message": f"{len(rest)} file(s) were not uploaded because the run was "
+                                                       f"stopped; they stay on the worker under {self.data_dir}"})
+                break
+            await self._upload_or_leave(path, meta)
+
+    def _record_left(self, data_dir: Path) -> None:
+        """An artifact event for each file left on the worker, and a warning saying why (a Stop already had one)."""
+        for path, meta, why in self._left:
+            size = path.stat().st_size if path.exists() else None
+            inside = path.is_relative_to(data_dir)
+            self.record("artifact", {"kind": meta.get("kind", "output"), "name": path.name, "path": str(path),
+                                     "relative_path": str(path.relative_to(data_dir)) if inside else None,
+                                     "backend": "left_on_worker", "size": size})
+            if why != STOPPED_DURING_FINAL:
+                self.record("run_warning", {"kind": "transfer_failed", "file": str(path),
+                                            "message": f"{path.name} stays on the worker at {path}: {why}"})
