@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.agent.agent_files import Refused, Unreachable
-from cdui.agent.transfer_agent import TransferFiles, _delays
+from cdui.agent.transfer_agent import TransferFiles, retry_delays
 from cdui.core.config import Config
 from cdui.core.layout import Layout
 from cdui.wire import s3
@@ -177,7 +177,7 @@ class S3Files(TransferFiles):
     async def _fetch(self, folder: str, name: str, sha: str, dest: Path) -> bool:
         """From the bucket, with the same retries through outages as the transfer backend's."""
         assert self.s3 is not None
-        delays = _delays()
+        delays = retry_delays()
         deadline = time.monotonic() + self.grace_s
         while True:
             try:

@@ -52,7 +52,8 @@ class _Stopped(Exception):
     """The run was stopped while one of its inputs was downloading."""
 
 
-def _delays(start: float = 1.0, cap: float = 60.0) -> Iterator[float]:
+def retry_delays(start: float = 1.0, cap: float = 60.0) -> Iterator[float]:
+    """The waits between tries of one file through an outage (the transfer and S3 backends share them)."""
     return backoff_delays(start, cap)
 
 
@@ -128,7 +129,7 @@ class TransferFiles(Files):
     async def _fetch(self, folder: str, name: str, sha: str, dest: Path) -> bool:
         """Download one input into ``dest`` (whole and checked, or not at all); False if the run was stopped."""
         url = f"{self.control}/api/{folder}/download/{name}"
-        delays = _delays()
+        delays = retry_delays()
         deadline = time.monotonic() + self.grace_s
         while True:
             try:
@@ -216,7 +217,7 @@ class TransferFiles(Files):
             self._left.append((path, meta, str(exc)))
 
     async def _upload_with_retry(self, path: Path, meta: dict[str, Any]) -> None:
-        delays = _delays()
+        delays = retry_delays()
         last_try = False
         while True:
             try:
