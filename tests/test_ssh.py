@@ -1,9 +1,12 @@
-"""SSH workers, the pure part: the exact ssh argv, the names, the slots and what
-an ended ssh means, as tables (cdui/plane/ssh/ssh.py)."""
+"""SSH workers, the pure part: the exact ssh argv and stdin, the remote scripts as sent,
+the names, the slots and what an ended ssh means, as tables (cdui/plane/ssh/ssh.py)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -30,30 +33,127 @@ COMMON = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", 
      ["-o", "StrictHostKeyChecking=yes", "-p", "2200", "-i", "/k/id"]),
 ])
 def test_tunnel_command_shape(target: ssh.Target, extra: list[str]) -> None:
-    argv = ssh.tunnel_command(target, IID, SLOT, DIR, "/tmp/cdui-ssh-k2j4/s", "~/CodefyUI/bin/cdui", "gpu-box")
-    assert argv[:len(COMMON) + len(extra)] == COMMON + extra
-    rest = argv[len(COMMON) + len(extra):]
-    assert rest[:4] == ["-R", f"{DIR}/sock:/tmp/cdui-ssh-k2j4/s", "--", "alice@gpu-box"]
-    assert len(rest) == 5 and rest[4].startswith("sh -c '")
-    remote = rest[4]
-    assert ('"$HOME"/CodefyUI/bin/cdui agent start --uds "$d/sock" --foreground '
-            '--control http://cp-3f9a12c4.invalid:18000 --name gpu-box') in remote
-    assert remote.index('PATH="$HOME/.local/bin:$PATH"') < remote.index("agent start")
+    cmd = ssh.tunnel_command(target, IID, SLOT, DIR, "/tmp/cdui-ssh-k2j4/s", "~/CodefyUI/bin/cdui", "gpu-box")
+    assert cmd.argv[:len(COMMON) + len(extra)] == COMMON + extra
+    rest = cmd.argv[len(COMMON) + len(extra):]
+    # The remote login shell gets one constant line; the script, with its values, comes on stdin.
+    assert rest == ["-R", f"{DIR}/sock:/tmp/cdui-ssh-k2j4/s", "--", "alice@gpu-box", ssh.REMOTE_COMMAND]
+    script = ssh.tunnel_script(IID, SLOT, "~/CodefyUI/bin/cdui", "gpu-box")
+    assert cmd.stdin == f"{len(script.encode())}\n".encode() + script.encode()
+    assert ("    SLOT_DIR='.codefyui-ssh/3f9a12c4-18000'\n    URL='http://cp-3f9a12c4.invalid:18000'\n"
+            "    CDUI='~/CodefyUI/bin/cdui'\n    NAME='gpu-box'\n}\n") in script
+    assert ('"$cdui" \\\n        agent start --uds "$d/sock" --foreground --control "$URL" --name "$NAME" &'
+            in script)
+    assert script.index('PATH="$HOME/.local/bin:$PATH"') < script.index("agent start")
 
 
 def test_short_command_has_no_forward() -> None:
-    argv = ssh.short_command(ssh.Target("gpu-box", port=2222), "echo hi")
-    assert argv == COMMON + ["-o", "StrictHostKeyChecking=accept-new", "-p", "2222", "-o", "ClearAllForwardings=yes",
-                             "--", "gpu-box", "sh -c 'echo hi'"]
+    cmd = ssh.short_command(ssh.Target("gpu-box", port=2222), "echo hi")
+    assert cmd.argv == COMMON + ["-o", "StrictHostKeyChecking=accept-new", "-p", "2222",
+                                 "-o", "ClearAllForwardings=yes", "--", "gpu-box", ssh.REMOTE_COMMAND]
+    assert cmd.stdin == b"7\necho hi"
 
 
-@pytest.mark.parametrize("script", [
-    ssh.prepare_script(IID, SLOT, "~/CodefyUI/bin/cdui", True), ssh.prepare_script(IID, SLOT, "/opt/x y/cdui", False),
-    ssh.tunnel_script(IID, SLOT, "~/CodefyUI/bin/cdui", "gpu-box"), ssh.stop_script(IID, SLOT),
-    ssh.cleanup_script(IID, SLOT, "~/CodefyUI/bin/cdui")])
-def test_remote_scripts_are_valid_sh(script: str) -> None:
-    r = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+def test_the_remote_command_is_one_constant_line() -> None:
+    """What the remote login shell parses (sh, bash, zsh, fish, csh alike): one line, no value in
+    it, nothing those shells read inside single quotes (csh: no newline, fish: no backslash)."""
+    assert shlex.split(ssh.REMOTE_COMMAND) == ["sh", "-c", ssh.BOOTSTRAP]
+    assert not re.search(r"[\n\\!]", ssh.BOOTSTRAP) and "'" not in ssh.BOOTSTRAP
+    # docs/ssh-workers.md shows it as a shell word of the ssh command.
+    doc = (Path(__file__).parent.parent / "docs" / "ssh-workers.md").read_text()
+    assert [ssh.REMOTE_COMMAND] in [shlex.split(line) for line in doc.splitlines() if line.startswith("    'sh -c ")]
+
+
+def remote(script: str, env: dict[str, str], stdin: bytes = b"", sh: str = "sh",
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` as ssh has the remote host run it: the login shell given REMOTE_COMMAND,
+    stdin the script as sent and then ``stdin``."""
+    r = subprocess.run([sh, "-c", ssh.REMOTE_COMMAND], input=ssh.sent(script) + stdin, capture_output=True, env=env,
+                       timeout=timeout)
+    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
+
+
+def remote_popen(script: str, env: dict[str, str], stderr: int = subprocess.STDOUT) -> subprocess.Popen[bytes]:
+    """The same, left running, its stdin open after the script and its output on a pipe; in a
+    process group of its own, which :func:`_end` kills as a dropped ssh would end the remote shell."""
+    p = subprocess.Popen(["sh", "-c", ssh.REMOTE_COMMAND], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=stderr, start_new_session=True)
+    assert p.stdin is not None
+    p.stdin.write(ssh.sent(script))
+    p.stdin.flush()
+    return p
+
+
+# Values a user may type (remote_cdui is any path without NUL, CR or LF, of at most 1024 characters;
+# the worker name is checked far narrower), and ones no input allows, for the quoting alone.
+HOSTILE_PATHS = ["~/CodefyUI/bin/cdui", "/opt/x y/cdui", "/opt/$(touch /tmp/ran)/cdui", "/opt/`touch /tmp/ran`/cdui",
+                 '/opt/x"; touch /tmp/ran; echo "/cdui', "/opt/x'; touch /tmp/ran; echo '/cdui",
+                 "~/$(id)/c\\d\\nui", "/opt/${IFS}$(touch${IFS}/tmp/ran)", "-x", "", "/opt/new\nline/cdui"]
+HOSTILE_NAMES = ["gpu-box", "gpu 1", "a'b", "$(touch /tmp/ran)", "new\nline"]
+# All of it in one value, for shellcheck (which takes a while per file).
+WORST = "~/ 'a' \"b\" $(touch /tmp/ran) `id` ${IFS} \\ \\' %s\nline"
+
+
+def every_script(path: str, name: str) -> list[tuple[str, str, dict[str, str]]]:
+    """Every remote script the control plane sends, rendered: (script, text, some of its parameters)."""
+    return [
+        ("prepare", ssh.prepare_script(IID, SLOT, path, True), {"CDUI": path, "FORGET": "1", "SLOT": str(SLOT)}),
+        ("prepare", ssh.prepare_script(IID, SLOT, path, False), {"CDUI": path, "FORGET": "", "SLOT_HEX": "4650"}),
+        ("tunnel", ssh.tunnel_script(IID, SLOT, path, name), {"CDUI": path, "NAME": name}),
+        ("stop", ssh.stop_script(IID, SLOT), {"SLOT_DIR": ".codefyui-ssh/3f9a12c4-18000"}),
+        ("cleanup", ssh.cleanup_script(IID, SLOT, path), {"CDUI": path, "URL": "http://cp-3f9a12c4.invalid:18000"}),
+    ]
+
+
+def test_every_remote_script_as_sent_passes_shellcheck(tmp_path: Path) -> None:
+    """Each script exactly as it goes down ssh's stdin (header, parts, end) passes shellcheck at
+    every severity, with the worst values (the rest of the text is the same for any values); so
+    does the remote command."""
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is missing (apt-get install shellcheck)")
+    files = [tmp_path / "remote_command.sh"]
+    files[0].write_text(shlex.split(ssh.REMOTE_COMMAND)[2] + "\n")
+    for i, (what, text, _) in enumerate(every_script(WORST, WORST)):
+        length, _, body = ssh.sent(text).partition(b"\n")
+        assert int(length) == len(body) and body.decode() == text and text.endswith(ssh.END + "\n")
+        files.append(tmp_path / f"{what}-{i}.sh")
+        files[-1].write_text(text)
+    r = subprocess.run(["shellcheck", "--shell=sh", "--severity=style", *map(str, files)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path, name", [(path, HOSTILE_NAMES[i % len(HOSTILE_NAMES)])
+                                        for i, path in enumerate(HOSTILE_PATHS)] + [(WORST, WORST)])
+def test_the_parameters_reach_the_script_as_they_are(path: str, name: str) -> None:
+    """The header of each script as sent is valid sh on its own and sets each parameter to the very
+    value given: quoted once, in one place, never pasted into the script's text."""
+    for what, text, values in every_script(path, name):
+        header = text[:text.index("\n}\n") + 3]
+        assert subprocess.run(["sh", "-n"], input=header, capture_output=True, text=True).returncode == 0, header
+        names = list(values)
+        shown = subprocess.run(["sh", "-c", header + 'printf "%s\\0" ' + " ".join(f'"${n}"' for n in names)],
+                               capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+        assert shown.stdout.split("\0")[:-1] == [values[n] for n in names], (what, header)
+        assert all(v not in text[len(header):] for v in values.values() if len(v) > 4), what
+
+
+def test_every_script_file_is_sent() -> None:
+    """No shell file in scripts/ is left out of every script (and none is named that is not there)."""
+    files = {p.stem for p in ssh.SCRIPTS.glob("*.sh")}
+    assert files == {part for parts in ssh.PARTS.values() for part in parts}
+
+
+def test_a_script_cut_short_is_not_run(tmp_path: Path) -> None:
+    """The control plane gone while writing the script: the remote shell runs none of it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ssh.prepare_script(IID, SLOT, "/nonexistent/cdui", False)
+    sent = ssh.sent(script)
+    r = subprocess.run(["sh", "-c", ssh.REMOTE_COMMAND], input=sent[:len(sent) // 2], capture_output=True,
+                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (1, b"", b"cdui-ssh: the script arrived incomplete\n")
+    assert not (home / ".codefyui-ssh").exists()
 
 
 def test_prepare_makes_private_folders_and_reports_the_path(tmp_path: Path) -> None:
@@ -62,13 +162,37 @@ def test_prepare_makes_private_folders_and_reports_the_path(tmp_path: Path) -> N
     stale = home / ".codefyui-ssh" / f"{IID}-{SLOT}" / "sock"
     stale.parent.mkdir(parents=True)
     stale.write_text("left by a broken connection")
-    r = subprocess.run(["sh", "-c", ssh.prepare_script(IID, SLOT, "/nonexistent/cdui", False)],
-                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    r = remote(ssh.prepare_script(IID, SLOT, "/nonexistent/cdui", False), {"HOME": str(home), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == f"cdui-ssh: dir={stale.parent.resolve()}"
     assert not stale.exists()
     for d in (home / ".codefyui-ssh", stale.parent):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("sh", ["dash", "bash"])
+def test_the_tunnel_hands_the_agent_its_token_and_arguments(tmp_path: Path, sh: str) -> None:
+    """The remote ``sh`` (dash, or bash where sh is bash) reads the script and not one byte more:
+    the token line that follows reaches the agent, in its environment; its arguments are the values
+    as given, spaces and quotes in them included."""
+    if shutil.which(sh) is None:
+        pytest.skip(f"{sh} is missing")
+    home = tmp_path / "home"
+    (home / ".codefyui-ssh" / f"{IID}-{SLOT}").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sh").symlink_to(shutil.which(sh) or sh)
+    fake = tmp_path / "my cdui's" / "cdui"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$CODEFYUI_AGENT_TOKEN" "$@" >"$HOME/seen"\n')
+    fake.chmod(0o755)
+    name = "gpu 'one' $(id)"
+    r = remote(ssh.tunnel_script(IID, SLOT, str(fake), name), {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin"},
+               b"abcdef.0123456789abcdef\nstop\n", sh=sh)
+    assert (r.returncode, r.stdout.splitlines()[-1]) == (0, "cdui-ssh: agent exited code=0"), (r.stdout, r.stderr)
+    assert (home / "seen").read_text().splitlines() == [
+        "abcdef.0123456789abcdef", "agent", "start", "--uds", f"{home}/.codefyui-ssh/{IID}-{SLOT}/sock", "--foreground",
+        "--control", "http://cp-3f9a12c4.invalid:18000", "--name", name]
 
 
 HOSTILE = ["/opt/$(touch {m})/cdui", "/opt/`touch {m}`/cdui", '/opt/x"; touch {m}; echo "/cdui',
@@ -93,15 +217,13 @@ def test_a_hostile_remote_cdui_is_printed_not_run(tmp_path: Path, template: str,
         value = str(literal)
         assert "$(" in value or "`" in value or '"' in value or "'" in value
     script = ssh.tunnel_script(IID, SLOT, value, "gpu-box")
-    r = subprocess.run(["sh", "-c", script], input="abcdef.0123456789abcdef\n", capture_output=True, text=True,
-                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=60)
+    r = remote(script, {"HOME": str(home), "PATH": "/usr/bin:/bin"}, b"abcdef.0123456789abcdef\n")
     what = "not executable" if executable else "not found"
     assert (r.returncode, r.stdout) == (126 if executable else 127, f"cdui-ssh: {value}: {what}\n"), r.stderr
     assert not marker.exists()
     # The preparation and the cleanup name it too, as the launcher to run: quoted the same way.
     for other in (ssh.prepare_script(IID, SLOT, value, True), ssh.cleanup_script(IID, SLOT, value)):
-        subprocess.run(["sh", "-c", other], capture_output=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                       timeout=60)
+        remote(other, {"HOME": str(home), "PATH": "/usr/bin:/bin"})
         assert not marker.exists()
 
 
@@ -183,8 +305,7 @@ while True:
 
 
 def _prepare_in(home: Path, slot: int, path: str) -> list[str]:
-    r = subprocess.run(["/bin/sh", "-c", ssh.prepare_script(IID, slot, "/nonexistent/cdui", False)],
-                       env={"HOME": str(home), "PATH": path}, capture_output=True, text=True, timeout=60)
+    r = remote(ssh.prepare_script(IID, slot, "/nonexistent/cdui", False), {"HOME": str(home), "PATH": path})
     assert r.returncode == 0, r.stderr
     return [line for line in r.stdout.splitlines() if "legacy agent" in line]
 
@@ -197,7 +318,7 @@ def test_legacy_agent_without_ss_is_judged_by_proc_net_tcp(tmp_path: Path) -> No
     import sys
     bin_dir = tmp_path / "bin"  # the tools the script uses, and no ss
     bin_dir.mkdir()
-    for tool in ("mkdir", "chmod", "rm", "cat", "tr", "grep", "awk"):
+    for tool in ("sh", "dd", "mkdir", "chmod", "rm", "cat", "tr", "grep", "awk"):
         (bin_dir / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
                                                    text=True, check=True).stdout.strip())
     home = tmp_path / "home"
@@ -247,12 +368,11 @@ def _bystander() -> Iterator[subprocess.Popen[bytes]]:
 def test_cleanup_without_ss_keeps_a_slot_whose_socket_is_served(tmp_path: Path) -> None:
     """A remote host without ``ss``: /proc/net/unix tells that the slot's socket is still served
     (a connection is attached), so the folder is kept; once it is not, the slot is cleaned."""
-    import shutil
     import socket
     import tempfile
     bin_dir = tmp_path / "bin"  # the tools the script uses, and no ss
     bin_dir.mkdir()
-    for tool in ("cat", "grep", "rm", "sleep", "tr"):
+    for tool in ("sh", "dd", "cat", "grep", "rm", "sleep", "tr"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
     home = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: a socket path has at most 108 bytes
     try:
@@ -263,9 +383,8 @@ def test_cleanup_without_ss_keeps_a_slot_whose_socket_is_served(tmp_path: Path) 
         served.listen()
 
         def cleanup() -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["/bin/sh", "-c", ssh.cleanup_script(IID, SLOT, "/nonexistent/cdui")],
-                                  env={"HOME": str(home), "PATH": str(bin_dir)}, capture_output=True, text=True,
-                                  timeout=60)
+            return remote(ssh.cleanup_script(IID, SLOT, "/nonexistent/cdui"),
+                          {"HOME": str(home), "PATH": str(bin_dir)})
         r = cleanup()
         assert r.returncode == 3 and "a connection is still attached" in r.stdout, (r.stdout, r.stderr)
         assert d.is_dir()
@@ -297,9 +416,9 @@ while True:
 """
 
 
-def _children(pid: int) -> list[str]:
-    """The command names of ``pid``'s children."""
-    out = []
+def _descendants(pid: int) -> list[str]:
+    """The command names of ``pid``'s children, their children and so on."""
+    procs: dict[int, tuple[str, int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -307,9 +426,21 @@ def _children(pid: int) -> list[str]:
             except OSError:
                 continue
             name, _, rest = stat_line.partition("(")[2].rpartition(")")
-            if int(rest.split()[1]) == pid:
-                out.append(name)
+            procs[int(entry.name)] = name, int(rest.split()[1])
+    out, parents = [], {pid}
+    while parents:
+        children = {p for p, (_, ppid) in procs.items() if ppid in parents}
+        out += [procs[p][0] for p in children]
+        parents = children
     return out
+
+
+def _end(p: subprocess.Popen[bytes]) -> None:
+    """Kill what :func:`remote_popen` started, its whole process group (an agent started in a
+    session of its own is left to the test)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait(30)
 
 
 def _wait(what: str, pred: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -333,8 +464,7 @@ def test_a_stop_that_lands_before_the_agent_reported_its_pid_waits_for_it(tmp_pa
     fake.write_text(FAKE_AGENT.format(python=sys.executable))
     fake.chmod(0o755)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
-    tunnel = subprocess.Popen(["sh", "-c", ssh.tunnel_script(IID, SLOT, str(fake), "gpu1")], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tunnel = remote_popen(ssh.tunnel_script(IID, SLOT, str(fake), "gpu1"), env)
     stop = None
     try:
         assert tunnel.stdin is not None and tunnel.stdout is not None
@@ -343,22 +473,20 @@ def test_a_stop_that_lands_before_the_agent_reported_its_pid_waits_for_it(tmp_pa
         _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
         agent = int((d / "fake.ready").read_text())
         assert not (d / "agent.pid").exists()
-        stop = subprocess.Popen(["sh", "-c", ssh.stop_script(IID, SLOT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        stop = remote_popen(ssh.stop_script(IID, SLOT), env, stderr=subprocess.PIPE)
         # The stop has looked (and found no agent.pid) once it sleeps in its wait, or it has ended.
-        _wait("the stop to wait or end", lambda: stop.poll() is not None or "sleep" in _children(stop.pid))
+        _wait("the stop to wait or end", lambda: stop.poll() is not None or "sleep" in _descendants(stop.pid))
         (d / "fake.gate").touch()  # the agent reports its PID now
         out, err = stop.communicate(timeout=120)
-        assert (stop.returncode, out, err) == (0, f"cdui-ssh: agent {agent} stopped\n", "")
+        assert (stop.returncode, out, err) == (0, f"cdui-ssh: agent {agent} stopped\n".encode(), b"")
         assert (d / "fake.term").read_text() == "SIGTERM"
         rest = tunnel.communicate(timeout=60)[0].decode()
         assert f"cdui-ssh: started pid={agent}" in rest and rest.endswith("cdui-ssh: agent exited code=0\n"), rest
         assert not (d / "agent.starting").exists()
     finally:
         for p in (tunnel, stop):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait(30)
+            if p is not None:
+                _end(p)
         if (d / "fake.ready").exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int((d / "fake.ready").read_text()), signal.SIGKILL)
@@ -376,8 +504,7 @@ def test_a_stale_starting_record_does_not_hold_the_stop(tmp_path: Path) -> None:
         d.mkdir(parents=True)
         for pid in (ended.pid, other.pid):
             (d / "agent.starting").write_text(f"{pid}\n")
-            r = subprocess.run(["sh", "-c", ssh.stop_script(IID, SLOT)], capture_output=True, text=True,
-                               env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=120)
+            r = remote(ssh.stop_script(IID, SLOT), {"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=120)
             assert (r.returncode, r.stdout) == (0, "cdui-ssh: no agent running\n"), (pid, r.stdout, r.stderr)
         assert other.poll() is None
 
@@ -399,32 +526,27 @@ def test_a_reconnect_while_the_agent_is_starting_attaches_to_it(tmp_path: Path) 
     procs: list[subprocess.Popen[bytes]] = []
     agent = None
     try:
-        first = subprocess.Popen(["sh", "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT)
+        first = remote_popen(script, env)
         procs.append(first)
         assert first.stdin is not None
         first.stdin.write(b"token\n")
         first.stdin.flush()
         _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
         agent = int((d / "fake.ready").read_text())
-        first.kill()  # the ssh dropped: its remote shell is gone, the agent (its own session) goes on
-        first.wait(30)
+        _end(first)  # the ssh dropped: its remote shell is gone, the agent (its own session) goes on
         (d / "fake.ready").unlink()  # a second agent started on the slot would write it again
-        second = subprocess.Popen(["sh", "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT)
+        second = remote_popen(script, env)
         procs.append(second)
         assert second.stdin is not None and second.stdout is not None
         second.stdin.write(b"token\n")
         second.stdin.flush()
-        _wait("the next attempt to wait for the starting agent", lambda: "sleep" in _children(second.pid))
+        _wait("the next attempt to wait for the starting agent", lambda: "sleep" in _descendants(second.pid))
         (d / "fake.gate").touch()  # the agent reports its PID now
         assert second.stdout.readline().decode() == f"cdui-ssh: attached pid={agent}\n"
         assert not (d / "fake.ready").exists(), "a second agent was started on the slot"
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(30)
+            _end(p)
         for pid in (agent, _pid_in(d / "fake.ready")):  # the agent, and a second one if one was started
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):

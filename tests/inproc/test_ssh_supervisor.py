@@ -149,11 +149,14 @@ async def test_remote_cdui_missing_is_terminal(tmp_path: Path) -> None:
 
 def version_refused_ssh(tmp: Path) -> str:
     """An ssh whose preparation works and whose agent, with its stored credential, is refused for its
-    version (exit 2, as the remote script passes the agent's code on); every invocation is logged."""
+    version (exit 2, as the remote script passes the agent's code on); every invocation is logged,
+    a short one with the script it got on stdin."""
     path = tmp / "ssh"
     line = "refused by the control plane: version mismatch: worker 0.0.9, control plane 0.1.0"
     path.write_text("#!/bin/sh\n"
-                    f"echo \"$*\" >>'{tmp / 'calls'}'\n"
+                    'for a in "$@"; do [ "$a" = -R ] && tunnel=1; done\n'
+                    f"if [ -n \"$tunnel\" ]; then echo \"$*\"; else echo \"$* $(tr '\\n' ' ')\"; fi "
+                    f">>'{tmp / 'calls'}'\n"
                     'for a in "$@"; do [ "$a" = -R ] && { echo "cdui-ssh: started pid=4242"; '
                     f"echo '2030-01-01 00:00:00,000 ERROR cdui.agent.agent: {line}'; echo 'cdui: error: {line}'; "
                     "echo 'cdui-ssh: agent exited code=2'; exit 2; }; done\n"
@@ -179,7 +182,7 @@ async def test_a_version_refusal_fails_once_keeps_the_credential_and_waits_for_r
         assert clock.sleepers == 0  # nothing scheduled: no further ssh until Retry
         assert forgot["v"] is True  # the next preparation does not run `cdui agent forget`
         calls = (tmp_path / "calls").read_text().splitlines()
-        assert len(calls) == 2 and "-R" in calls[1] and "agent forget" not in calls[0]
+        assert len(calls) == 2 and "-R" in calls[1] and "    FORGET='' " in calls[0]
         sup.retry()
         await failed_waiting(sup, clock, 2)
         assert (sup.tunnel.reason or "").startswith("version mismatch (worker 0.0.9, server 0.1.0)")

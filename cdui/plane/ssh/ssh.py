@@ -2,23 +2,27 @@
 what an ended ssh means.
 
 Everything here is a function of its arguments (no I/O except
-:func:`instance_id`), so the exact argv the control plane runs is tested as a
-table. The loop that runs these commands is :mod:`cdui.plane.ssh.ssh_supervisor`.
+:func:`instance_id`, and reading the scripts shipped beside it), so the exact
+argv and stdin the control plane sends are tested as a table. The loop that runs
+these commands is :mod:`cdui.plane.ssh.ssh_supervisor`.
 
 The shape of the long-lived ssh (one per enabled SSH worker)::
 
     ssh -T -o BatchMode=yes -o ExitOnForwardFailure=yes -o ServerAliveInterval=15 \\
         -o StrictHostKeyChecking=accept-new [-p PORT] [-i KEY] \\
-        -R <remote dir>/sock:<local private socket> -- TARGET "sh -c '...'"
+        -R <remote dir>/sock:<local private socket> -- TARGET REMOTE_COMMAND
 
+REMOTE_COMMAND is one constant line that reads the remote script (a file of
+``scripts/``, its parameters in a quoted header) from ssh's stdin and runs it.
 Nothing secret is ever part of an argv: the one-time enrollment token is the
-first line of ssh's stdin, which the remote script reads. Later lines of stdin
-are commands to the remote script (``stop``: SIGTERM to the agent); the end of
-stdin means the control plane let go of the connection, and the remote script
-then exits while the agent keeps running (it reattaches on the next start).
+line of ssh's stdin right after the script, which the script reads. Later lines
+of stdin are commands to the remote script (``stop``: SIGTERM to the agent); the
+end of stdin means the control plane let go of the connection, and the remote
+script then exits while the agent keeps running (it reattaches on the next start).
 """
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import shlex
@@ -117,175 +121,109 @@ def base_args(t: Target, ssh: str = "ssh") -> list[str]:
     return args
 
 
-def _remote(script: str) -> str:
-    """One argument that any login shell (sh, bash, zsh, fish, csh) hands to sh unchanged."""
-    return "sh -c " + shlex.quote(script)
+# -- the remote scripts ------------------------------------------------------------------------
+# Each remote script is put together from shell files in scripts/ (package data) and sent as: a
+# header of `NAME='value'` lines (every value through _quote, here and nowhere else), the parts
+# PARTS names, then END. It travels on ssh's stdin after a line with its length in bytes; the
+# command ssh hands the remote login shell is always REMOTE_COMMAND, one constant line: nothing a
+# user typed ever reaches that shell, whichever it is (sh, bash, zsh, fish, or csh, which cannot
+# take a quoted newline), and no limit on the length of an argument applies.
+SCRIPTS = Path(__file__).with_name("scripts")
+# Shared parts first (prelude.sh: PATH, umask, is_agent), the script's own file last; only the
+# functions a script calls are sent, so what is sent is what runs.
+PARTS: dict[str, tuple[str, ...]] = {
+    "prepare": ("prelude", "launcher", "prepare"),
+    "tunnel": ("prelude", "launcher", "starting", "tunnel"),
+    "stop": ("prelude", "starting", "stop_agent", "stop"),
+    "cleanup": ("prelude", "launcher", "starting", "stop_agent", "cleanup"),
+}
+END = "# end of the script sent by cdui"
+# Reads exactly the script's bytes (dd bs=1: one byte per read, so not one byte of what follows,
+# the tunnel's token, is taken) and runs it in this shell, with stdin where the script ends.
+# A script cut short (the control plane gone while writing it) lacks END and is not run at all.
+BOOTSTRAP = ('IFS= read -r sent_len; sent=$(dd bs=1 count="$sent_len" 2>/dev/null); '
+             f'case $sent in *"{END}") eval "$sent" ;; '
+             '*) echo "cdui-ssh: the script arrived incomplete" >&2; exit 1 ;; esac')
+REMOTE_COMMAND = "sh -c " + shlex.quote(BOOTSTRAP)
 
 
-def _launcher(path: str) -> str:
-    """The remote cdui as shell text: a leading ``~/`` means the remote home."""
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+def _quote(value: str) -> str:
+    """``value`` as one shell word that stands for itself: shlex.quote, always in single quotes
+    (shlex leaves a word like ``cdui-ssh:`` bare, which is safe but reads to shellcheck as code)."""
+    q = shlex.quote(value)
+    return q if q.startswith("'") else f"'{q}'"
 
 
-_PRELUDE = 'PATH="$HOME/.local/bin:$PATH"; export PATH; umask 077; '
+@functools.cache
+def _part(name: str) -> str:
+    return (SCRIPTS / f"{name}.sh").read_text()
+
+
+def _header(name: str, params: dict[str, str]) -> str:
+    """The parameters of remote script ``name`` as shell assignments of quoted literals. A value
+    is data: the lints for code (a `$` or `~` that does not expand) are off for it alone."""
+    lines = "".join(f"    {k}={_quote(v)}\n" for k, v in params.items())
+    return (f"# cdui: the remote script {name}.sh; its parameters, each a quoted literal:\n"
+            "# shellcheck disable=SC1003,SC2016,SC2088\n"
+            "{\n" + lines + "}\n")
+
+
+def render(name: str, params: dict[str, str]) -> str:
+    """The exact text of remote script ``name`` with its parameters: what ``sh`` runs remotely."""
+    return _header(name, params) + "".join("\n" + _part(p) for p in PARTS[name]) + END + "\n"
+
+
+def sent(script: str) -> bytes:
+    """What goes down ssh's stdin ahead of anything else: the script's length line, the script."""
+    data = script.encode()
+    return f"{len(data)}\n".encode() + data
 
 
 def prepare_script(iid: str, slot: int, remote_cdui: str, forget: bool) -> str:
-    """The short preparatory ssh: the state folder (0700, its parent too), no stale socket,
-    the full path reported; the slot's old credential forgotten on its first use; an agent of
-    the legacy layout (``~/.codefyui-ssh/<slot>/``, TCP) stopped when nothing is connected."""
-    rel = remote_dir_rel(iid, slot)
-    url = control_url(iid, slot)
-    s = (_PRELUDE
-         + f'r="$HOME/{STATE_ROOT}"; d="$HOME/{rel}"; '
-         + 'mkdir -p "$r" && chmod 700 "$r" && mkdir -p "$d" && chmod 700 "$d" || exit 1; '
-         + 'rm -f "$d/sock"; ')
-    if forget:
-        s += f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; echo '{MARK} forgot {url}'; "
-    s += _legacy_script(slot)
-    s += f'cd "$d" && echo "{MARK} dir=$(pwd -P)"'
-    return s
-
-
-def _legacy_script(slot: int) -> str:
-    """An older version's agent: its PID in ``~/.codefyui-ssh/<slot>/``, connected over the remote
-    loopback's TCP port ``<slot>``. It is stopped only once no connection on that port is confirmed
-    (``ss``, else ``/proc/net/tcp``); with one, or with no way to tell, it is only reported. The PID
-    must still be an ``agent start``: a reused PID is some other process of the user's."""
-    hexport = f"{slot:04X}"
-    # Established (state 01) with the port as either end; fields 2 and 3 are local and remote address.
-    awk = f"$4 == \"01\" && ($2 ~ /:{hexport}$/ || $3 ~ /:{hexport}$/) {{ f = 1 }} END {{ exit !f }}"
-    return (f'l="$r/{slot}"; if [ -s "$l/agent.pid" ]; then p=$(cat "$l/agent.pid"); '
-            'if kill -0 "$p" 2>/dev/null && { [ ! -r "/proc/$p/cmdline" ] || '
-            'tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
-            'if command -v ss >/dev/null 2>&1; then '
-            f'if ss -Htn state established "( sport = :{slot} or dport = :{slot} )" | grep -q .; then c=1; '
-            'else c=0; fi; '
-            'elif [ -r /proc/net/tcp ]; then '
-            f"if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk {shlex.quote(awk)}; then c=1; else c=0; fi; "
-            'else c=2; fi; '
-            f"if [ $c = 0 ]; then kill -TERM \"$p\" && echo \"{MARK} legacy agent $p in $l stopped\"; "
-            f"elif [ $c = 1 ]; then echo \"{MARK} legacy agent $p in $l has a connection; left running\"; "
-            f"else echo \"{MARK} legacy agent $p in $l left running: cannot tell whether a connection is "
-            f"attached (neither ss nor /proc/net/tcp)\"; fi; fi; fi; ")
-
-
-# agent.starting names a live process starting an agent (a reused PID is some other command line).
-_STARTING = ('w=$(cat "$d/agent.starting" 2>/dev/null) && [ -n "$w" ] && kill -0 "$w" 2>/dev/null && '
-             '{ [ ! -r "/proc/$w/cmdline" ] || tr "\\000" " " <"/proc/$w/cmdline" | grep -q "agent start"; }')
-# While such a start has written neither agent.pid nor agent.exit, wait for it: 30 s at most.
-_WAIT_STARTING = ('i=0; while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 300 ] && '
-                  f'{_STARTING}; do sleep 0.1; i=$((i+1)); done; ')
+    """The short preparatory ssh (scripts/prepare.sh): the state folder, no stale socket, the full
+    path reported, the slot's old credential forgotten on its first use, a legacy agent stopped."""
+    return render("prepare", {"MARK": MARK, "STATE_ROOT": STATE_ROOT, "SLOT_DIR": remote_dir_rel(iid, slot),
+                              "URL": control_url(iid, slot), "CDUI": remote_cdui, "FORGET": "1" if forget else "",
+                              "SLOT": str(slot), "SLOT_HEX": f"{slot:04X}"})
 
 
 def tunnel_script(iid: str, slot: int, remote_cdui: str, name: str) -> str:
-    """The long-lived ssh's remote side: reattach to a running agent, or start one detached
-    (its own session, output to agent.log, exit code to agent.exit), then follow its log
-    until the agent exits or stdin ends.
-
-    Between the start and the agent writing agent.pid (its imports, maybe its enrollment) the
-    starting wrapper's PID is in agent.starting, so that a stop arriving meanwhile over a short ssh
-    waits for the agent instead of finding none (see :func:`_stop_body`), and so does the next
-    attempt's script when this ssh dropped in that window: it attaches to that agent."""
-    rel = remote_dir_rel(iid, slot)
-    url = control_url(iid, slot)
-    launcher = _launcher(remote_cdui)
-    return (
-        _PRELUDE
-        + f'd="$HOME/{rel}"; '
-        + "exec 3<&0; IFS= read -r t <&3 || t=; "
-        # An agent an earlier attempt launched just before its ssh dropped may not have written
-        # agent.pid yet: wait for it and attach, rather than start a second agent on the slot.
-        + _WAIT_STARTING
-        + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
-        + 'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null && '
-          '{ [ ! -r "/proc/$p/cmdline" ] || tr "\\000" " " <"/proc/$p/cmdline" | grep -q "agent start"; }; then '
-        + f"echo \"{MARK} attached pid=$p\"; a=1; "
-        + "else a=; "
-        # The path as the user typed it is data, never shell text: quoted whole, so that `$(...)`,
-        # backticks or quotes in it are printed, not run on the host.
-        + f"if ! command -v {launcher} >/dev/null 2>&1; then echo {shlex.quote(f'{MARK} {remote_cdui}: not found')}; "
-          "exit 127; fi; "
-        + f"if [ -f {launcher} ] && [ ! -x {launcher} ]; then "
-          f"echo {shlex.quote(f'{MARK} {remote_cdui}: not executable')}; exit 126; fi; "
-        + 'rm -f "$d/agent.pid" "$d/agent.exit" "$d/agent.starting"; touch "$d/agent.log"; '
-          'off=$(wc -c <"$d/agent.log"); '
-        + "CODEFYUI_AGENT_TOKEN=$t; export CODEFYUI_AGENT_TOKEN; "
-        + "if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi; "
-        + f'$s sh -c \'"$@" </dev/null >>"$0/agent.log" 2>&1; echo $? >"$0/agent.exit"\' "$d" {launcher} '
-          f'agent start --uds "$d/sock" --foreground --control {url} --name {shlex.quote(name)} & '
-        + 'echo $! >"$d/agent.starting"; '
-        + "unset CODEFYUI_AGENT_TOKEN t; i=0; "
-        + 'while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ $i -lt 600 ]; do '
-          "sleep 0.1; i=$((i+1)); done; "
-        + 'rm -f "$d/agent.starting"; '
-        + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
-        + 'if [ -z "$p" ]; then tail -c +$((off+1)) "$d/agent.log"; '
-          'e=$(cat "$d/agent.exit" 2>/dev/null); echo "' + MARK + ' agent exited code=${e:-?}"; exit "${e:-1}"; fi; '
-        + f'echo "{MARK} started pid=$p"; '
-        + "fi; "
-        + 'if [ -n "$a" ]; then tail -n 0 -f --pid="$p" "$d/agent.log" & else '
-          'tail -c +$((off+1)) -f --pid="$p" "$d/agent.log" & fi; f=$!; '
-        # stdin: "stop" asks the agent to stop; its end (ssh gone) ends the follower, not the agent.
-        # (fd 3: a background list's stdin would otherwise be /dev/null.)
-        + '( while IFS= read -r c; do [ "$c" = stop ] && kill -TERM "$p" 2>/dev/null; done; '
-          'kill "$f" 2>/dev/null ) <&3 >/dev/null 2>&1 & '
-        + 'wait "$f"; if kill -0 "$p" 2>/dev/null; then exit 0; fi; i=0; '
-        + 'while [ ! -s "$d/agent.exit" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
-        + 'e=$(cat "$d/agent.exit" 2>/dev/null); echo "' + MARK + ' agent exited code=${e:-?}"; exit "${e:-1}"'
-    )
-
-
-def _stop_body(rel: str) -> str:
-    """SIGTERM to the slot's agent and wait (60 s at most) for it to exit; sets r=0 when none is left.
-
-    An agent the tunnel script has launched but that has not written agent.pid yet would be missed
-    and start afterwards with nobody stopping it: while agent.starting names a live starting wrapper
-    (an ``agent start`` command line; a reused PID is not one) and neither agent.pid nor agent.exit
-    is there, it waits for one of them, 30 s at most, and reports an agent still starting after that."""
-    return (f'd="$HOME/{rel}"; r=0; ' + _WAIT_STARTING
-            + 'p=$(cat "$d/agent.pid" 2>/dev/null); '
-            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; i=0; '
-            'while kill -0 "$p" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; '
-            f'if kill -0 "$p" 2>/dev/null; then echo "{MARK} agent $p still running"; r=3; '
-            f'else echo "{MARK} agent $p stopped"; fi; '
-            f'elif [ ! -s "$d/agent.exit" ] && {_STARTING}; then '
-            f'echo "{MARK} agent starting (pid $w) did not report its PID within 30 s; left running"; r=3; '
-            f'else echo "{MARK} no agent running"; fi; ')
+    """The long-lived ssh's remote side (scripts/tunnel.sh): reattach to the slot's agent or start
+    it, then follow its log; the token is the first line of stdin after the script."""
+    return render("tunnel", {"MARK": MARK, "SLOT_DIR": remote_dir_rel(iid, slot), "URL": control_url(iid, slot),
+                             "CDUI": remote_cdui, "NAME": name})
 
 
 def stop_script(iid: str, slot: int) -> str:
-    """A short ssh when no connection is there: stop the agent (its runs get their grace)."""
-    return _PRELUDE + _stop_body(remote_dir_rel(iid, slot)) + 'exit "$r"'
+    """A short ssh when no connection is there (scripts/stop.sh): stop the agent (its runs get their grace)."""
+    return render("stop", {"MARK": MARK, "SLOT_DIR": remote_dir_rel(iid, slot)})
 
 
 def cleanup_script(iid: str, slot: int, remote_cdui: str) -> str:
-    """Delete and remove: stop the agent, forget the slot's credential, delete the slot's folder.
-    Only this control plane's own ``<id>-<slot>`` folder; both kept if the agent cannot be stopped
-    or a connection is still attached (its socket is still served)."""
-    rel = remote_dir_rel(iid, slot)
-    url = control_url(iid, slot)
-    return (_PRELUDE + _stop_body(rel)
-            + f'if [ "$r" -ne 0 ]; then echo "{MARK} kept $d and the credential for {url}"; exit 3; fi; '
-            + 'if [ -S "$d/sock" ] && { if command -v ss >/dev/null 2>&1; then ss -Hxl; '
-              'else cat /proc/net/unix 2>/dev/null; fi; } | grep -qF "$d/sock"; then '
-              f'echo "{MARK} a connection is still attached to $d/sock; kept $d and the credential for {url}"; '
-              "exit 3; fi; "
-            + f"{_launcher(remote_cdui)} agent forget {url} >/dev/null 2>&1; "
-            + f'rm -rf "$d" && echo "{MARK} cleaned $d and the credential for {url}"')
+    """Delete and remove (scripts/cleanup.sh): stop the agent, forget the slot's credential, delete
+    the slot's folder; both kept if the agent cannot be stopped or a connection is still attached."""
+    return render("cleanup", {"MARK": MARK, "SLOT_DIR": remote_dir_rel(iid, slot), "URL": control_url(iid, slot),
+                              "CDUI": remote_cdui})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ssh to run: its argv, and the bytes its stdin starts with (the script)."""
+    argv: list[str]
+    stdin: bytes
 
 
 def tunnel_command(t: Target, iid: str, slot: int, remote_abs_dir: str, local_socket: str, remote_cdui: str,
-                   name: str, ssh: str = "ssh") -> list[str]:
-    return (base_args(t, ssh) + ["-R", f"{remote_abs_dir}/sock:{local_socket}", "--", t.target,
-                                 _remote(tunnel_script(iid, slot, remote_cdui, name))])
+                   name: str, ssh: str = "ssh") -> Command:
+    """The long-lived ssh; the caller writes the token line after ``stdin``."""
+    return Command(base_args(t, ssh) + ["-R", f"{remote_abs_dir}/sock:{local_socket}", "--", t.target,
+                                        REMOTE_COMMAND], sent(tunnel_script(iid, slot, remote_cdui, name)))
 
 
-def short_command(t: Target, script: str, ssh: str = "ssh") -> list[str]:
-    """A short-lived ssh (preparation, stop, cleanup): no forwarding at all."""
-    return base_args(t, ssh) + ["-o", "ClearAllForwardings=yes", "--", t.target, _remote(script)]
+def short_command(t: Target, script: str, ssh: str = "ssh") -> Command:
+    """A short-lived ssh (preparation, stop, cleanup): no forwarding at all; stdin ends after the script."""
+    return Command(base_args(t, ssh) + ["-o", "ClearAllForwardings=yes", "--", t.target, REMOTE_COMMAND],
+                   sent(script))
 
 
 # -- what an ended ssh means ------------------------------------------------------------------

@@ -80,15 +80,23 @@ class Deps:
     ssh_binary: str = "ssh"
 
 
-async def run_short(argv: list[str], timeout: float, clock: Clock) -> tuple[int | None, list[str]]:
-    """Run a short ssh with no stdin; (exit code or None if killed at the timeout, output lines)."""
-    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+async def run_short(cmd: ssh.Command, timeout: float, clock: Clock) -> tuple[int | None, list[str]]:
+    """Run a short ssh, its stdin the script and then its end; (exit code or None if killed at
+    the timeout, output lines)."""
+    proc = await asyncio.create_subprocess_exec(*cmd.argv, stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                                                 start_new_session=True)
     lines: list[str] = []
 
     async def read() -> None:
-        assert proc.stdout is not None
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(cmd.stdin)
+            await proc.stdin.drain()
+        except (ConnectionError, RuntimeError):  # ssh ended without reading it (login refused...)
+            pass
+        finally:
+            proc.stdin.close()
         async for raw in proc.stdout:
             if len(lines) < OUTPUT_LINES:
                 lines.append(raw.decode(errors="replace").rstrip("\n")[:LINE_MAX])
@@ -277,10 +285,10 @@ class Supervisor:
             await d.set_forgot(True)
         local = await d.local_socket()
         token = await d.issue_token()
-        argv = ssh.tunnel_command(sp.target, d.iid, sp.slot, remote_dir, local, sp.remote_cdui, sp.name,
-                                  d.ssh_binary)
+        cmd = ssh.tunnel_command(sp.target, d.iid, sp.slot, remote_dir, local, sp.remote_cdui, sp.name,
+                                 d.ssh_binary)
         self._exited.clear()
-        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(*cmd.argv, stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         self.proc = proc
@@ -288,8 +296,9 @@ class Supervisor:
         try:
             assert proc.stdin is not None and proc.stdout is not None
             try:
-                # The token's only way to the remote host: the first line of stdin, never an argument.
-                proc.stdin.write(token.encode() + b"\n")
+                # The token's only way to the remote host: the line of stdin after the script, never
+                # an argument.
+                proc.stdin.write(cmd.stdin + token.encode() + b"\n")
                 await proc.stdin.drain()
             except (ConnectionError, RuntimeError):
                 pass

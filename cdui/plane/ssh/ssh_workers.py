@@ -383,10 +383,10 @@ class SshWorkers:
         name, slot = c["name"], int(c["slot"])
         left = f"~/{ssh.remote_dir_rel(self.iid, slot)} and the credential for {ssh.control_url(self.iid, slot)}"
         by_hand = f"cdui agent forget {ssh.control_url(self.iid, slot)}; rm -r ~/{ssh.remote_dir_rel(self.iid, slot)}"
-        argv = ssh.short_command(self._target(c), ssh.cleanup_script(self.iid, slot, c["remote_cdui"]),
-                                 self.ssh_binary)
+        cmd = ssh.short_command(self._target(c), ssh.cleanup_script(self.iid, slot, c["remote_cdui"]),
+                                self.ssh_binary)
         try:
-            rc, lines = await run_short(argv, CLEANUP_WAIT_S + 15, self.clock)
+            rc, lines = await run_short(cmd, CLEANUP_WAIT_S + 15, self.clock)
         except OSError as exc:  # no ssh on PATH: retrying at every start would not change that
             rc, lines = -1, [f"could not start ssh: {exc}"]
         if rc == 0:
