@@ -21,7 +21,6 @@ listed with their worker path and a ``transfer_failed`` warning (docs/remote-wor
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 import aiohttp
 
 from cdui.core.atomic import replacing
+from cdui.core.hashed_write import HashedWriter
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
 from cdui.plane.sched.placement import human_size
@@ -65,6 +65,26 @@ def describe(path: Path) -> tuple[int, str | None]:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), None
     return sha256_file(path)
+
+
+# What an artifact event names is looked up on disk in a thread (these three), never on the event
+# loop, which carries every run's events and the connection's heartbeats: a folder artifact may
+# hold many files, and the disk may be slow.
+def _inside(path: Path, folder: Path) -> Path | None:
+    """``path`` relative to ``folder``, links resolved; None when it lies outside."""
+    try:
+        return path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return None
+
+
+def _describe_if_there(path: Path) -> tuple[int | None, str | None]:
+    return describe(path) if path.exists() else (None, None)
+
+
+def _files_of(path: Path) -> list[Path]:
+    """The artifact's files: itself, or every file in the folder it is."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
 
 
 class RunFiles:
@@ -220,20 +240,20 @@ class RunFiles:
     async def _stream_into(self, url: str, folder: str, name: str, tmp: Path) -> str | None:
         """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile."""
         assert self.session is not None
-        h = hashlib.sha256()
         async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
             if resp.status in RETRY_STATUSES:
                 raise Unreachable(f"HTTP {resp.status}")
             if resp.status != 200:
                 raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
                                    f"{(await resp.text())[:300]}")
-            with open(tmp, "wb") as fh:
+            fh = await asyncio.to_thread(open, tmp, "wb")
+            with fh:  # written and hashed in threads: an input may be large and the disk slow
+                out = HashedWriter(fh)
                 async for chunk in resp.content.iter_chunked(1 << 20):
                     if self.stop_event.is_set():
                         return None
-                    h.update(chunk)
-                    fh.write(chunk)
-        return h.hexdigest()
+                    await out.write(chunk)
+                return await out.finish()
 
     # -- during the run ----------------------------------------------------------
     def start(self) -> None:
@@ -244,24 +264,23 @@ class RunFiles:
         """Rewrite (and, for transfer runs, schedule) one artifact event of the run."""
         path = Path(str(data.get("path", "")))
         if self.backend == "mount" and self.data_dir is not None:
-            try:
-                rel = str(path.resolve().relative_to(self.data_dir.resolve()))
-            except ValueError:
+            rel = await asyncio.to_thread(_inside, path, self.data_dir)
+            if rel is None:
                 return data
-            size, sha = await asyncio.to_thread(describe, path) if path.exists() else (None, None)
-            return {**data, "backend": "mount", "label": self.label, "relative_path": rel, "size": size, "sha256": sha}
+            size, sha = await asyncio.to_thread(_describe_if_there, path)
+            return {**data, "backend": "mount", "label": self.label, "relative_path": str(rel), "size": size,
+                    "sha256": sha}
         if self.backend not in ("transfer", "s3") or self.data_dir is None:
             return data
         # The row comes with the upload (here: its own s3 event once the object is in the bucket).
         out = {**data, "backend": self.backend, **({"upload": "queued"} if self.backend == "s3" else {})}
-        try:
-            inside = path.resolve().relative_to(self.data_dir.resolve())
-        except ValueError:
+        inside = await asyncio.to_thread(_inside, path, self.data_dir)
+        if inside is None:
             return out
         if inside.parts and inside.parts[0] in OUTPUT_FOLDERS:
             return out  # uploaded after the run, to the same relative path (second group)
         kind = str(data.get("kind") or "output")
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        files = await asyncio.to_thread(_files_of, path)
         for f in files:
             name = f.name if f == path else f"{path.name}/{f.relative_to(path)}"
             item = (f, {"group": "artifact", "kind": kind, "name": name})
@@ -312,11 +331,12 @@ class RunFiles:
             await self.s3.upload(path, meta, await self._sha(path), self.record)
             return
         assert self.session is not None
-        sha = (await asyncio.to_thread(sha256_file, path))[1]
+        size, sha = await asyncio.to_thread(sha256_file, path)
         form = aiohttp.FormData()
-        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": path.stat().st_size}),
-                       content_type="application/json")
-        with open(path, "rb") as fh:
+        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": size}), content_type="application/json")
+        # aiohttp reads the file in its executor; opening it (a slow disk's first touch) goes there too.
+        fh = await asyncio.to_thread(open, path, "rb")
+        with fh:
             form.add_field("file", fh, filename=path.name, content_type="application/octet-stream")
             try:
                 async with self.session.post(f"{self.control}/api/runs/{self.run_id}/artifacts/upload", data=form,
