@@ -600,7 +600,9 @@ class Agent:
         await self._stop_all_runs()
         # Let the last events reach the control plane over the live connection.
         deadline = time.monotonic() + ACK_WAIT_S
-        while time.monotonic() < deadline and self.ws is not None and any(
+        # A poll, once at shutdown and bounded by ACK_WAIT_S: it ends on the acks of every run or on
+        # the connection's end, and no one event marks both.
+        while time.monotonic() < deadline and self.ws is not None and any(  # noqa: ASYNC110 - see above
                 r.spool.unacked() for r in self.runs.values()):
             await asyncio.sleep(0.1)
         self._stop_event.set()

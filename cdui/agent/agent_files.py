@@ -44,6 +44,26 @@ def describe(path: Path) -> tuple[int, str | None]:
     return sha256_file(path)
 
 
+# What an artifact event names is looked up on disk in a thread (these three), never on the event
+# loop, which carries every run's events and the connection's heartbeats: a folder artifact may
+# hold many files, and the disk may be slow.
+def inside_of(path: Path, folder: Path) -> Path | None:
+    """``path`` relative to ``folder``, links resolved; None when it lies outside."""
+    try:
+        return path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return None
+
+
+def describe_if_there(path: Path) -> tuple[int | None, str | None]:
+    return describe(path) if path.exists() else (None, None)
+
+
+def files_of(path: Path) -> list[Path]:
+    """The artifact's files: itself, or every file in the folder it is."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+
+
 class Files:
     """What every kind shares: the job for this machine, and nothing to do at the other steps."""
 
@@ -121,9 +141,9 @@ class MountFiles(Files):
         if self.data_dir is None:
             return data
         path = Path(str(data.get("path", "")))
-        try:
-            rel = str(path.resolve().relative_to(self.data_dir.resolve()))
-        except ValueError:
+        rel = await asyncio.to_thread(inside_of, path, self.data_dir)
+        if rel is None:
             return data  # not on the mount (a symlink out of it included): the control plane cannot read it there
-        size, sha = await asyncio.to_thread(describe, path) if path.exists() else (None, None)
-        return {**data, "backend": "mount", "label": self.label, "relative_path": rel, "size": size, "sha256": sha}
+        size, sha = await asyncio.to_thread(describe_if_there, path)
+        return {**data, "backend": "mount", "label": self.label, "relative_path": str(rel), "size": size,
+                "sha256": sha}

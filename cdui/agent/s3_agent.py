@@ -140,7 +140,7 @@ class S3RunFiles:
                      record: Callable[[str, dict[str, Any]], None]) -> None:
         from boto3.s3.transfer import TransferConfig
         key = self.key_for(meta)
-        size = path.stat().st_size
+        size = (await asyncio.to_thread(path.stat)).st_size
         config = TransferConfig(multipart_threshold=s3.MULTIPART_THRESHOLD, multipart_chunksize=s3.MULTIPART_THRESHOLD)
         await self._call(f"writing s3://{self.bucket}/{key}",
                          lambda c: c.upload_file(str(path), self.bucket, key, Config=config,

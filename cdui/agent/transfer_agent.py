@@ -17,7 +17,6 @@ The control plane's side is :mod:`cdui.plane.files.transfer`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import re
@@ -29,10 +28,11 @@ from typing import Any
 
 import aiohttp
 
-from cdui.agent.agent_files import Files, Refused, Unreachable
+from cdui.agent.agent_files import Files, Refused, Unreachable, files_of, inside_of
 from cdui.core.atomic import replacing
 from cdui.core.backoff import backoff_delays
 from cdui.core.config import Config
+from cdui.core.hashed_write import HashedWriter
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
 from cdui.plane.sched.placement import human_size
@@ -157,20 +157,20 @@ class TransferFiles(Files):
     async def _stream_into(self, url: str, folder: str, name: str, tmp: Path) -> str | None:
         """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile."""
         assert self.session is not None
-        h = hashlib.sha256()
         async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
             if resp.status in RETRY_STATUSES:
                 raise Unreachable(f"HTTP {resp.status}")
             if resp.status != 200:
                 raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
                                    f"{(await resp.text())[:300]}")
-            with open(tmp, "wb") as fh:  # noqa: ASYNC230 -- chunks of 1 MiB, written as they arrive
+            fh = await asyncio.to_thread(open, tmp, "wb")
+            with fh:  # written and hashed in threads: an input may be large and the disk slow
+                out = HashedWriter(fh)
                 async for chunk in resp.content.iter_chunked(1 << 20):
                     if self.stop_event.is_set():
                         return None
-                    h.update(chunk)
-                    fh.write(chunk)
-        return h.hexdigest()
+                    await out.write(chunk)
+                return await out.finish()
 
     # -- during the run ----------------------------------------------------------
     def start(self) -> None:
@@ -183,14 +183,13 @@ class TransferFiles(Files):
         path = Path(str(data.get("path", "")))
         # The row comes with the upload (S3: its own event once the object is in the bucket).
         out = {**data, "backend": self.kind, **self.QUEUED}
-        try:
-            inside = path.resolve().relative_to(self.data_dir.resolve())
-        except ValueError:
+        inside = await asyncio.to_thread(inside_of, path, self.data_dir)
+        if inside is None:
             return out  # not the run's (a symlink out of its folder included): never uploaded
         if inside.parts and inside.parts[0] in OUTPUT_FOLDERS:
             return out  # uploaded after the run, to the same relative path (second group)
         kind = str(data.get("kind") or "output")
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        files = await asyncio.to_thread(files_of, path)
         for f in files:
             name = f.name if f == path else f"{path.name}/{f.relative_to(path)}"
             item = (f, {"group": "artifact", "kind": kind, "name": name})
@@ -239,10 +238,12 @@ class TransferFiles(Files):
     async def _upload(self, path: Path, meta: dict[str, Any]) -> None:
         assert self.session is not None
         sha = await self._sha(path)
+        size = (await asyncio.to_thread(path.stat)).st_size
         form = aiohttp.FormData()
-        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": path.stat().st_size}),
-                       content_type="application/json")
-        with open(path, "rb") as fh:  # noqa: ASYNC230 -- aiohttp streams it from the open file
+        form.add_field("meta", json.dumps({**meta, "sha256": sha, "size": size}), content_type="application/json")
+        # aiohttp reads the file in its executor; opening it (a slow disk's first touch) goes there too.
+        fh = await asyncio.to_thread(open, path, "rb")
+        with fh:
             form.add_field("file", fh, filename=path.name, content_type="application/octet-stream")
             try:
                 async with self.session.post(f"{self.control}/api/runs/{self.run_id}/artifacts/upload", data=form,

@@ -244,7 +244,8 @@ def parse(raw: Any, library: dict[str, dict[str, Any]] | None = None,
 
 
 def _expand_once(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
-                 presets: dict[str, dict[str, Any]], errors: list[dict[str, Any]]):
+                 presets: dict[str, dict[str, Any]],
+                 errors: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Expand every preset node of one level; edges are remapped in one pass (linear, not per preset)."""
     out_nodes: list[dict[str, Any]] = []
     out_edges = list(edges)

@@ -52,6 +52,9 @@ MAX_LISTED = 1000
 LIST_BUDGET_S = 5.0
 # A helper that has not finished its batch by then is killed (and its graphs tried again next time).
 HELPER_TIMEOUT_S = 600.0
+# The helper's working folder, from which `python -m cdui.plane.graph_index` imports this package
+# (found once at import, not on the event loop).
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 # The index entry's version: an entry of another version is written again.
 ENTRY_VERSION = 1
 
@@ -255,7 +258,7 @@ class GraphIndex:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cdui.plane.graph_index", str(self.max_bytes), *paths,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            cwd=str(Path(__file__).resolve().parents[2]))
+            cwd=PACKAGE_PARENT)
         try:
             _, err = await asyncio.wait_for(proc.communicate(), HELPER_TIMEOUT_S)
         except BaseException:

@@ -9,7 +9,7 @@ Temporary files a crash left behind are removed when the server starts
 """
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import logging
 import os
 import tempfile
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.core.errors import CduiError, PathRefused
+from cdui.core.hashed_write import HashedWriter
 
 log = logging.getLogger("cdui.plane.files.receive")
 
@@ -54,24 +55,28 @@ class Received:
             self.done = True
 
 
-async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int], CduiError]) -> Received:
-    """Stream ``part`` into a temporary file in ``folder``; ``too_large(size)`` is raised past ``limit``."""
+def _temporary(folder: Path) -> tuple[int, str]:
     folder.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
-    size = 0
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
+    return tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
+
+
+async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int], CduiError]) -> Received:
+    """Stream ``part`` into a temporary file in ``folder``; ``too_large(size)`` is raised past ``limit``.
+    The disk work runs in threads (``HashedWriter``), so a slow disk stalls this upload only."""
+    fd, tmp = await asyncio.to_thread(_temporary, folder)
     try:
         with os.fdopen(fd, "wb") as fh:
+            out = HashedWriter(fh)
             while chunk := await part.read_chunk(CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    raise too_large(size)
-                h.update(chunk)
-                fh.write(chunk)
+                if out.size + len(chunk) > limit:
+                    raise too_large(out.size + len(chunk))
+                await out.write(chunk)
+            sha = await out.finish()
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        # In a thread as well; it runs to its end even if this task is cancelled again meanwhile.
+        await asyncio.to_thread(Path(tmp).unlink, missing_ok=True)
         raise
-    return Received(Path(tmp), size, h.hexdigest())
+    return Received(Path(tmp), out.size, sha)
 
 
 def sweep_stale(folders: Iterable[Path]) -> int:

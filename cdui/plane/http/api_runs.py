@@ -326,12 +326,14 @@ async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamR
     resp = web.StreamResponse(headers={"Content-Type": "application/zip",
                                        "Content-Disposition": f'attachment; filename="{name}.zip"'})
     await resp.prepare(request)
+    # The zip may be large and the disk slow: its reads run in a thread, as its building did.
     try:
-        with open(tmp, "rb") as fh:
-            while chunk := fh.read(1 << 20):
+        fh = await asyncio.to_thread(open, tmp, "rb")
+        with fh:
+            while chunk := await asyncio.to_thread(fh.read, 1 << 20):
                 await resp.write(chunk)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        await asyncio.to_thread(Path(tmp).unlink, missing_ok=True)
     await resp.write_eof()
     return resp
 
