@@ -1,4 +1,4 @@
-"""A run's target and options, parsed once at submit: every accepted form and every refusal, as tables."""
+"""A run's target, options and events, parsed once where they arrive: each accepted form and refusal, as tables."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from cdui.core.errors import CduiError
+from cdui.wire.event import Event
 from cdui.wire.runopts import RunOptions, parse_run_options
 from cdui.wire.target import AnyWorker, Local, Pool, Target, Worker, parse_target, target_json, worker_name
 
@@ -116,3 +117,22 @@ def test_stored_options_are_key_for_key_as_before() -> None:
     assert json.dumps(a_set.stored({}, True, 9)) == (
         '{"target": "local", "device": "cuda", "record_outputs": true, "files": {}, "has_secrets": true, '
         '"graph_max_nodes": 9, "devices": 2, "memory_mb": 100}')
+
+
+@pytest.mark.parametrize("wire, event, back", [
+    # A recorder's event (a local run's, or an agent's): numbered at its source.
+    ({"src_seq": 3, "kind": "log", "data": {"message": "hi"}, "at": 1.7e9}, Event("log", {"message": "hi"}, 1.7e9, 3),
+     {"kind": "log", "data": {"message": "hi"}, "at": 1.7e9, "src_seq": 3}),
+    # No data and no time: stored as {} and at the time it is stored, as before.
+    ({"src_seq": 1, "kind": "status"}, Event("status", {}, None, 1), {"kind": "status", "data": {}, "at": None,
+                                                                      "src_seq": 1}),
+    ({"src_seq": 1, "kind": "status", "data": None}, Event("status", {}, None, 1),
+     {"kind": "status", "data": {}, "at": None, "src_seq": 1}),
+    # Born on the control plane: the store numbers it.
+    ({"kind": "run_warning", "data": {"kind": "requeued"}, "at": 5.0}, Event("run_warning", {"kind": "requeued"}, 5.0),
+     {"kind": "run_warning", "data": {"kind": "requeued"}, "at": 5.0}),
+])
+def test_an_event_reads_and_writes_the_recorders_object(wire: dict[str, Any], event: Event,
+                                                        back: dict[str, Any]) -> None:
+    assert Event.from_wire(wire) == event
+    assert event.to_wire() == back

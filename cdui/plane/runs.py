@@ -17,7 +17,7 @@ import heapq
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +58,7 @@ from cdui.run.catalog import with_run_report
 from cdui.run.devices import detect_devices
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets
+from cdui.wire.event import Event
 from cdui.wire.job import Job, JobFiles
 from cdui.wire.runopts import RunOptions, parse_run_options
 from cdui.wire.target import AnyWorker, Local, Target, target_json
@@ -152,7 +153,7 @@ class LocalExecutor:
             if run_id in self.service.abandoned:
                 return  # it already ended failed: what it says while stopping is not stored
             try:
-                await self.service.record_events(run_id, "local", events)
+                await self.service.record_events(run_id, "local", [Event.from_wire(e) for e in events])
             except DiskFull as err:
                 await self.service.fail_for_full_disk(run_id, err)
 
@@ -411,23 +412,22 @@ class RunService:
         return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"] or self.storage is not None,
                                 self.config["CODEFYUI_TRANSFER_MAX_INPUT_BYTES"])
 
-    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        # The control plane is the recorder of its own events; their src_seq
-        # continues from what is stored (looked up lazily in record_cp).
-        return {"kind": kind, "data": data, "at": self.clock.time()}
+    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> Event:
+        # The control plane is the recorder of its own events; the store numbers them (src_seq)
+        # after what it holds, in the transaction that stores them.
+        return Event(kind, data, self.clock.time())
 
     async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
 
     # -- events --------------------------------------------------------------
-    async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+    async def record_events(self, run_id: str, src: str, events: Sequence[Event]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
         # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut where born.
         limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
-        events = [{**ev, "data": event_size.bound_event(str(ev.get("kind")), ev.get("data"), limit)}
-                  for ev in events]
+        rows = [{**ev.to_wire(), "data": event_size.bound_event(ev.kind, ev.data, limit)} for ev in events]
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP))
+        stored, acked = await self.store.append_events(run_id, src, rows, assign=(src == CP))
         for ev in stored:
             await self._apply(run_id, src, ev)
             for q in list(self.subscribers.get(run_id, ())):
@@ -585,7 +585,8 @@ class RunService:
         ``record``: also store the final status event (from the control plane)."""
         now = self.clock.time()
         event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
-        ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
+        ended, stored = await self.store.finish_run(run_id, status, error, now, CP,
+                                                    event.to_wire() if event is not None else None)
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
