@@ -11,6 +11,7 @@ from cdui.agent.oneshot_agent import OneShot
 from cdui.plane.oneshot import flag_problem, queue_deadline, run_id_problem
 from cdui.plane.store import Run
 from cdui.wire import protocol
+from cdui.wire.target import AnyWorker, Local, Pool, Worker
 
 
 def _hello(**fields) -> protocol.Hello:
@@ -43,17 +44,18 @@ def test_flags(fields, problem):
     assert (got is None) if problem is None else (problem in (got or ""))
 
 
-POOL = {"pool": "one-shot"}
+POOL = Pool()
 
 
 @pytest.mark.parametrize("target, since, instance, timeout, expected", [
     (POOL, None, False, 100, 1100),
     (POOL, None, False, 0, None),                 # 0 waits forever
-    ({"worker": "w1"}, None, False, 100, None),   # an ordinary worker: waits for it as long as it takes
-    ({"worker": "w1"}, 1050, False, 100, 1150),   # its last agent was one-shot, known since 1050 (a restart)
-    ({"worker": "w1"}, 900, False, 100, 1100),
-    ({"worker": "slurm.7-0"}, None, True, 100, 1100),
-    ("any", None, False, 100, None),
+    (Worker("w1"), None, False, 100, None),   # an ordinary worker: waits for it as long as it takes
+    (Worker("w1"), 1050, False, 100, 1150),   # its last agent was one-shot, known since 1050 (a restart)
+    (Worker("w1"), 900, False, 100, 1100),
+    (Worker("slurm.7-0"), None, True, 100, 1100),
+    (AnyWorker(), None, False, 100, None),
+    (Local(), None, False, 100, None),
 ])
 def test_queue_deadline(target, since, instance, timeout, expected):
     assert queue_deadline(target, 1000.0, timeout, since, instance) == expected
@@ -68,9 +70,9 @@ def _run(status, target, worker=None, device="cpu") -> Run:
     (None, set(), "no run with that id"),
     (_run("queued", POOL), set(), None),
     (_run("queued", POOL, device="cuda"), set(), "which this agent does not offer"),
-    (_run("queued", {"worker": "w1"}), set(), None),
-    (_run("queued", {"worker": "w2"}), set(), "not for the one-shot pool or worker w1"),
-    (_run("queued", "any"), set(), "not for the one-shot pool"),
+    (_run("queued", Worker("w1")), set(), None),
+    (_run("queued", Worker("w2")), set(), "not for the one-shot pool or worker w1"),
+    (_run("queued", AnyWorker()), set(), "not for the one-shot pool"),
     (_run("running", POOL, "w2"), set(), "it is running on worker w2"),
     (_run("running", POOL, "w1"), set(), None),          # its own, on a reconnect
     (_run("interrupted", POOL, "w1"), {"r1"}, None),     # ended meanwhile; it still delivers its result

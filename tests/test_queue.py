@@ -9,7 +9,8 @@ import pytest
 from cdui.core.errors import CduiError
 from cdui.nodes.registry import build_registry
 from cdui.plane.sched.placement import GiB, analyze, no_mount_message, transfer_verdict
-from cdui.plane.sched.queue import Caps, Placement, normalize_target, parse_caps, place
+from cdui.plane.sched.queue import Caps, Placement, parse_caps, place
+from cdui.wire.target import AnyWorker, Local, Pool, Worker
 
 
 @dataclass
@@ -57,78 +58,62 @@ def test_parse_caps_refuses_bad_entries_by_name(spec: str) -> None:
     assert "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT" in e.value.message
 
 
-@pytest.mark.parametrize("raw,stored", [
-    (None, "local"), ("local", "local"), ("any", "any"), ("one-shot", {"pool": "one-shot"}),
-    ("gpu-box", {"worker": "gpu-box"}), ({"worker": "w1"}, {"worker": "w1"}),
-    ({"pool": "one-shot"}, {"pool": "one-shot"}),
-])
-def test_target_forms(raw, stored) -> None:
-    """The target JSON forms (docs/remote-workers.md#sending-runs-to-workers)."""
-    assert normalize_target(raw) == stored
-
-
-@pytest.mark.parametrize("raw", [{"worker": ""}, {"pool": "other"}, 3, {"x": 1}])
-def test_bad_targets_are_refused(raw) -> None:
-    with pytest.raises(CduiError):
-        normalize_target(raw)
-
-
 def test_place_table() -> None:
     caps = Caps()
     local, w1 = Ex("local"), Ex("w1", ["cuda:0", "cuda:1", "cpu"])
     ex = execs(local, w1)
-    assert place("local", "cpu", ex, {}, caps, 0, set()) == Placement("local", "cpu")
-    assert place({"worker": "w1"}, "cuda", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
-    assert place({"worker": "w1"}, "cuda", ex, {("w1", "cuda:0"): 1}, caps, 1, set()) == Placement("w1", "cuda:1")
+    assert place(Local(), "cpu", ex, {}, caps, 0, set()) == Placement("local", "cpu")
+    assert place(Worker("w1"), "cuda", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
+    assert place(Worker("w1"), "cuda", ex, {("w1", "cuda:0"): 1}, caps, 1, set()) == Placement("w1", "cuda:1")
     busy = {("w1", "cuda:0"): 1, ("w1", "cuda:1"): 1}
-    assert "all slots of w1 cuda:0/cuda:1 are in use" in place({"worker": "w1"}, "cuda", ex, busy, caps, 2, set())
+    assert "all slots of w1 cuda:0/cuda:1 are in use" in place(Worker("w1"), "cuda", ex, busy, caps, 2, set())
     # auto prefers GPUs; `any` tries workers before this server.
-    assert place("any", "auto", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
+    assert place(AnyWorker(), "auto", ex, {}, caps, 0, set()) == Placement("w1", "cuda:0")
     # An offline (not connected) named worker: the run waits, saying so.
-    assert place({"worker": "w9"}, "cpu", ex, {}, caps, 0, set()) == \
+    assert place(Worker("w9"), "cpu", ex, {}, caps, 0, set()) == \
         "waiting for worker w9 to connect (it is offline)"
     # A worker that offers no such device.
-    assert "offers no cuda device" in place("local", "cuda", ex, {}, caps, 0, set())
+    assert "offers no cuda device" in place(Local(), "cuda", ex, {}, caps, 0, set())
     # Drained / disabled: the executor's reason.
     draining = execs(Ex("w1", why="worker w1 is draining"))
-    assert "draining" in place({"worker": "w1"}, "cpu", draining, {}, caps, 0, set())
+    assert "draining" in place(Worker("w1"), "cpu", draining, {}, caps, 0, set())
     # Pool runs wait for a one-shot worker offering the device.
-    assert place({"pool": "one-shot"}, "cuda", ex, {}, caps, 0, set()) == \
+    assert place(Pool(), "cuda", ex, {}, caps, 0, set()) == \
         "waiting for a one-shot worker that offers cuda"
     # The total cap.
-    assert "the limit is 1" in place("local", "cpu", ex, {}, parse_caps("1"), 1, set())
+    assert "the limit is 1" in place(Local(), "cpu", ex, {}, parse_caps("1"), 1, set())
 
 
 def test_first_come_first_served_per_device_kind() -> None:
     """Once a run for a device kind waits on an executor, later ones of that kind do not overtake it."""
     ex = execs(Ex("local"))
-    assert "an earlier run for cpu is waiting on local" in place("local", "cpu", ex, {}, Caps(), 0, {("local", "cpu")})
-    assert place("local", "cpu", ex, {}, Caps(), 0, {("local", "cuda")}) == Placement("local", "cpu")
+    assert "an earlier run for cpu is waiting on local" in place(Local(), "cpu", ex, {}, Caps(), 0, {("local", "cpu")})
+    assert place(Local(), "cpu", ex, {}, Caps(), 0, {("local", "cuda")}) == Placement("local", "cpu")
 
 
 def test_file_runs_prefer_mounted_workers() -> None:
     """Uploads-only runs try mounted workers first, then transfer; mount-only runs skip unmounted."""
     ex = execs(Ex("a-plain"), Ex("b-mounted", has_mount=True))
-    assert place("any", "cpu", ex, {}, Caps(), 0, set(), "transfer") == Placement("b-mounted", "cpu", "mount")
-    assert place("any", "cpu", ex, {("b-mounted", "cpu"): 1}, Caps(), 1, set(), "transfer") == \
+    assert place(AnyWorker(), "cpu", ex, {}, Caps(), 0, set(), "transfer") == Placement("b-mounted", "cpu", "mount")
+    assert place(AnyWorker(), "cpu", ex, {("b-mounted", "cpu"): 1}, Caps(), 1, set(), "transfer") == \
         Placement("a-plain", "cpu", "transfer")
-    assert place("any", "cpu", ex, {}, Caps(), 0, set(), "none") == Placement("a-plain", "cpu", None)
+    assert place(AnyWorker(), "cpu", ex, {}, Caps(), 0, set(), "none") == Placement("a-plain", "cpu", None)
     only_plain = execs(Ex("a-plain"))
-    assert "a-plain has no `data` mount" in place("any", "cpu", only_plain, {}, Caps(), 0, set(), "mount")
+    assert "a-plain has no `data` mount" in place(AnyWorker(), "cpu", only_plain, {}, Caps(), 0, set(), "mount")
 
 
 @pytest.mark.parametrize("target, reads, expect", [
     # `any` goes only to a machine whose read roots cover the run's absolute paths, this server included
-    ("any", ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
-    ("any", ["/scratch/x"], Placement("local", "cpu")),
-    ("any", ["/datasets/a.csv", "/scratch/x"], "waiting for a free cpu slot: not allowed to read /datasets/a.csv "
+    (AnyWorker(), ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
+    (AnyWorker(), ["/scratch/x"], Placement("local", "cpu")),
+    (AnyWorker(), ["/datasets/a.csv", "/scratch/x"], "waiting for a free cpu slot: not allowed to read /datasets/a.csv "
      "on 2 (a-none, local); not allowed to read /scratch/x on 1 (b-datasets)"),
-    ("any", [], Placement("a-none", "cpu")),
-    ({"worker": "a-none"}, ["/datasets/a.csv"],
+    (AnyWorker(), [], Placement("a-none", "cpu")),
+    (Worker("a-none"), ["/datasets/a.csv"],
      "waiting: a-none does not allow reading /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
-    ({"worker": "b-datasets"}, ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
-    ("local", ["/datasets/a.csv"], "waiting: local does not allow reading /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
-    ({"pool": "one-shot"}, ["/datasets/a.csv"],
+    (Worker("b-datasets"), ["/datasets/a.csv"], Placement("b-datasets", "cpu")),
+    (Local(), ["/datasets/a.csv"], "waiting: local does not allow reading /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
+    (Pool(), ["/datasets/a.csv"],
      "waiting for a one-shot worker that offers cpu that may read /datasets/a.csv (CODEFYUI_READ_ROOTS)"),
 ])
 def test_runs_reading_absolute_paths_go_where_they_may_be_read(target: object, reads: list[str],
@@ -217,10 +202,10 @@ def test_plugin_pack_nodes_are_prefixed(tmp_path: Path) -> None:
 def test_any_tries_workers_in_the_given_order_and_this_server_last() -> None:
     """`any` follows the caller's least-recently-used order, so runs spread over free workers."""
     ex = execs(Ex("local"), Ex("a"), Ex("b"), Ex("c"))
-    assert place("any", "cpu", ex, {}, Caps(), 0, set(), order=["c", "local", "a"]) == Placement("c", "cpu")
-    assert place("any", "cpu", ex, {("c", "cpu"): 1}, Caps(), 1, set(), order=["c", "local", "a"]) == \
+    assert place(AnyWorker(), "cpu", ex, {}, Caps(), 0, set(), order=["c", "local", "a"]) == Placement("c", "cpu")
+    assert place(AnyWorker(), "cpu", ex, {("c", "cpu"): 1}, Caps(), 1, set(), order=["c", "local", "a"]) == \
         Placement("a", "cpu")
-    assert place("any", "cpu", ex, {("c", "cpu"): 1, ("a", "cpu"): 1}, Caps(), 2, set(),
+    assert place(AnyWorker(), "cpu", ex, {("c", "cpu"): 1, ("a", "cpu"): 1}, Caps(), 2, set(),
                  order=["c", "local", "a"]) == Placement("local", "cpu")
 
 
@@ -228,7 +213,7 @@ def test_the_reason_over_many_workers_is_one_short_line() -> None:
     """500 busy workers make a reason of a few dozen characters, not one clause per worker."""
     ex = execs(*(Ex(f"w{i:03d}") for i in range(500)), Ex("x", why="worker x is draining (no new runs)"))
     busy = {(f"w{i:03d}", "cpu"): 1 for i in range(500)}
-    why = place("any", "cpu", ex, busy, Caps(), 500, set())
+    why = place(AnyWorker(), "cpu", ex, busy, Caps(), 500, set())
     assert why == ("waiting for a free cpu slot: slots in use on 500 (w000, w001, w002, +497 more); "
                    "unavailable on 1 (x)")
 
@@ -238,7 +223,7 @@ def test_run_queue_lanes_keep_first_come_first_served() -> None:
     from cdui.plane.dispatch import RunQueue
     from cdui.plane.store import Run
 
-    def run(rid: str, at: float, target: object = "any", device: str = "cpu") -> Run:
+    def run(rid: str, at: float, target: object = AnyWorker(), device: str = "cpu") -> Run:
         return Run(id=rid, status="queued", target=target, options={"device": device}, created_at=at)
     q = RunQueue()
     for r in (run("b", 2), run("c", 3), run("g", 1.5, device="cuda"), run("a", 1)):

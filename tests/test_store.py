@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cdui.plane.store import MIGRATIONS, Run, Store
+from cdui.wire.target import Local
 
 
 def run(coro: Any) -> Any:
@@ -20,7 +21,7 @@ def run(coro: Any) -> Any:
 
 
 def new_run(run_id: str, **over: Any) -> Run:
-    return replace(Run(id=run_id, name=run_id, status="queued", target="local", options={"target": "local"},
+    return replace(Run(id=run_id, name=run_id, status="queued", target=Local(), options={"target": "local"},
                        graph={"nodes": []}, created_at=time.time()), **over)
 
 

@@ -13,6 +13,7 @@ from cdui.plane.store import Run
 from cdui.run.runner import run_env
 from cdui.wire import devicesets as ds
 from cdui.wire.protocol import ProtocolError
+from cdui.wire.target import AnyWorker
 
 
 class Ex:
@@ -110,9 +111,9 @@ def test_submit_options_refused(options: dict[str, Any], device: str, pool: bool
 
 
 def test_a_plain_runs_lane_key_is_unchanged() -> None:
-    run = Run(id="r", name=None, status="queued", target="any", options={"device": "cuda"}, created_at=0.0)
+    run = Run(id="r", name=None, status="queued", target=AnyWorker(), options={"device": "cuda"}, created_at=0.0)
     assert lane_of(run) == '["any", "cuda", "none"]'
-    assert lane_of(Run(id="r", name=None, status="queued", target="any", created_at=0.0,
+    assert lane_of(Run(id="r", name=None, status="queued", target=AnyWorker(), created_at=0.0,
                        options={"device": "cuda", "devices": 2})) == '["any", "cuda", "none", {"devices": 2}]'
 
 

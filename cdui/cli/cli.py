@@ -18,6 +18,7 @@ from cdui import __version__
 from cdui.cli import cli_datasets, cli_workers, daemon
 from cdui.cli.cli_util import _die, _read_pid
 from cdui.core.errors import CduiError
+from cdui.wire.target import TargetJson, parse_target, target_json
 
 QUICK_STOP_S = 2.0  # `cdui stop` kills the server this long after asking it to stop
 
@@ -163,12 +164,10 @@ def _client(args: argparse.Namespace):
     return cli_workers._client(args)
 
 
-def _target(raw: str | None) -> Any:
-    if raw is None or raw in ("local", "any"):
-        return raw or "local"
-    if raw == "one-shot":
-        return {"pool": "one-shot"}
-    return {"worker": raw}
+def _target(raw: str | None) -> TargetJson:
+    """``--target`` as the submit sends it: ``local`` (or none), ``any``, ``one-shot``, else a worker's name. An
+    empty name is sent as it is, so the control plane refuses it in its own words."""
+    return target_json(parse_target(raw)) if raw != "" else {"worker": raw}
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import Run
 from cdui.wire.devicesets import lane_extra
+from cdui.wire.target import target_json
 
 
 def needs_of(run: Run) -> str:
@@ -46,7 +47,7 @@ def lane_of(run: Run) -> str:
     # A device set, a memory need or absolute reads are added only where there are some, so a plain
     # run's key is as it was.
     reads = reads_of(run)
-    return json.dumps([run.target, run.options.get("device"), needs_of(run), *lane_extra(run.options),
+    return json.dumps([target_json(run.target), run.options.get("device"), needs_of(run), *lane_extra(run.options),
                        *([{"reads": reads}] if reads else [])], sort_keys=True)
 
 

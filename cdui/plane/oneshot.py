@@ -37,6 +37,7 @@ from cdui.plane.sched import worker_admission as admission
 from cdui.plane.sched.placement import unreadable
 from cdui.plane.store import ACTIVE, Run
 from cdui.wire import protocol
+from cdui.wire.target import Pool, Target, Worker, target_json, worker_name
 
 if TYPE_CHECKING:
     from cdui.core.clock import Clock
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdui.plane.oneshot")
 
-POOL = "one-shot"
 MAX_DEPARTED = 50  # departed instances kept per credential, until the control plane restarts
 # An instance ID becomes part of a worker name and of a folder name on the agent: no dots, no slashes.
 INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -130,17 +130,17 @@ def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used
             + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
-def queue_deadline(target: Any, created_at: float, timeout: float, one_shot_since: float | None,
+def queue_deadline(target: Target, created_at: float, timeout: float, one_shot_since: float | None,
                    names_instance: bool) -> float | None:
     """When a queued run stops waiting for a one-shot worker (None: no one-shot timeout applies)."""
     if timeout <= 0:
         return None
-    if isinstance(target, dict) and target.get("pool") == POOL:
-        return created_at + timeout
-    if isinstance(target, dict) and "worker" in target:
-        if names_instance:
+    match target:
+        case Pool():
             return created_at + timeout
-        if one_shot_since is not None:
+        case Worker() if names_instance:
+            return created_at + timeout
+        case Worker() if one_shot_since is not None:
             return max(created_at, one_shot_since) + timeout
     return None
 
@@ -153,14 +153,16 @@ def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str
     if run.id in held and run.worker_id == name:
         return None  # its own run, on a reconnect
     if run.status == "queued":
-        if isinstance(run.target, dict) and run.target.get("pool") == POOL:
-            wanted = run.options.get("device")
-            if any(q.device_matches(wanted, d) for d in devices):
+        match run.target:
+            case Pool():
+                wanted = run.options.get("device")
+                if any(q.device_matches(wanted, d) for d in devices):
+                    return None
+                return (f"it waits in the one-shot pool for {wanted}, which this agent does not offer "
+                        f"({', '.join(devices)})")
+            case Worker(name=named) if named == name:
                 return None
-            return f"it waits in the one-shot pool for {wanted}, which this agent does not offer ({', '.join(devices)})"
-        if run.target == {"worker": name}:
-            return None
-        return f"it waits for {json.dumps(run.target)}, not for the one-shot pool or worker {name}"
+        return f"it waits for {json.dumps(target_json(run.target))}, not for the one-shot pool or worker {name}"
     if run.status in ACTIVE and run.worker_id == name:
         return None  # this agent's own run, on a reconnect
     return f"it is {run.status}" + (f" on worker {run.worker_id}" if run.worker_id else "")
@@ -213,11 +215,10 @@ class OneShotBook:
 
     async def expire(self, service: RunService, run: Run, wake: Callable[[], None]) -> bool:
         """End a queued run whose one-shot wait is over (True), or arm the timer for it."""
-        target = run.target
-        named = target.get("worker") if isinstance(target, dict) else None
-        inst = await self.names_instance(service, named) if isinstance(named, str) else False
-        since = self.one_shot_since.get(named) if isinstance(named, str) else None
-        deadline = queue_deadline(target, run.created_at, self.timeout, since, inst)
+        named = worker_name(run.target)
+        inst = await self.names_instance(service, named) if named is not None else False
+        since = self.one_shot_since.get(named) if named is not None else None
+        deadline = queue_deadline(run.target, run.created_at, self.timeout, since, inst)
         if deadline is None:
             return False
         now = self.clock.time()
@@ -243,13 +244,13 @@ class OneShotBook:
             wake()
         self._timer = service.spawn(fire())
 
-    async def refuse_record_outputs(self, service: RunService, target: Any, record_outputs: bool) -> None:
+    async def refuse_record_outputs(self, service: RunService, target: Target, record_outputs: bool) -> None:
         if not record_outputs:
             return
-        named = target.get("worker") if isinstance(target, dict) else None
-        pool = isinstance(target, dict) and target.get("pool") == POOL
-        if pool or (isinstance(named, str) and (named in self.one_shot_since
-                                                or await self.names_instance(service, named))):
+        named = worker_name(target)
+        pool = isinstance(target, Pool)
+        if pool or (named is not None and (named in self.one_shot_since
+                                           or await self.names_instance(service, named))):
             where = "the one-shot pool" if pool else f"one-shot worker {named}"
             raise CduiError("record_outputs_one_shot",
                             f"a run with record_outputs on cannot go to {where}: a one-shot agent exits when the "
@@ -400,8 +401,8 @@ class OneShotBook:
             for run_id, _, _ in manager.runs.runs_on(name):
                 await manager.runs.finish(run_id, "interrupted", f"worker {credential} was removed (instance {name})")
         for r in await asyncio.to_thread(manager.store.runs_in_status_sync, {"queued"} | ACTIVE):
-            named = r.target.get("worker") if isinstance(r.target, dict) else None
-            if r.status == "queued" and isinstance(named, str) and named.startswith(prefix):
+            named = worker_name(r.target)
+            if r.status == "queued" and named is not None and named.startswith(prefix):
                 await manager.runs.finish(r.id, "failed", f"worker {credential} was removed before the run started")
             elif r.status in ACTIVE and r.worker_id and r.worker_id.startswith(prefix):
                 await manager.runs.finish(r.id, "interrupted", f"worker {credential} was removed")

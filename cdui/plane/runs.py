@@ -17,7 +17,7 @@ import heapq
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,16 +50,7 @@ from cdui.plane.files.artifact_files import (
 )
 from cdui.plane.oneshot import OneShotBook
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
-from cdui.plane.sched.queue import (
-    DEVICE_NAME,
-    ExecutorView,
-    Placement,
-    candidates,
-    device_kind,
-    normalize_target,
-    parse_caps,
-    place,
-)
+from cdui.plane.sched.queue import ExecutorView, Placement, candidates, device_kind, parse_caps, place
 from cdui.plane.store import ACTIVE, TERMINAL, Run, Store
 from cdui.plane.subscription import Subscription
 from cdui.run import outputs, runner
@@ -67,7 +58,10 @@ from cdui.run.catalog import with_run_report
 from cdui.run.devices import detect_devices
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets
+from cdui.wire.event import Event
 from cdui.wire.job import Job, JobFiles
+from cdui.wire.runopts import RunOptions, parse_run_options
+from cdui.wire.target import AnyWorker, Local, Target, target_json
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -84,10 +78,7 @@ def iso(ts: float | None) -> str | None:
 @dataclass(frozen=True)
 class Admitted:
     """A submission every check accepted (:meth:`RunService.admit`): what a run is stored from."""
-    target: Any  # as normalize_target gives it
-    device: str
-    device_set: dict[str, Any]
-    record_outputs: bool
+    options: RunOptions
     plan: Plan
     files: FilePlan
     stored_graph: Any  # installed presets it uses embedded, secrets blanked
@@ -106,7 +97,7 @@ class RunListener(Protocol):
     async def on_shutdown(self) -> None:
         """Graceful stop: stop the listener's runs and wait for their ending."""
 
-    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+    async def check_target(self, target: Target, graph: Any, files: FilePlan) -> None:
         """Raise :class:`CduiError` at submit if the target can never run the graph."""
 
     async def on_disk_recovered(self) -> None:
@@ -162,7 +153,7 @@ class LocalExecutor:
             if run_id in self.service.abandoned:
                 return  # it already ended failed: what it says while stopping is not stored
             try:
-                await self.service.record_events(run_id, "local", events)
+                await self.service.record_events(run_id, "local", [Event.from_wire(e) for e in events])
             except DiskFull as err:
                 await self.service.fail_for_full_disk(run_id, err)
 
@@ -335,11 +326,9 @@ class RunService:
         a = await self.admit(graph, options)
         now = self.clock.time()
         run_id = uuid.uuid4().hex[:12]
-        opts = {"target": a.target, "device": a.device, "record_outputs": a.record_outputs,
-                "files": a.files.to_json(), "has_secrets": bool(a.secrets),
-                "graph_max_nodes": self.config["CODEFYUI_GRAPH_MAX_NODES"], **a.device_set}
+        opts = a.options.stored(a.files.to_json(), bool(a.secrets), self.config["CODEFYUI_GRAPH_MAX_NODES"])
         run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
-                  status="queued", target=a.target, options=opts, graph=a.stored_graph,
+                  status="queued", target=a.options.target, options=opts, graph=a.stored_graph,
                   created_at=now, queue_reason="waiting for the scheduler")
         await self.store.create_run(run)
         if a.secrets:
@@ -354,24 +343,14 @@ class RunService:
         target's machine, the files it moves, its secrets), storing nothing: ``POST /api/runs`` and
         ``POST /api/graphs/validate`` both call this, so they give the same answer. Raises
         :class:`CduiError` (``invalid_graph`` with every graph error in ``details``)."""
-        if options is None:
-            options = {}
-        if not isinstance(options, dict):
-            raise CduiError("bad_options", f"options must be an object, got {type(options).__name__}")
-        target = normalize_target(options.get("target", "local"))
-        device = options.get("device") or "auto"
-        # Only names a device can have: "cuda:-1" or "cpu:x" would wait in the queue for ever.
-        if not isinstance(device, str) or not DEVICE_NAME.match(device):
-            raise CduiError("bad_device", f"device {device!r} is not valid", hint="use cpu, cuda, cuda:N or auto")
-        if not isinstance(options.get("record_outputs", False), bool):
-            raise CduiError("bad_options", f"record_outputs={options['record_outputs']!r} is not true or false",
-                            hint='give "record_outputs": true to keep the run\'s outputs, or leave it out')
-        device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
-        await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
+        opts = parse_run_options(options)
+        target = opts.target
+        await devicesets.check_fit(target, opts.device, opts.device_set(), self.executors, self.caps, self.devicebook,
+                                   self.store)
         library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
-        here = self.layout if target == "local" else None
+        here = self.layout if isinstance(target, Local) else None
         plan, errors = await asyncio.to_thread(validate_graph, graph, self.registry, library,
                                                self.config["CODEFYUI_GRAPH_MAX_NODES"], here)
         if errors:
@@ -380,7 +359,7 @@ class RunService:
         assert plan is not None
         files = await asyncio.to_thread(self.file_plan, graph, library)
         await self.check_target(target, graph, files)
-        await self.oneshot.refuse_record_outputs(self, target, bool(options.get("record_outputs", False)))
+        await self.oneshot.refuse_record_outputs(self, target, opts.record_outputs)
         # Embed the installed presets the run uses, so it runs the same anywhere;
         # then split secrets out of the whole of it, embedded presets included.
         # An installed preset wins over an embedded one of the same name (CodefyUI's order), so
@@ -399,13 +378,12 @@ class RunService:
                             f"{MIN_SECRET_LEN} characters and could not be masked in logs and events: {where}; "
                             "nothing was stored",
                             hint=f"use the real key (at least {MIN_SECRET_LEN} characters), or leave the param empty")
-        return Admitted(target, device, device_set, bool(options.get("record_outputs", False)), plan, files,
-                        stored_graph, secrets)
+        return Admitted(opts, plan, files, stored_graph, secrets)
 
-    async def check_target(self, target: Any, graph: Any, files: FilePlan) -> None:
+    async def check_target(self, target: Target, graph: Any, files: FilePlan) -> None:
         """Refuse at submit what can never run (unknown worker, no way to move its files, an absolute
         path this server may not read)."""
-        if target == "local" and files.reads:
+        if isinstance(target, Local) and files.reads:
             roots = [str(r) for r in self.layout.read_roots]
             missing = unreadable(files.reads, roots)
             if missing:
@@ -434,23 +412,22 @@ class RunService:
         return transfer_verdict(usage, lookup, self.config["CODEFYUI_TRANSFER_ENABLED"] or self.storage is not None,
                                 self.config["CODEFYUI_TRANSFER_MAX_INPUT_BYTES"])
 
-    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        # The control plane is the recorder of its own events; their src_seq
-        # continues from what is stored (looked up lazily in record_cp).
-        return {"kind": kind, "data": data, "at": self.clock.time()}
+    def _cp_event(self, run_id: str, kind: str, data: dict[str, Any]) -> Event:
+        # The control plane is the recorder of its own events; the store numbers them (src_seq)
+        # after what it holds, in the transaction that stores them.
+        return Event(kind, data, self.clock.time())
 
     async def record_cp(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         await self.record_events(run_id, CP, [self._cp_event(run_id, kind, data)])
 
     # -- events --------------------------------------------------------------
-    async def record_events(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+    async def record_events(self, run_id: str, src: str, events: Sequence[Event]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
         # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut where born.
         limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
-        events = [{**ev, "data": event_size.bound_event(str(ev.get("kind")), ev.get("data"), limit)}
-                  for ev in events]
+        rows = [{**ev.to_wire(), "data": event_size.bound_event(ev.kind, ev.data, limit)} for ev in events]
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP))
+        stored, acked = await self.store.append_events(run_id, src, rows, assign=(src == CP))
         for ev in stored:
             await self._apply(run_id, src, ev)
             for q in list(self.subscribers.get(run_id, ())):
@@ -608,7 +585,8 @@ class RunService:
         ``record``: also store the final status event (from the control plane)."""
         now = self.clock.time()
         event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
-        ended, stored = await self.store.finish_run(run_id, status, error, now, CP, event)
+        ended, stored = await self.store.finish_run(run_id, status, error, now, CP,
+                                                    event.to_wire() if event is not None else None)
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
@@ -746,7 +724,7 @@ class RunService:
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
             else:
-                if isinstance(run.target, str) and run.target == "any" and len(free) < len(self.executors):
+                if isinstance(run.target, AnyWorker) and len(free) < len(self.executors):
                     # The refusal came from the free executors only: say why over all of them.
                     decision = str(self.place(run, used, blocked, None, used_mb))
                 kind = device_kind(run.options.get("device"))
@@ -879,7 +857,7 @@ class RunService:
     # -- reading -------------------------------------------------------------
     def to_api(self, run: Run) -> dict[str, Any]:
         out = {
-            "id": run.id, "name": run.name, "status": run.status, "target": run.target,
+            "id": run.id, "name": run.name, "status": run.status, "target": target_json(run.target),
             "device": run.slot_device, "options": run.options,
             "worker_id": run.worker_id, "worker_status": None,
             "queue_reason": (self.queue.reason(run.id) or run.queue_reason) if run.status == "queued" else None,

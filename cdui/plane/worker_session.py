@@ -38,6 +38,7 @@ from cdui.plane.sched import worker_admission as admission
 from cdui.plane.store import ACTIVE, TERMINAL, Run
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
+from cdui.wire.event import Event
 from cdui.wire.job import Job
 
 if TYPE_CHECKING:
@@ -417,30 +418,31 @@ class WorkerSession:
     async def events(self, m: protocol.Events) -> None:
         conn = self.conn
         assert conn is not None
+        events = [Event.from_wire(e) for e in m.events]  # protocol checked each: src_seq >= 1, kind, data
         store = self.m.store
         run = await store.get_run(m.run_id)
         if run is None or run.worker_id != conn.name:
-            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
             return
         if run.status in TERMINAL:
             # Ended here while the worker was away: keep the log as it is, keep its real ending.
             # A run this worker itself ended has no later ending to keep: whatever it sends
             # after its own final status (a replay after a restart) is not how the run ended.
-            ended_by_it = any(e["kind"] == "status" and (e.get("data") or {}).get("status") in TERMINAL
-                              for e in m.events) and await self._ended_by(m.run_id, conn.name)
-            for e in m.events:
-                d = e.get("data") or {}
-                if e["kind"] == "status" and d.get("status") in TERMINAL and not run.late_result and not ended_by_it:
+            ended_by_it = any(e.kind == "status" and e.data.get("status") in TERMINAL
+                              for e in events) and await self._ended_by(m.run_id, conn.name)
+            for e in events:
+                d = e.data
+                if e.kind == "status" and d.get("status") in TERMINAL and not run.late_result and not ended_by_it:
                     late = {"status": d["status"], "error": d.get("error"), "worker_id": conn.name,
-                            "at": iso(e.get("at") or self.m.clock.time())}
+                            "at": iso(e.at or self.m.clock.time())}
                     facts = dict(run.execution_facts or {})
                     facts["late_result"] = late
                     await store.update_run(m.run_id, late_result=late, execution_facts=facts)
                     run = replace(run, late_result=late)
-            await conn.send(protocol.Ack(m.run_id, max((e["src_seq"] for e in m.events), default=0)))
+            await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
             return
         try:
-            acked = await self.m.runs.record_events(m.run_id, f"worker:{conn.name}", m.events)
+            acked = await self.m.runs.record_events(m.run_id, f"worker:{conn.name}", events)
         except DiskFull as err:
             # No ack: the agent keeps the events in its spool. Once there is room the
             # connection is renewed (see WorkerManager.on_disk_recovered) and it replays them.

@@ -42,6 +42,7 @@ from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
 from cdui.run import catalog
 from cdui.wire import protocol
 from cdui.wire.same_machine import Verdict
+from cdui.wire.target import Target, Worker, worker_name
 
 __all__ = ["Conn", "RemoteExecutor", "WorkerManager", "WorkerSession"]
 
@@ -194,7 +195,7 @@ class WorkerManager:
         for run_id, _, _ in self.runs.runs_on(name):
             await self.runs.finish(run_id, "interrupted", f"worker {name} was removed")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, {"queued"}):
-            if r.target == {"worker": name}:
+            if r.target == Worker(name):
                 await self.runs.finish(r.id, "failed", f"worker {name} was removed before the run started")
         for r in await asyncio.to_thread(self.store.runs_in_status_sync, ACTIVE):
             if r.worker_id == name:
@@ -286,10 +287,10 @@ class WorkerManager:
                                                                                         "types": sorted(types)}
         return catalog.compare(self.own_catalog, reported, hello.catalog_error)
 
-    async def check_target(self, target: Any, graph: Any, files: Any) -> None:
-        if not (isinstance(target, dict) and "worker" in target):
+    async def check_target(self, target: Target, graph: Any, files: Any) -> None:
+        name = worker_name(target)
+        if name is None:
             return
-        name = target["worker"]
         rows = {r["name"]: r for r in await self.worker_rows()}
         if name not in rows and not await self.runs.oneshot.names_instance(self.runs, name):
             raise CduiError("unknown_worker", f"no worker named {name!r} is enrolled",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdui.core.errors import CduiError
+from cdui.wire.target import AnyWorker, Local, Pool, Target, Worker
 
 MAX_SET = 64                  # members of one set: ddp's rank limit
 DEFAULT_MEMORY_MB = 1024      # a run's need on a shared device when it declares none
@@ -424,7 +425,7 @@ class _Offered:
         return list(self.offered)
 
 
-async def check_fit(target: Any, wanted: str, device_set: Mapping[str, Any], executors: Mapping[str, Any],
+async def check_fit(target: Target, wanted: str, device_set: Mapping[str, Any], executors: Mapping[str, Any],
                     caps: Any, book: DeviceBook, store: Any) -> None:
     """Refuse at submit a set larger than any executor the target may use offers (even when idle)."""
     count = set_size(device_set)
@@ -439,14 +440,15 @@ async def check_fit(target: Any, wanted: str, device_set: Mapping[str, Any], exe
             except ValueError:
                 devs = []
             seen[r["name"]] = _Offered(r["name"], [str(d) for d in devs if isinstance(d, str)])
-    if target == "local":
-        names = ["local"]
-    elif target == "any":
-        names = list(seen)
-    elif isinstance(target, dict) and "worker" in target:
-        names = [target["worker"]]
-    else:
-        return
+    match target:
+        case Local():
+            names = ["local"]
+        case AnyWorker():
+            names = list(seen)
+        case Worker(name=name):
+            names = [name]
+        case Pool():
+            return
     ask = Ask(count, memory_need(device_set), {}, {})
     best: dict[str, int] = {}
     for n in names:

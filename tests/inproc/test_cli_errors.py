@@ -162,9 +162,10 @@ async def test_status_counts_every_run(env: dict[str, Path], capsys: pytest.Capt
 
     from cdui.plane.appkeys import STORE
     from cdui.plane.store import Run
+    from cdui.wire.target import Local
     async with Plane(**env) as cp:
         store = cp.app[STORE]
-        base = Run(id="", name="r", status="succeeded", target="local", options={"target": "local"},
+        base = Run(id="", name="r", status="succeeded", target=Local(), options={"target": "local"},
                    graph={"nodes": []}, created_at=time.time())
         await asyncio.gather(*(store.create_run(replace(base, id=f"old{i:04}")) for i in range(1200)))
         await asyncio.gather(*(store.create_run(replace(base, id=f"q{i}", status="failed")) for i in range(5)))

@@ -2,8 +2,8 @@
 
 Pure functions only; :mod:`cdui.plane.runs` calls them from its dispatch loop.
 
-- A *target* is ``"local"``, ``"any"``, ``{"worker": NAME}`` or
-  ``{"pool": "one-shot"}`` (``options.device`` gives the device kind).
+- A *target* is a :data:`cdui.wire.target.Target`: :class:`Local`, :class:`AnyWorker`,
+  :class:`Worker` or :class:`Pool` (``options.device`` gives the device kind).
 - Every device of an executor has slots (1 by default).
   ``CODEFYUI_RUN_QUEUE_MAX_CONCURRENT`` is a comma-separated list of
   ``N`` (at most N runs at once in total), ``DEVICE=N`` (slots per device on
@@ -15,18 +15,16 @@ Pure functions only; :mod:`cdui.plane.runs` calls them from its dispatch loop.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from cdui.core.errors import CduiError
 from cdui.plane import oneshot
 from cdui.plane.sched.placement import unreadable
 from cdui.run.catalog import any_skips
 from cdui.wire import devicesets
-
-POOL = "one-shot"
+from cdui.wire.target import AnyWorker, Local, Pool, Target, Worker
 
 
 @dataclass
@@ -74,29 +72,6 @@ def parse_caps(spec: str) -> Caps:
     return caps
 
 
-def normalize_target(raw: Any) -> Any:
-    """The stored form of a target; raises CduiError with the accepted forms."""
-    if raw is None or raw == "local":
-        return "local"
-    if raw == "any":
-        return "any"
-    if raw in ("one-shot", POOL):
-        return {"pool": POOL}
-    if isinstance(raw, str) and raw:
-        return {"worker": raw}
-    if isinstance(raw, dict):
-        if isinstance(raw.get("worker"), str) and raw["worker"]:
-            return {"worker": raw["worker"]}
-        if raw.get("pool") == POOL:
-            return {"pool": POOL}
-    raise CduiError("bad_target", f"target {raw!r} is not valid",
-                    hint='use "local", "any", {"worker": NAME} or {"pool": "one-shot"}')
-
-
-# A device a run may ask for: a kind, or one CUDA card by its index (cuda:0 ... cuda:999).
-DEVICE_NAME = re.compile(r"^(auto|cpu|mps|cuda|cuda:(0|[1-9][0-9]{0,2}))$")
-
-
 def device_kind(device: str | None) -> str:
     if not device or device == "auto":
         return "auto"
@@ -141,24 +116,26 @@ def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, st
     return None
 
 
-def candidates(target: Any, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
+def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
     """The executors a target may use, in the order they are tried. ``order``: the
     executors to try for ``any`` (the caller's least recently used first; by
     default every executor by name); workers come before this server."""
-    if target == "local":
-        return ["local"] if "local" in executors else []
-    if target == "any":
-        names = sorted(executors) if order is None else [n for n in order if n in executors]
-        # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
-        skipped = any_skips(executors)
-        remote = oneshot.not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
-        return remote + (["local"] if "local" in names else [])
-    if isinstance(target, dict) and "worker" in target:
-        return [target["worker"]] if target["worker"] in executors else []
-    return []
+    match target:
+        case Local():
+            return ["local"] if "local" in executors else []
+        case AnyWorker():
+            names = sorted(executors) if order is None else [n for n in order if n in executors]
+            # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
+            skipped = any_skips(executors)
+            remote = oneshot.not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
+            return remote + (["local"] if "local" in names else [])
+        case Worker(name=name):
+            return [name] if name in executors else []
+        case Pool():
+            return []  # the pool is placed by its own rule (oneshot.place_pool)
 
 
-def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView],
+def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
           blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
           ask: devicesets.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
@@ -172,18 +149,19 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
     only an executor whose read roots cover them all may take it. With several candidates the reason
     is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
-    if isinstance(target, dict) and target.get("pool") == POOL:
-        return oneshot.place_pool(wanted, executors, used, caps, needs, reads)
+    match target:
+        case Pool():
+            return oneshot.place_pool(wanted, executors, used, caps, needs, reads)
+        case Worker(name=name) if name not in executors:
+            return f"waiting for worker {name} to connect (it is offline)"
     names = candidates(target, executors, order)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
-    if isinstance(target, dict) and "worker" in target and not names:
-        return f"waiting for worker {target['worker']} to connect (it is offline)"
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
-    skips = any_skips(executors) if target == "any" else {}
+    skips = any_skips(executors) if isinstance(target, AnyWorker) else {}
     reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
         ("no node catalog match", n, why) for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
     for name in names:
@@ -215,7 +193,7 @@ def place(target: Any, wanted: str | None, executors: Mapping[str, ExecutorView]
         reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
                         else devicesets.busy_text(name, wanted, ask, ex.devices())))
     if not names:
-        return "waiting for a worker to connect" if target == "any" else "no executor for this target"
+        return "waiting for a worker to connect" if isinstance(target, AnyWorker) else "no executor for this target"
     if len(reasons) <= 2:
         return "waiting: " + "; ".join(text for _, _, text in reasons)
     if ask is not None and ask.count > 1:

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 from cdui.core.private import make_private, private_dir
+from cdui.wire.target import Target, parse_target, target_json
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class Run:
 
     id: str
     status: str
-    target: Any                     # "local", "any", {"worker": name} or {"pool": name}
+    target: Target                  # stored as target_json gives it
     options: dict[str, Any]
     created_at: float
     name: str | None = None
@@ -483,7 +484,7 @@ class Store:
     # -- runs ---------------------------------------------------------------
     async def create_run(self, run: Run) -> None:
         cols = ("id", "name", "status", "target", "options", "graph", "queue_reason", "created_at")
-        vals = (run.id, run.name, run.status, json.dumps(run.target),
+        vals = (run.id, run.name, run.status, json.dumps(target_json(run.target)),
                 json.dumps(run.options), json.dumps(run.graph), run.queue_reason, run.created_at)
 
         def fn(c: sqlite3.Connection) -> None:
@@ -552,6 +553,7 @@ class Store:
                 d[k] = json.loads(d[k])
         if not with_graph:
             d["graph"] = None
+        d["target"] = parse_target(d["target"])
         d["stop_requested"] = bool(d.get("stop_requested"))
         d["execution_facts"] = d.get("execution_facts") or {}
         return Run(**d)
