@@ -425,6 +425,7 @@ def _cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subproce
                           text=True, timeout=timeout)
 
 
+@pytest.mark.long
 def test_acceptance_two_user_data_dirs_with_the_cli(tmp_path):
     """Issue acceptance: cdui start; cdui workers token; cdui agent start (background) --name w1 --devices cpu;
     cdui run graph.json --target w1 --wait succeeds and the run names w1; cdui agent stop; cdui stop."""
