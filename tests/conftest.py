@@ -45,7 +45,9 @@ def _default_tier_only(config):
     return not (named or config.option.markexpr or config.option.keyword)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    group_shared_fixtures(config, items)
     if not _default_tier_only(config):
         return
     e2e = [i for i in items if i.get_closest_marker("e2e") is not None]
@@ -59,6 +61,46 @@ def pytest_report_header(config):
         return "cdui: default tier (e2e tests left out; run them with -m e2e, or everything with CDUI_TEST_TIER=all)"
     return None
 # --- end test tiers
+
+
+# --- parallel runs (pytest-xdist, as .ci/run uses it: -n N --dist loadgroup)
+# Each test goes to whichever worker is free, except that tests sharing a module- or
+# session-scoped fixture (a module's server, browser, nginx, SLURM cluster, the moto
+# server) go to one worker together, so that the fixture is built once, not once per
+# worker. Everything else a test touches is its own (tmp folders, free ports, the
+# leftover sweep's per-process session marker), so tests are independent otherwise.
+# Cheap fixtures every test may use: no reason to keep their tests together.
+_CHEAP_SHARED = {"_cdui_process_logs_on_failure", "_end_module_leftovers", "need_command"}
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def group_shared_fixtures(config, items):
+    """Marks tests that share one of our wider-scoped fixtures with one xdist_group (pytest's own
+    session fixtures, tmp_path_factory and the like, cost nothing to repeat per worker)."""
+    if getattr(config.option, "dist", "no") == "no":  # not a parallel run (or no xdist)
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        shared = set()
+        for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
+            if name in _CHEAP_SHARED or not defs:
+                continue
+            code = getattr(defs[-1].func, "__code__", None)
+            if code is None or not os.path.abspath(code.co_filename).startswith(_TESTS_DIR + os.sep):
+                continue
+            scope = defs[-1].scope
+            if scope == "session":
+                shared.add(f"session-{name}")
+            elif scope in ("module", "package", "class"):
+                shared.add(item.module.__name__ if item.module is not None else item.nodeid.split("::")[0])
+        if shared:
+            item.add_marker(pytest.mark.xdist_group("+".join(sorted(shared))))
+    # Workers take tests (and groups) in this order (.ci/run passes --no-loadscope-reorder): the
+    # longest first, so that none of them starts when the others are nearly done.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+# --- end parallel runs
 
 
 # --- process helpers (tests/procs.py)

@@ -63,6 +63,10 @@ def env_for(user_data: Path | str, data_dir: Path | str | None = None,
     if data_dir is not None:
         env["CODEFYUI_DATA_DIR"] = str(data_dir)
     env["PYTHONUNBUFFERED"] = "1"
+    # The control plane's own devices, as its probe finds them on a machine without CUDA; the probe
+    # (a helper that imports torch, seconds of CPU at every start of a server) has tests of its own
+    # (tests/test_device_probe.py). A test may set another value, or "" to probe.
+    env["CODEFYUI_LOCAL_DEVICES"] = "cpu"
     env.update(extra or {})
     return env
 

@@ -130,6 +130,7 @@ def test_examples_run_to_succeeded_on_the_control_plane(cp: ServerProc) -> None:
     assert any(m.startswith("[Compact U-Net output (1-step denoise)] tensor(") for m in messages), messages
 
 
+@pytest.mark.long
 @pytest.mark.timeout(1200)  # 21 fresh run interpreters on a machine other suites share
 def test_the_examples_run_to_succeeded_on_a_real_agent(cp: ServerProc, tmp_path: Path) -> None:
     pytest.importorskip("PIL.Image", reason="test_digit.png is written with Pillow (the vision extra)")

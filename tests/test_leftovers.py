@@ -18,11 +18,22 @@ pytestmark = pytest.mark.e2e
 
 LEAKY = '''
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 OUT = Path(__file__).parent / "pids"
+
+
+def sleeping(pid):
+    """Until the shell has exec'd sleep (its trap set before that), so that the sweep finds the
+    process as written, however slowly a busy machine lets the shell start; returns pid."""
+    deadline = time.monotonic() + 60
+    while open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")[0] != b"sleep":
+        assert time.monotonic() < deadline, f"pid {pid} did not exec sleep"
+        time.sleep(0.01)  # polling for the exec, bounded by the deadline above
+    return pid
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +47,8 @@ def test_leaves_three(module_proc):
     orphan = subprocess.run(["sh", "-c", "sleep 301 >/dev/null 2>&1 & echo $!"],
                             capture_output=True, text=True, check=True).stdout.strip()
     stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 302"])
+    sleeping(int(orphan))
+    sleeping(stubborn.pid)
     OUT.write_text(f"{child.pid} {orphan} {stubborn.pid} {module_proc.pid}")
 
 

@@ -44,6 +44,7 @@ def ssh_host(tmp_path: Path) -> Iterator[Sshd]:
         yield s
 
 
+@pytest.mark.long
 @requires_command("sshd", "openssh-server")
 @requires_command("ssh", "openssh-client")
 def test_cdui_stop_kills_the_server_after_2_s_and_the_next_start_ends_what_was_stopping(

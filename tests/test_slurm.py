@@ -202,6 +202,7 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         cp.stop()
 
 
+@pytest.mark.long
 def test_the_jobs_time_limit_interrupts_the_run_with_its_checkpoint_and_the_agent_exits_1(cluster: Cluster,
                                                                                           tmp_path: Path):
     """SLURM's own time limit, not a signal the test sends: at ``--time=1`` slurmstepd sends

@@ -58,6 +58,16 @@ def _ssh_strict(v: str) -> str:
     return v.strip()
 
 
+def _devices(v: str) -> list[str]:
+    devs = _list(v)
+    for d in devs:
+        if d != "cpu" and not (d.startswith("cuda:") and d[5:].isdigit()):
+            raise ValueError(d)
+    if devs and devs[-1] != "cpu":  # as the probe answers: the CPU runs graphs on every machine
+        raise ValueError(v)
+    return devs
+
+
 def _networks(v: str) -> list[Any]:
     import ipaddress
     return [ipaddress.ip_network(x.strip(), strict=False) for x in v.split(",") if x.strip()]
@@ -109,6 +119,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
     Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
     Setting("CODEFYUI_RUN_WARM_SPARE", True, _bool, "1 keeps one spare run process with torch imported, so the next run starts warm; 0 starts every run cold", "0 or 1"),
+    Setting("CODEFYUI_LOCAL_DEVICES", [], _devices, "the devices the control plane's own runs use, instead of probing them at start (a helper process that imports torch); empty probes", "comma-separated, ending with cpu: cpu, or cuda:0,cuda:1,cpu"),
     Setting("CODEFYUI_STOP_GRACE_S", 10.0, _float, "seconds a stopped run has to end before it is killed", "seconds"),
     Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
     Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),

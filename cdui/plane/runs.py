@@ -229,7 +229,7 @@ class RunService:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
-        devices = await asyncio.to_thread(detect_devices)
+        devices = list(self.config["CODEFYUI_LOCAL_DEVICES"]) or await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
         await self.devicebook.load(self.store)
         self.killed_while_stopping = stopping.take(self.config.user_data)
