@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -241,7 +242,8 @@ async def test_a_one_shot_agent_runs_one_run_and_exits_with_its_result(tmp_path:
     (True, "interrupted", exit_codes.FAILED),  # a batch job's time limit: the run is interrupted
 ])
 async def test_a_stop_while_a_run_goes_ends_it_as_sigterm_does(tmp_path: Path, one_shot: bool, status: str,
-                                                               code: int) -> None:
+                                                               code: int, caplog: pytest.LogCaptureFixture) -> None:
+    secret = "s3cr3t-" + os.urandom(6).hex()
     async with control_plane(tmp_path) as cp:
         options: dict[str, Any] = ({"target": {"pool": "one-shot"}, "device": "cpu"} if one_shot
                                    else {"target": {"worker": "w1"}})
@@ -249,11 +251,17 @@ async def test_a_stop_while_a_run_goes_ends_it_as_sigterm_does(tmp_path: Path, o
         async with running(agent) as task:
             if not one_shot:
                 await online(cp, "w1", task)
-            run_id = await submit(cp, ticker_graph(100000, 0.05), options)
+            run_id = await submit(cp, ticker_graph(100000, 0.05, token=secret), options)
             await eventually(lambda: _at_least(ticks(cp, run_id), 1), "the run ticking", SLOW_S)
             agent.stop.set()
             assert await exit_code(task) == code
         r = await cp.run(run_id)
         assert r["status"] == status, r
         assert not agent.runs, "its last events were acknowledged before it exited"
+    # The run's secret lived in memory only: nothing the agent or its run wrote holds it.
+    for root in (agent.user_data, agent.config.layout.data_dir):
+        for p in root.rglob("*"):
+            if p.is_file():
+                assert secret.encode() not in p.read_bytes(), f"secret found in {p}"
+    assert secret not in caplog.text
 
