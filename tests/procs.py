@@ -625,3 +625,45 @@ def broken_iris() -> dict[str, Any]:
     g["edges"] += [trig("start", "ghost"), trig("start", "lonely-print"), trig("start", "loop-a"),
                    edge("loop-a", "value", "loop-b", "value"), edge("loop-b", "value", "loop-a", "value")]
     return g
+
+
+# A node that ticks N times, reporting progress, honouring stop: a run whose
+# every event we can count, long enough to cut its connection mid-way.
+TICKER = '''
+import time
+from cdui.nodes.base import Node, Param, Port
+from cdui.graph.context import RunStopped
+
+
+class Ticker(Node):
+    NODE_NAME = "Ticker"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("ticks", "int", 20), Param("interval", "float", 0.1), Param("token", "secret", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        for i in range(1, int(params["ticks"]) + 1):
+            if ctx.should_stop():
+                raise RunStopped()
+            ctx.progress(tick=i, ticks=int(params["ticks"]))
+            time.sleep(float(params["interval"]))
+        return {"value": float(params["ticks"])}
+'''
+
+
+def ticker_graph(ticks: int = 20, interval: float = 0.1, token: str = "") -> dict[str, Any]:
+    return graph([node("start", "Start"), node("tick", "Ticker", ticks=ticks, interval=interval, token=token),
+                  node("print", "Print", label="ticks")],
+                 [trig("start", "tick"), edge("tick", "value", "print", "value")], name=f"ticker {ticks}")
+
+
+def install_ticker(data_dir: Path) -> None:
+    """The Ticker node in ``data_dir``'s custom nodes (a control plane's or an agent's)."""
+    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (data_dir / "custom_nodes" / "ticker.py").write_text(TICKER)

@@ -14,16 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from cdui import __version__
-from cdui.wire import protocol
 from procs import Proc, ServerProc, edge, env_for, graph, node, trig, wait_for, wait_run
+
+sys.path.insert(0, str(Path(__file__).parent / "inproc"))
+from harness import FakeAgent  # noqa: E402
 
 # Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
 pytestmark = pytest.mark.e2e
@@ -158,39 +158,6 @@ def test_events_past_10000_are_all_read_by_http_pages_and_websocket(tmp_path):
 # -- assignments lost in transit ------------------------------------------------------
 
 
-class FakeAgent:
-    """An agent that speaks the real protocol and does only what a test tells it."""
-
-    def __init__(self, server: ServerProc, name: str = "w1") -> None:
-        self.server = server
-        self.name = name
-        tok = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
-        res = server.call("POST", "/api/workers/enroll", {"token": tok, "name": name, "devices": ["cpu"],
-                                                          "version": __version__, "machine_id": "fake-machine"},
-                          expect=201)
-        self.credential = res["credential"]
-
-    async def connect(self, session: aiohttp.ClientSession, held: list[dict[str, Any]] | None = None
-                      ) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any]]:
-        ws = await session.ws_connect(self.server.url.replace("http", "ws") + "/ws/worker",
-                                      headers={"Authorization": f"Bearer {self.credential}"})
-        await ws.send_str(json.dumps(protocol.hello(__version__, self.name, ["cpu"], {}, "fake-machine",
-                                                    held or [])))
-        welcome = await self.next(ws)
-        assert welcome["type"] == "welcome", welcome
-        return ws, welcome
-
-    @staticmethod
-    async def next(ws: aiohttp.ClientWebSocketResponse, kind: str | None = None) -> dict[str, Any]:
-        """The next message (of ``kind``, skipping others such as errors)."""
-        while True:
-            msg = await ws.receive(timeout=120)
-            assert msg.type == aiohttp.WSMsgType.TEXT, msg
-            d = json.loads(msg.data)
-            if kind is None or d.get("type") == kind:
-                return d
-
-
 def real_agent(tmp: Path, server: ServerProc, name: str = "w1") -> Proc:
     """A real agent enrolled as ``name`` with a reissue token (the fake's credential is superseded)."""
     tok = server.call("POST", f"/api/workers/{name}/reissue", {"ttl_s": 3600}, expect=201)["token"]
@@ -214,27 +181,28 @@ def test_assignment_lost_in_transit_is_requeued_at_its_place_then_succeeds(tmp_p
     comes back without the run and never sent an event of it -> the run is queued again,
     ahead of a later run, and then succeeds on a real agent."""
     s = lost_server(tmp_path)
-    fake = FakeAgent(s)
     agent = None
     try:
         async def lose_it() -> tuple[str, str]:
-            async with aiohttp.ClientSession() as session:
-                ws, _ = await fake.connect(session)
+            fake = await FakeAgent(s).enroll()
+            try:
+                await fake.connect()
                 # A secret lives in memory only; a requeued run must still have it when it finally runs.
                 run = await asyncio.to_thread(s.submit, chatter_graph(3, token="s3cret-value-42"),
                                               {"target": {"worker": "w1"}})
-                assign = await fake.next(ws, "assign")
+                assign = await fake.assignment(120)
                 assert assign["run_id"] == run["id"]
-                await ws.close()  # the assignment never "arrived": no answer, no event
+                await fake.drop()  # the assignment never "arrived": no answer, no event
                 await asyncio.to_thread(wait_run, s, run["id"], {"disconnected"}, 60)
                 later = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
                 # Draining keeps the requeued run off this fake worker once it is back.
                 await asyncio.to_thread(s.call, "POST", "/api/workers/w1/drain", None)
-                ws, welcome = await fake.connect(session, held=[])
+                welcome = await fake.connect(held=[])
                 assert welcome["runs"] == {}
                 await asyncio.to_thread(wait_run, s, run["id"], {"queued"}, 60)
-                await ws.close()
                 return run["id"], later["id"]
+            finally:
+                await fake.close()
         run_id, later_id = asyncio.run(lose_it())
 
         r = s.run(run_id)
@@ -268,23 +236,22 @@ def test_worker_that_reported_on_a_run_and_returns_without_it_interrupts_it(tmp_
     events of the run, then reconnects without it ->
     the run ends `interrupted` at once (it ran; running it again could repeat its effects)."""
     s = lost_server(tmp_path)
-    fake = FakeAgent(s)
     try:
         async def report_then_lose() -> str:
-            async with aiohttp.ClientSession() as session:
-                ws, _ = await fake.connect(session)
+            fake = await FakeAgent(s).enroll()
+            try:
+                await fake.connect()
                 run = await asyncio.to_thread(s.submit, chatter_graph(3), {"target": {"worker": "w1"}})
-                assign = await fake.next(ws, "assign")
-                await ws.send_str(json.dumps({"type": "events", "run_id": assign["run_id"], "events": [
-                    {"src_seq": 1, "kind": "status", "data": {"status": "running", "pid": 1}, "at": time.time()}]}))
-                ack = await fake.next(ws, "ack")
-                assert ack == {"type": "ack", "run_id": run["id"], "acked": 1}
-                await ws.close()
+                assign = await fake.assignment(120)
+                assert await fake.status(assign["run_id"], "running", pid=1) == 1
+                assert fake.acked[run["id"]] == 1
+                await fake.drop()
                 await asyncio.to_thread(wait_run, s, run["id"], {"disconnected"}, 60)
-                ws, _ = await fake.connect(session, held=[])
+                await fake.connect(held=[])
                 await asyncio.to_thread(wait_run, s, run["id"], {"interrupted"}, 60)
-                await ws.close()
                 return run["id"]
+            finally:
+                await fake.close()
         run_id = asyncio.run(report_then_lose())
         r = s.run(run_id)
         assert r["status"] == "interrupted", r

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,9 @@ from cdui.plane.files.artifact_files import ArtifactRefused, confine, inspect
 from cdui.wire import protocol
 from procs import ServerProc, start_then
 
+sys.path.insert(0, str(Path(__file__).parent / "inproc"))
+from harness import FakeAgent  # noqa: E402
+
 # Every test here starts real cdui processes (servers, agents or run subprocesses) and checks what
 # they do on the machine: the e2e tier.
 pytestmark = pytest.mark.e2e
@@ -30,62 +33,13 @@ pytestmark = pytest.mark.e2e
 NAME = "evil"
 
 
-class FakeAgent:
-    """Just enough of an agent: enroll, hello, take one assignment, send events, read acks."""
-
-    def __init__(self, cp: ServerProc) -> None:
-        self.cp = cp
-        self.session: aiohttp.ClientSession | None = None
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
-        self.seq = 0
-        self.credential = ""
-
-    async def connect(self) -> dict[str, Any]:
-        tok = await asyncio.to_thread(self.cp.call, "POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})
-        status, body = await asyncio.to_thread(self.cp.api, "POST", "/api/workers/enroll",
-                                               {"token": tok["token"], "name": NAME, "devices": ["cpu"],
-                                                "version": __version__, "machine_id": "another-machine"},
-                                               False)
-        assert status == 201, body
-        self.credential = body["credential"]
-        self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(f"{self.cp.url}/ws/worker", max_msg_size=0,
-                                                headers={"Authorization": f"Bearer {self.credential}"})
-        await self.ws.send_str(json.dumps(protocol.hello(__version__, NAME, ["cpu"], {}, "another-machine", [])))
-        welcome = await self.receive()
-        assert welcome["type"] == "welcome", welcome
-        return welcome
-
-    async def receive(self, timeout: float = 60) -> dict[str, Any]:
-        assert self.ws is not None
-        msg = await self.ws.receive(timeout=timeout)
-        assert msg.type == aiohttp.WSMsgType.TEXT, msg
-        return json.loads(msg.data)
-
-    async def receive_type(self, kind: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            m = await self.receive(max(0.1, deadline - time.monotonic()))
-            if m["type"] == kind:
-                return m
-
-    async def send_events(self, run_id: str, events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-        """Send events with the next src_seqs; wait for the ack that covers them all."""
-        assert self.ws is not None
-        batch = []
-        for kind, data in events:
-            self.seq += 1
-            batch.append({"src_seq": self.seq, "kind": kind, "data": data, "at": time.time()})
-        await self.ws.send_str(json.dumps({"type": "events", "run_id": run_id, "events": batch}))
-        ack = await self.receive_type("ack")
-        assert ack == {"type": "ack", "run_id": run_id, "acked": self.seq}, ack
-        return ack
-
-    async def close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
-        if self.session is not None:
-            await self.session.close()
+async def evil_agent(cp: ServerProc) -> FakeAgent:
+    """The hostile worker, enrolled and connected (another machine's id)."""
+    agent = FakeAgent(cp, NAME)
+    agent.machine_id = "another-machine"
+    await agent.enroll()
+    await agent.connect()
+    return agent
 
 
 @pytest.fixture
@@ -136,18 +90,17 @@ def test_worker_artifact_paths_are_never_opened_or_served(cp, tmp_path):
     left = {"kind": "model", "name": "stayed", "path": "/etc/passwd", "backend": "left_on_worker", "size": 10}
 
     async def scenario() -> str:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             run = await asyncio.to_thread(cp.submit, start_then("TensorCreate"), {"target": {"worker": NAME}})
-            assign = await agent.receive_type("assign")
+            assign = await agent.assignment()
             assert assign["run_id"] == run["id"]
-            await agent.send_events(run["id"], [("status", {"status": "running"})])
+            await agent.status(run["id"], "running")
             for data in hostile:
-                await agent.send_events(run["id"], [("artifact", data)])
-            await agent.send_events(run["id"], [("artifact", left)])
+                await agent.artifact(run["id"], **data)
+            await agent.artifact(run["id"], **left)
             await asyncio.to_thread(assert_still_serving, cp)
-            await agent.send_events(run["id"], [("status", {"status": "succeeded"})])
+            await agent.status(run["id"], "succeeded")
             return run["id"]
         finally:
             await agent.close()
@@ -180,12 +133,11 @@ def test_a_mount_artifact_inside_the_data_folder_is_still_recorded(cp):
     sha = hashlib.sha256(b"weights").hexdigest()
 
     async def scenario() -> str:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             run = await asyncio.to_thread(cp.submit, start_then("TensorCreate"), {"target": {"worker": NAME}})
-            await agent.receive_type("assign")
-            await agent.send_events(run["id"], [
+            await agent.assignment()
+            await agent.send_batch(run["id"], [
                 ("status", {"status": "running"}),
                 ("artifact", {"kind": "model", "name": "m.pt", "backend": "mount", "label": "data",
                               "relative_path": "models/m.pt", "size": 7, "sha256": sha}),
@@ -280,20 +232,20 @@ def test_malformed_worker_messages_get_an_error_and_the_connection_stays_up(cp):
     connection handler keeps going and the server keeps serving."""
 
     async def scenario() -> None:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             assert agent.ws is not None
-            for raw, why in MALFORMED:
+            for i, (raw, why) in enumerate(MALFORMED, 1):
                 await agent.ws.send_str(raw)
-                answer = await agent.receive_type("error")
+                answer = await agent.message("error", i)
                 assert why in answer["message"], (raw[:80], answer)
             await agent.ws.send_bytes(b"\x00\x01")
-            answer = await agent.receive_type("error")
+            answer = await agent.message("error", len(MALFORMED) + 1)
             assert "binary frames" in answer["message"], answer
             # Still the same, working connection: events for a run it does not hold are acknowledged.
             await agent.ws.send_str(_events_msg(src_seq=3))
-            assert await agent.receive_type("ack") == {"type": "ack", "run_id": "r1", "acked": 3}
+            await agent.wait_acked("r1", 3)
+            assert agent.acked["r1"] == 3
             await asyncio.to_thread(assert_still_serving, cp)
             w = [x for x in (await asyncio.to_thread(cp.call, "GET", "/api/workers"))["workers"] if x["name"] == NAME]
             assert w and w[0]["online"], w
@@ -306,16 +258,17 @@ def test_malformed_worker_messages_get_an_error_and_the_connection_stays_up(cp):
 
 def test_an_oversized_message_closes_only_that_connection(cp):
     async def scenario() -> None:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             assert agent.ws is not None
             try:
                 await agent.ws.send_str(_events_msg(data={"pad": "x" * (protocol.MAX_MESSAGE + 1)}))
             except ConnectionError:
                 pass  # the server hung up while the frame was still going out: what we want
-            await agent.ws.receive(timeout=60)  # whatever aiohttp reports for the close
-            assert agent.ws.closed
+            assert agent._reader is not None
+            await asyncio.wait_for(agent._reader, 60)  # whatever aiohttp reports for the close ends its reading
+            # The server closed it: a close frame (with its code) or the connection's end.
+            assert agent.ws.closed or agent.ws.close_code is not None, agent.ws.exception()
             # Only that connection ended: the same worker connects again and is welcomed.
             async with aiohttp.ClientSession() as s:
                 async with s.ws_connect(f"{cp.url}/ws/worker",
@@ -333,9 +286,8 @@ def test_rejected_connections_keep_the_latest_50_names(cp):
     """A worker naming itself anything cannot grow the list of refused connections without end."""
 
     async def scenario() -> None:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             cred = f"Bearer {agent.credential}"
         finally:
             await agent.close()
@@ -430,12 +382,11 @@ def test_a_folder_artifact_downloads_as_a_zip_of_its_regular_files_only(cp):
     (tb / "sub" / "b.txt").write_text("b")
 
     async def scenario() -> str:
-        agent = FakeAgent(cp)
+        agent = await evil_agent(cp)
         try:
-            await agent.connect()
             run = await asyncio.to_thread(cp.submit, start_then("TensorCreate"), {"target": {"worker": NAME}})
-            await agent.receive_type("assign")
-            await agent.send_events(run["id"], [
+            await agent.assignment()
+            await agent.send_batch(run["id"], [
                 ("status", {"status": "running"}),
                 ("artifact", {"kind": "tensorboard", "name": "tb", "backend": "mount", "label": "data",
                               "relative_path": "output/tb"}),

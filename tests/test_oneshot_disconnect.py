@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from procs import ServerProc, spool_dir, wait_for, wait_run
+from procs import ServerProc, install_ticker, spool_dir, ticker_graph, wait_for, wait_run
 from tcpproxy import TcpProxy
 from test_oneshot import exit_code, one_shot, token
-from test_workers import _install_ticker, ticker_graph
 
 pytestmark = pytest.mark.e2e
 POOL_CPU = {"target": {"pool": "one-shot"}, "device": "cpu"}
@@ -19,7 +18,7 @@ POOL_CPU = {"target": {"pool": "one-shot"}, "device": "cpu"}
 
 def _server(tmp_path, grace: str) -> ServerProc:
     s = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1", "CODEFYUI_WORKER_RESUME_GRACE_S": grace})
-    _install_ticker(s.data_dir)
+    install_ticker(s.data_dir)
     return s.start()
 
 
@@ -32,7 +31,7 @@ def test_the_result_is_delivered_after_a_disconnect_and_the_agent_exits_0(tmp_pa
     proxy = TcpProxy(cp.port)
     try:
         run_id = cp.submit(ticker_graph(ticks=30, interval=0.1), POOL_CPU)["id"]
-        _install_ticker(tmp_path / "agent-w1-data")
+        install_ticker(tmp_path / "agent-w1-data")
         a = one_shot(tmp_path, proxy.url, tok=token(cp))
         wait_for(lambda: len(_ticks(cp, run_id)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
         proxy.cut()
@@ -54,12 +53,12 @@ def test_back_before_the_control_plane_noticed_the_drop_the_run_goes_on(tmp_path
     Its new connection replaces the old one; the run is never even `disconnected`."""
     cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "5",
                                          "CODEFYUI_WORKER_RESUME_GRACE_S": "30"})
-    _install_ticker(cp.data_dir)
+    install_ticker(cp.data_dir)
     cp.start()
     proxy = TcpProxy(cp.port)
     try:
         run_id = cp.submit(ticker_graph(ticks=30, interval=0.1), POOL_CPU)["id"]
-        _install_ticker(tmp_path / "agent-w1-data")
+        install_ticker(tmp_path / "agent-w1-data")
         a = one_shot(tmp_path, proxy.url, tok=token(cp))
         wait_for(lambda: len(_ticks(cp, run_id)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
         proxy.sever()
@@ -78,7 +77,7 @@ def test_an_unacknowledged_result_stays_in_the_spool_and_the_next_agent_delivers
     proxy = TcpProxy(cp.port)
     try:
         first = cp.submit(ticker_graph(ticks=30, interval=0.1), POOL_CPU)["id"]
-        _install_ticker(tmp_path / "agent-w1-data")
+        install_ticker(tmp_path / "agent-w1-data")
         a = one_shot(tmp_path, proxy.url, tok=token(cp))
         wait_for(lambda: len(_ticks(cp, first)) >= 3, 180, 0.1, "three ticks", detail=lambda: a.log_tail(20))
         proxy.cut()  # and it stays cut past the grace after the run's end

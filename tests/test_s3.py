@@ -21,7 +21,7 @@ from procs import REPO_ROOT, load_example
 from s3server import MotoServer
 
 sys.path.insert(0, str(Path(__file__).parent / "inproc"))
-from harness import FakeAgent, Plane  # noqa: E402
+from harness import FakeAgent, Plane, eventually  # noqa: E402
 
 CSV = (REPO_ROOT / "data" / "samples" / "iris.csv").read_bytes()
 CSV_SHA = hashlib.sha256(CSV).hexdigest()
@@ -66,15 +66,10 @@ async def s3_agent(plane: Plane, name: str = "w1", capabilities: tuple[str, ...]
 
 async def inbox_message(agent: FakeAgent, kind: str, count: int = 1, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Wait until ``count`` messages of type ``kind`` arrived (the server sends them from its own tasks)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        got = [m for m in agent.inbox if m.get("type") == kind]
-        if len(got) >= count:
-            return got
-        if loop.time() > deadline:
-            raise AssertionError(f"{len(got)} {kind!r} message(s) arrived within {timeout} s, expected {count}")
-        await asyncio.sleep(0.01)
+    def got() -> list[dict[str, Any]]:
+        return [m for m in agent.inbox if m.get("type") == kind]
+    await eventually(lambda: len(got()) >= count, f"{count} {kind!r} message(s)", timeout, lambda: len(got()))
+    return got()
 
 
 async def send_artifact(agent: FakeAgent, run_id: str, **data: Any) -> None:
@@ -488,11 +483,9 @@ def test_retention_keeps_checkpoint_of_an_interrupted_run(tmp_path: Path, moto: 
             new = await submit(plane)
             await agent.assignment()
             await agent.status(new, "succeeded")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while (await plane.api("GET", f"/api/runs/{old}"))[0] != 404:
-                assert loop.time() < deadline, "retention did not remove the old run"
-                await asyncio.sleep(0.01)
+            async def removed() -> bool:
+                return (await plane.api("GET", f"/api/runs/{old}"))[0] == 404
+            await eventually(removed, "retention to remove the old run")
             assert moto.keys(prefix=f"runs/{old}/") == [f"runs/{old}/checkpoint/interrupt.pt",
                                                          f"runs/{old}/output/models/m.pt"]
             await agent.close()
@@ -580,11 +573,8 @@ def test_agent_upload_waits_for_renewed_credentials_only_when_they_expired(
         expired = s3.S3Credentials("sts", "ASIAEXPIRED", "old", "old-token", expires_at=1.0)
         files = _agent_files(server, expired, asyncio.Event())
         up = asyncio.ensure_future(files.upload(f, meta, sha, lambda k, d: recorded.append(d)))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while not files._call_waiting and not up.done():  # the bucket's answer came and the upload waits
-            assert loop.time() < deadline, "the upload did not start waiting for new credentials"
-            await asyncio.sleep(0.01)
+        # The bucket's answer came and the upload waits.
+        await eventually(lambda: files._call_waiting or up.done(), "the upload to wait for new credentials", 60)
         assert not up.done(), f"the upload waits for new credentials: {up}"
         files.new_credentials(s3.S3Credentials("static", key, secret).to_dict())
         await asyncio.wait_for(up, 60)

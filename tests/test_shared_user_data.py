@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from procs import ServerProc, wait_for, wait_run
+from procs import ServerProc, install_ticker, ticker_graph, wait_for, wait_run
 from tcpproxy import TcpProxy
-from test_workers import Agent, _install_ticker, progress_ticks, ticker_graph, token, wait_online
+from test_workers import Agent, progress_ticks, token, wait_online
 
 # Real control planes and agents: the e2e tier.
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ def test_two_control_planes_agents_on_one_folder_keep_their_runs(tmp_path):
     agents: list[Agent] = []
     try:
         for cp in cps:
-            _install_ticker(cp.data_dir)
+            install_ticker(cp.data_dir)
             cp.start()
         proxy = TcpProxy(cps[0].port)
         first = Agent(tmp_path, proxy.url, "w1", token(cps[0]), user_data=shared)

@@ -25,52 +25,11 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, edge, env_for, graph, node, spool_dir, trig, wait_for, wait_run
+from procs import REPO_ROOT, Proc, ServerProc, env_for, install_ticker, spool_dir, ticker_graph, wait_for, wait_run
 from tcpproxy import TcpProxy
 
 # Every test here drives real cdui processes (server, agents, run subprocesses): the e2e tier.
 pytestmark = pytest.mark.e2e
-
-# A node that ticks N times, reporting progress, honouring stop: a run whose
-# every event we can count, long enough to cut its connection mid-way.
-TICKER = '''
-import time
-from cdui.nodes.base import Node, Param, Port
-from cdui.graph.context import RunStopped
-
-
-class Ticker(Node):
-    NODE_NAME = "Ticker"
-    CATEGORY = "test"
-
-    @classmethod
-    def define_params(cls):
-        return [Param("ticks", "int", 20), Param("interval", "float", 0.1), Param("token", "secret", "")]
-
-    @classmethod
-    def define_outputs(cls):
-        return [Port("value", "SCALAR")]
-
-    def execute(self, inputs, params, ctx):
-        for i in range(1, int(params["ticks"]) + 1):
-            if ctx.should_stop():
-                raise RunStopped()
-            ctx.progress(tick=i, ticks=int(params["ticks"]))
-            time.sleep(float(params["interval"]))
-        return {"value": float(params["ticks"])}
-'''
-
-
-def ticker_graph(ticks: int = 20, interval: float = 0.1, token: str = "") -> dict[str, Any]:
-    return graph([node("start", "Start"), node("tick", "Ticker", ticks=ticks, interval=interval, token=token),
-                  node("print", "Print", label="ticks")],
-                 [trig("start", "tick"), edge("tick", "value", "print", "value")], name=f"ticker {ticks}")
-
-
-def _install_ticker(data_dir: Path) -> None:
-    (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
-    (data_dir / "custom_nodes" / "ticker.py").write_text(TICKER)
-
 
 class Agent(Proc):
     def __init__(self, tmp: Path, control: str, name: str = "w1", token: str | None = None,
@@ -78,7 +37,7 @@ class Agent(Proc):
                  user_data: Path | None = None) -> None:
         self.user_data = user_data or tmp / f"agent-{name}"
         self.data_dir = tmp / f"agent-{name}-data"
-        _install_ticker(self.data_dir)
+        install_ticker(self.data_dir)
         cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--name", name,
                "--devices", "cpu", "--foreground"]
         if token:
@@ -90,7 +49,7 @@ class Agent(Proc):
 
 def make_server(tmp: Path, **env: str) -> ServerProc:
     s = ServerProc(tmp, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1", **env})
-    _install_ticker(s.data_dir)
+    install_ticker(s.data_dir)
     return s.start()
 
 

@@ -10,9 +10,17 @@ restarted control plane loses nothing: on reconnect the agent replays, in
 order, what was not acknowledged.
 
 Reconnects back off from 1 s doubling to 60 s with +-20 % jitter, reset after a
-connection that stayed up for a minute (NOTES.md). Refusals that retrying
-cannot fix (version mismatch, revoked or superseded credential) end the agent
-with exit code 2; the others are retried with advice.
+connection that stayed up for a minute (NOTES.md). Which failures end the agent
+(with which exit code) and which are retried is one pure decision,
+:func:`cdui.agent.connect_policy.decide`.
+
+The agent is a component its caller assembles: its clock (every backoff,
+heartbeat and grace wait sleeps on it), the event that asks it to stop (what
+SIGTERM sets under ``cdui agent start``: :func:`serve`), its config and its
+connector (how it opens the HTTP session of ``/ws/worker`` and file transfers)
+come from outside, with the real ones as defaults, so tests run the real agent
+in-process against an in-process control plane on one fake clock
+(``tests/inproc/test_agent.py``).
 """
 from __future__ import annotations
 
@@ -26,7 +34,6 @@ import shutil
 import signal
 import socket
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,11 +42,13 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui import __version__
+from cdui.agent import connect_policy as policy
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
 from cdui.core import exit_codes
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
+from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 from cdui.run import catalog, outputs, runner
@@ -51,7 +60,6 @@ from cdui.wire.s3 import agent_capabilities
 
 log = logging.getLogger("cdui.agent.agent")
 
-FATAL_REFUSALS = {"version_mismatch", "revoked", "credential_mismatch"}
 REPLAY_CHUNK = 500  # events per message when replaying after a reconnect
 # After SIGTERM the last events get this long to be acknowledged, twice at most: over the
 # live connection, then over a fresh one if that one dropped.
@@ -113,9 +121,14 @@ class Agent:
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
                  status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
                  on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None,
-                 uds: str | None = None) -> None:
+                 uds: str | None = None, clock: Clock | None = None, stop: asyncio.Event | None = None,
+                 connector: Callable[[], aiohttp.BaseConnector] | None = None,
+                 catalog_probe: Callable[[Path | None, Path | None], catalog.Probe] | None = None) -> None:
         from cdui.core.config import load
         self.config = config if config is not None else load()
+        self.clock: Clock = clock or SystemClock()
+        # Set from outside (SIGTERM, Ctrl-C, a test): the agent stops as SIGTERM says (request_shutdown).
+        self.stop = stop or asyncio.Event()
         # One certificate check for enrollment, /ws/worker and every file transfer (cdui/core/trust.py).
         self.trust = trust or Trust()
         self.on_connected = on_connected
@@ -130,6 +143,10 @@ class Agent:
         self.status_file = status_file
         # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
         self.uds = uds
+        self._connector = connector
+        # How it learns its node catalog: the helper subprocess (a plugin that crashes at import
+        # must not take the agent with it); a test in one process may read it in-process.
+        self._catalog_probe = catalog_probe or catalog.probe
         # Its every connection says it is this same agent (protocol.Hello.agent_id).
         self.agent_id = secrets.token_hex(8)
         # This credential's own spool: other control planes' agents may share the user data folder.
@@ -140,7 +157,8 @@ class Agent:
         self.heartbeat_s = 10.0
         self.grace_s = 300.0
         self.stopping = False
-        self._stop_event = asyncio.Event()
+        self._stop_event = asyncio.Event()  # ends a backoff wait: the agent is leaving
+        self._acked = asyncio.Event()  # an acknowledgement arrived or the connection ended
         self.exit_code = exit_codes.OK
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
@@ -154,7 +172,7 @@ class Agent:
             if not r.finished:
                 # Its subprocess died with the previous agent. Record its end here, as
                 # its recorder would have; the control plane gets it with the replay.
-                r.spool.append([{"src_seq": r.spool.last_seq + 1, "kind": "status", "at": time.time(),
+                r.spool.append([{"src_seq": r.spool.last_seq + 1, "kind": "status", "at": self.clock.time(),
                                  "data": {"status": "interrupted",
                                           "error": f"worker {name} reconnected without the run (its agent "
                                                    f"restarted while the run was running)"}}])
@@ -170,72 +188,86 @@ class Agent:
         try:
             atomic_write(self.status_file, json.dumps({"state": state, "message": message, "pid": os.getpid(),
                                                        "control": self.control, "name": self.name,
-                                                       "at": time.time()}))
+                                                       "at": self.clock.time()}))
         except OSError as exc:  # the status file informs `cdui agent start`; it is no reason to disconnect
             log.warning("could not write %s: %s", self.status_file, exc)
 
     # -- main loop --------------------------------------------------------------------
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_shutdown)
+        """Connect, serve, reconnect until stopped; the exit code (cdui/core/exit_codes.py)."""
+        watcher = asyncio.create_task(self._watch_stop())
+        try:
+            return await self._run()
+        finally:
+            # Nothing it started outlives it (a one-shot agent's deadline, an answer still being
+            # sent): hosted in a longer-lived event loop, as in the in-process tests, they would.
+            leftover = [watcher, *self._tasks]
+            for t in leftover:
+                t.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
+
+    async def _watch_stop(self) -> None:
+        await self.stop.wait()
+        self.request_shutdown()
+
+    def _session_connector(self) -> aiohttp.BaseConnector:
+        if self._connector is not None:
+            return self._connector()
+        # An SSH worker's agent reaches the control plane through its tunnel's Unix socket.
+        return aiohttp.UnixConnector(path=self.uds) if self.uds else self.trust.connector()
+
+    async def _run(self) -> int:
         await self._probe_catalog()
         delays = backoff_delays()
-        # An SSH worker's agent reaches the control plane through its tunnel's Unix socket.
-        connector = aiohttp.UnixConnector(path=self.uds) if self.uds else self.trust.connector()
-        down_since = time.monotonic()
-        async with aiohttp.ClientSession(connector=connector) as session:
+        down_since = self.clock.monotonic()
+        async with aiohttp.ClientSession(connector=self._session_connector()) as session:
             self.session = session
             while not self.stopping:
-                up_since = time.monotonic()
+                up_since = self.clock.monotonic()
                 self.trust.reload()  # a next pin added meanwhile (`cdui agent pin --next`) counts now
+                failure: policy.Failure | None = None
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
-                    if self.one_shot is not None:  # a batch job cannot wait for a refusal to change
-                        self._refused(exc)
-                        await self._stop_all_runs()
-                        return self.one_shot.on_refused()
-                    # Behind an SSH tunnel the control plane re-enrolls a refused credential itself.
-                    if exc.code in FATAL_REFUSALS or (self.uds and exc.code == "unknown_credential"):
-                        self._refused(exc)
-                        self._status("refused", str(exc))
-                        await self._stop_all_runs()
-                        return exit_codes.REFUSED
-                    log.warning("refused by the control plane: %s; %s", exc, self._advice(exc.code))
-                    self._status("connecting", str(exc))
+                    failure = policy.Refusal(exc.code, str(exc))
                 except AiohttpPinMismatch as exc:
-                    # Not the pinned key: only the operator can say whether the proxy's key changed on purpose.
-                    # One line, in the CLI's error shape, on stderr (where the log goes too), as _refused.
-                    print(f"cdui: error: {exc.error}", file=sys.stderr, flush=True)
-                    self._status("refused", str(exc.error))
-                    await self._stop_all_runs()
-                    return exit_codes.REFUSED
+                    failure = policy.PinMismatch(str(exc.error))
                 except aiohttp.ClientConnectorCertificateError as exc:
-                    # Retried: a fixed proxy or an updated CA list must need no agent restart.
-                    await self._untrusted(exc)
+                    failure = policy.Untrusted(await self._untrusted(exc))
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    log.warning("control plane %s unreachable: %s", self.control, exc or type(exc).__name__)
-                    self._status("connecting", f"unreachable: {exc}")
+                    failure = policy.Unreachable(self.control, str(exc) or type(exc).__name__)
                 finally:
                     if self.ws is not None:
-                        down_since = time.monotonic()
+                        down_since = self.clock.monotonic()
                     self.ws = None
+                    self._acked.set()
+                if failure is not None:
+                    decision = policy.decide(failure, tunnel=bool(self.uds), one_shot_took_run=(
+                        None if self.one_shot is None else self.one_shot.taken is not None))
+                    if isinstance(decision, policy.Stop):
+                        # One line, in the CLI's error shape, on stderr (where the log goes too, so never
+                        # twice). Under systemd a version mismatch restarts the agent every 5 s until both
+                        # sides match (docs/remote-workers.md#running-the-agent-under-systemd), and each try
+                        # adds exactly this line to the journal; the SSH supervisor reads it too.
+                        print(decision.line, file=sys.stderr, flush=True)
+                        self._status("refused", decision.status)
+                        await self._stop_all_runs()
+                        if self.one_shot is not None:
+                            self.one_shot.exit_code = decision.exit_code
+                        return decision.exit_code
+                    log.log(decision.level, "%s", decision.log)
+                    self._status("connecting", decision.status)
                 if self.stopping:
                     break
-                if self.uds and time.monotonic() - down_since > self.grace_s:
-                    # No tunnel came back within the control plane's resume grace: its runs there have ended.
+                if policy.tunnel_gone(bool(self.uds), self.clock.monotonic() - down_since, self.grace_s):
                     log.warning("no SSH tunnel for %.0f s (the resume grace); stopping", self.grace_s)
                     self.stopping = True
                     break
-                if time.monotonic() - up_since > 60:
+                if policy.reset_backoff(self.clock.monotonic() - up_since):
                     delays = backoff_delays()
                 delay = next(delays)
                 log.info("reconnecting in %.1f s", delay)
-                try:
-                    await asyncio.wait_for(self._stop_event.wait(), delay)
-                except TimeoutError:
-                    pass
+                await wait_event(self.clock, self._stop_event, delay)
             if self.one_shot is None or self.one_shot.exit_code is None:
                 await self._drain_on_shutdown(session)
         await self.spares.close()
@@ -243,27 +275,19 @@ class Agent:
             return self.one_shot.exit_code
         return self.exit_code
 
-    @staticmethod
-    def _refused(exc: Refused) -> None:
-        """The one line a refusal that ends the agent leaves, in the CLI's error shape, on stderr
-        (where the log goes too, so never twice). Under systemd a version mismatch restarts the
-        agent every 5 s until both sides match (docs/remote-workers.md#running-the-agent-under-systemd),
-        and each try adds exactly this line to the journal; the SSH supervisor reads it too."""
-        print(f"cdui: error: refused by the control plane: {exc}", file=sys.stderr, flush=True)
-
-    async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> None:
+    async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> str:
+        """What an untrusted certificate is reported as; the first report names the presented key."""
         reason = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
         presented = None
         if not self._untrusted_seen:  # the first report names the key, so it can be compared and pinned
             self._untrusted_seen = True
             presented = await asyncio.to_thread(presented_fingerprint, exc.host, exc.port or 443)
-        msg = untrusted_message(self.control, reason, presented)
-        log.error("%s; retrying", msg)
-        self._status("connecting", msg)
+        return untrusted_message(self.control, reason, presented)
 
     async def _probe_catalog(self) -> None:
         """The node catalog and fingerprint, once at start: a plugin installed later counts after a restart."""
-        self.probe = await asyncio.to_thread(catalog.probe, self.config.custom_nodes_dir, self.config.plugins_dir)
+        self.probe = await asyncio.to_thread(self._catalog_probe, self.config.custom_nodes_dir,
+                                             self.config.plugins_dir)
         if self.probe.error:
             log.error("no node catalog is reported to the control plane: %s; it sends this worker no `any` runs "
                       "(fix the cause and restart the agent)", self.probe.error)
@@ -273,16 +297,6 @@ class Agent:
                      self.probe.catalog["hash"][:19], catalog.summary(self.probe.fingerprint))
             # Runs describe the devices as this agent sees them, before their own narrowing.
             os.environ[catalog.SEEN_ACCELERATOR_ENV] = str(self.probe.fingerprint.get("accelerator", ""))
-
-    @staticmethod
-    def _advice(code: str) -> str:
-        if code == "unknown_credential":
-            return ("the credential is not known there: is --control the same server (and database) that enrolled "
-                    "this worker? If the worker was enrolled elsewhere, run `cdui agent forget URL` and enroll with "
-                    "a new token; retrying")
-        if code == "name_in_use":
-            return "another agent is connected with this worker's name; retrying"
-        return "retrying"
 
     async def _connect_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
@@ -411,7 +425,7 @@ class Agent:
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:
-            await asyncio.sleep(self.heartbeat_s)
+            await self.clock.sleep(self.heartbeat_s)
             self.trust.reload()
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
@@ -445,6 +459,7 @@ class Agent:
             if r is not None:
                 r.spool.ack(msg.acked)
                 self._maybe_forget(r)
+            self._acked.set()
         elif isinstance(msg, protocol.Stop):
             r = self.runs.get(msg.run_id)
             if r is not None and r.handle is not None:
@@ -480,7 +495,7 @@ class Agent:
             return
         from cdui.agent.run_files import run_files
         spool = RunSpool(self.spool_root, run_id)
-        spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
+        spool.write_state({"run_id": run_id, "finished": False, "started_at": self.clock.time()})
         r = AgentRun(run_id, spool)
         self.runs[run_id] = r
         files: FileBackend | None = None
@@ -516,7 +531,7 @@ class Agent:
                     else final["status"]
                 self._spawn(self._one_shot_deadline(r))
             self._maybe_forget(r)
-        asyncio.create_task(on_done())
+        self._spawn(on_done())
         try:
             # This machine's folders: the job as assigned stays as it was.
             local = files.job_for_this_machine(job, self.config)
@@ -554,7 +569,7 @@ class Agent:
         task.add_done_callback(self._tasks.discard)
 
     async def _one_shot_deadline(self, r: AgentRun) -> None:
-        await asyncio.sleep(self.grace_s)
+        await self.clock.sleep(self.grace_s)
         if self.one_shot is not None and self.one_shot.exit_code is None and r.run_id in self.runs:
             log.error("run %s: its end was not acknowledged within %g s (the resume grace); exiting with it left "
                       "in the spool %s", r.run_id, self.grace_s, r.spool.dir)
@@ -594,17 +609,18 @@ class Agent:
         self.stopping = True
         if self.one_shot is not None:
             self.exit_code = self.one_shot.on_signal()
-        self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown_sequence())
+        self._spawn(self._shutdown_sequence())
 
     async def _shutdown_sequence(self) -> None:
         await self._stop_all_runs()
         # Let the last events reach the control plane over the live connection.
-        deadline = time.monotonic() + ACK_WAIT_S
-        # A poll, once at shutdown and bounded by ACK_WAIT_S: it ends on the acks of every run or on
-        # the connection's end, and no one event marks both.
-        while time.monotonic() < deadline and self.ws is not None and any(  # noqa: ASYNC110 - see above
-                r.spool.unacked() for r in self.runs.values()):
-            await asyncio.sleep(0.1)
+        deadline = self.clock.monotonic() + ACK_WAIT_S
+        while self.ws is not None and any(r.spool.unacked() for r in self.runs.values()):
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                break
+            self._acked.clear()
+            await wait_event(self.clock, self._acked, left)
         self._stop_event.set()
         if self.ws is not None:
             await self.ws.close()
@@ -622,12 +638,12 @@ class Agent:
         await self._stop_all_runs()
         if not any(r.spool.unacked() for r in self.runs.values()):
             return
-        deadline = time.monotonic() + ACK_WAIT_S
-        while time.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
+        deadline = self.clock.monotonic() + ACK_WAIT_S
+        while self.clock.monotonic() < deadline and any(r.spool.unacked() for r in self.runs.values()):
             try:
-                await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - time.monotonic()))
+                await asyncio.wait_for(self._deliver_once(session), max(1.0, deadline - self.clock.monotonic()))
             except (TimeoutError, aiohttp.ClientError, OSError, Refused):
-                await asyncio.sleep(1)
+                await self.clock.sleep(1)
 
     async def _deliver_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
@@ -650,6 +666,14 @@ class Agent:
                 if isinstance(msg, protocol.Ack):
                     await self._handle(msg)
             self.ws = None
+
+
+async def serve(agent: Agent) -> int:
+    """``cdui agent start``: the agent, asked to stop by SIGTERM or Ctrl-C through its stop event."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.stop.set)
+    return await agent.run()
 
 
 def hostname() -> str:

@@ -480,7 +480,7 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
                     checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None) -> int:
-    from cdui.agent.agent import Agent
+    from cdui.agent.agent import Agent, serve
     from cdui.core import config
     from cdui.core.config import machine_id
     from cdui.run.devices import detect_devices
@@ -495,7 +495,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
             agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
                           labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
                           trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
-            return asyncio.run(agent.run())
+            return asyncio.run(serve(agent))
         finally:
             # Before the pidfile goes: whoever starts an agent once it is gone finds the spool free.
             held.release()

@@ -62,7 +62,7 @@ def claim_instance(args: argparse.Namespace, user_data: Path) -> instances.Insta
 
 def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None,
                  labels: Callable[[], dict[str, str]], checks: tuple[Any, Callable[[], None]] | None = None) -> int:
-    from cdui.agent.agent import Agent
+    from cdui.agent.agent import Agent, serve
     from cdui.agent.oneshot_agent import OneShot
     from cdui.cli.cli_workers import hold_spool
     from cdui.core import config
@@ -85,7 +85,7 @@ def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[st
                       trust=checks[0] if checks else None, on_connected=checks[1] if checks else None)
         what = f"instance {cred['name']}.{inst.id}" if inst is not None else f"worker {cred['name']}"
         logging.getLogger("cdui.agent.agent").info("one-shot agent %s: waiting for one run", what)
-        return asyncio.run(agent.run())
+        return asyncio.run(serve(agent))
     finally:
         held.release()
 

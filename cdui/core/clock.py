@@ -91,6 +91,26 @@ class FakeClock:
             await asyncio.sleep(0.005)
 
 
+async def wait_event(clock: Clock, event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` passed on ``clock``; whether it was set.
+
+    The timeout is a sleep on the clock (not ``asyncio.wait_for``'s real time), so a test
+    that steps a :class:`FakeClock` past it ends the wait."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (waiter, timer):
+            if not t.done():
+                t.cancel()
+        # Cancelled here, they must not outlive the wait (nor be reported as never retrieved).
+        await asyncio.gather(waiter, timer, return_exceptions=True)
+    return event.is_set()
+
+
 async def _settle() -> None:
     """Let woken tasks run until they block again (a few loop turns)."""
     for _ in range(20):

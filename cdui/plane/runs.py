@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cdui.core import event_size
-from cdui.core.clock import Clock, SystemClock
+from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import Config
 from cdui.core.diskfull import DiskFull
 from cdui.core.errors import CduiError, NotFound
@@ -65,6 +65,7 @@ from cdui.wire.target import AnyWorker, Local, Target, target_json
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
+DISPATCH_EVERY_S = 5.0  # a dispatch pass at least this often, woken or not
 
 
 def iso(ts: float | None) -> str | None:
@@ -670,10 +671,9 @@ class RunService:
     # -- dispatch -------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
-            except TimeoutError:
-                pass
+            # Woken by whatever may let a run start; every 5 s anyway (on the service's clock, so a
+            # test that steps a fake clock sees the pass without waking the loop itself).
+            await wait_event(self.clock, self._wake, DISPATCH_EVERY_S)
             self._wake.clear()
             if self._closing:
                 return

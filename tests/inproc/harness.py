@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from cdui.plane import appkeys as _keys
 from cdui.plane import server
 from cdui.run.catalog import node_catalog
 from cdui.wire import protocol
+from procs import ServerProc
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 
@@ -71,6 +74,63 @@ def graph() -> dict[str, Any]:
          "type": "trigger"}], "nodes": [
         {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
         {"id": "n", "type": "TensorCreate", "position": {"x": 0, "y": 0}, "data": {"params": {}}}]}
+
+
+async def eventually(pred: Callable[[], Any], what: str, timeout: float = 30.0,
+                     detail: Callable[[], Any] | None = None) -> Any:
+    """``pred()``'s first truthy value (``pred`` may be a coroutine function), polled in real time.
+
+    For what the test cannot await directly: another task's or a socket's reaction
+    (a status the server sets when a connection closes, a file a run subprocess
+    writes). Never a wait for time to pass: that is a clock step. Fails naming
+    ``what`` (and ``detail()``) after ``timeout`` real seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = pred()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            extra = ""
+            if detail is not None:
+                state = detail()
+                extra = f"; last state: {await state if inspect.isawaitable(state) else state}"
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{extra}")
+        await asyncio.sleep(0.01)
+
+
+class Link(aiohttp.TCPConnector):
+    """A connector whose connections a test cuts as a network failure does.
+
+    Given to the real agent (``Agent(connector=lambda: link)``), it carries its
+    ``/ws/worker`` connection and file transfers. :meth:`cut` aborts every open
+    connection (no WebSocket close handshake: the control plane sees the TCP
+    connection end) and keeps the link down, so that reconnects fail, until
+    :meth:`restore`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self._open: set[asyncio.BaseTransport] = set()
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        if self.down:
+            raise aiohttp.ClientConnectionError("the link is down (the test cut it)")
+        proto = await super()._create_connection(req, traces, timeout)
+        if proto.transport is not None:
+            self._open.add(proto.transport)
+        return proto
+
+    def cut(self) -> None:
+        self.down = True
+        for transport in self._open:
+            transport.abort()
+        self._open.clear()
+
+    def restore(self) -> None:
+        self.down = False
 
 
 class Plane:
@@ -156,21 +216,19 @@ class Plane:
         What changes the status here is the server reacting to a socket event
         (a close, a message), which the test cannot await directly; this waits
         for that reaction, never for time to pass in the control plane."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
+        async def reached() -> dict[str, Any] | None:
             r = await self.run(run_id)
-            if r["status"] in statuses:
-                return r
-            if loop.time() > deadline:
-                raise AssertionError(f"run {run_id} is {r['status']!r}, not one of {statuses} after {timeout} s: {r}")
-            await asyncio.sleep(0.01)
+            return r if r["status"] in statuses else None
+        return dict(await eventually(reached, f"run {run_id} to be one of {statuses}", timeout,
+                                     lambda: self.run(run_id)))
 
     async def elapse(self, seconds: float, sleepers: int = 1) -> None:
         """Let ``seconds`` of control-plane time pass: once ``sleepers`` timers wait on
-        the fake clock, step it (see TIMERS_ON_CLOCK for the real wait meanwhile)."""
+        the fake clock, step it (see TIMERS_ON_CLOCK for the real wait meanwhile).
+        The run service's dispatch loop is one more sleeper (its pass every 5 s), not
+        counted in ``sleepers``."""
         if TIMERS_ON_CLOCK:
-            await self.clock.wait_for_sleepers(sleepers)
+            await self.clock.wait_for_sleepers(sleepers + 1)
             await self.clock.advance(seconds)
         else:
             await self.clock.advance(seconds)
@@ -200,9 +258,14 @@ class FakeAgent:
     ``src_seq`` as the real agent does, and replays from the control plane's
     acknowledgement on reconnect. It sends heartbeats only when told, so a
     connection is silent unless the test speaks; it answers ``stop`` by ending
-    the run ``cancelled`` when ``answer_stop`` is set."""
+    the run ``cancelled`` when ``answer_stop`` is set.
 
-    def __init__(self, plane: Plane, name: str = "w1", devices: tuple[str, ...] = ("cpu",),
+    The one fake agent of the tests: against an in-process :class:`Plane`, or a
+    control plane process (``procs.ServerProc``, whose blocking HTTP helpers it
+    calls off the event loop; such a control plane's catalog is not known here,
+    so "same" reports none, and its events carry the wall time)."""
+
+    def __init__(self, plane: Plane | ServerProc, name: str = "w1", devices: tuple[str, ...] = ("cpu",),
                  catalog: dict[str, Any] | None | str = "same", fingerprint: dict[str, Any] | None = None) -> None:
         self.plane = plane
         self.name = name
@@ -237,12 +300,20 @@ class FakeAgent:
         self._closed = False
 
     async def enroll(self) -> FakeAgent:
-        tok = (await self.plane.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201))["token"]
-        res = await self.plane.call("POST", "/api/workers/enroll", {
+        tok = (await self._call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, 201))["token"]
+        res = await self._call("POST", "/api/workers/enroll", {
             "token": tok, "name": self.name, "devices": self.devices, "version": __version__,
-            "machine_id": "fake-machine"}, expect=201)
+            "machine_id": self.machine_id}, 201)
         self.credential = res["credential"]
         return self
+
+    async def _call(self, method: str, path: str, body: Any, expect: int) -> Any:
+        if isinstance(self.plane, Plane):
+            return await self.plane.call(method, path, body, expect=expect)
+        return await asyncio.to_thread(self.plane.call, method, path, body, expect=expect)
+
+    def _now(self) -> float:
+        return self.plane.clock.time() if isinstance(self.plane, Plane) else time.time()
 
     def use_plane(self, plane: Plane) -> None:
         """Talk to another control plane (the restarted one) with the same credential."""
@@ -259,8 +330,10 @@ class FakeAgent:
                                                  autoclose=False)
         hello = protocol.hello(__version__, self.name, self.devices, dict(self.labels), self.machine_id, runs)
         hello["capabilities"] = list(self.capabilities)
-        hello["catalog"] = (node_catalog(self.plane.runs.registry) if self.catalog == "same" else self.catalog)
-        hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"
+        if not (self.catalog == "same" and not isinstance(self.plane, Plane)):
+            hello["catalog"] = (node_catalog(self.plane.runs.registry)  # type: ignore[union-attr]
+                                if self.catalog == "same" else self.catalog)
+            hello["catalog_error"] = None if hello["catalog"] is not None else "the helper failed (a test says so)"
         hello["fingerprint"] = self.fingerprint
         hello["device_memory"] = self.device_memory
         await self.ws.send_str(json.dumps(hello))
@@ -315,7 +388,7 @@ class FakeAgent:
     def spool_event(self, run_id: str, kind: str, **data: Any) -> dict[str, Any]:
         """Record an event as the agent's spool does, without sending it (the link is down)."""
         evs = self.spool.setdefault(run_id, [])
-        ev = {"src_seq": len(evs) + 1, "kind": kind, "data": data, "at": self.plane.clock.time()}
+        ev = {"src_seq": len(evs) + 1, "kind": kind, "data": data, "at": self._now()}
         evs.append(ev)
         return ev
 
@@ -347,8 +420,23 @@ class FakeAgent:
     async def artifact(self, run_id: str, **data: Any) -> None:
         """Send an artifact event as the agent does (``kind`` in ``data`` is the artifact's, not the event's)."""
         evs = self.spool.setdefault(run_id, [])
-        evs.append({"src_seq": len(evs) + 1, "kind": "artifact", "data": data, "at": self.plane.clock.time()})
+        evs.append({"src_seq": len(evs) + 1, "kind": "artifact", "data": data, "at": self._now()})
         await self.flush(run_id)
+
+    async def send_batch(self, run_id: str, events: list[tuple[str, dict[str, Any]]]) -> int:
+        """Spool ``(kind, data)`` events and send them in one message; wait for the ack of the last."""
+        evs = self.spool.setdefault(run_id, [])
+        for kind, data in events:
+            evs.append({"src_seq": len(evs) + 1, "kind": kind, "data": data, "at": self._now()})
+        await self.flush(run_id)
+        return len(evs)
+
+    async def message(self, kind: str, count: int = 1, timeout: float = 60.0) -> dict[str, Any]:
+        """The ``count``-th message of type ``kind`` (errors, outputs requests...) in the inbox, once it came."""
+        def got() -> list[dict[str, Any]]:
+            return [m for m in self.inbox if m.get("type") == kind]
+        await eventually(lambda: len(got()) >= count, f"{count} {kind!r} message(s)", timeout, lambda: self.inbox)
+        return got()[count - 1]
 
     async def status(self, run_id: str, status: str, **data: Any) -> int:
         return await self.send(run_id, "status", status=status, **data)
@@ -362,17 +450,14 @@ class FakeAgent:
         follows cannot overtake it."""
         assert self.ws is not None
         await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))
-        assert self.plane.app is not None
+        assert isinstance(self.plane, Plane) and self.plane.app is not None
         manager = self.plane.app[_keys.WORKERS]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
+        plane = self.plane
+
+        def read() -> bool:
             conn = manager.conns.get(self.name)
-            if conn is not None and conn.alive_at == self.plane.clock.monotonic():
-                return
-            if loop.time() > deadline:
-                raise AssertionError(f"the control plane did not read {self.name}'s heartbeat within {timeout} s")
-            await asyncio.sleep(0.005)
+            return conn is not None and conn.alive_at == plane.clock.monotonic()
+        await eventually(read, f"the control plane to read {self.name}'s heartbeat", timeout)
 
     async def drop(self) -> None:
         """Cut the connection as a network failure does: the TCP connection ends

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.plane.appkeys import GRAPH_INDEX
-from tests.inproc.harness import Plane
+from tests.inproc.harness import Plane, eventually
 from tests.inproc.test_inproc_graph_api import n, triple
 
 
@@ -27,11 +27,7 @@ def large_graph(mb: float) -> bytes:
 
 
 async def _wait_for(check: Any, what: str, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await asyncio.to_thread(check):
-        assert loop.time() < deadline, f"{what} did not happen within {timeout} s"
-        await asyncio.sleep(0.01)
+    await eventually(lambda: asyncio.to_thread(check), what, timeout)
 
 
 async def test_health_answers_while_twenty_large_saved_graphs_are_listed(dirs: dict[str, Path]) -> None:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from harness import FakeAgent, Plane
+from harness import FakeAgent, Plane, eventually
 
 from cdui import __version__
+from cdui.plane.runs import DISPATCH_EVERY_S
 from cdui.wire import protocol
 
 TIMEOUT = "100"
@@ -71,14 +73,10 @@ def _plane(tmp_path: Path, name: str = "ud", **settings: str) -> Plane:
 
 async def _reason(cp: Plane, run_id: str, text: str) -> dict[str, Any]:
     """The run once the dispatch loop has given it a queue_reason containing ``text``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
+    async def waiting() -> dict[str, Any] | None:
         r = await cp.run(run_id)
-        if r["status"] == "queued" and text in (r["queue_reason"] or ""):
-            return r
-        assert loop.time() < deadline, f"run {run_id} never waited with {text!r}: {r}"
-        await asyncio.sleep(0.01)
+        return r if r["status"] == "queued" and text in (r["queue_reason"] or "") else None
+    return dict(await eventually(waiting, f"run {run_id} to wait with {text!r}", detail=lambda: cp.run(run_id)))
 
 
 async def _instance(cp: Plane, credential: str, agent_id: str) -> OneShotAgent:
@@ -137,8 +135,8 @@ async def test_a_pool_run_fails_after_the_one_shot_queue_timeout(tmp_path):
     async with _plane(tmp_path) as cp:
         run = await cp.submit({"target": {"pool": "one-shot"}, "device": "cuda"})
         await _reason(cp, run["id"], "waiting for a one-shot worker that offers cuda")
+        # The dispatch loop passes every 5 s of the clock meanwhile: none of those passes ends the run.
         await cp.elapse(float(TIMEOUT) - 1)
-        cp.runs.wake()
         await _reason(cp, run["id"], "offers cuda")
         assert (await cp.run(run["id"]))["status"] == "queued"
         await cp.elapse(1)
@@ -325,16 +323,16 @@ async def test_share_by_memory_set_through_an_instance_is_the_credentials(tmp_pa
             await base.close()
 
 
-async def _offline(cp: Plane, name: str) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
+async def _worker_when(cp: Plane, name: str, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
         w = await cp.worker(name)
         assert w is not None
-        if not w["online"]:
-            return w
-        assert loop.time() < deadline, w
-        await asyncio.sleep(0.01)
+        return w if pred(w) else None
+    return dict(await eventually(check, f"worker {name} {what}", detail=lambda: cp.worker(name)))
+
+
+async def _offline(cp: Plane, name: str) -> dict[str, Any]:
+    return await _worker_when(cp, name, lambda w: not w["online"], "offline")
 
 
 async def test_a_restarted_control_plane_starts_the_timeout_of_runs_naming_a_one_shot_worker(tmp_path):
@@ -361,7 +359,7 @@ async def test_a_restarted_control_plane_starts_the_timeout_of_runs_naming_a_one
         await cp2.elapse(float(TIMEOUT))
         r = await cp2.wait_status(named["id"], "failed")
         assert "one-shot worker w1" in r["error"]
-        cp2.runs.wake()
+        await cp2.elapse(DISPATCH_EVERY_S, sleepers=0)  # a later dispatch pass leaves the other run waiting
         await _reason(cp2, other["id"], "offline")
 
 
@@ -413,15 +411,7 @@ async def test_instances_share_a_credential_and_are_listed_under_it(tmp_path):
 
 
 async def _departed(cp: Plane, name: str, n: int) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
-        w = await cp.worker(name)
-        assert w is not None
-        if len(w["instances"]["departed"]) == n:
-            return w
-        assert loop.time() < deadline, w
-        await asyncio.sleep(0.01)
+    return await _worker_when(cp, name, lambda w: len(w["instances"]["departed"]) == n, f"with {n} departed")
 
 
 async def test_instance_without_one_shot_is_refused_as_bad_flags(tmp_path):
@@ -500,12 +490,5 @@ async def test_the_workers_list_keeps_the_last_50_departed_instances(tmp_path):
 
 
 async def _newest_departed(cp: Plane, name: str, instance: str) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
-        w = await cp.worker(name)
-        assert w is not None
-        if w["instances"]["departed"] and w["instances"]["departed"][0]["name"] == instance:
-            return w
-        assert loop.time() < deadline, w
-        await asyncio.sleep(0.01)
+    return await _worker_when(cp, name, lambda w: bool(w["instances"]["departed"])
+                              and w["instances"]["departed"][0]["name"] == instance, f"with {instance} departed last")

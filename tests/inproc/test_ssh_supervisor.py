@@ -5,10 +5,10 @@ failure (its output and exit code), so the supervisor's own subprocess
 handling is what runs; only time is stepped."""
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
+from harness import eventually
 
 from cdui.core.clock import FakeClock
 from cdui.plane.ssh import ssh
@@ -54,12 +54,7 @@ def supervisor(tmp: Path, clock: FakeClock, binary: str,
 
 async def until(pred, what: str, timeout: float = 30.0) -> None:
     """Wait for the supervisor's reaction to its subprocess (real I/O), never for clock time."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await eventually(pred, what, timeout)
 
 
 async def failed_waiting(sup: Supervisor, clock: FakeClock, attempt: int) -> None:

@@ -4,7 +4,6 @@ The SSH targets here point at 127.0.0.1 port 1, where nothing listens: the
 real ssh fails at once and is retried on the fake clock, which never moves."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import threading
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import FakeAgent, Plane
+from harness import FakeAgent, Plane, eventually
 
 TARGET = {"target": "nobody@127.0.0.1", "port": 1}
 
@@ -78,15 +77,14 @@ async def test_a_disabled_worker_takes_no_runs_whoever_connects(dirs: dict[str, 
 
 async def tunnel_when(plane: Plane, name: str, pred: Any, what: str, timeout: float = 30.0) -> dict[str, Any]:
     """The SSH worker's tunnel once ``pred`` holds: waits for the reaction to a real ssh's exit."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        t = {w["name"]: w for w in (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"]}[name]["tunnel"]
-        if pred(t):
-            return dict(t)
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}: {t}")
-        await asyncio.sleep(0.01)
+    async def tunnel() -> dict[str, Any]:
+        workers = (await plane.call("GET", "/api/workers/ssh"))["ssh_workers"]
+        return dict({w["name"]: w for w in workers}[name]["tunnel"])
+
+    async def check() -> dict[str, Any] | None:
+        t = await tunnel()
+        return t if pred(t) else None
+    return dict(await eventually(check, what, timeout, tunnel))
 
 
 # It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.
@@ -150,12 +148,7 @@ class SilentHost:
 
 async def until(what: str, pred: Any, timeout: float = 30.0) -> None:
     """Wait for something a real subprocess or socket does; fails after ``timeout`` real seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await eventually(pred, what, timeout)
 
 
 # It runs real subprocesses (an ssh per attempt): the e2e tier, so the default tier stays fast.

@@ -6,14 +6,13 @@ executor gets no slot (``local/cpu=0``) so that runs wait for workers instead
 of running here; every card has one slot unless a test says otherwise."""
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import FakeAgent, Plane, graph
+from harness import FakeAgent, Plane, eventually, graph
 
 CUDA2 = ("cuda:0", "cuda:1", "cpu")
 
@@ -29,15 +28,11 @@ async def _submit(cp: Plane, **options: Any) -> dict[str, Any]:
 
 async def _reason(cp: Plane, run_id: str, contains: str) -> str:
     """The run's queue_reason once a dispatch pass has given one that says ``contains``."""
-    reason = ""
-    for _ in range(3000):
+    async def said() -> str | None:
         run = await cp.run(run_id)
         reason = run["queue_reason"] or ""
-        if run["status"] == "queued" and contains in reason:
-            return reason
-        cp.runs.wake()
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"queue_reason never said {contains!r}: {reason!r}")
+        return reason if run["status"] == "queued" and contains in reason else None
+    return str(await eventually(said, f"queue_reason to say {contains!r}", detail=lambda: cp.run(run_id)))
 
 
 async def _in_use(cp: Plane, name: str) -> dict[str, int]:

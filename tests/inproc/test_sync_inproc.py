@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import FakeAgent, Plane, graph
+from harness import FakeAgent, Plane, eventually, graph
 
 from cdui import __version__
 from cdui.run import catalog
@@ -30,14 +30,10 @@ def _without(cp: Plane, *types: str) -> dict[str, Any]:
 
 async def _queue_reason(cp: Plane, run_id: str, contains: str) -> str:
     """The run's queue_reason once the dispatch loop has given one that says ``contains``."""
-    import asyncio
-    for _ in range(3000):
+    async def said() -> str | None:
         reason = (await cp.run(run_id))["queue_reason"] or ""
-        if contains in reason:
-            return reason
-        cp.runs.wake()
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"queue_reason never said {contains!r}: {reason!r}")
+        return reason if contains in reason else None
+    return str(await eventually(said, f"queue_reason to say {contains!r}", detail=lambda: cp.run(run_id)))
 
 
 async def test_changed_hello_format_still_gets_the_version_reason_and_connecting_clears_it(tmp_path: Path) -> None:
