@@ -185,7 +185,7 @@ from syspkgs import require_commands, requires_command  # noqa: E402,F401
 
 @pytest.fixture
 def store(tmp_path):
-    """A fresh, opened store (cdui/plane/store/__init__.py) in the test's own folder, closed afterwards."""
+    """A fresh, opened store (cdui/plane/store/database.py) in the test's own folder, closed afterwards."""
     from cdui.plane.store import Store
     s = Store(tmp_path / "cdui.sqlite3")
     s.open()

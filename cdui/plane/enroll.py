@@ -1,4 +1,5 @@
-"""Enrollment tokens and worker credentials: pure policy plus store calls.
+"""Enrollment tokens and worker credentials: the policy (their rows are
+:mod:`cdui.plane.store.tokens`'s).
 
 - An enrollment token looks like ``abcdef.0123456789abcdef``: a public id and a
   secret. Only ``sha256(secret)`` is stored; the token is shown once.
@@ -20,7 +21,6 @@ import hashlib
 import math
 import re
 import secrets
-import sqlite3
 import string
 import time
 from collections import OrderedDict, deque
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cdui.core.errors import CduiError
+from cdui.plane.store import TokenRow, TokenRows
 
 ALPHABET = string.ascii_lowercase + string.digits
 TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
@@ -85,20 +86,20 @@ def check_token_request(ttl: Any, uses: Any) -> tuple[float, int]:
     return float(ttl), uses
 
 
-def issue_token(c: sqlite3.Connection, ttl_s: float, uses: int, worker: str | None, now: float) -> dict[str, Any]:
+async def issue_token(tokens: TokenRows, ttl_s: float, uses: int, worker: str | None, now: float) -> dict[str, Any]:
+    """A new token, stored; the answer holds the token itself, shown this once."""
     token, tid, h = new_token()
-    c.execute("INSERT INTO enroll_tokens (id, secret_hash, uses_left, uses_total, expires_at, worker, created_at)"
-              " VALUES (?,?,?,?,?,?,?)", (tid, h, uses, uses, now + ttl_s, worker, now))
+    await tokens.add(tid, h, uses, now + ttl_s, worker, now)
     return {"token": token, "id": tid, "expires_at": now + ttl_s, "uses": uses, "worker": worker}
 
 
-def consume_token(c: sqlite3.Connection, token: str, name: str | None, now: float) -> tuple[str, str | None]:
-    """Check a token and use it once. Returns (worker name, reissue worker or None).
+def check_token(r: TokenRow | None, tid: str, sec: str, name: str | None, now: float,
+                name_taken: Callable[[str], bool]) -> tuple[str, str | None]:
+    """May token ``tid`` (stored as ``r``; None: unknown) with secret ``sec`` enroll a worker named
+    ``name`` now? Returns (worker name, reissue worker or None).
 
     Raises CduiError naming the exact reason (unknown / revoked / expired / used up / name taken).
     """
-    tid, sec = parse_token(token)
-    r = c.execute("SELECT * FROM enroll_tokens WHERE id=?", (tid,)).fetchone()
     if r is None or not secrets.compare_digest(r["secret_hash"], hash_secret(sec)):
         raise CduiError("token_unknown", f"enrollment token {tid}.… is not known to this control plane",
                         hint="check the --control URL points at the server that issued it, or make a new token "
@@ -122,36 +123,21 @@ def consume_token(c: sqlite3.Connection, token: str, name: str | None, now: floa
         name = bound
     else:
         name = check_name(name)
-        if c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone():
+        if name_taken(name):
             raise CduiError("name_taken", f"worker name {name!r} is already enrolled",
                             hint=f"choose another --name, or reissue it: `cdui workers reissue {name}`", status=409)
-    c.execute("UPDATE enroll_tokens SET uses_left=uses_left-1 WHERE id=?", (tid,))
     return name, bound
 
 
-def enroll(c: sqlite3.Connection, token: str, name: str | None, devices: list[str], machine_id: str,
-           now: float) -> dict[str, Any]:
-    worker, reissue = consume_token(c, token, name, now)
+async def enroll(tokens: TokenRows, token: str, name: str | None, devices: list[str], machine_id: str,
+                 now: float) -> dict[str, Any]:
+    """Use ``token`` once to enroll a worker (checked by :func:`check_token` in the same
+    transaction that takes the use); the answer holds its new credential, shown this once."""
+    tid, sec = parse_token(token)
     cred, h = new_credential()
-    old = c.execute("SELECT credential_hash FROM workers WHERE name=?", (worker,)).fetchone()
-    if old is not None:
-        if old[0]:
-            c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) VALUES (?,?,?,?)",
-                      (old[0], worker, "superseded", now))
-        c.execute("UPDATE workers SET credential_hash=?, devices=?, machine_id=? WHERE name=?",
-                  (h, _json(devices), machine_id, worker))
-    else:
-        c.execute("INSERT INTO workers (name, credential_hash, devices, machine_id, created_at) VALUES (?,?,?,?,?)",
-                  (worker, h, _json(devices), machine_id, now))
-    # A reissue token's job is done once its worker enrolled: it cannot be reused for another copy.
-    if reissue:
-        c.execute("UPDATE enroll_tokens SET uses_left=0 WHERE worker=? AND uses_left>0", (worker,))
+    worker = await tokens.enroll(tid, lambda r, taken: check_token(r, tid, sec, name, now, taken), h, devices,
+                                 machine_id, now)
     return {"worker": worker, "credential": cred}
-
-
-def _json(v: Any) -> str:
-    import json
-    return json.dumps(v)
 
 
 class RateLimiter:

@@ -196,9 +196,7 @@ class OneShotBook:
     async def load(self, service: RunService) -> None:
         """At start: the workers whose own last agent was one-shot; their runs' countdown starts now."""
         now = self.clock.time()
-        rows = await service.store.read(lambda c: [r[0] for r in c.execute("SELECT name FROM workers "
-                                                                           "WHERE one_shot=1")])
-        for name in rows:
+        for name in await service.store.workers.one_shot_names():
             self.one_shot_since.setdefault(name, now)
 
     async def names_instance(self, service: RunService, name: str) -> bool:
@@ -207,9 +205,7 @@ class OneShotBook:
             base, dot, inst = name.rpartition(".")
             found = False
             if dot and INSTANCE_RE.match(inst):
-                found = await service.store.read(lambda c: (
-                    c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone() is None
-                    and c.execute("SELECT 1 FROM workers WHERE name=?", (base,)).fetchone() is not None))
+                found = await service.store.workers.names_instance(name, base)
             self.instance_names[name] = found
         return self.instance_names[name]
 
@@ -298,8 +294,7 @@ class OneShotBook:
         if not hello.one_shot:
             if credential in self.one_shot_since:
                 self.one_shot_since.pop(credential, None)
-                await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot=0 WHERE name=?",
-                                                              (credential,)))
+                await manager.store.workers.clear_one_shot(credential)
             return
         # The agent names its run in run_id: the --run-id it waits for (still queued), or, on a
         # reconnect, the one it took (then it takes no other, whatever that run became).
@@ -310,12 +305,7 @@ class OneShotBook:
             self.instance_names[executor.name] = True
             return
         self.one_shot_since.setdefault(credential, self.clock.time())
-        await manager.store.write(lambda c: c.execute(
-            "UPDATE workers SET one_shot=1, one_shot_run=CASE WHEN ? IS NULL THEN one_shot_run ELSE ? END "
-            "WHERE name=?", (executor.taken, executor.taken, credential)))
-        if executor.taken is None:
-            await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=NULL WHERE name=?",
-                                                          (credential,)))
+        await manager.store.workers.set_one_shot(credential, executor.taken)
 
     async def start_wanted(self, manager: WorkerManager, executor: RemoteExecutor) -> None:
         """``--run-id``: start exactly that run on the agent now, wherever it is in the queue."""
@@ -337,8 +327,7 @@ class OneShotBook:
         executor.taken = run_id
         executor.reserved = None
         if executor.conn.hello.instance is None:
-            await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=? WHERE name=?",
-                                                          (run_id, executor.credential)))
+            await manager.store.workers.set_one_shot_run(executor.credential, run_id)
 
     def gone(self, executor: RemoteExecutor) -> None:
         """An instance's agent left: one line in its credential's list of departed instances."""

@@ -232,7 +232,7 @@ class RunService:
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
         devices = list(self.config["CODEFYUI_LOCAL_DEVICES"]) or await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
-        await self.devicebook.load(self.store)
+        self.devicebook.load(await self.store.workers.share_settings())
         self.killed_while_stopping = stopping.take(self.config.user_data)
         await asyncio.to_thread(self.kept.sweep_temporary)
         await self._recover()
@@ -347,7 +347,7 @@ class RunService:
         opts = parse_run_options(options)
         target = opts.target
         await devicesets.check_fit(target, opts.device, opts.device_set(), self.executors, self.caps, self.devicebook,
-                                   self.store)
+                                   self.store.workers.offered_devices)
         library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
@@ -442,11 +442,11 @@ class RunService:
         elif kind == "execution_facts" and src != CP:  # the run process's own fingerprint replaces the worker's
             run = await self.store.get_run(run_id)
             if run is not None:
-                await self.store.update_run(run_id, execution_facts=with_run_report(run.execution_facts, data, src))
+                await self.store.set_execution_facts(run_id, with_run_report(run.execution_facts, data, src))
         elif kind == "status" and src != CP:
             status = data.get("status")
             if status == "running":
-                await self.store.update_run(run_id, status="running", queue_reason=None)
+                await self.store.mark_running(run_id)
             elif status in TERMINAL:
                 await self._finish(run_id, status, data.get("error"), record=False)
 
@@ -756,8 +756,7 @@ class RunService:
                                                  "when the server restarted before it started; submit it again")
             return
         # Claim it atomically: a Stop that landed since the queue was read wins. The graph is read here, once.
-        graph = await self.store.claim_queued_graph(run_id, worker_id=where.executor, slot_device=where.device,
-                                                    started_at=self.clock.time())
+        graph = await self.store.claim_queued_graph(run_id, where.executor, where.device, self.clock.time())
         if graph is None:
             if self.active.get(run_id) == (where.executor, where.device):
                 self.active.pop(run_id, None)  # the slot the pass held for it
@@ -795,7 +794,7 @@ class RunService:
             raise NotFound("run", run_id)
         if run.status in TERMINAL:
             return await self.get(run_id)
-        await self.store.update_run(run_id, stop_requested=1)
+        await self.store.request_stop(run_id)
         if run.status == "queued" and await self.store.cancel_queued(run_id):
             self.queue.remove(run_id)
             await self._finish(run_id, "cancelled", "stopped before it started")

@@ -20,10 +20,9 @@ through the manager's methods.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
@@ -35,7 +34,7 @@ from cdui.plane.appkeys import S3_BACKEND
 from cdui.plane.http import api_outputs, proxies
 from cdui.plane.runs import iso
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.store import ACTIVE, TERMINAL, Run
+from cdui.plane.store import ACTIVE, TERMINAL, Run, WorkerRow
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
 from cdui.wire.event import Event
@@ -134,7 +133,7 @@ class RemoteExecutor:
         # added its own (the bucket of an s3 run) since.
         stored = await self.manager.store.get_run(run.id)
         facts = stored.execution_facts if stored is not None else run.execution_facts
-        await self.manager.store.update_run(run.id, execution_facts=catalog.start_facts(
+        await self.manager.store.set_execution_facts(run.id, catalog.start_facts(
             facts, self.conn.hello.fingerprint))
         if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
@@ -200,20 +199,18 @@ class WorkerSession:
             return admission.NoHello("the first message must be a JSON text hello")
         return str(first.data)
 
-    async def handshake(self) -> Any:
+    async def handshake(self) -> WorkerRow | None:
         """Admit the connection or refuse it; the credential's ``workers`` row if admitted, else None."""
         ws, store = self.ws, self.m.store
         auth = self.request.headers.get("Authorization", "")
         cred = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         h = enroll.hash_secret(cred) if cred else ""
 
-        row = await store.read(
-            lambda c: c.execute("SELECT * FROM workers WHERE credential_hash=?", (h,)).fetchone() if h else None)
+        row = await store.workers.by_credential(h) if h else None
         old = None
         first: str | admission.NoHello | None = None
         if row is None:
-            old = await store.read(lambda c: c.execute("SELECT * FROM old_credentials WHERE credential_hash=?",
-                                                       (h,)).fetchone() if h else None)
+            old = await store.workers.old_credential(h) if h else None
         else:
             first = await self._first_message()
         existing = self.m.conns.get(oneshot.peek_conn_name(row["name"], first)) if row is not None else None
@@ -255,10 +252,8 @@ class WorkerSession:
             # Not awaited: a dead peer never answers the close, and this agent's welcome must not wait
             # for the close handshake's timeout.
             self.m.runs.spawn(replaced.ws.close())
-        await store.write(lambda c: c.execute(
-            "UPDATE workers SET version=?, devices=?, labels=?, last_seen=?, address=?, machine_id=? WHERE name=?",
-            (hello.version, json.dumps(hello.devices), json.dumps(labels), clock.time(), self.address,
-             hello.machine_id, name)))
+        await store.workers.connected(name, hello.version, list(hello.devices), labels, clock.time(), self.address,
+                                      hello.machine_id)
         log.info("worker %s connected from %s (devices %s)", name, self.address, ",".join(hello.devices))
         return row
 
@@ -330,7 +325,7 @@ class WorkerSession:
             m.cancel_timer(run_id)
             m.runs.adopt(run_id, conn.name, run.slot_device or "cpu", run.options)
             if run.status == "disconnected":
-                await store.update_run(run_id, status="running", disconnected_at=None)
+                await store.mark_reconnected(run_id)
                 away = m.clock.time() - (run.disconnected_at or m.clock.time())
                 await m.runs.record_cp(run_id, "run_warning", {
                     "kind": "worker_reconnected",
@@ -401,8 +396,7 @@ class WorkerSession:
             conn.labels = self._with_mount(conn, dict(m.labels))
         if m.tls is not None:
             conn.tls = m.tls
-        await self.m.store.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?",
-                                                     (conn.last_seen, json.dumps(conn.labels), conn.name)))
+        await self.m.store.workers.seen(conn.name, conn.last_seen, conn.labels)
 
     async def watchdog(self) -> None:
         conn = self.conn
@@ -437,7 +431,7 @@ class WorkerSession:
                             "at": iso(e.at or self.m.clock.time())}
                     facts = dict(run.execution_facts or {})
                     facts["late_result"] = late
-                    await store.update_run(m.run_id, late_result=late, execution_facts=facts)
+                    await store.set_late_result(m.run_id, late, facts)
                     run = replace(run, late_result=late)
             await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
             return
@@ -456,10 +450,7 @@ class WorkerSession:
 
     async def _ended_by(self, run_id: str, name: str) -> bool:
         """Whether the stored log holds a final status of the run from worker ``name``."""
-        row = await self.m.store.read(lambda c: c.execute(
-            "SELECT 1 FROM run_events WHERE run_id=? AND src=? AND kind='status' AND json_extract(data, '$.status') "
-            "IN ('succeeded', 'failed', 'cancelled', 'interrupted') LIMIT 1", (run_id, f"worker:{name}")).fetchone())
-        return row is not None
+        return await self.m.store.has_final_status_from(run_id, f"worker:{name}")
 
     # -- 4. gone -------------------------------------------------------------------------
     async def gone(self) -> None:
@@ -483,7 +474,7 @@ class WorkerSession:
             if run is None or run.status != "running":
                 continue
             now = m.clock.time()
-            await m.store.update_run(run_id, status="disconnected", disconnected_at=now)
+            await m.store.mark_disconnected(run_id, now)
             await m.runs.record_cp(run_id, "run_warning", {
                 "kind": "worker_disconnected",
                 "message": f"worker {name} disconnected; the run keeps its slot for up to {m.grace:g} s"})

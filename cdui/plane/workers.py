@@ -37,7 +37,7 @@ from cdui.plane import enroll
 from cdui.plane.appkeys import CLOCK, CONFIG, RUNS
 from cdui.plane.runs import STOPPED_KILLED, RunService, iso
 from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
-from cdui.plane.store import ACTIVE
+from cdui.plane.store import ACTIVE, WorkerRow
 from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
 from cdui.run import catalog
 from cdui.wire import protocol
@@ -91,7 +91,7 @@ class WorkerManager:
                 continue
             now = self.clock.time()
             self.runs.adopt(r.id, r.worker_id, r.slot_device or "cpu", r.options)
-            await self.store.update_run(r.id, status="disconnected", disconnected_at=now, adopted_at=now)
+            await self.store.mark_disconnected(r.id, now, adopted=True)
             await self.runs.record_cp(r.id, "run_warning", {
                 "kind": "worker_disconnected", "restart": True,
                 "message": f"the server restarted; waiting up to {self.grace:.0f} s for worker {r.worker_id} "
@@ -175,17 +175,7 @@ class WorkerManager:
     async def remove_worker(self, name: str) -> None:
         """Forget an enrolled worker: its credential is revoked, its connection told and closed,
         its runs end (running ones ``interrupted``, queued ones aimed at it ``failed``)."""
-        now = self.clock.time()
-
-        def fn(c: Any) -> None:
-            row = c.execute("SELECT credential_hash FROM workers WHERE name=?", (name,)).fetchone()
-            if row is not None and row["credential_hash"]:
-                c.execute("INSERT OR REPLACE INTO old_credentials (credential_hash, worker, reason, at) "
-                          "VALUES (?,?,?,?)",
-                          (row["credential_hash"], name, "removed", now))
-            c.execute("DELETE FROM workers WHERE name=?", (name,))
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE worker=?", (name,))
-        await self.store.write(fn)
+        await self.store.workers.remove(name, self.clock.time())
         conn = self.conns.pop(name, None)
         self.runs.detach_executor(name)
         if conn is not None:
@@ -254,8 +244,8 @@ class WorkerManager:
             t.cancel()
 
     # -- HTTP -----------------------------------------------------------------------------
-    async def worker_rows(self) -> list[dict[str, Any]]:
-        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM workers ORDER BY name")])
+    async def worker_rows(self) -> list[WorkerRow]:
+        return await self.store.workers.all()
 
     async def worker_auth(self, request: web.Request) -> str | None:
         auth = request.headers.get("Authorization", "")
@@ -263,9 +253,8 @@ class WorkerManager:
         if not cred:
             return None
         h = enroll.hash_secret(cred)
-        row = await self.store.read(lambda c: c.execute("SELECT name FROM workers WHERE credential_hash=?",
-                                                        (h,)).fetchone())
-        return row[0] if row else None
+        row = await self.store.workers.by_credential(h)
+        return row["name"] if row is not None else None
 
     def catalog_state(self, name: str) -> catalog.CatalogState | None:
         """The connected worker's catalog against ours (None: not connected); from its hello,
@@ -303,7 +292,7 @@ class WorkerManager:
                 raise catalog.refuse_missing(name, missing)
         conn = self.conns.get(name)
         row = rows.get(name) or rows.get(name.rpartition(".")[0])  # an instance has its credential's mounts
-        labels = conn.labels if conn is not None else json.loads((row or {}).get("labels") or "{}")
+        labels = conn.labels if conn is not None else json.loads(row["labels"] or "{}") if row is not None else {}
         if files is not None and files.reads:
             roots = read_roots_in(labels)
             missing = unreadable(files.reads, roots)

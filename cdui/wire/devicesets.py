@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,10 +300,9 @@ class DeviceBook:
         self.needs: dict[str, int] = {}
         self.shared: dict[str, frozenset[str]] = {}  # worker -> the devices it shares ("*": all)
 
-    async def load(self, store: Any) -> None:
-        rows = await store.read(lambda c: c.execute(
-            "SELECT name, share_by_memory FROM workers WHERE share_by_memory IS NOT NULL").fetchall())
-        settings = {r["name"]: parse_shared(r["share_by_memory"]) for r in rows}
+    def load(self, stored: Mapping[str, str]) -> None:
+        """The settings as stored (worker -> its JSON text), read at start."""
+        settings = {name: parse_shared(text) for name, text in stored.items()}
         self.shared = {name: s for name, s in settings.items() if s is not None}
 
     def hold(self, run_id: str, options: Mapping[str, Any]) -> None:
@@ -426,20 +425,16 @@ class _Offered:
 
 
 async def check_fit(target: Target, wanted: str, device_set: Mapping[str, Any], executors: Mapping[str, Any],
-                    caps: Any, book: DeviceBook, store: Any) -> None:
-    """Refuse at submit a set larger than any executor the target may use offers (even when idle)."""
+                    caps: Any, book: DeviceBook, stored: Callable[[], Awaitable[Mapping[str, list[str]]]]) -> None:
+    """Refuse at submit a set larger than any executor the target may use offers (even when idle);
+    ``stored`` reads the devices each enrolled worker's last agent offered."""
     count = set_size(device_set)
     if count == 1:
         return
     seen: dict[str, Any] = {n: ex for n, ex in executors.items() if not getattr(ex, "one_shot", False)}
-    rows = await store.read(lambda c: c.execute("SELECT name, devices FROM workers").fetchall())
-    for r in rows:
-        if r["name"] not in seen:
-            try:
-                devs = json.loads(r["devices"] or "[]")
-            except ValueError:
-                devs = []
-            seen[r["name"]] = _Offered(r["name"], [str(d) for d in devs if isinstance(d, str)])
+    for name, devs in (await stored()).items():
+        if name not in seen:
+            seen[name] = _Offered(name, devs)
     match target:
         case Local():
             names = ["local"]

@@ -165,7 +165,7 @@ class S3Backend:
         s = self.settings
         facts = dict(run.execution_facts or {})
         facts[STORAGE_FACT] = {"backend": "s3", "bucket": s.bucket, "prefix": s.prefix}
-        await self.app[RUNS].store.update_run(run.id, execution_facts=facts)
+        await self.app[RUNS].store.set_execution_facts(run.id, facts)
         return replace(job, files=replace(job.files, backend="s3", s3=s.target()), s3_credentials=creds.to_dict())
 
     async def _issue(self, run: Run) -> s3.S3Credentials:

@@ -59,10 +59,10 @@ async def set_share(request: web.Request) -> web.Response:
                                or device == devicesets.ALL):
         raise CduiError("bad_request", f"device {str(device)[:40]!r} is not a device name",
                         hint="name one device the worker offers, e.g. cuda:0 or cpu; leave it out for all")
-    row = await _row(store, name)
+    row = await store.workers.get(name)
     if row is None and await runs.oneshot.names_instance(runs, name):
         name = name.rpartition(".")[0]  # the credential's setting, for every instance
-        row = await _row(store, name)
+        row = await store.workers.get(name)
     if row is None:
         raise NotFound("worker", name, hint="list workers with `cdui workers list`")
     current = devicesets.parse_shared(row["share_by_memory"])
@@ -77,19 +77,13 @@ async def set_share(request: web.Request) -> web.Response:
         raise CduiError("bad_request", f"worker {name} would share {len(setting)} devices by memory, over the limit "
                                        f"of {MAX_SHARED}", hint="turn it on for all its devices (leave \"device\" "
                                                                 "out) instead of one by one")
-    text = json.dumps(sorted(setting)) if setting is not None else None
-    await store.write(lambda c: c.execute("UPDATE workers SET share_by_memory=? WHERE name=?", (text, name)))
+    await store.workers.set_share_by_memory(name, sorted(setting) if setting is not None else None)
     if setting is None:
         runs.devicebook.shared.pop(name, None)
     else:
         runs.devicebook.shared[name] = setting
     runs.wake()
     return web.json_response({"name": name, "share_by_memory": sorted(setting) if setting is not None else []})
-
-
-async def _row(store: Any, name: str) -> Any:
-    return await store.read(lambda c: c.execute("SELECT name, devices, share_by_memory FROM workers WHERE name=?",
-                                                (name,)).fetchone())
 
 
 def offered_devices(stored: str | None, executors: Iterable[Any], credential: str) -> set[str]:

@@ -22,6 +22,7 @@ from cdui.plane.http import proxies
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.plane.runs import iso
 from cdui.plane.ssh import ssh_workers
+from cdui.plane.store import WorkerRow
 from cdui.plane.workers import WorkerManager
 from cdui.run import catalog
 from cdui.wire import protocol
@@ -90,13 +91,11 @@ class WorkerRoutes:
         worker = body.get("worker")
         if worker is not None:
             enroll.check_name(worker)
-            exists = await self.m.store.read(
-                lambda c: c.execute("SELECT 1 FROM workers WHERE name=?", (worker,)).fetchone())
-            if not exists:
+            if not await self.m.store.workers.exists(worker):
                 raise NotFound("worker", worker, hint="a reissue token is for an enrolled worker; list them with "
                                                       "`cdui workers list`")
         now = self.m.clock.time()
-        tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, uses, worker, now))
+        tok = await enroll.issue_token(self.m.store.tokens, ttl, uses, worker, now)
         return web.json_response(self._token_answer(request, tok, control), status=201)
 
     def _control(self, request: web.Request, body: dict[str, Any]) -> str:
@@ -135,22 +134,15 @@ class WorkerRoutes:
         return out
 
     async def list_tokens(self, request: web.Request) -> web.Response:
-        rows = await self.m.store.read(lambda c: [dict(r) for r in c.execute(
-            "SELECT id, uses_left, uses_total, expires_at, worker, revoked, created_at FROM enroll_tokens "
-            "WHERE revoked=0 ORDER BY created_at")])
         now = self.m.clock.time()
-        for r in rows:
-            r["expired"] = r["expires_at"] <= now
-            r["used_up"] = r["uses_left"] <= 0
-            r["expires_at"] = iso(r["expires_at"])
-            r["created_at"] = iso(r["created_at"])
+        rows = [{**r, "expired": r["expires_at"] <= now, "used_up": r["uses_left"] <= 0,
+                 "expires_at": iso(r["expires_at"]), "created_at": iso(r["created_at"])}
+                for r in await self.m.store.tokens.active()]
         return web.json_response(rows)
 
     async def delete_token(self, request: web.Request) -> web.Response:
         tid = request.match_info["token_id"]
-        n = await self.m.store.write(
-            lambda c: c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (tid,)).rowcount)
-        if not n:
+        if not await self.m.store.tokens.revoke(tid):
             raise NotFound("enrollment token", tid)
         return web.json_response({"revoked": tid})
 
@@ -198,20 +190,20 @@ class WorkerRoutes:
             raise CduiError("bad_request", f"machine_id={str(machine)[:80]!r} must be a string of at most "
                                            f"{protocol.MAX_NAME} characters")
         now = self.m.clock.time()
-        return await self.m.store.write(lambda c: enroll.enroll(c, str(body.get("token", "")), body.get("name"),
-                                                              devices, machine, now))
+        return await enroll.enroll(self.m.store.tokens, str(body.get("token", "")), body.get("name"), devices,
+                                   machine, now)
 
-    async def _worker_or_404(self, name: str) -> dict[str, Any]:
-        row = await self.m.store.read(lambda c: c.execute("SELECT * FROM workers WHERE name=?", (name,)).fetchone())
+    async def _worker_or_404(self, name: str) -> WorkerRow:
+        row = await self.m.store.workers.get(name)
         if row is None:
             raise NotFound("worker", name, hint="list workers with `cdui workers list`")
-        return dict(row)
+        return row
 
     async def set_drain(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         await self._worker_or_404(name)
         drain = request.path.endswith("/drain")
-        await self.m.store.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?", (int(drain), name)))
+        await self.m.store.workers.set_drained(name, drain)
         self.m.set_drained(name, drain)
         return web.json_response({"name": name, "drained": drain})
 
@@ -222,7 +214,7 @@ class WorkerRoutes:
         ttl, _ = enroll.check_token_request(body.get("ttl_s", 86400), 1)
         control = self._control(request, body)
         now = self.m.clock.time()
-        tok = await self.m.store.write(lambda c: enroll.issue_token(c, ttl, 1, name, now))
+        tok = await enroll.issue_token(self.m.store.tokens, ttl, 1, name, now)
         return web.json_response(self._token_answer(request, tok, control), status=201)
 
     async def remove(self, request: web.Request) -> web.Response:

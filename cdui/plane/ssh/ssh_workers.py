@@ -16,9 +16,10 @@ and clean the remote slot in the background. Server shutdown stops every SSH
 agent alongside the server's own runs (a :class:`~cdui.plane.runs.RunListener`), 25 s
 at most in all.
 
-Rows live in the ``ssh_workers`` table (store migration 5): target, port,
-identity, remote cdui, slot, enabled, the tunnel state and reason, the last
-attempt's output, the remote agent's PID.
+Rows live in the ``ssh_workers`` table (store migration 5, read and written
+through :mod:`cdui.plane.store.ssh`): target, port, identity, remote cdui, slot,
+enabled, the tunnel state and reason, the last attempt's output, the remote
+agent's PID.
 
 A pending remote cleanup is a row of ``ssh_cleanups`` (store migration 7), keyed
 by the slot. The delete moves the worker's row there in one transaction, so at
@@ -46,6 +47,7 @@ from cdui.plane.runs import iso
 from cdui.plane.ssh import ssh
 from cdui.plane.ssh.ssh_supervisor import SHORT_SSH_S, Deps, Spec, Supervisor, TunnelState, run_short
 from cdui.plane.ssh.tunnel import TunnelListener
+from cdui.plane.store import SshCleanupRow, SshWorkerRow
 from cdui.plane.workers import RemoteExecutor
 
 log = logging.getLogger("cdui.plane.ssh.ssh")
@@ -72,23 +74,16 @@ class SshWorkers:
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- rows ---------------------------------------------------------------------------
-    async def rows(self) -> list[dict[str, Any]]:
-        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM ssh_workers ORDER BY name")])
+    async def rows(self) -> list[SshWorkerRow]:
+        return await self.store.ssh.all()
 
-    async def row(self, name: str) -> dict[str, Any] | None:
-        r = await self.store.read(lambda c: c.execute("SELECT * FROM ssh_workers WHERE name=?", (name,)).fetchone())
-        return dict(r) if r is not None else None
+    async def row(self, name: str) -> SshWorkerRow | None:
+        return await self.store.ssh.get(name)
 
-    async def _update(self, name: str, **cols: Any) -> None:
-        sets = ", ".join(f"{k}=?" for k in cols)
-        await self.store.write(lambda c: c.execute(f"UPDATE ssh_workers SET {sets} WHERE name=?",
-                                                   (*cols.values(), name)))
+    async def cleanups(self) -> list[SshCleanupRow]:
+        return await self.store.ssh.cleanups()
 
-    async def cleanups(self) -> list[dict[str, Any]]:
-        return await self.store.read(lambda c: [dict(r) for r in c.execute("SELECT * FROM ssh_cleanups "
-                                                                           "ORDER BY slot")])
-
-    def view(self, r: dict[str, Any]) -> dict[str, Any]:
+    def view(self, r: SshWorkerRow) -> dict[str, Any]:
         sup = self.sups.get(r["name"])
         if sup is not None:
             tunnel = sup.tunnel.to_json()
@@ -118,7 +113,7 @@ class SshWorkers:
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
 
-    def _supervise(self, r: dict[str, Any]) -> Supervisor:
+    def _supervise(self, r: SshWorkerRow) -> Supervisor:
         name = r["name"]
         spec = Spec(name, self._target(r), int(r["slot"]), r["remote_cdui"])
         listener = self.listeners.get(name) or TunnelListener(self.app, name)
@@ -129,18 +124,17 @@ class SshWorkers:
             return bool(row and row["forgot"])
 
         async def set_forgot(v: bool) -> None:
-            await self._update(name, forgot=int(v))
+            await self.store.ssh.set_forgot(name, v)
 
         async def changed(t: TunnelState) -> None:
-            await self._update(name, state=t.state, reason=t.reason, remote_pid=t.remote_pid,
-                               recent_output=json.dumps(list(t.output)[-50:]))
+            await self.store.ssh.set_tunnel(name, t.state, t.reason, t.remote_pid, list(t.output)[-50:])
         sup = Supervisor(spec, Deps(self.clock, self.iid, listener.start, lambda: self._launch_token(name),
                                     forgot, set_forgot, changed, self.ssh_binary))
         self.sups[name] = sup
         sup.start()
         return sup
 
-    def _target(self, r: dict[str, Any]) -> ssh.Target:
+    def _target(self, r: SshWorkerRow | SshCleanupRow) -> ssh.Target:
         return ssh.Target(r["target"], int(r["port"]), r["identity"] or None,
                           self.config["CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING"])
 
@@ -148,16 +142,9 @@ class SshWorkers:
         """A one-time 10-minute token for this start; bound to the worker once it has enrolled.
         The previous start's token is revoked: only one is ever outstanding."""
         now = self.clock.time()
-
-        def fn(c: Any) -> dict[str, Any]:
-            old = c.execute("SELECT token_id FROM ssh_workers WHERE name=?", (name,)).fetchone()
-            if old is not None and old[0]:
-                c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (old[0],))
-            enrolled = c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone() is not None
-            tok = enroll.issue_token(c, TOKEN_TTL_S, 1, name if enrolled else None, now)
-            c.execute("UPDATE ssh_workers SET token_id=? WHERE name=?", (tok["id"], name))
-            return tok
-        return str((await self.store.write(fn))["token"])
+        token, tid, h = enroll.new_token()
+        await self.store.ssh.new_launch_token(name, tid, h, now + TOKEN_TTL_S, now)
+        return token
 
     async def _end(self, name: str) -> None:
         sup = self.sups.pop(name, None)
@@ -262,22 +249,14 @@ class SshWorkers:
         identity = self._path(body.get("identity"), "identity")
         remote = self._path(body.get("remote_cdui"), "remote_cdui") or ssh.DEFAULT_REMOTE_CDUI
         slots = ssh.parse_slot_range(self.config["CODEFYUI_SSH_REMOTE_PORT_RANGE"])
-        now = self.clock.time()
-
-        def fn(c: Any) -> int:
-            if (c.execute("SELECT 1 FROM workers WHERE name=?", (name,)).fetchone()
-                    or c.execute("SELECT 1 FROM ssh_workers WHERE name=?", (name,)).fetchone()):
-                raise CduiError("name_taken", f"worker name {name!r} is already used by another worker",
-                                hint="give another name (--name), or remove that worker first", status=409)
-            # A slot whose remote cleanup has not ended may still hold the old worker's folder, agent and
-            # credential there: a new worker on it would attach to that agent or have its folder deleted.
-            taken = {int(x[0]) for x in c.execute("SELECT slot FROM ssh_workers UNION SELECT slot FROM ssh_cleanups")}
-            slot = ssh.pick_slot(slots, taken)
-            c.execute("INSERT INTO ssh_workers (name, target, port, identity, remote_cdui, slot, enabled, state, "
-                      "created_at) VALUES (?,?,?,?,?,?,1,'connecting',?)",
-                      (name, target, port, identity, remote, slot, now))
-            return slot
-        await self.store.write(fn)
+        # A slot whose remote cleanup has not ended may still hold the old worker's folder, agent and
+        # credential there: a new worker on it would attach to that agent or have its folder deleted,
+        # so the store offers only slots neither table holds.
+        slot = await self.store.ssh.add(name, target, port, identity, remote, lambda taken: ssh.pick_slot(slots, taken),
+                                        self.clock.time())
+        if slot is None:
+            raise CduiError("name_taken", f"worker name {name!r} is already used by another worker",
+                            hint="give another name (--name), or remove that worker first", status=409)
         r = await self.row(name)
         assert r is not None
         self._supervise(r)
@@ -297,7 +276,7 @@ class SshWorkers:
         return web.json_response({"ssh_workers": [self.view(r) for r in await self.rows()],
                                   "cleaning_slots": [int(c["slot"]) for c in await self.cleanups()]})
 
-    async def _row_or_404(self, name: str) -> dict[str, Any]:
+    async def _row_or_404(self, name: str) -> SshWorkerRow:
         r = await self.row(name)
         if r is None:
             raise NotFound("SSH worker", name, hint="list them with GET /api/workers/ssh")
@@ -308,9 +287,9 @@ class SshWorkers:
         r = await self.row(name)
         await self._set_disabled(name, True, r is None)
         if r is not None:
-            await self._update(name, enabled=0)
+            await self.store.ssh.set_enabled(name, False)
             await self.stop_agent(name, "disabled")
-            await self._update(name, state="stopped", reason=None)
+            await self.store.ssh.set_state(name, "stopped", None)
         return web.json_response({"name": name, "disabled": True})
 
     async def enable(self, request: web.Request) -> web.Response:
@@ -318,7 +297,7 @@ class SshWorkers:
         r = await self.row(name)
         await self._set_disabled(name, False, r is None)
         if r is not None:
-            await self._update(name, enabled=1)
+            await self.store.ssh.set_enabled(name, True)
             if name not in self.sups:
                 self._supervise({**r, "enabled": 1})
         return web.json_response({"name": name, "disabled": False})
@@ -326,12 +305,7 @@ class SshWorkers:
     async def _set_disabled(self, name: str, disabled: bool, must_exist: bool) -> None:
         """The worker's own flag: a disabled worker takes no new runs whoever connects under its name;
         disabling and enabling again also cancels a drain."""
-        def fn(c: Any) -> int:
-            if disabled:
-                return int(c.execute("UPDATE workers SET disabled=1 WHERE name=?", (name,)).rowcount)
-            return int(c.execute("UPDATE workers SET disabled=0, drained=0 WHERE name=?", (name,)).rowcount)
-        n = await self.store.write(fn)
-        if not n and must_exist:
+        if not await self.store.workers.set_disabled(name, disabled) and must_exist:
             raise NotFound("worker", name, hint="list workers with `cdui workers list`")
         ex = self.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
@@ -355,28 +329,22 @@ class SshWorkers:
         r = await self._row_or_404(name)
         await self._set_disabled(name, True, False)
         await self.stop_agent(name, "removed")
-        cleanup = {"slot": int(r["slot"]), "name": name, "target": r["target"], "port": r["port"],
-                   "identity": r["identity"], "remote_cdui": r["remote_cdui"], "started_at": self.clock.time()}
-
+        cleanup = SshCleanupRow(slot=int(r["slot"]), name=name, target=r["target"], port=r["port"],
+                                identity=r["identity"], remote_cdui=r["remote_cdui"], started_at=self.clock.time())
         # Its launch token and its row here, the row handed to a pending cleanup in the same transaction
         # (so the slot is never free while the remote host may still hold its folder); the rest of
         # forgetting a worker is the manager's one way.
-        def fn(c: Any) -> None:
-            c.execute("UPDATE enroll_tokens SET revoked=1 WHERE id=?", (r["token_id"],))
-            c.execute("DELETE FROM ssh_workers WHERE name=?", (name,))
-            c.execute("INSERT INTO ssh_cleanups (slot, name, target, port, identity, remote_cdui, started_at) "
-                      "VALUES (:slot, :name, :target, :port, :identity, :remote_cdui, :started_at)", cleanup)
-        await self.store.write(fn)
+        await self.store.ssh.delete(name, cleanup)
         await self.app[WORKERS].remove_worker(name)
         self._start_cleanup(cleanup)
         return web.json_response({"removed": name, "cleanup": "started"})
 
-    def _start_cleanup(self, c: dict[str, Any]) -> None:
+    def _start_cleanup(self, c: SshCleanupRow) -> None:
         task = asyncio.ensure_future(self._cleanup(c))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _cleanup(self, c: dict[str, Any]) -> None:
+    async def _cleanup(self, c: SshCleanupRow) -> None:
         """One attempt at the remote cleanup of a deleted worker's slot. Its stored row (and so the
         slot's reservation) ends only with the attempt: a cancel (the server stopping) propagates
         before that, so the next start runs it again."""
@@ -397,7 +365,7 @@ class SshWorkers:
             log.warning("ssh worker %s: remote cleanup on %s %s: left %s; to clean by hand run on that host: %s. "
                         "Output: %s", name, c["target"], why, left, by_hand, " | ".join(lines[-3:]))
         try:
-            await self.store.write(lambda db: db.execute("DELETE FROM ssh_cleanups WHERE slot=?", (slot,)))
+            await self.store.ssh.cleanup_done(slot)
         except Exception:  # the row stays: the next start runs the cleanup again, which is harmless
             log.exception("ssh worker %s: could not record the end of the remote cleanup of slot %s; it runs "
                           "again at the next start", name, slot)

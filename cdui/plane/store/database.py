@@ -1,0 +1,602 @@
+"""The control plane's database: sqlite3 in WAL mode, one writer.
+
+Invariants (see docs/architecture.md):
+
+- **One writer.** Every write goes through :meth:`Store.write`, which hands a
+  function to the single writer thread. The writer takes every job waiting in
+  its queue, runs each in its own SAVEPOINT inside one ``BEGIN IMMEDIATE``
+  transaction (group commit), commits once, then resolves the callers'
+  futures: an event batch is acknowledged only after the commit that holds
+  it. A transaction takes at most ``BATCH_JOBS`` jobs and stops taking more
+  once they carry ``BATCH_EVENTS`` events, so a run logging flat out delays
+  other runs' events by one bounded transaction at most. A failing job
+  rolls back only itself. The event loop never blocks on sqlite; request
+  handlers never write directly.
+- **Reads** run on worker threads, each with its own connection.
+- **Events** are stored with a gapless per-run ``seq`` assigned here, and the
+  pair ``(src, src_seq)`` given by the recorder that produced them. An event
+  is accepted only as the next ``src_seq`` of its source; a repeat is a no-op
+  and a gap is refused. :meth:`append_events` returns the highest contiguous
+  ``src_seq`` stored, which is what gets acknowledged (after the commit).
+- Schema changes are numbered migrations applied in order; ``PRAGMA
+  user_version`` holds the number applied.
+- **A full disk** (see :mod:`cdui.core.diskfull`) fails the batch's jobs with
+  :class:`~cdui.core.diskfull.DiskFull`, never silently. While it lasts only
+  *essential* jobs (a run's final status) are tried, with the reserve file
+  given up to make room for them; the rest are refused at once. The writer
+  probes every ``probe_s`` seconds and resumes by itself once there is room.
+  Listeners (``on_disk_state``) hear of both changes, from the writer thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
+from cdui.core.private import make_private, private_dir
+from cdui.plane.store.migrations import migrate
+from cdui.plane.store.ssh import SshWorkerRows
+from cdui.plane.store.tokens import TokenRows
+from cdui.plane.store.workers import WorkerRows
+from cdui.wire.target import Target, parse_target, target_json
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+ACTIVE = {"running", "disconnected"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of ``runs``, as read: a snapshot, never written back (changes go
+    through :meth:`Store.update_run` and friends). JSON columns are decoded;
+    ``graph`` is None unless the read asked for it (it can be large)."""
+
+    id: str
+    status: str
+    target: Target                  # stored as target_json gives it
+    options: dict[str, Any]
+    created_at: float
+    name: str | None = None
+    graph: dict[str, Any] | None = None
+    worker_id: str | None = None
+    slot_device: str | None = None
+    queue_reason: str | None = None
+    error: str | None = None
+    late_result: dict[str, Any] | None = None
+    execution_facts: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+    last_seq: int = 0
+    disconnected_at: float | None = None
+    adopted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def without_graph(self) -> Run:
+        return replace(self, graph=None)
+
+
+# A read of runs without their graphs (they can be large): every column but ``graph``.
+_SELECT_NO_GRAPH = ("SELECT id, name, status, target, options, worker_id, slot_device, queue_reason, error, "
+                    "late_result, execution_facts, stop_requested, last_seq, disconnected_at, adopted_at, "
+                    "created_at, started_at, finished_at FROM runs")
+_JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts")
+
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
+    return dict(r) if r is not None else None
+
+
+# One transaction takes at most this many jobs, and stops taking more once its jobs carry this many
+# events: a run logging flat out queues batches of up to a thousand events, and a transaction of many
+# such batches would hold back every other run's events (and everyone's acknowledgements) behind it.
+BATCH_JOBS = 500
+BATCH_EVENTS = 4000
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop", "essential", "weight")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None,
+                 loop: asyncio.AbstractEventLoop | None, essential: bool = False, weight: int = 1) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.essential = essential
+        self.weight = weight  # rows it writes, roughly: what bounds a transaction (BATCH_EVENTS)
+
+
+class Store:
+    def __init__(self, path: Path, probe_s: float = 2.0) -> None:
+        self.path = Path(path)
+        self._q: queue.Queue[_Job | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+        self.commits = 0
+        self.reserve = Reserve(self.path.with_name(self.path.name + ".reserve"))
+        self.probe_s = probe_s
+        # Set while the disk is full: {"since": epoch seconds, "detail": sqlite's or the OS's words}.
+        self.full: dict[str, Any] | None = None
+        self.on_disk_state: list[Callable[[dict[str, Any] | None], object]] = []  # results are ignored
+        self._last_probe = 0.0
+        # The tables whose statements live in their own modules; runs, events, artifacts and
+        # uploads are this class's own methods below.
+        self.workers = WorkerRows(self)
+        self.tokens = TokenRows(self)
+        self.ssh = SshWorkerRows(self)
+
+    # -- lifecycle -------------------------------------------------------
+    def open(self) -> None:
+        if not self.path.parent.exists():
+            private_dir(self.path.parent)
+        # sqlite creates the WAL and SHM with the database's own mode, so a
+        # private database (created 0600 here, whatever the umask) keeps all
+        # three private; older files with wider bits are tightened.
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            if suffix == "" or p.exists():
+                make_private(p)
+        conn = _connect(self.path)
+        migrate(conn)
+        self._writer_conn = conn
+        if not self.reserve.make():
+            log.warning("could not set aside %d bytes next to %s: the disk is (nearly) full", self.reserve.size,
+                        self.path)
+        self._thread = threading.Thread(target=self._writer, name="sqlite-writer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread:
+            self._q.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    # -- the writer --------------------------------------------------------
+    def _writer(self) -> None:
+        conn = self._writer_conn
+        while True:
+            try:
+                job = self._q.get(timeout=self.probe_s if self.full else None)
+            except queue.Empty:
+                self._probe()
+                continue
+            if job is None:
+                conn.close()
+                return
+            jobs = [job]
+            weight = job.weight
+            stop = False
+            while len(jobs) < BATCH_JOBS and weight < BATCH_EVENTS:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                jobs.append(nxt)
+                weight += nxt.weight
+            self._run_jobs(conn, jobs)
+            if stop:
+                conn.close()
+                return
+
+    def _run_jobs(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+        if self.full:
+            self._probe()
+        refused: list[_Job] = []
+        if self.full:
+            # Keep what room there is for the writes that end runs.
+            refused = [j for j in jobs if not j.essential]
+            jobs = [j for j in jobs if j.essential]
+        results, exc = self._batch(conn, jobs) if jobs else ([], None)
+        if exc is not None and is_disk_full(exc, free_bytes(self.path.parent)):
+            self._set_full(exc)
+            essential = [j for j in jobs if j.essential]
+            refused += [j for j in jobs if not j.essential]
+            results, exc = [], None
+            if essential:
+                results, exc = self._batch(conn, essential)
+                if exc is not None and self.reserve.release():
+                    log.warning("disk full: gave up the reserve %s to store %d final status(es)",
+                                self.reserve.path, len(essential))
+                    results, exc = self._batch(conn, essential)
+                if exc is not None:
+                    log.error("disk full: even a run's final status could not be stored: %s", exc)
+                    results = [(j, None, self.disk_full_error()) for j in essential]
+                    exc = None
+        elif exc is not None:
+            log.error("sqlite commit failed: %s", exc, exc_info=exc)
+            results = [(j, None, exc) for j in jobs]
+        err = self.disk_full_error() if refused else None
+        results += [(j, None, err) for j in refused]
+        for j, res, e in results:
+            if j.future is not None and j.loop is not None:
+                j.loop.call_soon_threadsafe(_resolve, j.future, res, e)
+
+    def _batch(self, conn: sqlite3.Connection, jobs: list[_Job]
+               ) -> tuple[list[tuple[_Job, Any, BaseException | None]], BaseException | None]:
+        """One transaction, a savepoint per job; (results, None) or ([], why the batch failed)."""
+        results: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for j in jobs:
+                conn.execute("SAVEPOINT job")
+                try:
+                    res = j.fn(conn)
+                    conn.execute("RELEASE job")
+                    results.append((j, res, None))
+                except BaseException as exc:  # rolled back alone; reported to its caller
+                    if is_disk_full(exc, free_bytes(self.path.parent)):
+                        raise  # the transaction itself cannot go on
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    results.append((j, None, exc))
+            conn.execute("COMMIT")
+            self.commits += 1
+            return results, None
+        except BaseException as exc:  # the commit failed (sqlite rolled back, or we do): every job failed
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            return [], exc
+
+    def disk_full_error(self) -> DiskFull:
+        """The error for writes refused while the disk is full."""
+        return DiskFull(self.path.parent, (self.full or {}).get("detail", "no space left"))
+
+    def _set_full(self, exc: BaseException) -> None:
+        if self.full is None:
+            self.full = {"since": time.time(), "detail": str(exc)}
+            self._last_probe = time.monotonic()
+            log.error("disk full under %s (%s): refusing writes except runs' final statuses until there is "
+                      "room again", self.path.parent, exc)
+            self._tell(self.full)
+
+    def _probe(self) -> None:
+        """Is there room again? The reserve can be allocated and as much again stays free."""
+        now = time.monotonic()
+        if now - self._last_probe < self.probe_s:
+            return
+        self._last_probe = now
+        if not self.reserve.make() or free_bytes(self.path.parent) < self.reserve.size:
+            return
+        log.warning("disk space is back under %s: writes resume", self.path.parent)
+        self.full = None
+        self._tell(None)
+
+    def _tell(self, state: dict[str, Any] | None) -> None:
+        for cb in list(self.on_disk_state):
+            try:
+                cb(state)
+            except Exception:  # a listener must not stop the writer
+                log.exception("disk state listener failed")
+
+    def problems(self) -> list[dict[str, Any]]:
+        """What keeps this store from working normally, as health reports it."""
+        if not self.full:
+            return []
+        err = self.disk_full_error()
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.full["since"]))
+        return [{"code": "disk_full", "message": f"{err.message}, since {since}; new runs are refused and runs "
+                                                 f"whose events could not be stored ended failed",
+                 "hint": err.hint}]
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False, weight: int = 1) -> T:
+        """Run ``fn`` in the writer's next transaction. ``essential``: tried even while the
+        disk is full, with the reserve given up if needed (for a run's final status).
+        ``weight``: about how many rows it writes (a batch of events: their number)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._q.put(_Job(fn, fut, loop, essential, max(1, weight)))
+        return await fut
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            self._local.conn = conn
+        return conn
+
+    def read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return fn(self._reader())
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(lambda: fn(self._reader()))
+
+    # -- runs ---------------------------------------------------------------
+    # Each change of a run is its own statement: which columns a write touches is
+    # read here, never assembled from a caller's keyword names.
+    async def create_run(self, run: Run) -> None:
+        vals = (run.id, run.name, run.status, json.dumps(target_json(run.target)), json.dumps(run.options),
+                json.dumps(run.graph), run.queue_reason, run.created_at)
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO runs (id, name, status, target, options, graph, queue_reason, created_at) "
+                      "VALUES (?,?,?,?,?,?,?,?)", vals)
+        await self.write(fn)
+
+    async def set_execution_facts(self, run_id: str, facts: dict[str, Any]) -> None:
+        text = json.dumps(facts)
+        await self.write(lambda c: c.execute("UPDATE runs SET execution_facts=? WHERE id=?", (text, run_id)))
+
+    async def set_late_result(self, run_id: str, late: dict[str, Any], facts: dict[str, Any]) -> None:
+        """How a run that had already ended here really ended on its worker (and its facts saying so)."""
+        vals = (json.dumps(late), json.dumps(facts), run_id)
+        await self.write(lambda c: c.execute("UPDATE runs SET late_result=?, execution_facts=? WHERE id=?", vals))
+
+    async def mark_running(self, run_id: str) -> None:
+        """Its executor reported it running: no longer waiting for anything."""
+        await self.write(lambda c: c.execute("UPDATE runs SET status='running', queue_reason=NULL WHERE id=?",
+                                             (run_id,)))
+
+    async def mark_disconnected(self, run_id: str, at: float, adopted: bool = False) -> None:
+        """Its worker is away (``adopted``: this server restarted while the run was on it)."""
+        if adopted:
+            await self.write(lambda c: c.execute("UPDATE runs SET status='disconnected', disconnected_at=?, "
+                                                 "adopted_at=? WHERE id=?", (at, at, run_id)))
+        else:
+            await self.write(lambda c: c.execute("UPDATE runs SET status='disconnected', disconnected_at=? "
+                                                 "WHERE id=?", (at, run_id)))
+
+    async def mark_reconnected(self, run_id: str) -> None:
+        """Its worker came back holding it."""
+        await self.write(lambda c: c.execute("UPDATE runs SET status='running', disconnected_at=NULL WHERE id=?",
+                                             (run_id,)))
+
+    async def request_stop(self, run_id: str) -> None:
+        await self.write(lambda c: c.execute("UPDATE runs SET stop_requested=1 WHERE id=?", (run_id,)))
+
+    async def claim_queued_graph(self, run_id: str, worker_id: str, slot_device: str,
+                                 started_at: float) -> dict[str, Any] | None:
+        """queued -> running on ``worker_id``'s ``slot_device``, unless a stop was asked for
+        meanwhile, and the run's graph read in the same transaction (the graph is read once,
+        when the run starts); None if the claim failed."""
+        def fn(c: sqlite3.Connection) -> str | None:
+            cur = c.execute("UPDATE runs SET status='running', queue_reason=NULL, worker_id=?, slot_device=?, "
+                            "started_at=? WHERE id=? AND status='queued' AND stop_requested=0",
+                            (worker_id, slot_device, started_at, run_id))
+            if cur.rowcount != 1:
+                return None
+            return str(c.execute("SELECT graph FROM runs WHERE id=?", (run_id,)).fetchone()[0])
+        text = await self.write(fn)
+        return None if text is None else dict(json.loads(text))
+
+    async def requeue(self, run_id: str, reason: str) -> bool:
+        """running/disconnected -> queued, placement cleared; ``created_at`` is kept,
+        so first come first served puts it back at its old place."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE runs SET status='queued', worker_id=NULL, slot_device=NULL, started_at=NULL, "
+                             "disconnected_at=NULL, adopted_at=NULL, queue_reason=? "
+                             "WHERE id=? AND status IN ('running', 'disconnected')", (reason, run_id)).rowcount == 1
+        return await self.write(fn)
+
+    async def cancel_queued(self, run_id: str) -> bool:
+        """queued -> cancelled in one statement; False if the dispatcher claimed it first."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE runs SET status='cancelled' WHERE id=? AND status='queued'",
+                             (run_id,)).rowcount == 1
+        return await self.write(fn)
+
+    @staticmethod
+    def _run_from_row(r: sqlite3.Row, with_graph: bool = True) -> Run:
+        d = dict(r)
+        if not with_graph:
+            d.pop("graph", None)  # never decoded only to be dropped
+        for k in _JSON_COLUMNS:
+            if d.get(k) is not None:
+                d[k] = json.loads(d[k])
+        if not with_graph:
+            d["graph"] = None
+        d["target"] = parse_target(d["target"])
+        d["stop_requested"] = bool(d.get("stop_requested"))
+        d["execution_facts"] = d.get("execution_facts") or {}
+        return Run(**d)
+
+    async def get_run(self, run_id: str, with_graph: bool = False) -> Run | None:
+        def fn(c: sqlite3.Connection) -> Run | None:
+            if with_graph:
+                r = c.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+            else:
+                r = c.execute(_SELECT_NO_GRAPH + " WHERE id=?", (run_id,)).fetchone()
+            return None if r is None else self._run_from_row(r, with_graph)
+        return await self.read(fn)
+
+    async def list_runs(self, status: str | None = None, limit: int = 200) -> list[Run]:
+        def fn(c: sqlite3.Connection) -> list[Run]:
+            if status:
+                rows = c.execute(_SELECT_NO_GRAPH + " WHERE status=? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                                 (status, limit)).fetchall()
+            else:
+                rows = c.execute(_SELECT_NO_GRAPH + " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                                 (limit,)).fetchall()
+            return [self._run_from_row(r, with_graph=False) for r in rows]
+        return await self.read(fn)
+
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs are in each status (every run, not a page of them)."""
+        def fn(c: sqlite3.Connection) -> dict[str, int]:
+            return {str(s): int(n) for s, n in c.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")}
+        return await self.read(fn)
+
+    def runs_in_status_sync(self, statuses: set[str], with_graph: bool = False) -> list[Run]:
+        """Runs in ``statuses``, oldest first; without their graphs unless asked (they can be large)."""
+        where = f" WHERE status IN ({','.join('?' * len(statuses))}) ORDER BY created_at, rowid"
+        q = ("SELECT * FROM runs" if with_graph else _SELECT_NO_GRAPH) + where
+        return [self._run_from_row(r, with_graph) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
+
+    async def delete_run(self, run_id: str) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM runs WHERE id=?", (run_id,))
+        await self.write(fn)
+
+    # -- events -----------------------------------------------------------
+    async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
+                            assign: bool = False, essential: bool = False) -> tuple[list[dict[str, Any]], int]:
+        """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
+
+        ``assign``: the events are born here; number them after what is stored."""
+        return await self.write(lambda c: _append(c, run_id, src, events, assign), essential, len(events))
+
+    async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
+                         event: dict[str, Any] | None) -> tuple[bool, list[dict[str, Any]]]:
+        """End a run once: status, error and finished_at, plus (if given) its final status
+        event from ``src``, in one essential transaction. Returns (ended now, stored events);
+        a run that had already ended keeps its ending and gets no second final event."""
+        def fn(c: sqlite3.Connection) -> tuple[bool, list[dict[str, Any]]]:
+            cur = c.execute("UPDATE runs SET status=?, error=?, finished_at=?, queue_reason=NULL "
+                            "WHERE id=? AND finished_at IS NULL", (status, error, at, run_id))
+            if cur.rowcount != 1:
+                return False, []
+            return True, (_append(c, run_id, src, [event], True)[0] if event is not None else [])
+        return await self.write(fn, essential=True)
+
+    async def source_acked(self, run_id: str, src: str) -> int:
+        def fn(c: sqlite3.Connection) -> int:
+            a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
+            return a[0] if a else 0
+        return await self.read(fn)
+
+    async def has_final_status_from(self, run_id: str, src: str) -> bool:
+        """Whether the stored log holds a final status of the run from ``src``."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("SELECT 1 FROM run_events WHERE run_id=? AND src=? AND kind='status' AND "
+                             "json_extract(data, '$.status') IN ('succeeded', 'failed', 'cancelled', 'interrupted') "
+                             "LIMIT 1", (run_id, src)).fetchone() is not None
+        return await self.read(fn)
+
+    async def events(self, run_id: str, after: int = 0, limit: int = 10000) -> list[dict[str, Any]]:
+        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = c.execute("SELECT seq, kind, data, at FROM run_events WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
+                             (run_id, after, limit)).fetchall()
+            return [{"seq": r[0], "kind": r[1], "data": json.loads(r[2]), "at": r[3]} for r in rows]
+        return await self.read(fn)
+
+    # -- artifacts ----------------------------------------------------------
+    async def add_artifact(self, a: dict[str, Any]) -> int:
+        def fn(c: sqlite3.Connection) -> int:
+            cur = c.execute(
+                "INSERT INTO artifacts (run_id, kind, name, backend, path, relative_path, label, size, sha256,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (a["run_id"], a["kind"], a["name"], a.get("backend", "local"), a.get("path"), a.get("relative_path"),
+                 a.get("label"), a.get("size"), a.get("sha256"), time.time()))
+            return int(cur.lastrowid or 0)
+        return await self.write(fn)
+
+    async def artifacts(self, run_id: str) -> list[dict[str, Any]]:
+        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = c.execute("SELECT * FROM artifacts WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+            return [dict(r) for r in rows]
+        return await self.read(fn)
+
+    async def artifact(self, run_id: str, artifact_id: int) -> dict[str, Any] | None:
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM artifacts WHERE run_id=? AND id=?", (run_id, artifact_id)).fetchone())
+        return await self.read(fn)
+
+    async def shas_in_use(self, shas: set[str], backends: tuple[str, ...]) -> set[str]:
+        """Which of ``shas`` some artifact row of ``backends`` still names (their kept bytes stay)."""
+        wanted = sorted(shas)
+
+        def fn(c: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for i in range(0, len(wanted), 500):  # sqlite's limit on bound parameters
+                part = wanted[i:i + 500]
+                q = (f"SELECT DISTINCT sha256 FROM artifacts WHERE sha256 IN ({','.join('?' * len(part))}) "
+                     f"AND backend IN ({','.join('?' * len(backends))})")
+                found.update(r[0] for r in c.execute(q, (*part, *backends)).fetchall())
+            return found
+        return await self.read(fn)
+
+    async def artifact_replaced_by(self, path: str, sha: str, after_id: int) -> dict[str, Any] | None:
+        """The first later row of the same path with other bytes: the run that replaced the file there."""
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM artifacts WHERE path=? AND id>? AND (sha256 IS NULL OR sha256!=?) "
+                                  "ORDER BY id LIMIT 1", (path, after_id, sha)).fetchone())
+        return await self.read(fn)
+
+    # -- uploads ----------------------------------------------------------
+    async def record_upload(self, folder: str, name: str, sha256: str, size: int) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO uploads (folder, name, sha256, size, created_at) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(folder, name) DO UPDATE SET sha256=excluded.sha256, size=excluded.size, "
+                      "created_at=excluded.created_at", (folder, name, sha256, size, time.time()))
+        await self.write(fn)
+
+    async def upload(self, folder: str, name: str) -> dict[str, Any] | None:
+        def fn(c: sqlite3.Connection) -> dict[str, Any] | None:
+            return _row(c.execute("SELECT * FROM uploads WHERE folder=? AND name=?", (folder, name)).fetchone())
+        return await self.read(fn)
+
+
+# One encoder for every event: json.dumps(default=...) builds a new encoder per call.
+_encode = json.JSONEncoder(default=str).encode
+
+
+def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
+            assign: bool) -> tuple[list[dict[str, Any]], int]:
+    """The events part of a write job: accept each source's next ``src_seq`` only,
+    give each accepted event the run's next ``seq``."""
+    r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
+    if r is None:
+        raise KeyError(run_id)
+    last = r[0]
+    a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
+    acked = a[0] if a else 0
+    batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
+    stored = []
+    rows = []
+    now = time.time()
+    for ev in sorted(batch, key=lambda e: e["src_seq"]):
+        s = int(ev["src_seq"])
+        if s <= acked:
+            continue  # a replay of something already stored
+        if s != acked + 1:
+            break  # a gap: refuse the rest; the sender replays from acked + 1
+        last += 1
+        acked = s
+        data = ev.get("data") or {}
+        at = float(ev.get("at") or now)
+        rows.append((run_id, last, src, s, ev["kind"], _encode(data), at))
+        stored.append({"seq": last, "kind": ev["kind"], "data": data, "at": at})
+    if rows:
+        # One statement for the whole batch: a per-row execute() cost more than sqlite's own work.
+        c.executemany("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
+                      rows)
+    if stored:
+        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
+    c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
+              "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
+    return stored, acked
+
+
+def _resolve(fut: asyncio.Future[Any], res: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(res)

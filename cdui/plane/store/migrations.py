@@ -1,0 +1,174 @@
+"""The schema of the control plane's database, as numbered migrations.
+
+Each entry of :data:`MIGRATIONS` is applied once, in order, in its own
+``BEGIN IMMEDIATE`` transaction; ``PRAGMA user_version`` holds how many are
+applied. An entry is never changed once released (a database made by an older
+cdui must open unchanged): a schema change is a new entry at the end.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+MIGRATIONS: list[str] = [
+    # 1: runs, events, artifacts, uploads
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT,
+        status TEXT NOT NULL,
+        target TEXT NOT NULL,
+        options TEXT NOT NULL,
+        graph TEXT NOT NULL,
+        worker_id TEXT,
+        slot_device TEXT,
+        queue_reason TEXT,
+        error TEXT,
+        late_result TEXT,
+        execution_facts TEXT NOT NULL DEFAULT '{}',
+        stop_requested INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER NOT NULL DEFAULT 0,
+        disconnected_at REAL,
+        adopted_at REAL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL
+    );
+    CREATE INDEX runs_status ON runs(status);
+    CREATE TABLE run_events (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        src TEXT NOT NULL,
+        src_seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq),
+        UNIQUE (run_id, src, src_seq)
+    );
+    CREATE TABLE run_sources (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        src TEXT NOT NULL,
+        acked INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, src)
+    );
+    CREATE TABLE artifacts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        path TEXT,
+        relative_path TEXT,
+        label TEXT,
+        size INTEGER,
+        sha256 TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX artifacts_run ON artifacts(run_id);
+    CREATE TABLE uploads (
+        folder TEXT NOT NULL,
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (folder, name)
+    );
+    """,
+    # 2: workers, enrollment tokens, credentials
+    """
+    CREATE TABLE workers (
+        name TEXT PRIMARY KEY,
+        credential_hash TEXT,
+        devices TEXT NOT NULL DEFAULT '[]',
+        version TEXT,
+        drained INTEGER NOT NULL DEFAULT 0,
+        disabled INTEGER NOT NULL DEFAULT 0,
+        machine_id TEXT,
+        labels TEXT NOT NULL DEFAULT '{}',
+        last_seen REAL,
+        address TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE enroll_tokens (
+        id TEXT PRIMARY KEY,
+        secret_hash TEXT NOT NULL,
+        uses_left INTEGER NOT NULL,
+        uses_total INTEGER NOT NULL,
+        expires_at REAL NOT NULL,
+        worker TEXT,
+        revoked INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE old_credentials (
+        credential_hash TEXT PRIMARY KEY,
+        worker TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+    # 3: whether a worker's own last agent was one-shot (so after a restart runs naming it keep the
+    # one-shot queue timeout at once), and the run that agent took (NULL: none yet or none at all).
+    """
+    ALTER TABLE workers ADD COLUMN one_shot INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE workers ADD COLUMN one_shot_run TEXT
+    """,
+    # 4: an index for every listing's sort and every lookup a connection makes
+    # (GET /api/runs sorted a full scan; a worker's credential was found by scanning workers)
+    """
+    CREATE INDEX runs_created ON runs(created_at);
+    CREATE INDEX runs_status_created ON runs(status, created_at);
+    CREATE INDEX workers_credential ON workers(credential_hash);
+    """,
+    # 5: SSH workers (cdui/plane/ssh/ssh_workers.py): what to connect to, the slot, the tunnel line
+    """
+    CREATE TABLE ssh_workers (
+        name TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        port INTEGER NOT NULL DEFAULT 22,
+        identity TEXT,
+        remote_cdui TEXT NOT NULL,
+        slot INTEGER NOT NULL UNIQUE,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        forgot INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT 'connecting',
+        reason TEXT,
+        recent_output TEXT NOT NULL DEFAULT '[]',
+        remote_pid INTEGER,
+        token_id TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
+    # 6: "Share by memory" (cdui/plane/http/share_memory.py): the devices of a worker that admit runs by
+    # memory instead of slot count, a JSON list ("*": all); NULL: off
+    """
+    ALTER TABLE workers ADD COLUMN share_by_memory TEXT
+    """,
+    # 7: the remote cleanups of deleted SSH workers that have not ended (cdui/plane/ssh/ssh_workers.py): kept
+    # across a restart so the cleanup resumes and its slot stays out of use until it ends
+    """
+    CREATE TABLE ssh_cleanups (
+        slot INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        target TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        identity TEXT,
+        remote_cdui TEXT NOT NULL,
+        started_at REAL NOT NULL
+    );
+    """,
+]
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise RuntimeError(f"database schema version {version} is newer than this cdui knows "
+                           f"({len(MIGRATIONS)}); upgrade cdui or use another CODEFYUI_USER_DATA_DIR")
+    for i in range(version, len(MIGRATIONS)):
+        conn.execute("BEGIN IMMEDIATE")
+        for stmt in MIGRATIONS[i].split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version={i + 1}")
+        conn.execute("COMMIT")
+    return len(MIGRATIONS)
