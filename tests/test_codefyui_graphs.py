@@ -21,9 +21,9 @@ from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
+from cdui.nodes import offline_datasets
 from cdui.nodes.builtin.layers import DEFAULT_LAYERS
 from cdui.nodes.registry import Registry, build_registry
-from cdui.run import offline_datasets
 
 LAUNCHER = INSTALL_ROOT / "bin" / "cdui"
 
@@ -203,7 +203,8 @@ def test_training_pipeline_trains_a_sequential_model_on_mnist_from_disk(tmp_path
 
 
 def test_an_installed_preset_wins_over_an_embedded_one_of_the_same_name(registry: Registry, tmp_path: Path) -> None:
-    fake = json.loads((Path(__file__).parent.parent / "cdui" / "graph" / "builtin_presets" / "lstm_sequence.json").read_text())
+    presets = Path(__file__).parent.parent / "cdui" / "graph" / "builtin_presets"
+    fake = json.loads((presets / "lstm_sequence.json").read_text())
     fake["nodes"][1]["params"]["function"] = "relu"  # an embedded copy that differs
     graph = {"nodes": [node("start", "Start"), node("seq", "TensorCreate", shape="1,3,128", fill="randn"),
                        {"id": "lstm", "type": "preset:LSTM Sequence", "data": {}}, node("p", "Print")],

@@ -34,10 +34,10 @@ from typing import Any
 import aiohttp
 
 from cdui.core.atomic import replacing
+from cdui.core.errors import human_size
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
-from cdui.plane.sched.placement import human_size
-from cdui.run.offline_datasets import DATASETS_FOLDER
+from cdui.nodes.offline_datasets import DATASETS_FOLDER
 from cdui.wire.job import Job, JobFiles
 
 log = logging.getLogger("cdui.agent.agent")

@@ -16,7 +16,8 @@ credential apply to every instance. The control plane keeps the last
 :data:`MAX_DEPARTED` departed instances of each credential in memory, for the
 Workers list.
 
-The pure rules come first (flags, names, placement, deadlines); then
+The pure rules come first (flags, names, deadlines; placing pool runs is queue policy,
+:func:`cdui.plane.sched.queue.place_pool`); then
 :class:`OneShotBook`, the in-memory state, whose methods the run service and
 the worker manager call from one-line hooks.
 """
@@ -27,16 +28,16 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdui.core.errors import CduiError
-from cdui.plane.sched import queue as q
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.sched.placement import unreadable
+from cdui.plane.sched.queue import POOL, is_one_shot
 from cdui.plane.store import ACTIVE, Run
 from cdui.wire import protocol
+from cdui.wire.devicesets import device_matches
 
 if TYPE_CHECKING:
     from cdui.core.clock import Clock
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdui.plane.oneshot")
 
-POOL = "one-shot"
 MAX_DEPARTED = 50  # departed instances kept per credential, until the control plane restarts
 # An instance ID becomes part of a worker name and of a folder name on the agent: no dots, no slashes.
 INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -84,10 +84,6 @@ def peek_conn_name(credential: str, first: object) -> str:
     return credential
 
 
-def is_one_shot(ex: object) -> bool:
-    return bool(getattr(ex, "one_shot", False))
-
-
 def busy_reason(ex: object) -> str | None:
     """Why a one-shot executor takes no (other) run: it has its one run, or waits for its --run-id."""
     if not is_one_shot(ex):
@@ -99,35 +95,6 @@ def busy_reason(ex: object) -> str | None:
     if reserved is not None:
         return f"one-shot worker {name} takes only run {reserved} (--run-id)"
     return None
-
-
-def not_one_shot(names: list[str], executors: Mapping[str, q.ExecutorView]) -> list[str]:
-    """``any`` never goes to a one-shot worker: it would exit after that run."""
-    return [n for n in names if not is_one_shot(executors[n])]
-
-
-def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used: dict[tuple[str, str], int],
-               caps: q.Caps, needs: str = "none", reads: Sequence[str] = ()) -> q.Placement | str:
-    """A pool run's one-shot worker now, or why it waits. Executors are tried in name order;
-    the dispatch loop reads runs oldest first, so each device kind is served first come, first served."""
-    kind = q.device_kind(wanted)
-    for name in sorted(executors):
-        ex = executors[name]
-        if not is_one_shot(ex) or ex.unavailable_reason():
-            continue
-        if any(used.get((name, d), 0) for d in ex.devices()):
-            continue  # placed in this same pass: it takes one run only
-        if needs == "mount" and not ex.mounted():
-            continue
-        if unreadable(reads, ex.read_roots()):
-            continue
-        dev = q.choose_device(ex, wanted, used, caps)
-        if dev is not None:
-            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
-            return q.Placement(name, dev, backend)
-    what = "a device" if kind == "auto" else kind
-    return (f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
-            + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
 def queue_deadline(target: Any, created_at: float, timeout: float, one_shot_since: float | None,
@@ -155,7 +122,7 @@ def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str
     if run.status == "queued":
         if isinstance(run.target, dict) and run.target.get("pool") == POOL:
             wanted = run.options.get("device")
-            if any(q.device_matches(wanted, d) for d in devices):
+            if any(device_matches(wanted, d) for d in devices):
                 return None
             return f"it waits in the one-shot pool for {wanted}, which this agent does not offer ({', '.join(devices)})"
         if run.target == {"worker": name}:
@@ -325,7 +292,7 @@ class OneShotBook:
         if run is None or run.status != "queued":
             return
         wanted = run.options.get("device")
-        dev = next((d for d in executor.devices() if q.device_matches(wanted, d)), None)
+        dev = next((d for d in executor.devices() if device_matches(wanted, d)), None)
         if dev is not None:
             await manager.runs.start_on(run, executor, dev)
 

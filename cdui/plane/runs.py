@@ -49,13 +49,13 @@ from cdui.plane.files.artifact_files import (
     confine,
 )
 from cdui.plane.oneshot import OneShotBook
+from cdui.plane.sched import device_fit
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
 from cdui.plane.sched.queue import (
     DEVICE_NAME,
     ExecutorView,
     Placement,
     candidates,
-    device_kind,
     normalize_target,
     parse_caps,
     place,
@@ -67,6 +67,7 @@ from cdui.run.catalog import with_run_report
 from cdui.run.devices import detect_devices
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets
+from cdui.wire.devicesets import device_kind
 from cdui.wire.job import Job, JobFiles
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
-        self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
+        self.devicebook = device_fit.DeviceBook()  # memory needs and share-by-memory settings
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/run/spare.py)
         # The previous server was killed in the middle of its stop (plane/stopping.py): its runs end, none is adopted.
         self.killed_while_stopping = False
@@ -367,7 +368,7 @@ class RunService:
             raise CduiError("bad_options", f"record_outputs={options['record_outputs']!r} is not true or false",
                             hint='give "record_outputs": true to keep the run\'s outputs, or leave it out')
         device_set = devicesets.submit_options(options, device, isinstance(target, dict) and "pool" in target)
-        await devicesets.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
+        await device_fit.check_fit(target, device, device_set, self.executors, self.caps, self.devicebook, self.store)
         library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.

@@ -34,6 +34,7 @@ from cdui.plane import enroll, oneshot
 from cdui.plane.appkeys import S3_BACKEND
 from cdui.plane.http import api_outputs, proxies
 from cdui.plane.runs import iso
+from cdui.plane.sched import catalog_check
 from cdui.plane.sched import worker_admission as admission
 from cdui.plane.store import ACTIVE, TERMINAL, Run
 from cdui.run import catalog
@@ -126,9 +127,9 @@ class RemoteExecutor:
         if not self.conn.same_machine:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         # Checked again right before it goes: the worker may have come back with fewer types.
-        missing = catalog.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
+        missing = catalog_check.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
         if missing:
-            raise catalog.refuse_missing(self.name, missing)
+            raise catalog_check.refuse_missing(self.name, missing)
         # The stored facts, not the ones read when the run was claimed: the storage backend may have
         # added its own (the bucket of an s3 run) since.
         stored = await self.manager.store.get_run(run.id)

@@ -36,6 +36,7 @@ from cdui.core.layout import read_roots_in
 from cdui.plane import enroll
 from cdui.plane.appkeys import CLOCK, CONFIG, RUNS
 from cdui.plane.runs import STOPPED_KILLED, RunService, iso
+from cdui.plane.sched import catalog_check
 from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
 from cdui.plane.store import ACTIVE
 from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
@@ -266,7 +267,7 @@ class WorkerManager:
                                                         (h,)).fetchone())
         return row[0] if row else None
 
-    def catalog_state(self, name: str) -> catalog.CatalogState | None:
+    def catalog_state(self, name: str) -> catalog_check.CatalogState | None:
         """The connected worker's catalog against ours (None: not connected); from its hello,
         so it holds from the welcome on, before its executor is attached."""
         conn = self.conns.get(name)
@@ -274,7 +275,7 @@ class WorkerManager:
             return None
         return self.compare_catalog(conn.hello, conn.same_machine)
 
-    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog.CatalogState:
+    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog_check.CatalogState:
         """A worker's catalog against ours. An agent on this machine runs its jobs with the control
         plane's own plugin and custom-node folders (the job keeps the local paths), so those types
         count as its own whatever its helper, reading its own data folder, saw."""
@@ -284,7 +285,7 @@ class WorkerManager:
             types = set(reported.get("types") or []) | local
             reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,
                                                                                         "types": sorted(types)}
-        return catalog.compare(self.own_catalog, reported, hello.catalog_error)
+        return catalog_check.compare(self.own_catalog, reported, hello.catalog_error)
 
     async def check_target(self, target: Any, graph: Any, files: Any) -> None:
         if not (isinstance(target, dict) and "worker" in target):
@@ -296,10 +297,10 @@ class WorkerManager:
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
         if isinstance(graph, dict):
             library = await asyncio.to_thread(self.runs.preset_library)  # reads files: off the event loop
-            missing = catalog.missing_types(self.catalog_state(name), graph, library,
+            missing = catalog_check.missing_types(self.catalog_state(name), graph, library,
                                             self.runs.registry.preset_params)
             if missing:
-                raise catalog.refuse_missing(name, missing)
+                raise catalog_check.refuse_missing(name, missing)
         conn = self.conns.get(name)
         row = rows.get(name) or rows.get(name.rpartition(".")[0])  # an instance has its credential's mounts
         labels = conn.labels if conn is not None else json.loads((row or {}).get("labels") or "{}")

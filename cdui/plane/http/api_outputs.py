@@ -6,7 +6,7 @@ asks the worker over its connection (``outputs_request``) and waits up to
 ``CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S`` on the app's clock for its
 ``outputs_answer``; a worker that is not connected, goes away or is slow
 answers ``504`` with what happened. The answer was rebuilt field by field
-and bounded when it was parsed (:func:`cdui.run.outputs.clean_summary`), and no
+and bounded when it was parsed (:func:`cdui.wire.node_outputs.clean_summary`), and no
 path from it is ever opened here.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from cdui.plane.appkeys import CLOCK, CONFIG, STORE, WORKERS
 from cdui.plane.drawing import drawing
 from cdui.run import outputs
 from cdui.wire import protocol
+from cdui.wire.node_outputs import MAX_NODE_ID, clean_summary
 
 MAX_PENDING = 64  # requests waiting on one worker's answers at once
 
@@ -146,9 +147,9 @@ async def list_outputs(request: web.Request) -> web.Response:
 async def node_outputs(request: web.Request) -> web.Response:
     run = await _run(request)
     node_id = request.match_info["node_id"]
-    if len(node_id) > outputs.MAX_NODE_ID:
+    if len(node_id) > MAX_NODE_ID:
         raise CduiError("bad_node_id", f"a node id of {len(node_id)} characters is over the limit of "
-                                       f"{outputs.MAX_NODE_ID}")
+                                       f"{MAX_NODE_ID}")
     missing = NotFound("recorded outputs of node", node_id,
                        hint=f"GET /api/runs/{run.id}/outputs lists the nodes with recorded outputs")
     if not run.options.get("record_outputs"):
@@ -162,7 +163,7 @@ async def node_outputs(request: web.Request) -> web.Response:
                                           run.id, node_id)
         if summary is None:
             raise missing
-        return web.json_response({"run_id": run.id, "worker": None, **outputs.clean_summary(summary, node_id)})
+        return web.json_response({"run_id": run.id, "worker": None, **clean_summary(summary, node_id)})
     answer = await ask(request.app, where, run.id, node_id)
     if answer.error is not None:
         raise CduiError("outputs_not_on_worker", f"worker {where}: {answer.error}", status=404)

@@ -80,8 +80,12 @@ class WorkerRoutes:
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
     def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
+        """The sync fields of a worker's card: none while it is not connected."""
         state = self.m.catalog_state(name) if conn is not None else None
-        return catalog.card(state, conn.hello.fingerprint if state is not None else None)
+        if state is None:
+            return {"degraded": False, "catalog": None, "fingerprint": None}
+        return {"degraded": state.degraded, "catalog": state.to_api(),
+                "fingerprint": catalog.summary(conn.hello.fingerprint)}
 
     async def create_token(self, request: web.Request) -> web.Response:
         body = await read_object(request, DEFAULT_LIMIT)
