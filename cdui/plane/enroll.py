@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import secrets
@@ -150,7 +151,6 @@ def enroll(c: sqlite3.Connection, token: str, name: str | None, devices: list[st
 
 
 def _json(v: Any) -> str:
-    import json
     return json.dumps(v)
 
 

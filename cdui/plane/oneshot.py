@@ -30,20 +30,15 @@ import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from cdui.core.clock import Clock
 from cdui.core.errors import CduiError
 from cdui.plane.sched import worker_admission as admission
 from cdui.plane.sched.queue import POOL, is_one_shot
-from cdui.plane.store import ACTIVE, Run
+from cdui.plane.store import ACTIVE, Run, Store
 from cdui.wire import protocol
 from cdui.wire.devicesets import device_matches
-
-if TYPE_CHECKING:
-    from cdui.core.clock import Clock
-    from cdui.plane.runs import RunService
-    from cdui.plane.worker_session import RemoteExecutor
-    from cdui.plane.workers import WorkerManager
 
 log = logging.getLogger("cdui.plane.oneshot")
 
@@ -133,6 +128,55 @@ def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str
     return f"it is {run.status}" + (f" on worker {run.worker_id}" if run.worker_id else "")
 
 
+# -- what the book uses of its owners ------------------------------------------------
+# The run service owns the book and the worker manager and its sessions call it, so this module
+# names them by these ports instead of importing their modules (which import this one).
+class RunPort(Protocol):
+    """The run service (:class:`cdui.plane.runs.RunService`)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def executors(self) -> Mapping[str, Any]: ...
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]: ...
+
+    async def finish(self, run_id: str, status: str, error: str | None) -> None: ...
+
+    def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]: ...
+
+    def detach_executor(self, name: str) -> None: ...
+
+    async def start_on(self, run: Run, executor: Any, device: str) -> None: ...
+
+
+class ManagerPort(Protocol):
+    """The worker manager (:class:`cdui.plane.workers.WorkerManager`); ``conns`` holds its
+    :class:`cdui.plane.worker_session.Conn` objects."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def runs(self) -> RunPort: ...
+    @property
+    def conns(self) -> dict[str, Any]: ...
+
+
+class ExecutorPort(Protocol):
+    """A connected worker (:class:`cdui.plane.worker_session.RemoteExecutor`); ``conn`` is its Conn."""
+
+    name: str
+    credential: str
+    one_shot: bool
+    taken: str | None
+    reserved: str | None
+
+    @property
+    def conn(self) -> Any: ...
+
+    def devices(self) -> list[str]: ...
+
+
 @dataclass
 class Departed:
     name: str
@@ -158,7 +202,7 @@ class OneShotBook:
     _timer_at: float | None = None
 
     # -- the run service's hooks -------------------------------------------------------
-    async def load(self, service: RunService) -> None:
+    async def load(self, service: RunPort) -> None:
         """At start: the workers whose own last agent was one-shot; their runs' countdown starts now."""
         now = self.clock.time()
         rows = await service.store.read(lambda c: [r[0] for r in c.execute("SELECT name FROM workers "
@@ -166,7 +210,7 @@ class OneShotBook:
         for name in rows:
             self.one_shot_since.setdefault(name, now)
 
-    async def names_instance(self, service: RunService, name: str) -> bool:
+    async def names_instance(self, service: RunPort, name: str) -> bool:
         """Whether ``name`` is ``<credential>.<ID>`` of an enrolled credential (not a credential itself)."""
         if name not in self.instance_names:
             base, dot, inst = name.rpartition(".")
@@ -178,7 +222,7 @@ class OneShotBook:
             self.instance_names[name] = found
         return self.instance_names[name]
 
-    async def expire(self, service: RunService, run: Run, wake: Callable[[], None]) -> bool:
+    async def expire(self, service: RunPort, run: Run, wake: Callable[[], None]) -> bool:
         """End a queued run whose one-shot wait is over (True), or arm the timer for it."""
         target = run.target
         named = target.get("worker") if isinstance(target, dict) else None
@@ -196,7 +240,7 @@ class OneShotBook:
         self._arm(deadline, service, wake)
         return False
 
-    def _arm(self, deadline: float, service: RunService, wake: Callable[[], None]) -> None:
+    def _arm(self, deadline: float, service: RunPort, wake: Callable[[], None]) -> None:
         if self._timer is not None and not self._timer.done() and self._timer_at is not None \
                 and self._timer_at <= deadline:
             return
@@ -210,7 +254,7 @@ class OneShotBook:
             wake()
         self._timer = service.spawn(fire())
 
-    async def refuse_record_outputs(self, service: RunService, target: Any, record_outputs: bool) -> None:
+    async def refuse_record_outputs(self, service: RunPort, target: Any, record_outputs: bool) -> None:
         if not record_outputs:
             return
         named = target.get("worker") if isinstance(target, dict) else None
@@ -224,7 +268,7 @@ class OneShotBook:
                             hint="turn record_outputs off, or queue the run on a long-running worker or local")
 
     # -- the worker manager's hooks ------------------------------------------------------
-    async def admit(self, accept: admission.Accept, manager: WorkerManager) -> admission.Decision:
+    async def admit(self, accept: admission.Accept, manager: ManagerPort) -> admission.Decision:
         """Admission, one-shot part: flags, the instance's name, one agent per name, ``--run-id``."""
         hello = accept.hello
         problem = flag_problem(hello)
@@ -255,7 +299,7 @@ class OneShotBook:
                 return admission.Refuse("bad_run_id", msg, name, msg)
         return replace(accept, name=name)
 
-    async def connected(self, manager: WorkerManager, executor: RemoteExecutor, credential: str) -> None:
+    async def connected(self, manager: ManagerPort, executor: ExecutorPort, credential: str) -> None:
         """A one-shot agent (or a normal one, which clears the mark) came: mark its executor
         and remember, on the credential's own row only, what kind its last agent was."""
         hello = executor.conn.hello
@@ -283,7 +327,7 @@ class OneShotBook:
             await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=NULL WHERE name=?",
                                                           (credential,)))
 
-    async def start_wanted(self, manager: WorkerManager, executor: RemoteExecutor) -> None:
+    async def start_wanted(self, manager: ManagerPort, executor: ExecutorPort) -> None:
         """``--run-id``: start exactly that run on the agent now, wherever it is in the queue."""
         run_id = executor.reserved
         if run_id is None or executor.taken is not None:
@@ -296,7 +340,7 @@ class OneShotBook:
         if dev is not None:
             await manager.runs.start_on(run, executor, dev)
 
-    async def took(self, manager: WorkerManager, executor: RemoteExecutor, run_id: str) -> None:
+    async def took(self, manager: ManagerPort, executor: ExecutorPort, run_id: str) -> None:
         """A one-shot worker was given its run: it takes no other one."""
         if not executor.one_shot:
             return
@@ -306,7 +350,7 @@ class OneShotBook:
             await manager.store.write(lambda c: c.execute("UPDATE workers SET one_shot_run=? WHERE name=?",
                                                           (run_id, executor.credential)))
 
-    def gone(self, executor: RemoteExecutor) -> None:
+    def gone(self, executor: ExecutorPort) -> None:
         """An instance's agent left: one line in its credential's list of departed instances."""
         hello = executor.conn.hello
         if not executor.one_shot or hello.instance is None:
@@ -314,7 +358,7 @@ class OneShotBook:
         rows = self.departed.setdefault(executor.credential, deque(maxlen=MAX_DEPARTED))
         rows.append(Departed(executor.name, hello.instance, executor.taken, self.clock.time()))
 
-    def card(self, credential: str, row: Mapping[str, Any], manager: WorkerManager,
+    def card(self, credential: str, row: Mapping[str, Any], manager: ManagerPort,
              iso: Callable[[float | None], str | None]) -> dict[str, Any]:
         """What the Workers list adds to a credential's card: its one-shot mark and its instances."""
         live = [c for c in manager.conns.values() if not c.ws.closed and c.hello.instance is not None
@@ -333,7 +377,7 @@ class OneShotBook:
         }
         return out
 
-    async def remove_instance(self, name: str, manager: WorkerManager) -> dict[str, Any] | None:
+    async def remove_instance(self, name: str, manager: ManagerPort) -> dict[str, Any] | None:
         """``DELETE /api/workers/<credential>.<ID>``: a departed instance's row goes; a live one
         cannot go alone (its agent would reconnect with the credential). None: not an instance."""
         base, dot, inst = name.rpartition(".")
@@ -352,7 +396,7 @@ class OneShotBook:
         self.departed[base] = deque((d for d in rows if d.name != name), maxlen=MAX_DEPARTED)
         return {"removed": name, "instance": True}
 
-    async def revoke_instances(self, credential: str, manager: WorkerManager) -> None:
+    async def revoke_instances(self, credential: str, manager: ManagerPort) -> None:
         """The credential was removed: every instance is disconnected, its run ends ``interrupted``,
         and runs waiting for any instance fail."""
         prefix = f"{credential}."
@@ -376,9 +420,9 @@ class OneShotBook:
         self.one_shot_since.pop(credential, None)
         self.instance_names = {k: v for k, v in self.instance_names.items() if not k.startswith(prefix)}
 
-    def set_drain(self, credential: str, drain: bool, manager: WorkerManager) -> None:
+    def set_drain(self, credential: str, drain: bool, manager: ManagerPort) -> None:
         """Drain is the credential's: it applies to every instance."""
         for ex in list(manager.runs.executors.values()):
             if getattr(ex, "credential", None) == credential and getattr(ex, "one_shot", False):
-                ex.drained = drain  # type: ignore[attr-defined]
+                ex.drained = drain
 

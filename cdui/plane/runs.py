@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from aiohttp import web
+
 from cdui.core import event_size
 from cdui.core.clock import Clock, SystemClock
 from cdui.core.config import Config
@@ -123,6 +125,10 @@ class FileStore(Protocol):
     async def artifact_row(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any] | str | None: ...
 
     async def cleanup(self, run: Run, by_retention: bool) -> str | None: ...
+
+    async def on_worker_resumed(self, run_ids: list[str]) -> None:
+        """A worker reconnected and continues ``run_ids``: their bucket credentials may come from a
+        control plane that is gone."""
 
 
 class Executor(ExecutorView, Protocol):
@@ -918,6 +924,10 @@ class RunService:
             s.discard(q)
             if not s:
                 self.subscribers.pop(run_id, None)
+
+
+# The run service in the control plane's app (cdui.plane.server.build_app makes it).
+RUNS: web.AppKey[RunService] = web.AppKey("runs")
 
 
 def _text(v: Any, limit: int = 4096) -> str | None:

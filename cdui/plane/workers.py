@@ -34,8 +34,8 @@ from cdui.core.config import machine_id
 from cdui.core.errors import CduiError
 from cdui.core.layout import read_roots_in
 from cdui.plane import enroll
-from cdui.plane.appkeys import CLOCK, CONFIG, RUNS
-from cdui.plane.runs import STOPPED_KILLED, RunService, iso
+from cdui.plane.appkeys import CLOCK, CONFIG
+from cdui.plane.runs import RUNS, STOPPED_KILLED, RunService, iso
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
 from cdui.plane.store import ACTIVE
@@ -316,3 +316,9 @@ class WorkerManager:
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)
+
+
+# The worker manager in the control plane's app (cdui.plane.server.build_app makes it).
+WORKERS: web.AppKey[WorkerManager] = web.AppKey("workers")
+
+

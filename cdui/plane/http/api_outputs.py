@@ -13,60 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import weakref
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.plane.appkeys import CLOCK, CONFIG, STORE, WORKERS
+from cdui.plane.appkeys import CLOCK, CONFIG, STORE
 from cdui.plane.drawing import drawing
+from cdui.plane.workers import WORKERS
 from cdui.run import outputs
 from cdui.wire import protocol
 from cdui.wire.node_outputs import MAX_NODE_ID, clean_summary
 
 MAX_PENDING = 64  # requests waiting on one worker's answers at once
-
-
-class Pending:
-    """The outputs requests of one worker connection that wait for their answers."""
-
-    def __init__(self) -> None:
-        self.waiting: dict[str, asyncio.Future[protocol.OutputsAnswer]] = {}
-
-    def answered(self, msg: protocol.OutputsAnswer) -> None:
-        fut = self.waiting.pop(msg.request_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
-
-    def gone(self) -> None:
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.cancel()
-        self.waiting.clear()
-
-
-# One per open connection, keyed by its WebSocket: it goes with the connection.
-_PENDING: weakref.WeakKeyDictionary[Any, Pending] = weakref.WeakKeyDictionary()
-
-
-def _pending(conn: Any) -> Pending:
-    p = _PENDING.get(conn.ws)
-    if p is None:
-        p = _PENDING[conn.ws] = Pending()
-    return p
-
-
-def answered(conn: Any, msg: protocol.OutputsAnswer) -> None:
-    """The worker session's hook: an ``outputs_answer`` arrived on ``conn``."""
-    _pending(conn).answered(msg)
-
-
-def gone(conn: Any) -> None:
-    """The worker session's hook: ``conn`` closed, so nothing waits for its answers any longer."""
-    p = _PENDING.pop(conn.ws, None)
-    if p is not None:
-        p.gone()
 
 
 def _offline(worker: str) -> CduiError:
@@ -79,7 +38,7 @@ async def ask(app: web.Application, worker: str, run_id: str, node_id: str | Non
     conn = app[WORKERS].conns.get(worker)
     if conn is None or conn.ws.closed:
         raise _offline(worker)
-    pending = _pending(conn)
+    pending = conn.outputs
     if len(pending.waiting) >= MAX_PENDING:
         raise CduiError("worker_busy", f"{MAX_PENDING} requests for recorded outputs already wait on worker "
                                        f"{worker}", hint="retry when they are answered", status=503)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,12 +18,11 @@ from cdui import __version__
 from cdui.core import trust
 from cdui.core.errors import CduiError, NotFound
 from cdui.plane import enroll
-from cdui.plane.appkeys import WORKERS
 from cdui.plane.http import proxies
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.plane.runs import iso
 from cdui.plane.ssh import ssh_workers
-from cdui.plane.workers import WorkerManager
+from cdui.plane.workers import WORKERS, WorkerManager
 from cdui.run import catalog
 from cdui.wire import protocol
 from cdui.wire.same_machine import Verdict
@@ -243,7 +243,6 @@ class WorkerRoutes:
 
 def _own_addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses, as far as its host name tells."""
-    import socket
     try:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
     except OSError:
