@@ -35,11 +35,13 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from cdui import __version__
+from cdui.agent.agent_files import RunFiles
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
 from cdui.core import exit_codes
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
+from cdui.core.config import load
 from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 from cdui.run import catalog, outputs, runner
@@ -107,13 +109,30 @@ class AgentRun:
         return self.handle is not None and not self.handle.done
 
 
+async def outputs_answer(store_root: Path, msg: protocol.OutputsRequest) -> protocol.OutputsAnswer:
+    """The answer to the control plane's ``outputs_request``, read from this agent's own store."""
+    try:
+        if msg.node_id is None:
+            nodes = await asyncio.to_thread(outputs.list_nodes, store_root, msg.run_id)
+            if nodes is None:
+                return protocol.OutputsAnswer(msg.request_id, msg.run_id, None,
+                                              error=f"no recorded outputs of run {msg.run_id} are kept here "
+                                                    "(never recorded, or dropped to stay within "
+                                                    "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB)")
+            return protocol.OutputsAnswer(msg.request_id, msg.run_id, None, nodes=nodes)
+        summary = await asyncio.to_thread(outputs.read_node, store_root, msg.run_id, msg.node_id)
+        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id, summary=summary)
+    except (OSError, ValueError) as exc:
+        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id,
+                                      error=f"reading the recorded outputs failed: {type(exc).__name__}: {exc}")
+
+
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
                  status_file: Path | None = None, config: Any = None, trust: Trust | None = None,
                  on_connected: Callable[[], None] | None = None, one_shot: OneShot | None = None,
                  uds: str | None = None) -> None:
-        from cdui.core.config import load
         self.config = config if config is not None else load()
         # One certificate check for enrollment, /ws/worker and every file transfer (cdui/core/trust.py).
         self.trust = trust or Trust()
@@ -467,7 +486,7 @@ class Agent:
             log.warning("unexpected %r message from the control plane after the welcome", msg.type)
 
     async def _answer_outputs(self, msg: protocol.OutputsRequest) -> None:
-        answer = await outputs.agent_answer(outputs.store_dir(self.user_data), msg)
+        answer = await outputs_answer(outputs.store_dir(self.user_data), msg)
         ws = self.ws
         if ws is not None and not ws.closed:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -477,7 +496,6 @@ class Agent:
         if run_id in self.runs:
             log.warning("run %s assigned twice; ignoring the second assignment", run_id)
             return
-        from cdui.agent.agent_files import RunFiles
         spool = RunSpool(self.spool_root, run_id)
         spool.write_state({"run_id": run_id, "finished": False, "started_at": time.time()})
         r = AgentRun(run_id, spool)

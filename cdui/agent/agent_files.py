@@ -33,12 +33,15 @@ from typing import Any
 
 import aiohttp
 
+from cdui.agent.s3_agent import S3RunFiles
 from cdui.core.atomic import replacing
+from cdui.core.backoff import backoff_delays
 from cdui.core.errors import human_size
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
 from cdui.nodes.offline_datasets import DATASETS_FOLDER
 from cdui.wire.job import Job, JobFiles
+from cdui.wire.s3 import S3Credentials
 
 log = logging.getLogger("cdui.agent.agent")
 RETRY_STATUSES = {502, 503, 504}
@@ -130,8 +133,6 @@ class RunFiles:
                        plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
 
     def _s3_from(self, job: Job) -> None:
-        from cdui.agent.s3_agent import S3RunFiles
-        from cdui.wire.s3 import S3Credentials
         if job.files.s3 is None or job.s3_credentials is None:
             raise RuntimeError("the control plane sent an s3 run without its bucket or credentials")
         self.s3 = S3RunFiles(self.run_id, job.files.s3, S3Credentials.from_dict(job.s3_credentials),
@@ -399,5 +400,4 @@ class RunFiles:
 
 
 def _delays(start: float = 1.0, cap: float = 60.0):
-    from cdui.core.backoff import backoff_delays
     return backoff_delays(start, cap)

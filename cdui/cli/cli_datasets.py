@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from cdui.cli.cli_util import _die
+from cdui.core.config import load
 from cdui.nodes.offline_datasets import NAMES, import_archive, missing_files, spec
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from cdui.core.config import load
-
     root = load().layout.data_dir
     name = args.name
     for raw in args.archives:

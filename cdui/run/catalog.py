@@ -30,12 +30,14 @@ import platform
 import subprocess
 import sys
 import tomllib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdui import __version__
+from cdui.nodes.registry import build_registry
 from cdui.wire import devicesets
 
 log = logging.getLogger("cdui.run.catalog")
@@ -193,10 +195,8 @@ class Probe:
 
 
 def _helper_main(argv: list[str]) -> int:
-    import warnings
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    from cdui.nodes.registry import build_registry
     custom = Path(argv[0]) if len(argv) > 0 and argv[0] else None
     plugins = Path(argv[1]) if len(argv) > 1 and argv[1] else None
     registry = build_registry(custom, plugins)

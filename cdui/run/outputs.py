@@ -27,7 +27,6 @@ The executor of each machine fills in where its store is and its limits
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
@@ -47,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from cdui.core.atomic import atomic_write
-from cdui.wire import protocol
 from cdui.wire.node_outputs import (
     MAX_NODE_ID,
     MAX_NODES,
@@ -361,24 +359,6 @@ def read_node(root: Path, run_id: str, node_id: str) -> dict[str, Any] | None:
         return None
     summary = _read_json(path, MAX_SUMMARY_BYTES)
     return summary if isinstance(summary, dict) and summary.get("node_id") == node_id else None
-
-
-async def agent_answer(store_root: Path, msg: Any) -> Any:
-    """On the agent: the answer to the control plane's request, read from this agent's own store."""
-    try:
-        if msg.node_id is None:
-            nodes = await asyncio.to_thread(list_nodes, store_root, msg.run_id)
-            if nodes is None:
-                return protocol.OutputsAnswer(msg.request_id, msg.run_id, None,
-                                              error=f"no recorded outputs of run {msg.run_id} are kept here "
-                                                    "(never recorded, or dropped to stay within "
-                                                    "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB)")
-            return protocol.OutputsAnswer(msg.request_id, msg.run_id, None, nodes=nodes)
-        summary = await asyncio.to_thread(read_node, store_root, msg.run_id, msg.node_id)
-        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id, summary=summary)
-    except (OSError, ValueError) as exc:
-        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id,
-                                      error=f"reading the recorded outputs failed: {type(exc).__name__}: {exc}")
 
 
 def forget_run(root: Path, run_id: str) -> None:

@@ -40,6 +40,7 @@ from cdui.core import event_size
 from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append, user_umask
 from cdui.graph.secrets import environment_secrets, redact_text, redact_value
+from cdui.run import outputs
 from cdui.run.spare import SparePool
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
@@ -382,7 +383,6 @@ class RunHandle:
 
 
 def _write_timeout(job: Job) -> float:
-    from cdui.run import outputs
     try:
         return max(0.0, float(job.options.get(outputs.OPT_TIMEOUT) or 0.0))
     except (TypeError, ValueError):

@@ -21,6 +21,10 @@ from typing import Any
 
 from cdui.wire.s3 import check_target
 
+# Variables a warm spare run process (cdui.run.spare) is started without, since they differ per run;
+# it gets them on its handover line, before its job.
+DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
+
 Secret = tuple[tuple[Any, ...], Any]  # (path into the graph, value)
 
 BACKENDS = (None, "mount", "transfer", "s3")
