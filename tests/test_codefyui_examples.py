@@ -202,7 +202,7 @@ def test_dataset_on_a_workers_transfer_run_reads_the_machines_data_folder(regist
                                                                          tmp_path: Path) -> None:
     """A worker's transfer run has a fresh data folder of its own; the datasets stay in
     the machine's data folder, which the run's layout names as ``datasets``."""
-    from cdui.run.offline_datasets import DATASETS_FOLDER
+    from cdui.nodes.offline_datasets import DATASETS_FOLDER
     from codefyui_example_data import write_mnist
 
     machine = tmp_path / "machine-data"

@@ -21,9 +21,9 @@ from cdui.graph.context import RunContext
 from cdui.graph.executor import Executor
 from cdui.graph.presets import preset_library
 from cdui.graph.validate import validate_graph
+from cdui.nodes import offline_datasets
 from cdui.nodes.builtin.layers import DEFAULT_LAYERS
 from cdui.nodes.registry import Registry, build_registry
-from cdui.run import offline_datasets
 
 LAUNCHER = INSTALL_ROOT / "bin" / "cdui"
 

@@ -178,7 +178,7 @@ def test_transform_resize_agrees_with_pillows_within_one_level(ctx: RunContext, 
 
 
 def test_transform_on_the_offline_dataset_gets_its_8_bit_images(ctx: RunContext) -> None:
-    from cdui.run.offline_datasets import OfflineImageDataset
+    from cdui.nodes.offline_datasets import OfflineImageDataset
 
     images = torch.arange(2 * 4 * 4, dtype=torch.uint8).reshape(2, 4, 4) * 7
     ds = OfflineImageDataset(images, torch.tensor([3, 1]), [str(i) for i in range(10)], "MNIST", "train")

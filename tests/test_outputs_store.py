@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from cdui.run import outputs
+from cdui.wire import node_outputs
 
 MiB = 1024 * 1024
 
@@ -22,7 +23,7 @@ MiB = 1024 * 1024
 def _png_pixels(b64: str) -> tuple[int, int, int, bytes]:
     """(width, height, PNG colour type, pixels) of one of our PNGs, decoded by hand."""
     data = base64.b64decode(b64)
-    assert data[:8] == outputs.PNG_MAGIC
+    assert data[:8] == node_outputs.PNG_MAGIC
     width, height, depth, color = struct.unpack(">IIBB", data[16:26])
     assert depth == 8
     idat = data[data.index(b"IDAT") + 4:data.index(b"IEND") - 8]
@@ -119,11 +120,11 @@ def test_what_is_read_back_is_only_ours(tmp_path):
 def test_a_workers_summary_is_rebuilt_or_refused(change, error):
     good = {"node_id": "n", "type": "T", "outputs": [{"port": "p", "kind": "tensor", "shape": [2], "min": 1}],
             "path": "/etc/passwd"}
-    assert outputs.clean_summary(good, "n") == {"node_id": "n", "type": "T", "outputs": [
+    assert node_outputs.clean_summary(good, "n") == {"node_id": "n", "type": "T", "outputs": [
         {"port": "p", "kind": "tensor", "shape": [2], "min": 1.0}]}
     bad = json.loads(json.dumps(good))
     bad["outputs"][0].update(change)
     with pytest.raises(ValueError, match=error):
-        outputs.clean_summary(bad, "n")
+        node_outputs.clean_summary(bad, "n")
     with pytest.raises(ValueError, match="another node"):
-        outputs.clean_summary(good, "m")
+        node_outputs.clean_summary(good, "m")

@@ -147,8 +147,8 @@ def test_mounted_worker_comes_first(tmp_path: Path, moto: MotoServer) -> None:
             await mounted.connect()
             # The control plane's own machine offers its data folder to a worker there: a mounted worker.
             assert plane.app is not None
-            from cdui.plane import appkeys
-            conn = plane.app[appkeys.WORKERS].conns["w2"]
+            from cdui.plane.workers import WORKERS
+            conn = plane.app[WORKERS].conns["w2"]
             conn.labels = {"data": str(tmp_path / "data")}
             run_id = (await plane.call("POST", "/api/runs", {"graph": iris_on_upload(), "options": {"target": "any"}},
                                        expect=201))["id"]

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from cdui.nodes.registry import build_registry
+from cdui.nodes.registry import build_registry, hidden_types
+from cdui.plane.sched import catalog_check as check
+from cdui.plane.sched.catalog_check import CatalogState
 from cdui.run import catalog
-from cdui.run.catalog import CatalogState
 from cdui.wire import protocol
 
 # The built-in registry says which params run a preset (Map's subgraph; not Conv2dKernel's preset).
@@ -33,7 +34,7 @@ def n(nid: str, ntype: str, **params: Any) -> dict[str, Any]:
     (None, CatalogState(False, error="boom")),
 ])
 def test_compare(worker: Any, expected: CatalogState) -> None:
-    assert catalog.compare(OWN, worker, "boom" if worker is None else None) == expected
+    assert check.compare(OWN, worker, "boom" if worker is None else None) == expected
 
 
 def test_a_degraded_worker_always_says_why() -> None:
@@ -42,19 +43,19 @@ def test_a_degraded_worker_always_says_why() -> None:
     from cdui.cli.cli_workers import catalog_lines
     for worker in ({"types": ["A"], "hash": "h"}, {"types": ["A", "B", "Map", "p:X"], "hash": "h"},
                    {"types": ["A", "B", "Map"], "hash": "h"}, OWN):
-        api = catalog.compare(OWN, worker).to_api()
+        api = check.compare(OWN, worker).to_api()
         assert api["degraded"] == bool(api["lacking"] or api["extra"]), api
-    api = catalog.compare(OWN, {"types": ["A"], "hash": "h"}).to_api()
+    api = check.compare(OWN, {"types": ["A"], "hash": "h"}).to_api()
     assert catalog_lines({"degraded": True, "catalog": api}) == [
         "  degraded: node catalog differs: lacks B, Map (`any` skips it; runs using those types are refused)"]
-    api = catalog.compare(OWN, {"types": ["A", "B", "Map", "p:X"], "hash": "h"}).to_api()
+    api = check.compare(OWN, {"types": ["A", "B", "Map", "p:X"], "hash": "h"}).to_api()
     assert catalog_lines({"degraded": True, "catalog": api}) == ["  degraded: node catalog differs: has extra p:X"]
-    api = catalog.compare(OWN, {"types": ["A", "B", "Map"], "hash": "h"}).to_api()
+    api = check.compare(OWN, {"types": ["A", "B", "Map"], "hash": "h"}).to_api()
     assert (api["state"], api["degraded"]) == ("ok", False)
     assert catalog_lines({"degraded": False, "catalog": api}) == [
         "  catalog: the worker has the same node types, but some are defined otherwise (its node catalog's hash "
         "differs): a plugin or custom node of another version?"]
-    assert catalog_lines({"degraded": False, "catalog": catalog.compare(OWN, OWN).to_api()}) == []
+    assert catalog_lines({"degraded": False, "catalog": check.compare(OWN, OWN).to_api()}) == []
 
 
 class _Described:
@@ -82,13 +83,13 @@ def test_the_catalog_hash_ignores_which_extras_this_machine_has() -> None:
 
 @pytest.mark.parametrize("state, expected", [
     (None, None),  # the control plane itself
-    (catalog.compare(OWN, OWN), None),
-    (catalog.compare(OWN, {"types": ["A", "B", "Map", "p:X"], "hash": "h"}), None),  # extra only: still `any`
-    (catalog.compare(OWN, {"types": ["A"], "hash": "h"}), "worker w1 is degraded: it lacks B, Map"),
-    (catalog.compare(OWN, None), "worker w1 reported no node catalog (`any` skips it)"),
+    (check.compare(OWN, OWN), None),
+    (check.compare(OWN, {"types": ["A", "B", "Map", "p:X"], "hash": "h"}), None),  # extra only: still `any`
+    (check.compare(OWN, {"types": ["A"], "hash": "h"}), "worker w1 is degraded: it lacks B, Map"),
+    (check.compare(OWN, None), "worker w1 reported no node catalog (`any` skips it)"),
 ])
 def test_any_refusal(state: CatalogState | None, expected: str | None) -> None:
-    assert catalog.any_refusal("w1", state) == expected
+    assert check.any_refusal("w1", state) == expected
 
 
 def test_graph_types_expand_presets_subgraphs_and_the_presets_map_runs() -> None:
@@ -99,15 +100,15 @@ def test_graph_types_expand_presets_subgraphs_and_the_presets_map_runs() -> None
     g = {"nodes": [n("s", "Start"), n("p", "preset:lib1"), n("own", "preset:embedded"),
                    n("map", "Map", subgraph="mapped"), n("k", "Conv2dKernel", preset="unused")],
          "presets": [{"preset_name": "embedded", "nodes": [n("e", "Embedded")]}]}
-    assert catalog.graph_types(g, library, PRESET_PARAMS) == {"Start", "Map", "FromLib", "Deep", "MappedOnly",
+    assert check.graph_types(g, library, PRESET_PARAMS) == {"Start", "Map", "FromLib", "Deep", "MappedOnly",
                                                               "Embedded", "Conv2dKernel"}
 
 
 def test_missing_types_only_for_a_degraded_worker_with_a_catalog() -> None:
     g = {"nodes": [n("a", "A"), n("b", "B")]}
-    assert catalog.missing_types(catalog.compare(OWN, {"types": ["A"], "hash": "h"}), g, {}, PRESET_PARAMS) == ["B"]
-    assert catalog.missing_types(catalog.compare(OWN, OWN), g, {}, PRESET_PARAMS) == []
-    assert catalog.missing_types(catalog.compare(OWN, None), g, {}, PRESET_PARAMS) == []  # no catalog: unchecked
+    assert check.missing_types(check.compare(OWN, {"types": ["A"], "hash": "h"}), g, {}, PRESET_PARAMS) == ["B"]
+    assert check.missing_types(check.compare(OWN, OWN), g, {}, PRESET_PARAMS) == []
+    assert check.missing_types(check.compare(OWN, None), g, {}, PRESET_PARAMS) == []  # no catalog: unchecked
 
 
 def test_summary_is_equal_for_equal_fingerprints_and_says_not_reported() -> None:
@@ -120,8 +121,8 @@ def test_summary_is_equal_for_equal_fingerprints_and_says_not_reported() -> None
 
 
 def test_hidden_types_setting() -> None:
-    assert catalog.hidden_types({"CODEFYUI_NODES_HIDE": " Flatten, Linear ,,"}) == {"Flatten", "Linear"}
-    assert catalog.hidden_types({}) == set()
+    assert hidden_types({"CODEFYUI_NODES_HIDE": " Flatten, Linear ,,"}) == {"Flatten", "Linear"}
+    assert hidden_types({}) == set()
 
 
 def test_run_report_is_bounded_and_marks_the_source() -> None:

@@ -8,11 +8,12 @@ import pytest
 from cdui.core.errors import CduiError
 from cdui.plane.dispatch import lane_of
 from cdui.plane.http.share_memory import updated
+from cdui.plane.sched import device_fit as fit
 from cdui.plane.sched.queue import parse_caps
 from cdui.plane.store import Run
 from cdui.run.runner import run_env
 from cdui.wire import devicesets as ds
-from cdui.wire.protocol import ProtocolError
+from cdui.wire.protocol import ProtocolError, parse_memory_report
 from cdui.wire.target import AnyWorker
 
 
@@ -41,23 +42,23 @@ CARDS = Ex("w1", ["cuda:0", "cuda:1", "cuda:2", "cpu"])
     ("cuda", 1, {("w1", "cuda:0"): 1}, "", "cuda:1"),
 ])
 def test_choose_a_set(wanted: str, count: int, used: dict[Any, int], caps: str, expected: str | None) -> None:
-    assert ds.choose(CARDS, wanted, used, parse_caps(caps), ds.Ask(count)) == expected
+    assert fit.choose(CARDS, wanted, used, parse_caps(caps), fit.Ask(count)) == expected
 
 
 def test_shared_card_admits_by_memory_and_each_member_needs_it() -> None:
     cap = {("w1", "cuda:0"): 4000, ("w1", "cuda:1"): 4000}
-    ask = ds.Ask(1, 1500, cap, {("w1", "cuda:0"): 3000})
+    ask = fit.Ask(1, 1500, cap, {("w1", "cuda:0"): 3000})
     # Slots are full on cuda:0 but it is shared: 3000 + 1500 > 4000, so cuda:1.
-    assert ds.choose(CARDS, "cuda", {("w1", "cuda:0"): 5}, parse_caps(""), ask) == "cuda:1"
-    ask = ds.Ask(2, 2000, cap, {("w1", "cuda:0"): 2000, ("w1", "cuda:1"): 2000})
-    assert ds.choose(CARDS, "cuda", {}, parse_caps(""), ask) == "cuda:0,cuda:1"
+    assert fit.choose(CARDS, "cuda", {("w1", "cuda:0"): 5}, parse_caps(""), ask) == "cuda:1"
+    ask = fit.Ask(2, 2000, cap, {("w1", "cuda:0"): 2000, ("w1", "cuda:1"): 2000})
+    assert fit.choose(CARDS, "cuda", {}, parse_caps(""), ask) == "cuda:0,cuda:1"
     two = Ex("w1", ["cuda:0", "cuda:1"])
-    assert ds.choose(two, "cuda", {}, parse_caps(""), ds.Ask(2, 2001, cap, {("w1", "cuda:0"): 2000})) is None
+    assert fit.choose(two, "cuda", {}, parse_caps(""), fit.Ask(2, 2001, cap, {("w1", "cuda:0"): 2000})) is None
     # cuda:2 is not shared: its one free slot makes the set with cuda:1.
-    assert ds.choose(CARDS, "cuda", {}, parse_caps(""), ds.Ask(2, 2001, cap, {("w1", "cuda:0"): 2000})) == (
+    assert fit.choose(CARDS, "cuda", {}, parse_caps(""), fit.Ask(2, 2001, cap, {("w1", "cuda:0"): 2000})) == (
         "cuda:1,cuda:2")
     # A shared device whose worker reported no memory admits nothing.
-    assert ds.choose(Ex("w1", ["cuda:0"]), "cuda", {}, parse_caps(""), ds.Ask(1, 1, {("w1", "cuda:0"): None})) is None
+    assert fit.choose(Ex("w1", ["cuda:0"]), "cuda", {}, parse_caps(""), fit.Ask(1, 1, {("w1", "cuda:0"): None})) is None
 
 
 def test_slots_used_counts_each_member() -> None:
@@ -119,13 +120,13 @@ def test_a_plain_runs_lane_key_is_unchanged() -> None:
 
 def test_memory_report_is_bounded() -> None:
     ok = {"cuda:0": {"total_mb": 81920, "free_mb": 80000}}
-    assert ds.parse_memory_report(ok) == ok
-    assert ds.parse_memory_report(None) is None
+    assert parse_memory_report(ok) == ok
+    assert parse_memory_report(None) is None
     for bad in ([1], {"cuda:0": {"total_mb": -1, "free_mb": 0}}, {"cuda:0": {"total_mb": 1.5, "free_mb": 0}},
                 {"x" * 200: {"total_mb": 1, "free_mb": 1}}, {f"d{i}": {"total_mb": 1, "free_mb": 1} for i in range(65)},
                 {"cuda:0": {"total_mb": ds.MAX_MEMORY_MB + 1, "free_mb": 0}}, {"cuda:0": "big"}):
         with pytest.raises(ProtocolError):
-            ds.parse_memory_report(bad)
+            parse_memory_report(bad)
 
 
 def test_system_memory_from_meminfo() -> None:

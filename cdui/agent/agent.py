@@ -44,11 +44,13 @@ import aiohttp
 from cdui import __version__
 from cdui.agent import connect_policy as policy
 from cdui.agent.oneshot_agent import OneShot
+from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
 from cdui.core import exit_codes
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
 from cdui.core.clock import Clock, SystemClock, wait_event
+from cdui.core.config import load
 from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 from cdui.run import catalog, outputs, runner
@@ -116,6 +118,24 @@ class AgentRun:
         return self.handle is not None and not self.handle.done
 
 
+async def outputs_answer(store_root: Path, msg: protocol.OutputsRequest) -> protocol.OutputsAnswer:
+    """The answer to the control plane's ``outputs_request``, read from this agent's own store."""
+    try:
+        if msg.node_id is None:
+            nodes = await asyncio.to_thread(outputs.list_nodes, store_root, msg.run_id)
+            if nodes is None:
+                return protocol.OutputsAnswer(msg.request_id, msg.run_id, None,
+                                              error=f"no recorded outputs of run {msg.run_id} are kept here "
+                                                    "(never recorded, or dropped to stay within "
+                                                    "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB)")
+            return protocol.OutputsAnswer(msg.request_id, msg.run_id, None, nodes=nodes)
+        summary = await asyncio.to_thread(outputs.read_node, store_root, msg.run_id, msg.node_id)
+        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id, summary=summary)
+    except (OSError, ValueError) as exc:
+        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id,
+                                      error=f"reading the recorded outputs failed: {type(exc).__name__}: {exc}")
+
+
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
@@ -124,7 +144,6 @@ class Agent:
                  uds: str | None = None, clock: Clock | None = None, stop: asyncio.Event | None = None,
                  connector: Callable[[], aiohttp.BaseConnector] | None = None,
                  catalog_probe: Callable[[Path | None, Path | None], catalog.Probe] | None = None) -> None:
-        from cdui.core.config import load
         self.config = config if config is not None else load()
         self.clock: Clock = clock or SystemClock()
         # Set from outside (SIGTERM, Ctrl-C, a test): the agent stops as SIGTERM says (request_shutdown).
@@ -483,7 +502,7 @@ class Agent:
             log.warning("unexpected %r message from the control plane after the welcome", msg.type)
 
     async def _answer_outputs(self, msg: protocol.OutputsRequest) -> None:
-        answer = await outputs.agent_answer(outputs.store_dir(self.user_data), msg)
+        answer = await outputs_answer(outputs.store_dir(self.user_data), msg)
         ws = self.ws
         if ws is not None and not ws.closed:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -493,7 +512,6 @@ class Agent:
         if run_id in self.runs:
             log.warning("run %s assigned twice; ignoring the second assignment", run_id)
             return
-        from cdui.agent.run_files import run_files
         spool = RunSpool(self.spool_root, run_id)
         spool.write_state({"run_id": run_id, "finished": False, "started_at": self.clock.time()})
         r = AgentRun(run_id, spool)

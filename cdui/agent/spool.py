@@ -31,6 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from cdui.agent.instances import lock
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError
 
@@ -142,7 +143,6 @@ class SpoolLock:
         messages), or raise ``CduiError`` if another agent of this folder holds it. ``sole_credential``:
         this is the folder's only credential, so runs an older agent spooled before spools were kept
         per credential are this agent's, and move into its spool."""
-        from cdui.agent.instances import lock
         base = base_dir(user_data)
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(base / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)

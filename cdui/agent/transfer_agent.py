@@ -32,11 +32,11 @@ from cdui.agent.agent_files import Files, Refused, Unreachable, files_of, inside
 from cdui.core.atomic import replacing
 from cdui.core.backoff import backoff_delays
 from cdui.core.config import Config
+from cdui.core.errors import human_size
 from cdui.core.hashed_write import HashedWriter
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
-from cdui.plane.sched.placement import human_size
-from cdui.run.offline_datasets import DATASETS_FOLDER
+from cdui.nodes.offline_datasets import DATASETS_FOLDER
 from cdui.wire.file_backend import OUTPUT_FOLDERS, StopCount
 from cdui.wire.job import Job
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -17,7 +18,12 @@ from typing import Any, NoReturn
 from cdui import __version__
 from cdui.cli import cli_datasets, cli_workers, daemon
 from cdui.cli.cli_util import _die, _read_pid
+from cdui.cli.client import Client, server_info
+from cdui.core import argv_token, config
+from cdui.core.config import absolute_paths, warn_unavailable
 from cdui.core.errors import CduiError
+from cdui.core.private import private_dir, restrict_umask
+from cdui.plane.store import TERMINAL
 from cdui.wire.target import TargetJson, parse_target, target_json
 
 QUICK_STOP_S = 2.0  # `cdui stop` kills the server this long after asking it to stop
@@ -29,7 +35,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def _config():
-    from cdui.core import config
     return config.load()
 
 
@@ -37,7 +42,6 @@ def _config():
 
 
 def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
-    from cdui.cli.client import Client
     try:
         status, body = Client(url, timeout=timeout).request("GET", "/api/health")
     except CduiError:
@@ -46,7 +50,6 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from cdui.core.private import private_dir, restrict_umask
     if args.extras:
         # bin/cdui installs the extras and takes the flag away before starting; here
         # (a cdui installed from a wheel) pip is the way.
@@ -60,7 +63,6 @@ def cmd_start(args: argparse.Namespace) -> int:
         restrict_umask()
     cfg = _config()
     ud = private_dir(cfg.user_data)
-    from cdui.cli.client import server_info
     pid = daemon.PidFile(ud / "cdui.pid").running()
     if pid:
         info = server_info(ud) or {}
@@ -95,9 +97,6 @@ def _tail(path: Path, n: int) -> str:
 
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
-    import logging
-
-    from cdui.core.config import warn_unavailable
     from cdui.plane.server import serve
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unavailable(logging.getLogger("cdui.plane.server"))
@@ -125,7 +124,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if daemon.stop(pid, QUICK_STOP_S, kill=True) == "killed":
         daemon.wait_gone(pid, 10)
         daemon.PidFile(cfg.user_data / "cdui.pid").remove_if(pid)
-        from cdui.cli.client import server_info
         if (server_info(cfg.user_data) or {}).get("pid") == pid:
             (cfg.user_data / "server.json").unlink(missing_ok=True)
         print(f"cdui (pid {pid}) stopped: killed {QUICK_STOP_S:g} s after the stop request; runs that had not "
@@ -137,7 +135,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     cfg = _config()
-    from cdui.cli.client import Client, server_info
     pid = _read_pid(cfg.user_data / "cdui.pid")
     info = server_info(cfg.user_data)
     if not pid or not info:
@@ -237,7 +234,6 @@ def _progress_line(ev: dict[str, Any]) -> str | None:
 
 def follow(client: Any, run_id: str, quiet: bool = False) -> dict[str, Any]:
     """Print a run's events as they come; return the final run object."""
-    from cdui.plane.store import TERMINAL
     after = 0
     while True:
         events = client.call("GET", f"/api/runs/{run_id}/events?after={after}")
@@ -333,10 +329,8 @@ def _launcher_only(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cdui.core import argv_token
     if argv is None:  # `agent start --token T`: T leaves the world-readable command line at once
         argv_token.hide_token_from_argv()
-    from cdui.core.config import absolute_paths
     try:
         # Every process this one starts (daemons, runs) sees the paths the user meant, wherever its cwd is.
         os.environ.update(absolute_paths(os.environ, Path.cwd()))

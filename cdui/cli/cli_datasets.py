@@ -1,6 +1,6 @@
 """``cdui datasets``: put the image datasets the Dataset node reads into this
 machine's data folder, from archives downloaded elsewhere (cdui never
-downloads). See cdui.run.offline_datasets for the layouts and the checksums."""
+downloads). See cdui.nodes.offline_datasets for the layouts and the checksums."""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from cdui.cli.cli_util import _die
-from cdui.run.offline_datasets import NAMES, import_archive, missing_files, spec
+from cdui.core.config import load
+from cdui.nodes.offline_datasets import NAMES, import_archive, missing_files, spec
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from cdui.core.config import load
-
     root = load().layout.data_dir
     name = args.name
     for raw in args.archives:

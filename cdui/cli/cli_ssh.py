@@ -10,10 +10,11 @@ import argparse
 import json
 from typing import Any
 
+from cdui.cli.client import Client
+from cdui.core import config
+
 
 def _client(args: argparse.Namespace) -> Any:
-    from cdui.cli.client import Client
-    from cdui.core import config
     return Client.for_user_data(config.load().user_data, getattr(args, "control", None))
 
 

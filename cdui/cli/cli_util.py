@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
+
+from cdui.agent.spool import SpoolLock
+from cdui.core.errors import CduiError
 
 
 def _die(msg: str, code: int = 1) -> int:
@@ -37,3 +41,14 @@ def _read_pid(path: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid if _pid_alive(pid) else None
+
+
+def hold_spool(user_data: Path, control: str, cred: dict[str, Any]) -> SpoolLock | int:
+    """This credential's spool in ``user_data`` (cdui/agent/spool.py), or exit code 2 if another agent runs with it."""
+    from cdui.agent.agent import credential_key
+    creds = list((user_data / "agent").glob("*.token"))
+    try:
+        return SpoolLock.take(user_data, credential_key(control), f"worker {cred['name']} of {control}",
+                              sole_credential=[p.stem for p in creds] == [credential_key(control)])
+    except CduiError as err:
+        return _die(str(err), 2)

@@ -20,14 +20,23 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.agent.spool import SpoolLock
+from cdui.agent.instances import lock
 from cdui.cli import daemon
-from cdui.cli.cli_util import _die, _read_pid
-from cdui.core import exit_codes, trust
+from cdui.cli.cli_ssh import add_ssh_commands, tunnel_line
+from cdui.cli.cli_util import _die, _read_pid, hold_spool
+from cdui.cli.client import Client
+from cdui.cli.oneshot_cli import check_flags, claim_instance, list_lines, run_one_shot
+from cdui.core import config, exit_codes, trust
+from cdui.core.atomic import write_private
+from cdui.core.backoff import backoff_delays
+from cdui.core.config import machine_id
 from cdui.core.errors import CduiError
 from cdui.core.layout import READ_ROOTS_LABEL
 from cdui.core.netaddr import is_loopback_host
+from cdui.core.private import private_dir, restrict_umask
 from cdui.core.trust import Trust
+from cdui.core.uds_http import post_json
+from cdui.run.devices import detect_devices
 
 
 def parse_duration(v: str) -> float:
@@ -39,8 +48,6 @@ def parse_duration(v: str) -> float:
 
 # -- workers -------------------------------------------------------------------------
 def _client(args: argparse.Namespace):
-    from cdui.cli.client import Client
-    from cdui.core import config
     client = Client.for_user_data(config.load().user_data, getattr(args, "control", None))
     pin = getattr(args, "ca_fingerprint", None)
     if pin is not None:
@@ -55,7 +62,7 @@ def cmd_token(args: argparse.Namespace) -> int:
         body["worker"] = args.for_name
     if args.public_url:
         try:
-            body["control"] = trust.public_url(args.public_url)
+            body["control"] = config.public_url(args.public_url)
         except ValueError:
             return _die(f"--public-url {args.public_url!r} is not an http:// or https:// address; give the "
                         f"address workers use, e.g. --public-url https://codefyui.example.com", 2)
@@ -96,11 +103,9 @@ def cmd_list(args: argparse.Namespace) -> int:
               f"from {w['address'] or '-'}; labels: {', '.join(w['labels']) or '-'}{flags}")
         for line in catalog_lines(w):
             print(line)
-        from cdui.cli.oneshot_cli import list_lines
         for line in list_lines(w):
             print(line)
         if w.get("ssh"):
-            from cdui.cli.cli_ssh import tunnel_line
             print(tunnel_line(w["ssh"]))
     for r in res.get("rejected", []):
         print(f"rejected: {r['name']} from {r['address']} at {r['at']}: {r['reason']}")
@@ -168,11 +173,8 @@ def _load_credential(path: Path) -> dict[str, Any] | None:
 
 def _enroll(control: str, token: str, name: str | None, devices: list[str],
             trust: Trust | None = None, uds: str | None = None) -> dict[str, Any]:
-    from cdui.cli.client import Client
-    from cdui.core.config import machine_id
     body = {"token": token, "name": name, "devices": devices, "version": __version__, "machine_id": machine_id()}
     if uds:  # an SSH worker: through the tunnel's socket; --control only names the credential
-        from cdui.core.uds_http import post_json
         return dict(post_json(uds, urlsplit(control).netloc, "/api/workers/enroll", body))
     c = Client(control, timeout=30, trust=trust)
     return c.call("POST", "/api/workers/enroll", body)
@@ -220,7 +222,6 @@ def enroll_with_retries(control: str, token: str, name: str | None, devices: lis
                         sleep: Callable[[float], None] = time.sleep, trust: Trust | None = None,
                         uds: str | None = None, one_shot: bool = False) -> dict[str, Any]:
     """Enroll, retrying what may heal with the agent's reconnect backoff; raise the final refusal."""
-    from cdui.core.backoff import backoff_delays
     delays = backoff_delays()
     while True:
         try:
@@ -241,7 +242,6 @@ def enroll_lock(cred_path: Path) -> Iterator[None]:
     cred_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(str(cred_path.with_name(cred_path.name + ".lock")), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        from cdui.agent.instances import lock
         lock(fd, "enrollment", "another agent in this user data folder is enrolling; waiting for it")
         yield
     finally:
@@ -270,12 +270,9 @@ def _labels_fn(user_data: Path):
 
 def cmd_agent_start(args: argparse.Namespace) -> int:
     from cdui.agent.agent import credential_path
-    from cdui.core import config
     pin_flag = _pin_flag(args)
     if isinstance(pin_flag, int):
         return pin_flag
-    from cdui.cli.oneshot_cli import check_flags
-    from cdui.core.private import private_dir, restrict_umask
     bad = check_flags(args)
     if bad is not None:
         return _die(bad, exit_codes.REFUSED)
@@ -289,7 +286,6 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
     cfg = config.load()
     ud = private_dir(cfg.user_data)
     if args.one_shot:
-        from cdui.cli.oneshot_cli import claim_instance
         instance = claim_instance(args, ud)
         if isinstance(instance, int):
             return instance
@@ -321,7 +317,6 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", exit_codes.REFUSED)
     if args.one_shot:
-        from cdui.cli.oneshot_cli import run_one_shot
         return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
                             _agent_trust(pin_flag, cred, cred_path))
     if args.foreground:
@@ -340,8 +335,6 @@ def _stored_or_enrolled(args: argparse.Namespace, control: str, cred_path: Path,
                         devices: list[str] | None, pin_flag: str | None = None) -> dict[str, Any] | int:
     """The stored credential for ``control``, or a new one from enrolling with the token; an exit code if neither."""
     from cdui.agent.agent import hostname
-    from cdui.core.atomic import write_private
-    from cdui.run.devices import detect_devices
     # Agents started together from one user data folder enroll one at a time: the first uses
     # the token, the others find its credential once they hold the lock (one token use).
     with enroll_lock(cred_path):
@@ -402,7 +395,6 @@ def _agent_trust(pin_flag: str | None, cred: dict[str, Any], cred_path: Path) ->
 def cmd_agent_pin(args: argparse.Namespace) -> int:
     """``cdui agent pin URL --next PIN``: hold the proxy's next key beside the current pin."""
     from cdui.agent.agent import credential_path
-    from cdui.core import config
     try:
         control = _check_control(args.url)
         pin = None if args.clear_next else trust.parse_pin(args.next, "--next")
@@ -427,7 +419,6 @@ def _save_mount(args: argparse.Namespace, ud: Path, pidfile: Path) -> int | None
     """Record ``--mount LABEL=PATH`` in agent.json; an exit code if refused, else None.
 
     Changing mounts while an agent runs is refused: the running agent would go on using the old ones."""
-    from cdui.core.atomic import write_private
     label, sep, path = args.mount.partition("=")
     if not sep or not label:
         return _die(f"--mount {args.mount!r} must be LABEL=PATH (e.g. data=/nas/codefyui/data)", exit_codes.START)
@@ -481,9 +472,6 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
                     checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None) -> int:
     from cdui.agent.agent import Agent, serve
-    from cdui.core import config
-    from cdui.core.config import machine_id
-    from cdui.run.devices import detect_devices
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
@@ -501,19 +489,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
             held.release()
 
 
-def hold_spool(user_data: Path, control: str, cred: dict[str, Any]) -> SpoolLock | int:
-    """This credential's spool in ``user_data`` (cdui/agent/spool.py), or exit code 2 if another agent runs with it."""
-    from cdui.agent.agent import credential_key
-    creds = list((user_data / "agent").glob("*.token"))
-    try:
-        return SpoolLock.take(user_data, credential_key(control), f"worker {cred['name']} of {control}",
-                              sole_credential=[p.stem for p in creds] == [credential_key(control)])
-    except CduiError as err:
-        return _die(str(err), 2)
-
-
 def cmd_agent_stop(args: argparse.Namespace) -> int:
-    from cdui.core import config
     cfg = config.load()
     pid = daemon.PidFile(cfg.user_data / "agent.pid").running()
     if not pid:
@@ -532,7 +508,6 @@ def cmd_agent_stop(args: argparse.Namespace) -> int:
 
 def cmd_agent_forget(args: argparse.Namespace) -> int:
     from cdui.agent.agent import credential_path
-    from cdui.core import config
     try:
         control = _check_control(args.url)
     except CduiError as err:
@@ -583,7 +558,6 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--control", default=None)
     s.set_defaults(func=cmd_share_by_memory)
 
-    from cdui.cli.cli_ssh import add_ssh_commands
     add_ssh_commands(wsub)
 
     a = sub.add_parser("agent", help="run this machine as a worker")

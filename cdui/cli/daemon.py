@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from cdui.cli.cli_util import _pid_alive, _read_pid
+from cdui.core.config import absolute_paths
+from cdui.core.private import open_private_append
 
 R = TypeVar("R")
 POLL_S = 0.2
@@ -60,8 +62,6 @@ class PidFile:
 
 def spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start ``cmd`` detached from this terminal, its stdout and stderr appended to ``log_path`` (0600)."""
-    from cdui.core.config import absolute_paths
-    from cdui.core.private import open_private_append
     with open_private_append(log_path) as log:
         # Relative path settings mean the folder this command was started in, not the child's.
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

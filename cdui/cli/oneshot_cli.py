@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from cdui.agent import instances
-from cdui.cli.cli_util import _die
-from cdui.core import exit_codes
+from cdui.agent.oneshot_agent import OneShot
+from cdui.cli.cli_util import _die, hold_spool
+from cdui.core import config, exit_codes
+from cdui.core.config import machine_id
 from cdui.core.errors import CduiError
+from cdui.run.devices import detect_devices
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -63,11 +66,6 @@ def claim_instance(args: argparse.Namespace, user_data: Path) -> instances.Insta
 def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None,
                  labels: Callable[[], dict[str, str]], checks: tuple[Any, Callable[[], None]] | None = None) -> int:
     from cdui.agent.agent import Agent, serve
-    from cdui.agent.oneshot_agent import OneShot
-    from cdui.cli.cli_workers import hold_spool
-    from cdui.core import config
-    from cdui.core.config import machine_id
-    from cdui.run.devices import detect_devices
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
     inst: instances.Instance | None = getattr(args, "instance_claim", None)

@@ -7,6 +7,7 @@ checks that every setting here is documented in docs/configuration.md.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -14,7 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from cdui import __version__
 from cdui.core.errors import CduiError
 from cdui.core.layout import Layout, install_root_from_env, parse_read_roots
 
@@ -69,13 +72,19 @@ def _devices(v: str) -> list[str]:
 
 
 def _networks(v: str) -> list[Any]:
-    import ipaddress
     return [ipaddress.ip_network(x.strip(), strict=False) for x in v.split(",") if x.strip()]
 
 
-def _public_url(v: str) -> str:
-    from cdui.core.trust import public_url
-    return public_url(v)
+MAX_CONTROL_URL = 300  # characters of a control-plane address (cdui.core.trust checks the same bound)
+
+
+def public_url(value: str) -> str:
+    """``CODEFYUI_PUBLIC_URL`` (and ``--public-url``): ``http(s)://host[:port]``, nothing after it."""
+    u = urlsplit(value.strip())
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
+            or u.username or len(value) > MAX_CONTROL_URL:
+        raise ValueError(value)
+    return f"{u.scheme}://{u.netloc}"
 
 
 def _list(v: str) -> list[str]:
@@ -128,7 +137,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_WORKER_HEARTBEAT_S", 10.0, _float, "heartbeat interval; three missed = disconnected", "seconds"),
     Setting("CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S", 60.0, _float, "wait for a worker's recorded outputs before 504", "seconds"),
     Setting("CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S", 86400.0, _float, "seconds a run waits for a one-shot worker (0 forever)", "seconds"),
-    Setting("CODEFYUI_PUBLIC_URL", None, _public_url, "the address workers use to reach this control plane (the TLS proxy's https:// URL); generated agent commands name it", "a URL like https://codefyui.example.com"),
+    Setting("CODEFYUI_PUBLIC_URL", None, public_url, "the address workers use to reach this control plane (the TLS proxy's https:// URL); generated agent commands name it", "a URL like https://codefyui.example.com"),
     Setting("CODEFYUI_TLS_CERT_FILE", None, _str, "the TLS proxy's certificate, for the fingerprint in generated commands", "a PEM file", path=True),
     Setting("CODEFYUI_MOUNT_LABEL", "data", _str, "label of the control plane's data folder", "a label"),
     Setting("CODEFYUI_TRANSFER_ENABLED", True, _bool, "1 moves files of runs on unmounted workers through the control plane", "0 or 1"),
@@ -207,7 +216,6 @@ def unavailable_settings(env: Mapping[str, str] | None = None) -> list[str]:
 
 def warn_unavailable(log: logging.Logger, env: Mapping[str, str] | None = None) -> list[str]:
     """Log one warning per unavailable setting that is set; a user who set one must learn it does nothing."""
-    from cdui import __version__
     names = unavailable_settings(env)
     for name in names:
         log.warning("`%s` is set but not available in this version of cdui (%s); it has no effect "

@@ -47,3 +47,12 @@ class PathRefused(CduiError, ValueError):
         super().__init__("path_refused", f"path {value!r} refused: {reason}",
                          hint or "use a relative path inside the folder, without '..'", status=400)
         self.value, self.reason = value, reason
+
+
+def human_size(n: float) -> str:
+    """A byte count for a message: ``512 B``, ``1.50 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"

@@ -23,6 +23,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from cdui.core.config import SETTINGS_BY_NAME
+
 SETTING = "CODEFYUI_RUN_EVENT_MAX_BYTES"
 GRAPH_OUTPUT = "graph_output"
 # Room left for the ``truncated`` note and the event's own envelope.
@@ -32,7 +34,6 @@ _SLACK = 256
 def limit_from_env(env: Mapping[str, str] | None = None) -> int:
     """This machine's bound, as the settings table parses it (the default when unset or invalid:
     a process that got this far already had its settings checked at start)."""
-    from cdui.core.config import SETTINGS_BY_NAME
     env = os.environ if env is None else env
     s = SETTINGS_BY_NAME[SETTING]
     try:

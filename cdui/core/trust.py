@@ -47,6 +47,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from cdui.core.atomic import write_private
+from cdui.core.config import MAX_CONTROL_URL
 from cdui.core.errors import CduiError
 from cdui.core.netaddr import is_loopback_host
 
@@ -368,7 +370,6 @@ def agent_trust(flag: str | None, cred: dict[str, Any] | None, cred_path: Path,
 def record_pin(cred_path: Path, pin: str) -> bool:
     """Write ``pin`` into the credential file (after a connection it let through); True if it changed.
     A next pin that is now the pin is used up: the rotation it was kept for happened."""
-    from cdui.core.atomic import write_private
     try:
         cred = json.loads(cred_path.read_text())
     except (OSError, ValueError) as exc:
@@ -385,7 +386,6 @@ def record_pin(cred_path: Path, pin: str) -> bool:
 
 def record_next_pin(cred_path: Path, pin: str | None) -> None:
     """``cdui agent pin --next``: keep ``pin`` as the proxy's next key beside the current one (None: drop it)."""
-    from cdui.core.atomic import write_private
     cred = json.loads(cred_path.read_text())
     if pin is None:
         cred.pop(NEXT_KEY, None)
@@ -437,18 +437,6 @@ class ServerCert:
             log.warning("CODEFYUI_TLS_CERT_FILE %s: %s; generated agent commands carry no --ca-fingerprint",
                         self.path, exc)
             return None
-
-
-MAX_CONTROL_URL = 300
-
-
-def public_url(value: str) -> str:
-    """``CODEFYUI_PUBLIC_URL`` (and ``--public-url``): ``http(s)://host[:port]``, nothing after it."""
-    u = urlsplit(value.strip())
-    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
-            or u.username or len(value) > MAX_CONTROL_URL:
-        raise ValueError(value)
-    return f"{u.scheme}://{u.netloc}"
 
 
 def advertised_control(scheme: str, host: str, asked: Any, behind_tls_proxy: bool,

@@ -40,6 +40,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cdui.graph.model import parse
 from cdui.nodes.registry import Registry
 
 Path_ = list[Any]
@@ -135,7 +136,6 @@ def split_secrets(graph: Any, registry: Registry,
 
 def _expanded_secret_values(graph: Any, registry: Registry,
                             library: dict[str, dict[str, Any]] | None) -> set[str]:
-    from cdui.graph.model import parse
     try:
         expanded, _ = parse(graph, library)
     except Exception:  # a graph parse refuses is refused at validation; nothing to add here

@@ -22,6 +22,7 @@ just a value.
 """
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -217,7 +218,6 @@ _AVAILABLE: dict[str, bool] = {}
 def package_available(name: str) -> bool:
     """Whether ``name`` can be imported here (looked up once, without importing it)."""
     if name not in _AVAILABLE:
-        import importlib.util
 
         try:
             _AVAILABLE[name] = importlib.util.find_spec(name) is not None

@@ -22,16 +22,27 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import pkgutil
 import sys
 import tomllib
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import cdui.nodes.builtin
 from cdui.nodes.base import Node
 
 log = logging.getLogger(__name__)
+HIDE_SETTING = "CODEFYUI_NODES_HIDE"
+
+
+def hidden_types(env: Mapping[str, str] | None = None) -> set[str]:
+    """Node types this installation leaves out of its registry (CODEFYUI_NODES_HIDE):
+    a way to try a worker that lacks a type without uninstalling anything."""
+    env = os.environ if env is None else env
+    return {t.strip() for t in env.get(HIDE_SETTING, "").split(",") if t.strip()}
 
 
 def _node_classes(module: Any) -> list[type[Node]]:
@@ -66,7 +77,7 @@ class Registry:
 
     # -- loading ------------------------------------------------------------
     def load_builtin(self) -> None:
-        import cdui.nodes.builtin as pkg
+        pkg = cdui.nodes.builtin
         for info in pkgutil.iter_modules(pkg.__path__):
             module = importlib.import_module(f"{pkg.__name__}.{info.name}")
             for cls in _node_classes(module):
@@ -136,7 +147,6 @@ def build_registry(custom_dir: Path | None = None, plugins_dir: Path | None = No
         reg.load_plugins(plugins_dir)
     if custom_dir is not None:
         reg.load_custom_dir(custom_dir)
-    from cdui.run.catalog import hidden_types
     for name in hidden_types():  # CODEFYUI_NODES_HIDE: left out as if it were not installed
         reg.nodes.pop(name, None)
         reg.sources.pop(name, None)

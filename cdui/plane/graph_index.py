@@ -40,6 +40,7 @@ from typing import Any
 
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError
+from cdui.graph.contract import contract_of
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ def _key(st: os.stat_result) -> list[int]:
 
 def describe(graph: Any) -> dict[str, Any]:
     """What the listing shows of a parsed graph (pure)."""
-    from cdui.graph.contract import contract_of
     if not isinstance(graph, dict):
         return {"valid": False, "nodes": None, "title": None, "callable": False, "contract": None,
                 "not_callable_because": "the saved graph is not a JSON object"}

@@ -16,7 +16,8 @@ credential apply to every instance. The control plane keeps the last
 :data:`MAX_DEPARTED` departed instances of each credential in memory, for the
 Workers list.
 
-The pure rules come first (flags, names, placement, deadlines); then
+The pure rules come first (flags, names, deadlines; placing pool runs is queue policy,
+:func:`cdui.plane.sched.queue.place_pool`); then
 :class:`OneShotBook`, the in-memory state, whose methods the run service and
 the worker manager call from one-line hooks.
 """
@@ -27,23 +28,18 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from cdui.core.clock import Clock
 from cdui.core.errors import CduiError
-from cdui.plane.sched import queue as q
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.sched.placement import unreadable
-from cdui.plane.store import ACTIVE, Run
+from cdui.plane.sched.queue import is_one_shot
+from cdui.plane.store import ACTIVE, Run, Store
 from cdui.wire import protocol
+from cdui.wire.devicesets import device_matches
 from cdui.wire.target import Pool, Target, Worker, target_json, worker_name
-
-if TYPE_CHECKING:
-    from cdui.core.clock import Clock
-    from cdui.plane.runs import RunService
-    from cdui.plane.worker_session import RemoteExecutor
-    from cdui.plane.workers import WorkerManager
 
 log = logging.getLogger("cdui.plane.oneshot")
 
@@ -84,10 +80,6 @@ def peek_conn_name(credential: str, first: object) -> str:
     return credential
 
 
-def is_one_shot(ex: object) -> bool:
-    return bool(getattr(ex, "one_shot", False))
-
-
 def busy_reason(ex: object) -> str | None:
     """Why a one-shot executor takes no (other) run: it has its one run, or waits for its --run-id."""
     if not is_one_shot(ex):
@@ -99,35 +91,6 @@ def busy_reason(ex: object) -> str | None:
     if reserved is not None:
         return f"one-shot worker {name} takes only run {reserved} (--run-id)"
     return None
-
-
-def not_one_shot(names: list[str], executors: Mapping[str, q.ExecutorView]) -> list[str]:
-    """``any`` never goes to a one-shot worker: it would exit after that run."""
-    return [n for n in names if not is_one_shot(executors[n])]
-
-
-def place_pool(wanted: str | None, executors: Mapping[str, q.ExecutorView], used: dict[tuple[str, str], int],
-               caps: q.Caps, needs: str = "none", reads: Sequence[str] = ()) -> q.Placement | str:
-    """A pool run's one-shot worker now, or why it waits. Executors are tried in name order;
-    the dispatch loop reads runs oldest first, so each device kind is served first come, first served."""
-    kind = q.device_kind(wanted)
-    for name in sorted(executors):
-        ex = executors[name]
-        if not is_one_shot(ex) or ex.unavailable_reason():
-            continue
-        if any(used.get((name, d), 0) for d in ex.devices()):
-            continue  # placed in this same pass: it takes one run only
-        if needs == "mount" and not ex.mounted():
-            continue
-        if unreadable(reads, ex.read_roots()):
-            continue
-        dev = q.choose_device(ex, wanted, used, caps)
-        if dev is not None:
-            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
-            return q.Placement(name, dev, backend)
-    what = "a device" if kind == "auto" else kind
-    return (f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
-            + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
 def queue_deadline(target: Target, created_at: float, timeout: float, one_shot_since: float | None,
@@ -156,7 +119,7 @@ def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str
         match run.target:
             case Pool():
                 wanted = run.options.get("device")
-                if any(q.device_matches(wanted, d) for d in devices):
+                if any(device_matches(wanted, d) for d in devices):
                     return None
                 return (f"it waits in the one-shot pool for {wanted}, which this agent does not offer "
                         f"({', '.join(devices)})")
@@ -166,6 +129,55 @@ def run_id_problem(run: Run | None, name: str, devices: list[str], held: set[str
     if run.status in ACTIVE and run.worker_id == name:
         return None  # this agent's own run, on a reconnect
     return f"it is {run.status}" + (f" on worker {run.worker_id}" if run.worker_id else "")
+
+
+# -- what the book uses of its owners ------------------------------------------------
+# The run service owns the book and the worker manager and its sessions call it, so this module
+# names them by these ports instead of importing their modules (which import this one).
+class RunPort(Protocol):
+    """The run service (:class:`cdui.plane.runs.RunService`)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def executors(self) -> Mapping[str, Any]: ...
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]: ...
+
+    async def finish(self, run_id: str, status: str, error: str | None) -> None: ...
+
+    def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]: ...
+
+    def detach_executor(self, name: str) -> None: ...
+
+    async def start_on(self, run: Run, executor: Any, device: str) -> None: ...
+
+
+class ManagerPort(Protocol):
+    """The worker manager (:class:`cdui.plane.workers.WorkerManager`); ``conns`` holds its
+    :class:`cdui.plane.worker_session.Conn` objects."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def runs(self) -> RunPort: ...
+    @property
+    def conns(self) -> dict[str, Any]: ...
+
+
+class ExecutorPort(Protocol):
+    """A connected worker (:class:`cdui.plane.worker_session.RemoteExecutor`); ``conn`` is its Conn."""
+
+    name: str
+    credential: str
+    one_shot: bool
+    taken: str | None
+    reserved: str | None
+
+    @property
+    def conn(self) -> Any: ...
+
+    def devices(self) -> list[str]: ...
 
 
 @dataclass
@@ -193,13 +205,13 @@ class OneShotBook:
     _timer_at: float | None = None
 
     # -- the run service's hooks -------------------------------------------------------
-    async def load(self, service: RunService) -> None:
+    async def load(self, service: RunPort) -> None:
         """At start: the workers whose own last agent was one-shot; their runs' countdown starts now."""
         now = self.clock.time()
         for name in await service.store.workers.one_shot_names():
             self.one_shot_since.setdefault(name, now)
 
-    async def names_instance(self, service: RunService, name: str) -> bool:
+    async def names_instance(self, service: RunPort, name: str) -> bool:
         """Whether ``name`` is ``<credential>.<ID>`` of an enrolled credential (not a credential itself)."""
         if name not in self.instance_names:
             base, dot, inst = name.rpartition(".")
@@ -209,7 +221,7 @@ class OneShotBook:
             self.instance_names[name] = found
         return self.instance_names[name]
 
-    async def expire(self, service: RunService, run: Run, wake: Callable[[], None]) -> bool:
+    async def expire(self, service: RunPort, run: Run, wake: Callable[[], None]) -> bool:
         """End a queued run whose one-shot wait is over (True), or arm the timer for it."""
         named = worker_name(run.target)
         inst = await self.names_instance(service, named) if named is not None else False
@@ -226,7 +238,7 @@ class OneShotBook:
         self._arm(deadline, service, wake)
         return False
 
-    def _arm(self, deadline: float, service: RunService, wake: Callable[[], None]) -> None:
+    def _arm(self, deadline: float, service: RunPort, wake: Callable[[], None]) -> None:
         if self._timer is not None and not self._timer.done() and self._timer_at is not None \
                 and self._timer_at <= deadline:
             return
@@ -240,7 +252,7 @@ class OneShotBook:
             wake()
         self._timer = service.spawn(fire())
 
-    async def refuse_record_outputs(self, service: RunService, target: Target, record_outputs: bool) -> None:
+    async def refuse_record_outputs(self, service: RunPort, target: Target, record_outputs: bool) -> None:
         if not record_outputs:
             return
         named = worker_name(target)
@@ -254,7 +266,7 @@ class OneShotBook:
                             hint="turn record_outputs off, or queue the run on a long-running worker or local")
 
     # -- the worker manager's hooks ------------------------------------------------------
-    async def admit(self, accept: admission.Accept, manager: WorkerManager) -> admission.Decision:
+    async def admit(self, accept: admission.Accept, manager: ManagerPort) -> admission.Decision:
         """Admission, one-shot part: flags, the instance's name, one agent per name, ``--run-id``."""
         hello = accept.hello
         problem = flag_problem(hello)
@@ -285,7 +297,7 @@ class OneShotBook:
                 return admission.Refuse("bad_run_id", msg, name, msg)
         return replace(accept, name=name)
 
-    async def connected(self, manager: WorkerManager, executor: RemoteExecutor, credential: str) -> None:
+    async def connected(self, manager: ManagerPort, executor: ExecutorPort, credential: str) -> None:
         """A one-shot agent (or a normal one, which clears the mark) came: mark its executor
         and remember, on the credential's own row only, what kind its last agent was."""
         hello = executor.conn.hello
@@ -307,7 +319,7 @@ class OneShotBook:
         self.one_shot_since.setdefault(credential, self.clock.time())
         await manager.store.workers.set_one_shot(credential, executor.taken)
 
-    async def start_wanted(self, manager: WorkerManager, executor: RemoteExecutor) -> None:
+    async def start_wanted(self, manager: ManagerPort, executor: ExecutorPort) -> None:
         """``--run-id``: start exactly that run on the agent now, wherever it is in the queue."""
         run_id = executor.reserved
         if run_id is None or executor.taken is not None:
@@ -316,11 +328,11 @@ class OneShotBook:
         if run is None or run.status != "queued":
             return
         wanted = run.options.get("device")
-        dev = next((d for d in executor.devices() if q.device_matches(wanted, d)), None)
+        dev = next((d for d in executor.devices() if device_matches(wanted, d)), None)
         if dev is not None:
             await manager.runs.start_on(run, executor, dev)
 
-    async def took(self, manager: WorkerManager, executor: RemoteExecutor, run_id: str) -> None:
+    async def took(self, manager: ManagerPort, executor: ExecutorPort, run_id: str) -> None:
         """A one-shot worker was given its run: it takes no other one."""
         if not executor.one_shot:
             return
@@ -329,7 +341,7 @@ class OneShotBook:
         if executor.conn.hello.instance is None:
             await manager.store.workers.set_one_shot_run(executor.credential, run_id)
 
-    def gone(self, executor: RemoteExecutor) -> None:
+    def gone(self, executor: ExecutorPort) -> None:
         """An instance's agent left: one line in its credential's list of departed instances."""
         hello = executor.conn.hello
         if not executor.one_shot or hello.instance is None:
@@ -337,7 +349,7 @@ class OneShotBook:
         rows = self.departed.setdefault(executor.credential, deque(maxlen=MAX_DEPARTED))
         rows.append(Departed(executor.name, hello.instance, executor.taken, self.clock.time()))
 
-    def card(self, credential: str, row: Mapping[str, Any], manager: WorkerManager,
+    def card(self, credential: str, row: Mapping[str, Any], manager: ManagerPort,
              iso: Callable[[float | None], str | None]) -> dict[str, Any]:
         """What the Workers list adds to a credential's card: its one-shot mark and its instances."""
         live = [c for c in manager.conns.values() if not c.ws.closed and c.hello.instance is not None
@@ -356,7 +368,7 @@ class OneShotBook:
         }
         return out
 
-    async def remove_instance(self, name: str, manager: WorkerManager) -> dict[str, Any] | None:
+    async def remove_instance(self, name: str, manager: ManagerPort) -> dict[str, Any] | None:
         """``DELETE /api/workers/<credential>.<ID>``: a departed instance's row goes; a live one
         cannot go alone (its agent would reconnect with the credential). None: not an instance."""
         base, dot, inst = name.rpartition(".")
@@ -375,7 +387,7 @@ class OneShotBook:
         self.departed[base] = deque((d for d in rows if d.name != name), maxlen=MAX_DEPARTED)
         return {"removed": name, "instance": True}
 
-    async def revoke_instances(self, credential: str, manager: WorkerManager) -> None:
+    async def revoke_instances(self, credential: str, manager: ManagerPort) -> None:
         """The credential was removed: every instance is disconnected, its run ends ``interrupted``,
         and runs waiting for any instance fail."""
         prefix = f"{credential}."
@@ -399,9 +411,9 @@ class OneShotBook:
         self.one_shot_since.pop(credential, None)
         self.instance_names = {k: v for k, v in self.instance_names.items() if not k.startswith(prefix)}
 
-    def set_drain(self, credential: str, drain: bool, manager: WorkerManager) -> None:
+    def set_drain(self, credential: str, drain: bool, manager: ManagerPort) -> None:
         """Drain is the credential's: it applies to every instance."""
         for ex in list(manager.runs.executors.values()):
             if getattr(ex, "credential", None) == credential and getattr(ex, "one_shot", False):
-                ex.drained = drain  # type: ignore[attr-defined]
+                ex.drained = drain
 

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from aiohttp import web
+
 from cdui.core import event_size
 from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import Config
@@ -49,8 +51,9 @@ from cdui.plane.files.artifact_files import (
     confine,
 )
 from cdui.plane.oneshot import OneShotBook
+from cdui.plane.sched import device_fit
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
-from cdui.plane.sched.queue import ExecutorView, Placement, candidates, device_kind, parse_caps, place
+from cdui.plane.sched.queue import ExecutorView, Placement, candidates, parse_caps, place
 from cdui.plane.store import ACTIVE, TERMINAL, Run, Store
 from cdui.plane.subscription import Subscription
 from cdui.run import outputs, runner
@@ -58,6 +61,7 @@ from cdui.run.catalog import with_run_report
 from cdui.run.devices import detect_devices
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets
+from cdui.wire.devicesets import device_kind
 from cdui.wire.event import Event
 from cdui.wire.job import Job, JobFiles
 from cdui.wire.runopts import RunOptions, parse_run_options
@@ -114,6 +118,10 @@ class FileStore(Protocol):
     async def artifact_row(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any] | str | None: ...
 
     async def cleanup(self, run: Run, by_retention: bool) -> str | None: ...
+
+    async def on_worker_resumed(self, run_ids: list[str]) -> None:
+        """A worker reconnected and continues ``run_ids``: their bucket credentials may come from a
+        control plane that is gone."""
 
 
 class Executor(ExecutorView, Protocol):
@@ -205,7 +213,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
-        self.devicebook = devicesets.DeviceBook()  # memory needs and share-by-memory settings
+        self.devicebook = device_fit.DeviceBook()  # memory needs and share-by-memory settings
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/run/spare.py)
         # The previous server was killed in the middle of its stop (plane/stopping.py): its runs end, none is adopted.
         self.killed_while_stopping = False
@@ -346,8 +354,8 @@ class RunService:
         :class:`CduiError` (``invalid_graph`` with every graph error in ``details``)."""
         opts = parse_run_options(options)
         target = opts.target
-        await devicesets.check_fit(target, opts.device, opts.device_set(), self.executors, self.caps, self.devicebook,
-                                   self.store.workers.offered_devices)
+        await device_fit.check_fit(target, opts.device, opts.device_set(), self.executors, self.caps,
+                                   self.devicebook, self.store.workers.offered_devices)
         library = await asyncio.to_thread(self.preset_library)  # reads every preset file: off the event loop
         # A local run's machine is this one, so what its nodes need here (datasets) is checked now;
         # a worker's run subprocess checks the same on its own machine before any node runs.
@@ -894,6 +902,10 @@ class RunService:
             s.discard(q)
             if not s:
                 self.subscribers.pop(run_id, None)
+
+
+# The run service in the control plane's app (cdui.plane.server.build_app makes it).
+RUNS: web.AppKey[RunService] = web.AppKey("runs")
 
 
 def _text(v: Any, limit: int = 4096) -> str | None:

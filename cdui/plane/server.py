@@ -34,13 +34,14 @@ import ipaddress
 import json
 import logging
 import os
+import pwd
 import re
 import secrets
 import signal
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -55,7 +56,7 @@ from cdui.core.peercred import peer_uid
 from cdui.core.private import private_dir, restrict_umask
 from cdui.nodes.registry import build_registry
 from cdui.plane import workers
-from cdui.plane.appkeys import CLOCK, CONFIG, HOSTS, RUNS, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH, WORKERS
+from cdui.plane.appkeys import CLOCK, CONFIG, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH
 from cdui.plane.files import s3_plane, transfer
 from cdui.plane.http import (
     api_files,
@@ -67,9 +68,11 @@ from cdui.plane.http import (
     web_session,
     worker_routes,
 )
-from cdui.plane.runs import RunService
+from cdui.plane.http.httpjson import Handler, error_middleware
+from cdui.plane.runs import RUNS, RunService
 from cdui.plane.ssh import ssh_workers
 from cdui.plane.store import Store
+from cdui.plane.workers import WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -84,36 +87,6 @@ QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/do
                                 r"|/api/runs/[^/]+/artifacts/[^/]+/download)$")
 PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_response(err: CduiError) -> web.Response:
-    return web.json_response(err.to_json(), status=err.status)
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except CduiError as err:
-        return error_response(err)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
-        msg = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        if exc.status == 404:
-            msg = f"no such path: {request.method} {request.path}"
-        if exc.status == 405:
-            msg = f"{request.method} is not allowed on {request.path}"
-        return web.json_response(CduiError(code, msg, status=exc.status).to_json(), status=exc.status)
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.json_response(CduiError("internal", "internal server error; nothing was changed by this request",
-                                           "see the server log (cdui.log in the user data dir)", 500).to_json(),
-                                 status=500)
 
 
 class HostCheck:
@@ -169,6 +142,9 @@ class HostCheck:
         if port and port != str(own):
             return False
         return self._is_local_ip(name)
+
+
+HOSTS: web.AppKey[HostCheck] = web.AppKey("hosts")
 
 
 @web.middleware
@@ -289,7 +265,6 @@ async def bootstrap(request: web.Request) -> web.Response:
 
 def _user_name(uid: int) -> str:
     try:
-        import pwd
         return repr(pwd.getpwuid(uid).pw_name)
     except (ImportError, KeyError):
         return f"#{uid}"

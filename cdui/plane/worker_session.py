@@ -15,36 +15,57 @@ A :class:`WorkerSession` lives exactly as long as one WebSocket of one agent:
 What outlives a connection (the registry of open connections, the grace
 timers, adoption at start, the list of refused connections, shutdown) is the
 :class:`~cdui.plane.workers.WorkerManager`'s; a session reads and changes it only
-through the manager's methods.
+through the manager's methods. The session sees the manager through :class:`Manager`, the
+port this module defines (the manager creates the sessions, so this module does not import it).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
 from cdui import __version__
+from cdui.core.clock import Clock
+from cdui.core.config import Config
 from cdui.core.diskfull import DiskFull
 from cdui.core.layout import read_roots_in
 from cdui.plane import enroll, oneshot
-from cdui.plane.appkeys import S3_BACKEND
-from cdui.plane.http import api_outputs, proxies
-from cdui.plane.runs import iso
+from cdui.plane.http import proxies
+from cdui.plane.runs import RunService, iso
+from cdui.plane.sched import catalog_check
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.store import ACTIVE, TERMINAL, Run, WorkerRow
+from cdui.plane.store import ACTIVE, TERMINAL, Run, Store, WorkerRow
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
 from cdui.wire.event import Event
 from cdui.wire.job import Job
-
-if TYPE_CHECKING:
-    from cdui.plane.workers import WorkerManager
+from cdui.wire.same_machine import Verdict
 
 log = logging.getLogger("cdui.plane.workers")  # the same logger as before the split, so log filters keep working
 HELLO_TIMEOUT_S = 30.0
+
+
+class PendingOutputs:
+    """The outputs requests on one connection that wait for their answers
+    (:func:`cdui.plane.http.api_outputs.ask` adds them; the session answers them)."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, asyncio.Future[protocol.OutputsAnswer]] = {}
+
+    def answered(self, msg: protocol.OutputsAnswer) -> None:
+        fut = self.waiting.pop(msg.request_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def gone(self) -> None:
+        """The connection closed: nothing waits for its answers any longer."""
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.cancel()
+        self.waiting.clear()
 
 
 @dataclass
@@ -68,6 +89,7 @@ class Conn:
     same_machine: bool = False
     # A pinned agent's {pin it matched, next pin it holds}, from its hello and heartbeats (key rotation).
     tls: dict[str, str | None] | None = None
+    outputs: PendingOutputs = field(default_factory=PendingOutputs)
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
@@ -80,10 +102,47 @@ class Conn:
             return False
 
 
+class Manager(Protocol):
+    """What a session uses of the worker manager (:class:`cdui.plane.workers.WorkerManager`)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def runs(self) -> RunService: ...
+    @property
+    def conns(self) -> dict[str, Conn]: ...
+    @property
+    def same_machine(self) -> dict[str, Verdict]: ...
+    @property
+    def unstored(self) -> set[str]: ...
+    @property
+    def grace(self) -> float: ...
+    @property
+    def heartbeat(self) -> float: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def machine_id(self) -> str: ...
+
+    def register(self, conn: Conn) -> None: ...
+
+    def reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None: ...
+
+    def start_timer(self, run_id: str, adopted: bool) -> None: ...
+
+    def cancel_timer(self, run_id: str) -> None: ...
+
+    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog_check.CatalogState: ...
+
+
 class RemoteExecutor:
     """A connected worker, as the run queue sees it."""
 
-    def __init__(self, manager: WorkerManager, conn: Conn) -> None:
+    def __init__(self, manager: Manager, conn: Conn) -> None:
         self.manager = manager
         self.conn = conn
         self.name = conn.name
@@ -126,9 +185,9 @@ class RemoteExecutor:
         if not self.conn.same_machine:
             job = job.without_local_paths()  # another machine resolves paths in its own installation
         # Checked again right before it goes: the worker may have come back with fewer types.
-        missing = catalog.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
+        missing = catalog_check.missing_types(self.catalog, job.graph, {}, self.manager.runs.registry.preset_params)
         if missing:
-            raise catalog.refuse_missing(self.name, missing)
+            raise catalog_check.refuse_missing(self.name, missing)
         # The stored facts, not the ones read when the run was claimed: the storage backend may have
         # added its own (the bucket of an s3 run) since.
         stored = await self.manager.store.get_run(run.id)
@@ -146,7 +205,7 @@ class RemoteExecutor:
 class WorkerSession:
     """One agent's connection: handshake → welcome → serve (watchdog beside it) → gone."""
 
-    def __init__(self, manager: WorkerManager, request: web.Request) -> None:
+    def __init__(self, manager: Manager, request: web.Request) -> None:
         self.m = manager
         self.request = request
         self.ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE, heartbeat=None)
@@ -247,7 +306,7 @@ class WorkerSession:
             # connection and leaves its runs alone (they are this connection's now).
             log.info("worker %s reconnected from %s before its old connection (from %s) was noticed to be gone; "
                      "replacing that one", name, self.address, replaced.address)
-            api_outputs.gone(replaced)
+            replaced.outputs.gone()
             self.m.runs.detach_executor(name)  # the old one's; this connection attaches its own after the welcome
             # Not awaited: a dead peer never answers the close, and this agent's welcome must not wait
             # for the close handshake's timeout.
@@ -335,7 +394,7 @@ class WorkerSession:
         await conn.send(protocol.Welcome(__version__, conn.name, m.heartbeat, m.grace, answer))
         for run_id in stops:
             await conn.send(protocol.Stop(run_id))
-        bucket = m.app.get(S3_BACKEND)
+        bucket = m.runs.storage
         if bucket is not None:  # its bucket credentials may come from a control plane that is gone
             await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
@@ -380,7 +439,7 @@ class WorkerSession:
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
                 elif isinstance(m, protocol.OutputsAnswer):
-                    api_outputs.answered(conn, m)
+                    conn.outputs.answered(m)
                 else:
                     await conn.send(protocol.Error("hello was already received"))
             except DiskFull:
@@ -458,7 +517,7 @@ class WorkerSession:
         assert conn is not None
         m, name = self.m, conn.name
         log.warning("worker %s disconnected", name)
-        api_outputs.gone(conn)
+        conn.outputs.gone()
         for run_id, _, _ in m.runs.runs_on(name):
             if m.closing:
                 # Nobody would be left to wait for its return: the server is stopping.

@@ -34,8 +34,9 @@ from cdui.core.config import machine_id
 from cdui.core.errors import CduiError
 from cdui.core.layout import read_roots_in
 from cdui.plane import enroll
-from cdui.plane.appkeys import CLOCK, CONFIG, RUNS
-from cdui.plane.runs import STOPPED_KILLED, RunService, iso
+from cdui.plane.appkeys import CLOCK, CONFIG
+from cdui.plane.runs import RUNS, STOPPED_KILLED, RunService, iso
+from cdui.plane.sched import catalog_check
 from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
 from cdui.plane.store import ACTIVE, WorkerRow
 from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
@@ -256,7 +257,7 @@ class WorkerManager:
         row = await self.store.workers.by_credential(h)
         return row["name"] if row is not None else None
 
-    def catalog_state(self, name: str) -> catalog.CatalogState | None:
+    def catalog_state(self, name: str) -> catalog_check.CatalogState | None:
         """The connected worker's catalog against ours (None: not connected); from its hello,
         so it holds from the welcome on, before its executor is attached."""
         conn = self.conns.get(name)
@@ -264,7 +265,7 @@ class WorkerManager:
             return None
         return self.compare_catalog(conn.hello, conn.same_machine)
 
-    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog.CatalogState:
+    def compare_catalog(self, hello: Any, same_machine: bool) -> catalog_check.CatalogState:
         """A worker's catalog against ours. An agent on this machine runs its jobs with the control
         plane's own plugin and custom-node folders (the job keeps the local paths), so those types
         count as its own whatever its helper, reading its own data folder, saw."""
@@ -274,7 +275,7 @@ class WorkerManager:
             types = set(reported.get("types") or []) | local
             reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,
                                                                                         "types": sorted(types)}
-        return catalog.compare(self.own_catalog, reported, hello.catalog_error)
+        return catalog_check.compare(self.own_catalog, reported, hello.catalog_error)
 
     async def check_target(self, target: Target, graph: Any, files: Any) -> None:
         name = worker_name(target)
@@ -286,10 +287,10 @@ class WorkerManager:
                             hint=f"enrolled workers: {', '.join(rows) or 'none'}; add one with `cdui workers token`")
         if isinstance(graph, dict):
             library = await asyncio.to_thread(self.runs.preset_library)  # reads files: off the event loop
-            missing = catalog.missing_types(self.catalog_state(name), graph, library,
+            missing = catalog_check.missing_types(self.catalog_state(name), graph, library,
                                             self.runs.registry.preset_params)
             if missing:
-                raise catalog.refuse_missing(name, missing)
+                raise catalog_check.refuse_missing(name, missing)
         conn = self.conns.get(name)
         row = rows.get(name) or rows.get(name.rpartition(".")[0])  # an instance has its credential's mounts
         labels = conn.labels if conn is not None else json.loads(row["labels"] or "{}") if row is not None else {}
@@ -305,3 +306,9 @@ class WorkerManager:
         if self.config["CODEFYUI_MOUNT_LABEL"] not in labels:
             raise CduiError("no_mount", no_mount_message(name, files.reason),
                             hint="see docs/remote-workers.md#files-on-workers", status=400)
+
+
+# The worker manager in the control plane's app (cdui.plane.server.build_app makes it).
+WORKERS: web.AppKey[WorkerManager] = web.AppKey("workers")
+
+

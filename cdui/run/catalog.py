@@ -15,11 +15,7 @@ and the checks the control plane makes with them.
   the devices as the agent sees them, before a run's device set narrows
   ``CUDA_VISIBLE_DEVICES`` (the agent passes its view to the run in
   :data:`SEEN_ACCELERATOR_ENV`).
-- **Checks** (pure): :func:`compare` says whether a worker is degraded and
-  which types it lacks or has extra; :func:`any_refusal` keeps degraded-lacking
-  workers and workers without a catalog out of ``any``; :func:`missing_types`
-  lists the types a graph uses that a worker lacks, after expanding presets,
-  subgraphs and the presets Map nodes run.
+- **Checks** (pure, the control plane's policy): in :mod:`cdui.plane.sched.catalog_check`.
 
 The report comes from a worker, which may be hostile: :mod:`cdui.wire.protocol`
 bounds it before anything here sees it, and nothing here opens a path it names.
@@ -34,15 +30,14 @@ import platform
 import subprocess
 import sys
 import tomllib
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdui import __version__
-from cdui.core.errors import CduiError
-from cdui.graph.model import PRESET_PREFIX
-from cdui.graph.uses import PresetParams, presets_used
+from cdui.nodes.registry import build_registry
 from cdui.wire import devicesets
 
 log = logging.getLogger("cdui.run.catalog")
@@ -55,16 +50,6 @@ SEEN_ACCELERATOR_ENV = "CDUI_SEEN_ACCELERATOR"
 NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUDA_LAUNCH_BLOCKING", "NVIDIA_TF32_OVERRIDE",
                 "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "TORCH_CUDNN_V8_API_DISABLED", "OMP_NUM_THREADS",
                 "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_CBWR", "PYTHONHASHSEED")
-HIDE_SETTING = "CODEFYUI_NODES_HIDE"
-
-
-def hidden_types(env: Mapping[str, str] | None = None) -> set[str]:
-    """Node types this installation leaves out of its registry (CODEFYUI_NODES_HIDE):
-    a way to try a worker that lacks a type without uninstalling anything."""
-    env = os.environ if env is None else env
-    return {t.strip() for t in env.get(HIDE_SETTING, "").split(",") if t.strip()}
-
-
 # -- what a machine has ------------------------------------------------------------
 # What a node's description says about this machine's packages, not about the node: left out of the
 # catalog's hash, so two machines with the same nodes and other extras installed have the same hash.
@@ -210,10 +195,8 @@ class Probe:
 
 
 def _helper_main(argv: list[str]) -> int:
-    import warnings
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    from cdui.nodes.registry import build_registry
     custom = Path(argv[0]) if len(argv) > 0 and argv[0] else None
     plugins = Path(argv[1]) if len(argv) > 1 and argv[1] else None
     registry = build_registry(custom, plugins)
@@ -250,116 +233,6 @@ def probe(custom_dir: Path | None, plugins_dir: Path | None, timeout: float = HE
         log.warning("node catalog: %s", err)
     cards = d.get("device_memory")
     return Probe(cat, fp, cards=cards if isinstance(cards, dict) else None)
-
-
-# -- checks on the control plane ---------------------------------------------------------
-@dataclass(frozen=True)
-class CatalogState:
-    """A worker's catalog against the control plane's."""
-
-    reported: bool
-    degraded: bool = False
-    lacking: tuple[str, ...] = ()
-    extra: tuple[str, ...] = ()
-    types: frozenset[str] = field(default_factory=frozenset)
-    error: str | None = None
-
-    # The same types, defined otherwise (a plugin or custom node of another version): said, not degraded.
-    differs: bool = False
-
-    def to_api(self) -> dict[str, Any]:
-        if not self.reported:
-            return {"state": "not_reported", "degraded": False, "lacking": [], "extra": [],
-                    "warning": "the worker reported no node catalog"
-                               + (f": {self.error}" if self.error else "")
-                               + "; `any` skips it and runs targeted at it are sent unchecked"}
-        warning = None
-        if self.differs and not self.degraded:
-            warning = ("the worker has the same node types, but some are defined otherwise (its node catalog's "
-                       "hash differs): a plugin or custom node of another version?")
-        return {"state": "degraded" if self.degraded else "ok", "degraded": self.degraded,
-                "lacking": list(self.lacking), "extra": list(self.extra), "warning": warning}
-
-
-def compare(own: Mapping[str, Any], worker: Mapping[str, Any] | None, error: str | None = None) -> CatalogState:
-    """The worker's catalog (None: not reported) against ``own``, the control plane's.
-
-    Degraded means it lacks types or has extra ones, so a degraded worker can always say which; a hash
-    that differs with the same types is only a warning."""
-    if worker is None:
-        return CatalogState(False, error=error)
-    mine, theirs = set(own["types"]), set(worker["types"])
-    lacking, extra = tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine))
-    return CatalogState(True, bool(lacking or extra), lacking, extra, frozenset(theirs),
-                        differs=own["hash"] != worker["hash"])
-
-
-def card(state: CatalogState | None, fp: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The sync fields of a worker's card in GET /api/workers (None: not connected)."""
-    if state is None:
-        return {"degraded": False, "catalog": None, "fingerprint": None}
-    return {"degraded": state.degraded, "catalog": state.to_api(), "fingerprint": summary(fp)}
-
-
-def any_refusal(name: str, state: CatalogState | None) -> str | None:
-    """Why ``any`` skips this worker, or None: it lacks types, or reported no catalog."""
-    if state is None:
-        return None
-    if not state.reported:
-        return f"worker {name} reported no node catalog (`any` skips it)"
-    if state.lacking:
-        return f"worker {name} is degraded: it lacks {', '.join(state.lacking[:10])}"
-    return None
-
-
-def any_skips(executors: Mapping[str, Any]) -> dict[str, str]:
-    """The executors ``any`` leaves out for their catalog, with the reason; only remote
-    workers carry one (``catalog``), so the control plane itself is never left out."""
-    out = {}
-    for name in sorted(executors):
-        why = any_refusal(name, getattr(executors[name], "catalog", None))
-        if why:
-            out[name] = why
-    return out
-
-
-def graph_types(graph: Mapping[str, Any], library: Mapping[str, Mapping[str, Any]],
-                preset_params: PresetParams) -> set[str]:
-    """Every node type a graph runs: its own nodes', and those of every preset or
-    subgraph it uses, embedded or installed, including the presets Map nodes run
-    (``preset_params``: the registry's, which says which params run a preset)."""
-    presets = {str(p.get("preset_name") or p.get("name")): p for p in graph.get("presets") or []
-               if isinstance(p, dict)}
-    lib = {**library, **presets}
-    bodies: list[Any] = [graph.get("nodes")]
-    bodies += [lib[n].get("nodes") for n in presets_used(graph, lib, preset_params) if n in lib]
-    types: set[str] = set()
-    for nodes in bodies:
-        for node in nodes if isinstance(nodes, list) else []:
-            t = node.get("type") if isinstance(node, dict) else None
-            if isinstance(t, str) and t and not t.startswith(PRESET_PREFIX):
-                types.add(t)
-    return types
-
-
-def missing_types(state: CatalogState | None, graph: Mapping[str, Any],
-                  library: Mapping[str, Mapping[str, Any]], preset_params: PresetParams) -> list[str]:
-    """Types the graph uses that the worker lacks; [] when it has them all, or reported no
-    catalog (such a worker's runs go unchecked) or has one equal to the control plane's."""
-    if state is None or not state.reported or not state.degraded:
-        return []
-    return sorted(graph_types(graph, library, preset_params) - state.types)
-
-
-def missing_message(name: str, missing: list[str]) -> str:
-    return (f"worker {name} lacks node type(s) the graph uses: {', '.join(missing)} "
-            f"(it is degraded: its node catalog differs from the control plane's)")
-
-
-def refuse_missing(name: str, missing: list[str]) -> CduiError:
-    return CduiError("missing_node_types", missing_message(name, missing),
-                     hint=f"install the same plugins and custom nodes on {name} and restart its agent, or target "
-                          f"another worker (see docs/workers-in-sync.md)", status=400, details={"missing": missing})
 
 
 # -- execution facts ----------------------------------------------------------------------

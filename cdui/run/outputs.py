@@ -46,22 +46,24 @@ from pathlib import Path
 from typing import Any
 
 from cdui.core.atomic import atomic_write
+from cdui.wire.node_outputs import (
+    MAX_NODE_ID,
+    MAX_NODES,
+    MAX_NOTE,
+    MAX_OUTPUTS,
+    MAX_SHAPE,
+    MAX_THUMB_B64,
+    PNG_MAGIC,
+)
 
 log = logging.getLogger(__name__)
 
 # The job options only this machine's executor sets (never the submitter's).
 OPT_DIR, OPT_MAX, OPT_TIMEOUT = "record_outputs_dir", "record_outputs_max_bytes", "record_outputs_write_timeout_s"
 RAW_MAX_BYTES = 64 * 1024 * 1024   # a raw tensor larger than this keeps its summary only
-MAX_OUTPUTS = 64                   # outputs of one node summarized
-MAX_NODES = 10000                  # nodes recorded in one run
-MAX_SHAPE = 16                     # dimensions of a shape
-MAX_NODE_ID = 256                  # characters of a node id on the wire
-MAX_NOTE = 500                     # characters of a note or a value's text
 THUMB_PX = 64                      # a thumbnail's longer side
-MAX_THUMB_B64 = 64 * 1024          # characters of one thumbnail, base64
 MAX_SUMMARY_BYTES = 2 * 1024 * 1024  # one node's summary, encoded
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def store_dir(user_data: Path) -> Path:
@@ -359,106 +361,8 @@ def read_node(root: Path, run_id: str, node_id: str) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) and summary.get("node_id") == node_id else None
 
 
-async def agent_answer(store_root: Path, msg: Any) -> Any:
-    """On the agent: the answer to the control plane's request, read from this agent's own store."""
-    import asyncio
-
-    from cdui.wire import protocol
-    try:
-        if msg.node_id is None:
-            nodes = await asyncio.to_thread(list_nodes, store_root, msg.run_id)
-            if nodes is None:
-                return protocol.OutputsAnswer(msg.request_id, msg.run_id, None,
-                                              error=f"no recorded outputs of run {msg.run_id} are kept here "
-                                                    "(never recorded, or dropped to stay within "
-                                                    "CODEFYUI_RUN_OUTPUT_STORE_MAX_MB)")
-            return protocol.OutputsAnswer(msg.request_id, msg.run_id, None, nodes=nodes)
-        summary = await asyncio.to_thread(read_node, store_root, msg.run_id, msg.node_id)
-        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id, summary=summary)
-    except (OSError, ValueError) as exc:
-        return protocol.OutputsAnswer(msg.request_id, msg.run_id, msg.node_id,
-                                      error=f"reading the recorded outputs failed: {type(exc).__name__}: {exc}")
-
-
 def forget_run(root: Path, run_id: str) -> None:
     """Drop a run's captures (the run was deleted)."""
     folder = run_folder(root, run_id)
     if folder is not None and folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder, ignore_errors=True)
-
-
-# -- what the control plane accepts from a worker --------------------------------------------------
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
-def _text(v: Any, limit: int) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"expected text, got {type(v).__name__}")
-    if len(v) > limit:
-        raise ValueError(f"a text of {len(v)} characters is over the limit of {limit}")
-    return v
-
-
-def clean_summary(raw: Any, node_id: str) -> dict[str, Any]:
-    """A worker's summary rebuilt from the known fields only, each typed and bounded.
-
-    Raises ValueError saying what does not fit. The thumbnail must be base64 of a PNG."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"a summary must be an object, got {type(raw).__name__}")
-    if raw.get("node_id") != node_id:
-        raise ValueError("the summary is for another node")
-    outs = raw.get("outputs")
-    if not isinstance(outs, list) or len(outs) > MAX_OUTPUTS:
-        raise ValueError(f"outputs must be a list of at most {MAX_OUTPUTS}")
-    clean: list[dict[str, Any]] = []
-    for o in outs:
-        if not isinstance(o, dict):
-            raise ValueError("each output must be an object")
-        c: dict[str, Any] = {"port": _text(o.get("port", ""), 128), "kind": _text(o.get("kind", "value"), 32)}
-        if "shape" in o:
-            shape = o["shape"]
-            if not isinstance(shape, list) or len(shape) > MAX_SHAPE or not all(
-                    isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 53 for x in shape):
-                raise ValueError(f"a shape must be at most {MAX_SHAPE} sizes")
-            c["shape"] = list(shape)
-        if "dtype" in o:
-            c["dtype"] = _text(o["dtype"], 32)
-        for k in ("min", "max", "mean"):
-            if k in o and o[k] is not None:
-                v = _num(o[k])
-                if v is None:
-                    raise ValueError(f"{k} must be a finite number")
-                c[k] = v
-        if "nonfinite" in o:
-            n = o["nonfinite"]
-            if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < 2 ** 53:
-                raise ValueError("nonfinite must be a count")
-            c["nonfinite"] = n
-        if "note" in o:
-            c["note"] = _text(o["note"], MAX_NOTE)
-        if "thumbnail" in o:
-            thumb = _text(o["thumbnail"], MAX_THUMB_B64)
-            try:
-                data = base64.b64decode(thumb, validate=True)
-            except ValueError:
-                raise ValueError("a thumbnail must be base64") from None
-            if not data.startswith(PNG_MAGIC):
-                raise ValueError("a thumbnail must be a PNG")
-            c["thumbnail"] = thumb
-        clean.append(c)
-    return {"node_id": node_id, "type": _text(raw.get("type", ""), 128), "outputs": clean}
-
-
-def clean_nodes(raw: Any) -> list[dict[str, str]]:
-    if not isinstance(raw, list) or len(raw) > MAX_NODES:
-        raise ValueError(f"nodes must be a list of at most {MAX_NODES}")
-    out = []
-    for n in raw:
-        if not isinstance(n, dict):
-            raise ValueError("each node must be an object")
-        out.append({"node_id": _text(n.get("node_id"), MAX_NODE_ID), "type": _text(n.get("type", ""), 128)})
-    return out

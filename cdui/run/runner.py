@@ -40,8 +40,9 @@ from cdui.core import event_size
 from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append, user_umask
 from cdui.graph.secrets import environment_secrets, redact_text, redact_value
+from cdui.run import outputs
 from cdui.run.spare import SparePool
-from cdui.wire.devicesets import map_set
+from cdui.wire.devicesets import members
 from cdui.wire.job import Job
 
 # An event only the launcher reads (never stored): the run has finished executing nodes
@@ -105,6 +106,16 @@ def map_slot_device(slot: str, inherited: str | None) -> tuple[str, str | None]:
                         hint="offer only the cards this process can see (--devices), or start it with a "
                              "CUDA_VISIBLE_DEVICES that lists the card")
     return "cuda:0", entries[index]
+
+
+def map_set(slot: str, inherited: str | None) -> tuple[str, str | None]:
+    """A set's (device inside the run, the run's ``CUDA_VISIBLE_DEVICES``): the cards of a CUDA
+    set are narrowed to exactly the set, in its order, and are ``cuda:0..N-1`` inside the run."""
+    devs = members(slot)
+    if not devs[0].startswith("cuda"):
+        return devs[0], None
+    visible = [map_slot_device(d, inherited)[1] for d in devs]
+    return "cuda:0", ",".join(v for v in visible if v is not None)
 
 
 def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
@@ -372,7 +383,6 @@ class RunHandle:
 
 
 def _write_timeout(job: Job) -> float:
-    from cdui.run import outputs
     try:
         return max(0.0, float(job.options.get(outputs.OPT_TIMEOUT) or 0.0))
     except (TypeError, ValueError):

@@ -22,7 +22,7 @@ Protocol with its parent (:mod:`cdui.run.runner`):
 ``python -m cdui.run.runproc --spare`` is a warm spare (:mod:`cdui.run.spare`): it
 imports torch and the built-in node modules first, then reads one handover
 line before the job, ``{"env": {NAME: value or null}}`` for each name in
-:data:`DEFERRED_ENV`, and sets those variables for itself. Nothing it imports
+:data:`cdui.wire.job.DEFERRED_ENV`, and sets those variables for itself. Nothing it imports
 before that initialises CUDA, which reads ``CUDA_VISIBLE_DEVICES`` only when
 it first initialises, so the run sees its own card set. Plugin and
 custom-node folders are loaded after the job, as in a fresh process.
@@ -39,11 +39,23 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
-# Variables a spare is started without (they differ per run) and gets on its handover line.
-DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
+from cdui.core.layout import Layout
+from cdui.graph.context import RunContext, RunStopped
+from cdui.graph.executor import Executor, NodeFailed
+from cdui.graph.model import DEFAULT_MAX_NODES
+from cdui.graph.secrets import environment_secrets, fill_secrets, redact_text, redact_value
+from cdui.graph.validate import validate_graph
+from cdui.nodes.registry import Registry, build_registry
+from cdui.run import outputs
+from cdui.run.catalog import run_facts
+from cdui.wire.devicesets import process_devices
+from cdui.wire.devicesets import run_facts as device_facts
+from cdui.wire.job import DEFERRED_ENV, Job, JobError
+
 MAX_HANDOVER = 64 * 1024
 # A run whose launcher is gone gets the launcher's own stop grace (cdui.run.runner.STOP_GRACE_S) to end
 # through its nodes before it kills itself.
@@ -52,7 +64,6 @@ ORPHAN_GRACE_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     spare = "--spare" in (sys.argv[1:] if argv is None else argv)
-    import warnings
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     events_fd = os.dup(1)
@@ -62,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     lock = threading.Lock()
     secrets: list[Any] = []
 
-    from cdui.graph.secrets import redact_text, redact_value
 
     def emit(kind: str, data: dict[str, Any]) -> None:
         # NaN and infinities are not JSON: they travel as strings ("nan", "inf").
@@ -88,14 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     first = sys.stdin.readline()
     if not first:
         return 2
-    from cdui.wire.job import Job, JobError
     try:
         job = Job.from_json(first)
     except JobError as exc:
         emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
         return 0
     # The machine's own API keys too: a node may send one (LLMChat) and a server may echo it back.
-    from cdui.graph.secrets import environment_secrets
     secrets.extend([*job.secret_pairs(), *environment_secrets(os.environ)])
     stop = threading.Event()
 
@@ -113,14 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
 
-    from cdui.core.layout import Layout
-    from cdui.graph.context import RunContext, RunStopped
-    from cdui.graph.executor import Executor, NodeFailed
-    from cdui.graph.model import DEFAULT_MAX_NODES
-    from cdui.graph.secrets import fill_secrets
-    from cdui.graph.validate import validate_graph
-    from cdui.nodes.registry import build_registry
-    from cdui.wire.devicesets import process_devices, run_facts
 
     # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
     # own number (cuda:1) may not exist here; process_device is what does.
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         layout = Layout.from_json(job.layout)
         registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
                                   Path(job.plugins_dir) if job.plugins_dir else None)
-        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, run_facts(slot, job.process_device))
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, device_facts(slot, job.process_device))
         graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
@@ -145,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
         ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
-        from cdui.run import outputs
         with outputs.recording(job, emit) as on_outputs:
             Executor(registry, ctx, on_outputs).run(plan)
     except RunStopped:
@@ -188,13 +187,6 @@ def _warm() -> None:
     """What every run imports anyway, done before its job arrives. None of it initialises CUDA."""
     import torch  # noqa: F401
 
-    import cdui.core.layout  # noqa: F401
-    import cdui.graph.context  # noqa: F401
-    import cdui.graph.executor  # noqa: F401
-    import cdui.graph.validate  # noqa: F401
-    import cdui.run.catalog  # noqa: F401
-    import cdui.wire.job  # noqa: F401
-    from cdui.nodes.registry import Registry
     Registry().load_builtin()  # imports the built-in node modules; the run's registry is built after its job
 
 
@@ -221,7 +213,6 @@ def _apply_handover(line: str) -> str | None:
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,
                   devices: dict[str, Any]) -> None:
     """This process's own fingerprint and torch numerics, which replace the worker's for the run."""
-    from cdui.run.catalog import run_facts
     try:
         facts = run_facts(registry, Path(custom_dir) if custom_dir else None,
                           Path(plugins_dir) if plugins_dir else None)

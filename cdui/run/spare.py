@@ -19,7 +19,7 @@ Invariants:
 - A spare is taken only by a run that would have been started with the same
   python, working folder, umask and environment; anything else gets a fresh
   process (correct first, warm where it matches). The one exception is
-  :data:`cdui.run.runproc.DEFERRED_ENV` (``CUDA_VISIBLE_DEVICES``): it narrows a
+  :data:`cdui.wire.job.DEFERRED_ENV` (``CUDA_VISIBLE_DEVICES``): it narrows a
   run to its card and differs per slot, so the spare is built with the
   launcher's own value and the run's value is handed over as the first line
   on stdin, which the spare applies before anything can initialise CUDA (the
@@ -51,7 +51,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cdui.run.runproc import DEFERRED_ENV
+from cdui.wire.job import DEFERRED_ENV
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cdui.wire.s3 import check_target
+
+# Variables a warm spare run process (cdui.run.spare) is started without, since they differ per run;
+# it gets them on its handover line, before its job.
+DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
+
 Secret = tuple[tuple[Any, ...], Any]  # (path into the graph, value)
 
 BACKENDS = (None, "mount", "transfer", "s3")
@@ -73,7 +79,6 @@ class JobFiles:
             raise JobError("job: every files.inputs item must be an object")
         s3 = _typed(d, "s3", dict)
         if backend == "s3":
-            from cdui.wire.s3 import check_target
             try:
                 s3 = check_target(s3)
             except ValueError as exc:

@@ -46,8 +46,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from cdui.wire.devicesets import parse_memory_report
+from cdui.wire import node_outputs
+from cdui.wire.devicesets import MAX_MEMORY_DEVICES, MAX_MEMORY_MB
 from cdui.wire.job import Job, JobError
+from cdui.wire.s3 import S3Credentials
 
 # Bounds on what a worker may send (a worker may be hostile). Events come in
 # batches of at most a few hundred; a message is encoded by :func:`encode_events`
@@ -306,6 +308,31 @@ def _fingerprint(v: Any) -> dict[str, Any] | None:
     return v
 
 
+def parse_memory_report(v: Any, where: str = "hello.device_memory") -> dict[str, dict[str, int]] | None:
+    """A worker's ``device_memory`` report, bounded: ``{device: {total_mb, free_mb}}``."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object, got {type(v).__name__}")
+    if len(v) > MAX_MEMORY_DEVICES:
+        raise ProtocolError(f"{where} lists {len(v)} devices, over the limit of {MAX_MEMORY_DEVICES}")
+    out: dict[str, dict[str, int]] = {}
+    for dev, facts in v.items():
+        if not isinstance(dev, str) or not dev or len(dev) > MAX_NAME:
+            raise ProtocolError(f"{where} has a device name that is not a short string")
+        if not isinstance(facts, dict):
+            raise ProtocolError(f"{where}[{dev!r}] must be an object")
+        entry: dict[str, int] = {}
+        for k in ("total_mb", "free_mb"):
+            x = facts.get(k)
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_MEMORY_MB:
+                raise ProtocolError(f"{where}[{dev!r}].{k}={str(x)[:40]!r} is not a whole number of MiB "
+                                    f"from 0 to {MAX_MEMORY_MB}")
+            entry[k] = x
+        out[dev] = entry
+    return out
+
+
 def parse_agent_message(raw: str) -> AgentMessage:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
@@ -542,7 +569,7 @@ class OutputsRequest(_Flat):
 @dataclass(frozen=True)
 class OutputsAnswer(_Flat):
     """A worker's answer: the recorded nodes (``node_id`` None) or one node's summary, or an error.
-    ``nodes`` and ``summary`` are rebuilt field by field by :mod:`cdui.run.outputs` when parsed."""
+    ``nodes`` and ``summary`` are rebuilt field by field by :mod:`cdui.wire.node_outputs` when parsed."""
 
     request_id: str
     run_id: str
@@ -554,14 +581,13 @@ class OutputsAnswer(_Flat):
 
 
 def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
-    from cdui.run import outputs
     w = "outputs_answer"
     node_id = _opt(d, "node_id", str, None, w)
-    node_id = None if node_id is None else _str(node_id, f"{w}.node_id", outputs.MAX_NODE_ID)
+    node_id = None if node_id is None else _str(node_id, f"{w}.node_id", node_outputs.MAX_NODE_ID)
     error = _opt(d, "error", str, None, w)
     try:
-        nodes = None if d.get("nodes") is None else outputs.clean_nodes(d["nodes"])
-        summary = None if d.get("summary") is None or node_id is None else outputs.clean_summary(d["summary"],
+        nodes = None if d.get("nodes") is None else node_outputs.clean_nodes(d["nodes"])
+        summary = None if d.get("summary") is None or node_id is None else node_outputs.clean_summary(d["summary"],
                                                                                                   node_id)
     except ValueError as exc:
         raise ProtocolError(f"{w}: {exc}") from None
@@ -628,7 +654,6 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
             raise ProtocolError(f"assign: the job is for run {job.run_id[:64]!r}, the message for {run_id!r}")
         return Assign(run_id, job)
     if t == "s3_credentials":
-        from cdui.wire.s3 import S3Credentials
         run_id = _str(_req(d, "run_id", str, "s3_credentials"), "s3_credentials.run_id")
         creds = _req(d, "credentials", dict, "s3_credentials")
         try:

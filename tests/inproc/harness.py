@@ -35,6 +35,8 @@ from cdui.core.clock import FakeClock
 from cdui.core.config import load
 from cdui.plane import appkeys as _keys
 from cdui.plane import server
+from cdui.plane.runs import RUNS
+from cdui.plane.workers import WORKERS
 from cdui.run.catalog import node_catalog
 from cdui.wire import protocol
 from procs import ServerProc
@@ -174,7 +176,7 @@ class Plane:
     @property
     def runs(self) -> Any:
         assert self.app is not None
-        return self.app[_keys.RUNS]
+        return self.app[RUNS]
 
     async def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         assert self.session is not None
@@ -451,7 +453,7 @@ class FakeAgent:
         assert self.ws is not None
         await self.ws.send_str(json.dumps({"type": "heartbeat", "runs": runs}))
         assert isinstance(self.plane, Plane) and self.plane.app is not None
-        manager = self.plane.app[_keys.WORKERS]
+        manager = self.plane.app[WORKERS]
         plane = self.plane
 
         def read() -> bool:

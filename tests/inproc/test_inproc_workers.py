@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import FakeAgent, Plane
 
-from cdui.plane import appkeys as _keys
+from cdui.plane.workers import WORKERS
 
 GRACE = "30"
 
@@ -288,6 +288,6 @@ async def test_stopping_the_server_closes_a_connected_workers_socket(tmp_path):
         await asyncio.wait_for(cp.__aexit__(None, None, None), 60)
         # Before the fix this shutdown waited on the worker's handler for good.
         assert cp.app is not None
-        assert cp.app[_keys.WORKERS].conns == {}
+        assert cp.app[WORKERS].conns == {}
     finally:
         await agent.close()

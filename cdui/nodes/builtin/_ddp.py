@@ -19,8 +19,10 @@ over a pipe; an exception in any rank fails the node with its traceback.
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import os
 import socket
+import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +126,6 @@ def run(train: Any, inputs: dict[str, Any], params: dict[str, Any], ctx: RunCont
         devices: list[str]) -> dict[str, Any]:
     """Train with one forked process per device; ``train(inputs, params, ctx, dist)`` is the
     loop of one rank and returns its outputs (rank 0's are the node's)."""
-    import multiprocessing as mp
 
     import torch
     if any(d.startswith("cuda") for d in devices) and torch.cuda.is_initialized():
@@ -189,7 +190,6 @@ def run(train: Any, inputs: dict[str, Any], params: dict[str, Any], ctx: RunCont
 
 def _reap(pid: int) -> None:
     """Wait for a rank that sent its result (it exits at once); kill one that hangs."""
-    import time
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if os.waitpid(pid, os.WNOHANG)[0]:

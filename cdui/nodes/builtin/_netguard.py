@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from cdui.core.config import SETTINGS_BY_NAME
+
 ALLOW_LOCAL = "CODEFYUI_NODE_NET_ALLOW_LOCAL"
 KEY_HOSTS = "CODEFYUI_LLM_KEY_HOSTS"
 Resolver = Callable[[str, int], list[str]]
@@ -49,7 +51,6 @@ class TargetRefused(ValueError):
 
 
 def _setting(name: str, env: Mapping[str, str] | None) -> list[str]:
-    from cdui.core.config import SETTINGS_BY_NAME
     env = os.environ if env is None else env
     raw = env.get(name)
     s = SETTINGS_BY_NAME[name]

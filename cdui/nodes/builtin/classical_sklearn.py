@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from cdui.nodes.base import LIST, SCALAR, STRING, Param, Port
 from cdui.nodes.builtin._declared import B, DeclaredNode, F, I, T, float_param, int_param
-from cdui.nodes.builtin._util import as_list, parse_int_list
+from cdui.nodes.builtin._util import as_bool, as_list, parse_int_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -86,7 +86,6 @@ class LinearRegressionNode(SklearnNode):
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         from sklearn.linear_model import LinearRegression
 
-        from cdui.nodes.builtin._util import as_bool
 
         x, y, q = self.arrays(inputs, labels=False)
         model = LinearRegression(fit_intercept=as_bool(params.get("fit_intercept"), True)).fit(x, y)

@@ -24,6 +24,8 @@ from cdui.graph.context import RunStopped
 from cdui.nodes.base import DATASET, MODEL, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, T, float_param, int_param
 from cdui.nodes.builtin._util import resolve_device
+from cdui.nodes.builtin.diffusion_unet import ddpm_betas
+from cdui.nodes.builtin.training_loop import checkpoint_payload, write_checkpoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
@@ -52,8 +54,6 @@ class DiffusionTrainingLoopNode(DeclaredNode):
         import torch
         from torch.utils.data import DataLoader
 
-        from cdui.nodes.builtin.diffusion_unet import ddpm_betas
-        from cdui.nodes.builtin.training_loop import checkpoint_payload, write_checkpoint
 
         model, dataset = inputs.get("model"), inputs.get("dataset")
         if model is None:

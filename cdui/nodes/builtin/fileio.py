@@ -15,11 +15,14 @@ refused with PathRefused. Every file written is recorded with ``ctx.artifact``.
 """
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdui.nodes.base import ANY, IMAGE, MODEL, OPTIMIZER, SCALAR, STRING, TENSOR, Node, Param, Port
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device
+from cdui.nodes.builtin.training_loop import checkpoint_payload, write_checkpoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -232,7 +235,6 @@ class CheckpointSaverNode(Node):
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
-        from cdui.nodes.builtin.training_loop import checkpoint_payload, write_checkpoint
 
         model, optimizer = inputs.get("model"), inputs.get("optimizer")
         if model is None or optimizer is None:
@@ -417,8 +419,6 @@ class FileReaderNode(Node):
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
-        import csv
-        import io
 
         import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
 import math
 import struct
@@ -166,7 +167,6 @@ def encode_output(value: Any, name: str, depth: int = 0) -> Any:
             return {"__type__": "tensor", "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
                     "values": _finite(values)}
     if type(value).__module__.startswith("PIL."):
-        import io
 
         buf = io.BytesIO()
         value.save(buf, format="PNG")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cdui.core.errors import CduiError
+from cdui.core.paths import safe_join
 from cdui.nodes.base import DATASET, SCALAR, Param, Port
 from cdui.nodes.builtin._declared import B, DeclaredNode, I, T, int_param
 from cdui.nodes.builtin._util import as_bool
@@ -148,7 +149,6 @@ class TransformNode(DeclaredNode):
 def image_directory(layout: Layout, value: Any) -> Path:
     """The folder ``directory`` names: relative to the data folder, as CodefyUI's
     ``backend/data``; ``data/...`` means the same folder."""
-    from cdui.core.paths import safe_join
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
@@ -163,7 +163,6 @@ def image_directory(layout: Layout, value: Any) -> Path:
 def selected_files(folder: Path, pattern: str, max_images: int) -> list[Path]:
     """The regular files in ``folder`` whose name matches ``pattern``, sorted, at most ``max_images``
     (0: all, up to :data:`MAX_FILES`); nothing outside the folder, however a name links."""
-    from cdui.core.paths import safe_join
 
     if not pattern or "/" in pattern or "\\" in pattern or ".." in pattern or "\x00" in pattern:
         raise ValueError(f"ImageBatchReader: pattern must be a file-name pattern such as *.png, "

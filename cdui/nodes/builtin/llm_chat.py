@@ -38,6 +38,7 @@ from cdui.graph.secrets import ANTHROPIC_ENV, OPENAI_ENV
 from cdui.nodes.base import IMAGE, LIST, STRING, Param, Port
 from cdui.nodes.builtin import _netguard
 from cdui.nodes.builtin._declared import DeclaredNode, F, I, float_param, int_param
+from cdui.nodes.builtin._imagecodec import encode_png
 from cdui.nodes.builtin.notify import _redact  # the URL without credentials or query, as the webhook logs it
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,7 +98,6 @@ def _image_png(value: Any) -> str:
     """An image input as base64 PNG: a tensor (C, H, W) / (N, C, H, W) / (H, W) in [0, 1], or base64 text."""
     import torch
 
-    from cdui.nodes.builtin._imagecodec import encode_png
 
     if isinstance(value, str):
         text = value.strip()

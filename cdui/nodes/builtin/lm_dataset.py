@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdui.core.paths import safe_join
 from cdui.nodes.base import ANY, DATASET, SCALAR, Param, Port
 from cdui.nodes.builtin._declared import B, DeclaredNode
 from cdui.nodes.builtin._util import as_bool
@@ -59,7 +60,6 @@ class PackedLMDataset:
 
 def cache_folder(layout: Layout, value: Any) -> Path:
     """``cache_dir`` under the data folder, or its ``lm_token_cache/``."""
-    from cdui.core.paths import safe_join
 
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     rel = v[5:] if v.startswith("data/") else (v or CACHE_FOLDER)

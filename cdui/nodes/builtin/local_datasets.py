@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cdui.core.errors import CduiError
+from cdui.core.paths import safe_join
 from cdui.nodes.base import DATASET, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode
 
@@ -42,8 +43,6 @@ MAX_HF_ITEMS = 10_000_000
 
 
 def _cache_folder(layout: Layout, value: Any, default: Path) -> Path:
-    from cdui.core.paths import safe_join
-
     v = str(value or "").strip().replace("\\", "/").removeprefix("./")
     if not v:
         return default
@@ -180,7 +179,6 @@ class HuggingFaceDatasetNode(DeclaredNode):
 # -- Kaggle -------------------------------------------------------------------------------------
 def kaggle_root(layout: Layout, params: dict[str, Any]) -> tuple[Path, str | None]:
     """The folder a slug names in kagglehub's cache (plus subdir), and why it is missing (None: present)."""
-    from cdui.core.paths import safe_join
 
     slug = str(params.get("dataset_slug") or "").strip()
     if not slug:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from cdui.core.atomic import replacing
 from cdui.graph.context import RunStopped
 from cdui.nodes.base import ANY, DATALOADER, LOSS_FN, MODEL, OPTIMIZER, SCALAR, TENSOR, Node, Param, Port
+from cdui.nodes.builtin import _ddp
 from cdui.nodes.builtin._util import DEVICE_OPTIONS, as_bool, resolve_device, to_device
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -375,7 +376,6 @@ class TrainingLoopNode(Node):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
         if strategy == "ddp":
-            from cdui.nodes.builtin import _ddp
             devices = _ddp.world_devices(int(params.get("ddp_processes") or 0),
                                          resolve_device(params.get("device"), ctx), ctx.device_set)
             ctx.log(f"strategy ddp: {len(devices)} process(es) on {', '.join(devices)}")

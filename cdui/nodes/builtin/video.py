@@ -18,6 +18,8 @@ media folder, a ``data/...`` path, or an absolute one under the machine's
 """
 from __future__ import annotations
 
+import base64
+import io
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -150,9 +152,6 @@ class VideoWriteNode(DeclaredNode):
         return found
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-        import base64
-        import io
-
         import torch
         from PIL import Image
 

@@ -2,7 +2,7 @@
 never downloaded) and ``DatasetBatch`` (a stacked slice of any dataset).
 
 The files live on the machine that runs the graph, under its data folder
-(``./data``, CodefyUI's default, is that folder); see cdui.run.offline_datasets for
+(``./data``, CodefyUI's default, is that folder); see cdui.nodes.offline_datasets for
 the layouts and ``cdui datasets import`` for putting them there. A graph whose
 dataset is missing is refused before any node runs (``preflight``), naming the
 files and the command.
@@ -16,7 +16,7 @@ from cdui.core.errors import CduiError
 from cdui.core.paths import safe_join
 from cdui.nodes.base import DATASET, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, I, T, int_param
-from cdui.run.offline_datasets import DATASETS_FOLDER, NAMES, DatasetMissing, load, missing_message
+from cdui.nodes.offline_datasets import DATASETS_FOLDER, NAMES, DatasetMissing, load, missing_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.core.layout import Layout

@@ -28,21 +28,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from cdui.core.clock import Clock
 from cdui.core.errors import CduiError
-from cdui.plane.appkeys import CLOCK, CONFIG, RUNS, S3_BACKEND, WORKERS
+from cdui.plane.appkeys import CLOCK, CONFIG
+from cdui.plane.runs import RUNS
+from cdui.plane.store import ACTIVE, Run
+from cdui.plane.workers import WORKERS
 from cdui.wire import protocol, s3
 from cdui.wire.job import Job
-
-if TYPE_CHECKING:
-    from cdui.plane.store import Run
 
 log = logging.getLogger("cdui.wire.s3")
 RENEW_TICK_S = 30.0  # how often the renewal loop looks at live runs' credentials
@@ -223,7 +224,6 @@ class S3Backend:
 
     async def send_fresh(self, run_id: str) -> bool:
         """New credentials for a live s3 run, sent to its worker if connected (else at its reconnect)."""
-        from cdui.plane.store import ACTIVE
         run = await self.app[RUNS].store.get_run(run_id)
         if run is None or run.status not in ACTIVE or STORAGE_FACT not in (run.execution_facts or {}):
             self.issued.pop(run_id, None)
@@ -373,6 +373,10 @@ class S3Backend:
         pass
 
 
+# The S3 bucket backend; present only when it is on (CODEFYUI_S3_ENABLED=1, a bucket, boto3).
+S3_BACKEND: web.AppKey[S3Backend] = web.AppKey("s3_backend")
+
+
 def _same_bytes(row: dict[str, Any], obj: dict[str, Any]) -> str:
     """Whether an object (a head or get answer) holds the row's bytes: ``same``, ``other``, or
     ``unknown`` (no sha256 in its metadata: only hashing it can tell)."""
@@ -397,7 +401,6 @@ def _replaced_object(row: dict[str, Any], bucket: str, key: str) -> CduiError:
 
 def _spool_checked(body: Any, sha: str, folder: Path) -> Any:
     """The object's bytes in a temporary file (at offset 0) if they hash to ``sha``, else None."""
-    import tempfile
     tmp = tempfile.TemporaryFile(dir=folder)
     h = hashlib.sha256()
     try:

@@ -34,8 +34,9 @@ from aiohttp import BodyPartReader, web
 from cdui.core.errors import CduiError, PathRefused
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
-from cdui.plane.appkeys import CONFIG, RUNS
+from cdui.plane.appkeys import CONFIG
 from cdui.plane.files.receive import receive, refuse_temporary_name
+from cdui.plane.runs import RUNS
 from cdui.plane.store import ACTIVE
 from cdui.wire.protocol import loads
 

@@ -16,8 +16,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import check_name, safe_join
-from cdui.plane.appkeys import CONFIG, RUNS
+from cdui.plane.appkeys import CONFIG
 from cdui.plane.files.receive import TEMP_PREFIX, receive, refuse_temporary_name, sweep_stale
+from cdui.plane.files.transfer import worker_may_download
+from cdui.plane.runs import RUNS
 
 FOLDERS = {"files": "files", "images": "images", "models": "models"}
 
@@ -96,7 +98,6 @@ async def download(request: web.Request) -> web.StreamResponse:
     kind, folder = _folder(request)
     name = request.match_info["name"]
     if request.get("auth") == "worker":
-        from cdui.plane.files.transfer import worker_may_download
         if not await worker_may_download(request, kind, name):
             raise CduiError("forbidden", f"worker {request['worker']} may not download {kind}/{name}: it is not an "
                                          f"input of one of its runs", status=403)
@@ -129,7 +130,6 @@ def list_folder(folder: Path) -> list[dict[str, Any]]:
 
 
 async def _sweep_stale(app: web.Application) -> None:
-    from cdui.plane.appkeys import CONFIG
     layout = app[CONFIG].layout
     # the upload folders and the folders workers' outputs arrive in (transfer.py)
     sweep_stale({layout.folder(f) for f in ("files", "images", "models", "media", "output")} | {layout.runs_dir()})

@@ -40,8 +40,9 @@ from cdui.graph.contract import contract_of, fill_inputs
 from cdui.graph.secrets import describe_path, split_secrets
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.plane import graph_index
-from cdui.plane.appkeys import GRAPH_INDEX, RUNS
+from cdui.plane.appkeys import GRAPH_INDEX
 from cdui.plane.http.httpjson import read_json
+from cdui.plane.runs import RUNS
 from cdui.plane.store import TERMINAL
 
 GRAPH_NAME = graph_index.GRAPH_NAME

@@ -6,66 +6,26 @@ asks the worker over its connection (``outputs_request``) and waits up to
 ``CODEFYUI_WORKER_OUTPUT_FETCH_TIMEOUT_S`` on the app's clock for its
 ``outputs_answer``; a worker that is not connected, goes away or is slow
 answers ``504`` with what happened. The answer was rebuilt field by field
-and bounded when it was parsed (:func:`cdui.run.outputs.clean_summary`), and no
+and bounded when it was parsed (:func:`cdui.wire.node_outputs.clean_summary`), and no
 path from it is ever opened here.
 """
 from __future__ import annotations
 
 import asyncio
 import secrets
-import weakref
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.plane.appkeys import CLOCK, CONFIG, STORE, WORKERS
+from cdui.plane.appkeys import CLOCK, CONFIG, STORE
 from cdui.plane.drawing import drawing
+from cdui.plane.workers import WORKERS
 from cdui.run import outputs
 from cdui.wire import protocol
+from cdui.wire.node_outputs import MAX_NODE_ID, clean_summary
 
 MAX_PENDING = 64  # requests waiting on one worker's answers at once
-
-
-class Pending:
-    """The outputs requests of one worker connection that wait for their answers."""
-
-    def __init__(self) -> None:
-        self.waiting: dict[str, asyncio.Future[protocol.OutputsAnswer]] = {}
-
-    def answered(self, msg: protocol.OutputsAnswer) -> None:
-        fut = self.waiting.pop(msg.request_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
-
-    def gone(self) -> None:
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.cancel()
-        self.waiting.clear()
-
-
-# One per open connection, keyed by its WebSocket: it goes with the connection.
-_PENDING: weakref.WeakKeyDictionary[Any, Pending] = weakref.WeakKeyDictionary()
-
-
-def _pending(conn: Any) -> Pending:
-    p = _PENDING.get(conn.ws)
-    if p is None:
-        p = _PENDING[conn.ws] = Pending()
-    return p
-
-
-def answered(conn: Any, msg: protocol.OutputsAnswer) -> None:
-    """The worker session's hook: an ``outputs_answer`` arrived on ``conn``."""
-    _pending(conn).answered(msg)
-
-
-def gone(conn: Any) -> None:
-    """The worker session's hook: ``conn`` closed, so nothing waits for its answers any longer."""
-    p = _PENDING.pop(conn.ws, None)
-    if p is not None:
-        p.gone()
 
 
 def _offline(worker: str) -> CduiError:
@@ -78,7 +38,7 @@ async def ask(app: web.Application, worker: str, run_id: str, node_id: str | Non
     conn = app[WORKERS].conns.get(worker)
     if conn is None or conn.ws.closed:
         raise _offline(worker)
-    pending = _pending(conn)
+    pending = conn.outputs
     if len(pending.waiting) >= MAX_PENDING:
         raise CduiError("worker_busy", f"{MAX_PENDING} requests for recorded outputs already wait on worker "
                                        f"{worker}", hint="retry when they are answered", status=503)
@@ -146,9 +106,9 @@ async def list_outputs(request: web.Request) -> web.Response:
 async def node_outputs(request: web.Request) -> web.Response:
     run = await _run(request)
     node_id = request.match_info["node_id"]
-    if len(node_id) > outputs.MAX_NODE_ID:
+    if len(node_id) > MAX_NODE_ID:
         raise CduiError("bad_node_id", f"a node id of {len(node_id)} characters is over the limit of "
-                                       f"{outputs.MAX_NODE_ID}")
+                                       f"{MAX_NODE_ID}")
     missing = NotFound("recorded outputs of node", node_id,
                        hint=f"GET /api/runs/{run.id}/outputs lists the nodes with recorded outputs")
     if not run.options.get("record_outputs"):
@@ -162,7 +122,7 @@ async def node_outputs(request: web.Request) -> web.Response:
                                           run.id, node_id)
         if summary is None:
             raise missing
-        return web.json_response({"run_id": run.id, "worker": None, **outputs.clean_summary(summary, node_id)})
+        return web.json_response({"run_id": run.id, "worker": None, **clean_summary(summary, node_id)})
     answer = await ask(request.app, where, run.id, node_id)
     if answer.error is not None:
         raise CduiError("outputs_not_on_worker", f"worker {where}: {answer.error}", status=404)

@@ -4,16 +4,18 @@ from __future__ import annotations
 import asyncio
 import mimetypes
 import os
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.plane.appkeys import RUNS
 from cdui.plane.files.artifact_files import KEPT_BACKENDS, MAX_HASH_BYTES, ArtifactRefused, confine
+from cdui.plane.files.s3_plane import backend_of
 from cdui.plane.http.httpjson import read_json
-from cdui.plane.runs import iso
+from cdui.plane.runs import RUNS, iso
 from cdui.plane.store import TERMINAL
 
 
@@ -223,7 +225,6 @@ async def download_artifact(request: web.Request) -> web.StreamResponse:
                                     f"this server does not have it",
                         hint="copy it from the worker machine", status=404)
     if a["backend"] == "s3":
-        from cdui.plane.files.s3_plane import backend_of
         bucket = backend_of(request.app)
         if bucket is None:
             raise CduiError("not_here", f"artifact {aid} is in {a['path']}, and the S3 backend is off here",
@@ -308,9 +309,6 @@ async def _send_fd(request: web.Request, fd: int, name: str) -> web.StreamRespon
 
 
 async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamResponse:
-    import tempfile
-    import zipfile
-
     def build() -> str:
         fd, tmp = tempfile.mkstemp(suffix=".zip")
         with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:

@@ -16,16 +16,26 @@ Both answer ``413 too_large`` naming the limit (and the setting, where there
 is one). ``NaN`` and ``Infinity``, which Python's json accepts, are refused
 like any other invalid JSON, as is nesting too deep to parse. Only the two
 upload routes stream large bodies (they read multipart parts themselves).
+
+The one error shape on the way out is here too: :func:`error_middleware` turns a
+:class:`~cdui.core.errors.CduiError` (or an aiohttp HTTP error, or a bug) into
+``{"error": {"code", "message", "hint"}}``, for the main app and each SSH tunnel's app.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError
 from cdui.wire.protocol import loads  # the same strict JSON as the worker protocol
+
+# The server's logger, where an unhandled error was always logged (cdui.log names it).
+log = logging.getLogger("cdui.plane.server")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 PUBLIC_LIMIT = 16 * 1024
 DEFAULT_LIMIT = 64 * 1024
@@ -79,3 +89,32 @@ async def read_object(request: web.Request, limit: int, setting: str | None = No
         raise CduiError("bad_request", f"the request body must be a JSON object, got {type(body).__name__}",
                         hint='send e.g. {"ttl_s": 3600}')
     return body
+
+
+def error_response(err: CduiError) -> web.Response:
+    return web.json_response(err.to_json(), status=err.status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except CduiError as err:
+        return error_response(err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
+        msg = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        if exc.status == 404:
+            msg = f"no such path: {request.method} {request.path}"
+        if exc.status == 405:
+            msg = f"{request.method} is not allowed on {request.path}"
+        return web.json_response(CduiError(code, msg, status=exc.status).to_json(), status=exc.status)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.json_response(CduiError("internal", "internal server error; nothing was changed by this request",
+                                           "see the server log (cdui.log in the user data dir)", 500).to_json(),
+                                 status=500)

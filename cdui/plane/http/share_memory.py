@@ -21,8 +21,9 @@ from typing import Any
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.plane.appkeys import RUNS, STORE
+from cdui.plane.appkeys import STORE
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, read_object
+from cdui.plane.runs import RUNS
 from cdui.wire import devicesets
 from cdui.wire.protocol import MAX_NAME, MAX_SMALL_LIST
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,13 +18,12 @@ from cdui import __version__
 from cdui.core import trust
 from cdui.core.errors import CduiError, NotFound
 from cdui.plane import enroll
-from cdui.plane.appkeys import WORKERS
 from cdui.plane.http import proxies
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
 from cdui.plane.runs import iso
 from cdui.plane.ssh import ssh_workers
 from cdui.plane.store import WorkerRow
-from cdui.plane.workers import WorkerManager
+from cdui.plane.workers import WORKERS, WorkerManager
 from cdui.run import catalog
 from cdui.wire import protocol
 from cdui.wire.same_machine import Verdict
@@ -81,8 +81,12 @@ class WorkerRoutes:
         return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
 
     def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
+        """The sync fields of a worker's card: none while it is not connected."""
         state = self.m.catalog_state(name) if conn is not None else None
-        return catalog.card(state, conn.hello.fingerprint if state is not None else None)
+        if state is None:
+            return {"degraded": False, "catalog": None, "fingerprint": None}
+        return {"degraded": state.degraded, "catalog": state.to_api(),
+                "fingerprint": catalog.summary(conn.hello.fingerprint)}
 
     async def create_token(self, request: web.Request) -> web.Response:
         body = await read_object(request, DEFAULT_LIMIT)
@@ -231,7 +235,6 @@ class WorkerRoutes:
 
 def _own_addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses, as far as its host name tells."""
-    import socket
     try:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
     except OSError:

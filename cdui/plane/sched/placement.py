@@ -78,14 +78,6 @@ def read_roots_message(executor: str, missing: Sequence[str], roots: Sequence[st
             f"its CODEFYUI_READ_ROOTS lists ({', '.join(roots) or 'none'})")
 
 
-def human_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} B" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
-
-
 @dataclass
 class FilePlan:
     uses_files: bool

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdui.core.errors import CduiError
-from cdui.plane import oneshot
+from cdui.plane.sched import device_fit
+from cdui.plane.sched.catalog_check import any_skips
 from cdui.plane.sched.placement import unreadable
-from cdui.run.catalog import any_skips
-from cdui.wire import devicesets
+from cdui.wire.devicesets import device_kind, device_matches
 from cdui.wire.target import AnyWorker, Local, Pool, Target, Worker
 
 
@@ -72,18 +72,6 @@ def parse_caps(spec: str) -> Caps:
     return caps
 
 
-def device_kind(device: str | None) -> str:
-    if not device or device == "auto":
-        return "auto"
-    return device.split(":")[0]
-
-
-def device_matches(wanted: str | None, device: str) -> bool:
-    if not wanted or wanted == "auto":
-        return True
-    if ":" in wanted:
-        return wanted == device
-    return device.split(":")[0] == wanted
 
 
 class ExecutorView(Protocol):
@@ -116,6 +104,40 @@ def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, st
     return None
 
 
+# -- one-shot workers (cdui.plane.oneshot keeps their state) --------------------------------
+def is_one_shot(ex: object) -> bool:
+    return bool(getattr(ex, "one_shot", False))
+
+
+def not_one_shot(names: list[str], executors: Mapping[str, ExecutorView]) -> list[str]:
+    """``any`` never goes to a one-shot worker: it would exit after that run."""
+    return [n for n in names if not is_one_shot(executors[n])]
+
+
+def place_pool(wanted: str | None, executors: Mapping[str, ExecutorView], used: dict[tuple[str, str], int],
+               caps: Caps, needs: str = "none", reads: Sequence[str] = ()) -> Placement | str:
+    """A pool run's one-shot worker now, or why it waits. Executors are tried in name order;
+    the dispatch loop reads runs oldest first, so each device kind is served first come, first served."""
+    kind = device_kind(wanted)
+    for name in sorted(executors):
+        ex = executors[name]
+        if not is_one_shot(ex) or ex.unavailable_reason():
+            continue
+        if any(used.get((name, d), 0) for d in ex.devices()):
+            continue  # placed in this same pass: it takes one run only
+        if needs == "mount" and not ex.mounted():
+            continue
+        if unreadable(reads, ex.read_roots()):
+            continue
+        dev = choose_device(ex, wanted, used, caps)
+        if dev is not None:
+            backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
+            return Placement(name, dev, backend)
+    what = "a device" if kind == "auto" else kind
+    return (f"waiting for a one-shot worker that offers {what}" + (" with a `data` mount" if needs == "mount" else "")
+            + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
+
+
 def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
     """The executors a target may use, in the order they are tried. ``order``: the
     executors to try for ``any`` (the caller's least recently used first; by
@@ -127,31 +149,31 @@ def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Seq
             names = sorted(executors) if order is None else [n for n in order if n in executors]
             # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
             skipped = any_skips(executors)
-            remote = oneshot.not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
+            remote = not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
             return remote + (["local"] if "local" in names else [])
         case Worker(name=name):
             return [name] if name in executors else []
         case Pool():
-            return []  # the pool is placed by its own rule (oneshot.place_pool)
+            return []  # the pool is placed by its own rule (place_pool)
 
 
 def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
           blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
-          ask: devicesets.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
+          ask: device_fit.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
 
     ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
     first, then unmounted ones through the transfer backend) or "mount" (only
     workers with the ``data`` mount). ``order``: which executors ``any`` tries,
     in that order (see :func:`candidates`). ``ask``: a device set or shared devices
-    (see :mod:`cdui.wire.devicesets`); None: one slot. ``reads``: the absolute paths the run reads;
+    (see :mod:`cdui.plane.sched.device_fit`); None: one slot. ``reads``: the absolute paths the run reads;
     only an executor whose read roots cover them all may take it. With several candidates the reason
     is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
     match target:
         case Pool():
-            return oneshot.place_pool(wanted, executors, used, caps, needs, reads)
+            return place_pool(wanted, executors, used, caps, needs, reads)
         case Worker(name=name) if name not in executors:
             return f"waiting for worker {name} to connect (it is offline)"
     names = candidates(target, executors, order)
@@ -163,7 +185,7 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
     # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
     skips = any_skips(executors) if isinstance(target, AnyWorker) else {}
     reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
-        ("no node catalog match", n, why) for n, why in skips.items() if oneshot.not_one_shot([n], executors)]
+        ("no node catalog match", n, why) for n, why in skips.items() if not_one_shot([n], executors)]
     for name in names:
         ex = executors[name]
         why = ex.unavailable_reason()
@@ -185,19 +207,19 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
         if (name, kind) in blocked:
             reasons.append((f"an earlier {kind} run waits", name, f"an earlier run for {kind} is waiting on {name}"))
             continue
-        dev = choose_device(ex, wanted, used, caps) if ask is None else devicesets.choose(ex, wanted, used, caps, ask)
+        dev = choose_device(ex, wanted, used, caps) if ask is None else device_fit.choose(ex, wanted, used, caps, ask)
         if dev is not None:
             backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
             return Placement(name, dev, backend)
         busy = [d for d in ex.devices() if device_matches(wanted, d)]
         reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
-                        else devicesets.busy_text(name, wanted, ask, ex.devices())))
+                        else device_fit.busy_text(name, wanted, ask, ex.devices())))
     if not names:
         return "waiting for a worker to connect" if isinstance(target, AnyWorker) else "no executor for this target"
     if len(reasons) <= 2:
         return "waiting: " + "; ".join(text for _, _, text in reasons)
     if ask is not None and ask.count > 1:
-        return devicesets.fits_text(wanted, ask.count) + ": " + summarize(kind, reasons).partition(": ")[2]
+        return device_fit.fits_text(wanted, ask.count) + ": " + summarize(kind, reasons).partition(": ")[2]
     return summarize(kind, reasons)
 
 

@@ -29,6 +29,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdui.core.atomic import write_private
 from cdui.core.errors import CduiError
 
 DEFAULT_REMOTE_CDUI = "~/CodefyUI/bin/cdui"
@@ -54,7 +55,6 @@ def instance_id(user_data: Path) -> str:
             return v
     except OSError:
         pass
-    from cdui.core.atomic import write_private
     v = secrets.token_hex(4)
     write_private(path, v + "\n")
     return v

@@ -41,14 +41,14 @@ from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.plane import enroll
-from cdui.plane.appkeys import CLOCK, CONFIG, RUNS, WORKERS
+from cdui.plane.appkeys import CLOCK, CONFIG
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, read_object
-from cdui.plane.runs import iso
+from cdui.plane.runs import RUNS, iso
 from cdui.plane.ssh import ssh
 from cdui.plane.ssh.ssh_supervisor import SHORT_SSH_S, Deps, Spec, Supervisor, TunnelState, run_short
 from cdui.plane.ssh.tunnel import TunnelListener
 from cdui.plane.store import SshCleanupRow, SshWorkerRow
-from cdui.plane.workers import RemoteExecutor
+from cdui.plane.workers import WORKERS, RemoteExecutor
 
 log = logging.getLogger("cdui.plane.ssh.ssh")
 SSH_WORKERS: web.AppKey[SshWorkers] = web.AppKey("ssh_workers")

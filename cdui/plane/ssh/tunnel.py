@@ -33,6 +33,7 @@ from aiohttp import web
 
 from cdui.core.errors import CduiError
 from cdui.plane.appkeys import SESSION_TOKEN, TUNNEL_LISTENER, WORKER_AUTH
+from cdui.plane.http.httpjson import error_middleware
 
 MAX_BODY = 1024 ** 2  # the enrollment body is small; the upload route streams its parts
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -85,7 +86,6 @@ async def tunnel_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 def build_tunnel_app(main: web.Application, worker: str) -> web.Application:
     """An app serving the agent routes of ``main`` for one SSH worker."""
-    from cdui.plane.server import error_middleware
     app = web.Application(middlewares=[error_middleware, tunnel_middleware], client_max_size=MAX_BODY)
     for key, value in main.items():
         app[key] = value
