@@ -11,7 +11,7 @@ import pytest
 
 from cdui.core.config import load
 from cdui.core.errors import CduiError
-from cdui.plane.appkeys import RUNS
+from cdui.plane.runs import RUNS
 from cdui.run import devices
 from cdui.run.devices import parse_probe
 from inproc.harness import Plane
