@@ -84,6 +84,13 @@ def tunnel_ssh_pids(slot_dir: str) -> list[int]:
     return out
 
 
+def this_planes(added: dict[str, Any]) -> str:
+    """The remote folder prefix of every SSH worker of the control plane that answered ``added``
+    (``.codefyui-ssh/<its id>-``): other tests, run at the same time by other pytest workers,
+    have tunnels of their own, which a check for leftovers must not count."""
+    return added["remote_dir"].removeprefix("~/").rpartition("-")[0] + "-"
+
+
 def children_running(parent: int, needle: bytes) -> list[int]:
     """Descendants of ``parent`` whose command line contains ``needle``."""
     table = {}
@@ -256,12 +263,12 @@ def test_delete_cleans_the_remote_folder_and_credential(server: ServerProc, sshd
 
 
 def test_shutdown_stops_ssh_agents_and_a_restart_reconnects(server: ServerProc, sshd: Sshd):
-    server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gpu2"}, expect=201)
+    added = server.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "gpu2"}, expect=201)
     first = wait_tunnel(server, "gpu2", "connected")
     run = server.submit(long_training_graph(), {"target": {"worker": "gpu2"}})
     wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
     assert server.stop() == 0
-    assert tunnel_ssh_pids(".codefyui-ssh/") == []
+    assert tunnel_ssh_pids(this_planes(added)) == []
     wait_for(lambda: first["remote_pid"] not in sshd.agent_pids(), 60, 0.1, "the remote agent to exit")
     server.start()
     assert server.run(run["id"])["status"] == "cancelled"  # stopped by the agent, reported before the end
@@ -420,7 +427,7 @@ def test_shutdown_gives_ssh_workers_25_s_when_a_host_does_not_answer(tmp_path: P
     srv = ServerProc(tmp_path, extra_env={**sshd.env(), "CODEFYUI_SHUTDOWN_GRACE_S": "120"}).start()
     frozen: list[int] = []
     try:
-        srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "silent"}, expect=201)
+        added = srv.call("POST", "/api/workers/ssh", {"target": "sshtest", "name": "silent"}, expect=201)
         wait_tunnel(srv, "silent", "connected")
         remote = srv.submit(long_training_graph(), {"target": {"worker": "silent"}})
         local = srv.submit(long_training_graph(), {"target": "local"})
@@ -433,7 +440,7 @@ def test_shutdown_gives_ssh_workers_25_s_when_a_host_does_not_answer(tmp_path: P
             os.kill(p, signal.SIGSTOP)
         # A generous wait, yet well short of the 125 s the grace alone would hold the stop.
         assert srv.stop(timeout=100) == 0, srv.log_tail(40)
-        assert tunnel_ssh_pids(".codefyui-ssh/") == []
+        assert tunnel_ssh_pids(this_planes(added)) == []
         with sqlite3.connect(srv.db_path) as db:
             ended = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, status, error FROM runs")}
         assert ended[local["id"]][0] == "cancelled", ended
