@@ -91,7 +91,10 @@ class Files:
         """The job came with the control plane's own layout (this machine is the control plane's)."""
 
     def _layout(self, job: Job, cfg: Config) -> Layout:
-        raise NotImplementedError
+        """The run's folders on this machine, for a job from another machine's control plane: by
+        default the agent's own installation's (a run that uses no files); the kinds that bring
+        the files elsewhere say where."""
+        return cfg.layout
 
     async def fetch_inputs(self) -> bool:
         return True
@@ -110,10 +113,8 @@ class Files:
 
 
 class OwnInstallFiles(Files):
-    """A run that uses no files: the agent's own installation's folders, as they are."""
-
-    def _layout(self, job: Job, cfg: Config) -> Layout:
-        return cfg.layout
+    """A run that uses no files: the agent's own installation's folders, as they are (the default
+    of every step)."""
 
 
 class MountFiles(Files):
