@@ -309,6 +309,9 @@ async def test_share_by_memory_set_through_an_instance_is_the_credentials(tmp_pa
             inst = await _instance(cp, base.credential, "7-0")
             inst.devices = ["cpu", "cuda:0"]
             await inst.connect()
+            # The welcome is sent before the connection's executor joins the run service (so no run is
+            # assigned before it): the instance's devices count once it has joined.
+            await eventually(lambda: "slurm.7-0" in cp.runs.executors, "the instance's executor to join")
             answer = await cp.call("POST", "/api/workers/slurm.7-0/share-by-memory",
                                    {"enabled": True, "device": "cuda:0"})
             assert answer == {"name": "slurm", "share_by_memory": ["cuda:0"]}
