@@ -171,3 +171,30 @@ def test_agent_without_boto3_offers_no_s3(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "boto3", None)  # what an environment without boto3 gives an import
     assert s3.agent_capabilities() == []
     assert not s3.have_boto3()
+
+
+def _client_error(code: str) -> Exception:
+    from botocore.exceptions import ClientError
+    return ClientError({"Error": {"Code": code, "Message": "m"}}, "PutObject")
+
+
+def test_error_code_reads_the_answer_through_boto3s_upload_wrapper() -> None:
+    """boto3's upload_file raises S3UploadFailedError inside its ``except ClientError``. The code
+    comes from the ClientError it wraps; and when that link was lost (an exception re-raised while
+    another is being handled takes that one as its context), from the text boto3 copied."""
+    pytest.importorskip("boto3")
+    from boto3.exceptions import S3UploadFailedError
+    inner = _client_error("InvalidAccessKeyId")
+    try:
+        try:
+            raise inner
+        except Exception as e:
+            raise S3UploadFailedError(f"Failed to upload m.pt to codefyui/k: {e}")  # noqa: B904 (boto3's way)
+    except S3UploadFailedError as wrapped:
+        assert wrapped.__context__ is inner
+        assert s3.error_code(wrapped) == "InvalidAccessKeyId"
+        wrapped.__context__ = ValueError("something else being handled")
+        assert s3.error_code(wrapped) == "InvalidAccessKeyId"
+    assert s3.error_code(_client_error("NoSuchBucket")) == "NoSuchBucket"
+    assert s3.error_code(S3UploadFailedError("Failed to upload m.pt: disk gone")) is None
+    assert s3.error_code(ValueError("An error occurred (Nope) when")) is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,14 +297,28 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+# botocore's message for an answer, which boto3's S3UploadFailedError copies into its own text
+_ANSWER = re.compile(r"An error occurred \(([A-Za-z0-9.]{1,64})\) when calling the ")
+
+
 def error_code(exc: BaseException) -> str | None:
-    """The S3 error code of a botocore ``ClientError`` (or one it wraps), else None."""
-    for e in _chain(exc):
+    """The S3 error code of a botocore ``ClientError`` (or one it wraps), else None.
+
+    boto3's ``upload_file`` raises ``S3UploadFailedError`` from inside its ``except ClientError``,
+    so the answer is usually its ``__context__``; but that link is not reliable (an exception
+    re-raised while another is being handled gets that one as its context instead), so the
+    code is also read from the wrapper's text, which quotes botocore's message."""
+    chain = _chain(exc)
+    for e in chain:
         resp = getattr(e, "response", None)
         if isinstance(resp, dict):
             code = (resp.get("Error") or {}).get("Code")
             if code is not None:
                 return str(code)
+    for e in chain:
+        m = _ANSWER.search(str(e))
+        if m:
+            return m.group(1)
     return None
 
 
