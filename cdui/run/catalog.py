@@ -22,6 +22,7 @@ bounds it before anything here sees it, and nothing here opens a path it names.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -65,7 +66,10 @@ def node_catalog(registry: Any) -> dict[str, Any]:
     return {"types": [d["type"] for d in described], "hash": "sha256:" + hashlib.sha256(text.encode()).hexdigest()}
 
 
+@functools.cache
 def _commit(root: Path) -> str | None:
+    """The installation's commit, once per process: the code a process runs is what it imported at its
+    start (a zygote's children report the zygote's), and asking git costs a subprocess per run."""
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=10, stdin=subprocess.DEVNULL)
@@ -126,14 +130,17 @@ def _custom_nodes(custom_dir: Path | None) -> dict[str, str]:
     return {p.name: _file_hash(p) for p in sorted(custom_dir.glob("*.py")) if not p.name.startswith("_")}
 
 
+def installation_commit() -> str | None:
+    return _commit(Path(__file__).resolve().parents[2])
+
+
 def fingerprint(custom_dir: Path | None, plugins_dir: Path | None,
                 env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """This process's environment fingerprint (imports torch)."""
     env = os.environ if env is None else env
-    root = Path(__file__).resolve().parents[2]
     return {
         "cdui": __version__,
-        "commit": _commit(root),
+        "commit": installation_commit(),
         "python": platform.python_version(),
         "torch": _torch_build(),
         "accelerator": env.get(SEEN_ACCELERATOR_ENV) or _accelerator(),

@@ -17,10 +17,10 @@ card that slot is (see :func:`map_slot_device`) and is told, in the job's
 ``process_device``, that its card is ``cuda:0``. The slot name
 (``slot_device``) is what events and the run object show.
 
-Warm start: given a :class:`cdui.run.spare.SparePool`, a run takes the pool's
-spare process (torch already imported) when it would have been started the
-same way, and hands it the job on stdin just as a fresh one; everything above
-holds for it unchanged.
+Warm start: given a :class:`cdui.run.spare.SparePool`, a run's process is
+forked by the pool's zygote (torch already imported) when it would have been
+started the same way, and gets the job on stdin just as a fresh one;
+everything above holds for it unchanged.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append, user_umask
 from cdui.graph.secrets import environment_secrets, redact_text, redact_value
 from cdui.run import outputs
-from cdui.run.spare import SparePool
+from cdui.run.spare import RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
 
@@ -159,7 +159,7 @@ class RunHandle:
         # This machine's bound on one event (cdui/core/event_size.py), so an oversized one is cut before it is spooled.
         self.event_max_bytes = event_size.limit_from_env()
         self.next_seq = first_seq
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: RunProcess | None = None
         self.stop_requested = False
         self.stop_grace = STOP_GRACE_S  # the grace the stop was asked with (CODEFYUI_STOP_GRACE_S)
         # Recorded outputs: once the run says it is writing them, a stop waits up to the
@@ -308,7 +308,7 @@ class RunHandle:
         elif self.result is not None:
             final = {"status": self.result.get("status", "failed"), "error": self.result.get("error")}
         else:
-            final = {"status": "failed", "error": f"run subprocess exited with code {rc}"}
+            final = {"status": "failed", "error": exit_text(self.proc, rc)}
         if self._stop_task:
             self._stop_task.cancel()
         await self._close(final)

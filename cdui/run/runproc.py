@@ -19,19 +19,22 @@ Protocol with its parent (:mod:`cdui.run.runner`):
   prints is moved to stderr so it cannot corrupt the event stream.
 - stderr: free text, kept in the run's log.
 
-``python -m cdui.run.runproc --spare`` is a warm spare (:mod:`cdui.run.spare`): it
-imports torch and the built-in node modules first, then reads one handover
-line before the job, ``{"env": {NAME: value or null}}`` for each name in
-:data:`cdui.wire.job.DEFERRED_ENV`, and sets those variables for itself. Nothing it imports
-before that initialises CUDA, which reads ``CUDA_VISIBLE_DEVICES`` only when
-it first initialises, so the run sees its own card set. Plugin and
-custom-node folders are loaded after the job, as in a fresh process.
+``python -m cdui.run.runproc --zygote`` is a zygote (:mod:`cdui.run.zygote`, owned
+by :mod:`cdui.run.spare`): it imports torch and the built-in node modules, none
+of which initialises CUDA, then forks one child per run; the child sets its
+own ``CUDA_VISIBLE_DEVICES`` (CUDA reads it only when it first initialises)
+and then runs :func:`main` exactly as a fresh process. Plugin and custom-node
+folders are loaded after the job, as in a fresh process.
+
+A run process ends with :func:`cdui.run.zygote.exit_now` once its result is
+out, without the interpreter's teardown.
 
 Every event has secret values replaced by ``***`` in its decoded data (keys
 included) before it is encoded, so escaping cannot hide a secret from the mask.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -50,26 +53,31 @@ from cdui.graph.model import DEFAULT_MAX_NODES
 from cdui.graph.secrets import environment_secrets, fill_secrets, redact_text, redact_value
 from cdui.graph.validate import validate_graph
 from cdui.nodes.registry import Registry, build_registry
-from cdui.run import outputs
-from cdui.run.catalog import run_facts
+from cdui.run import outputs, zygote
+from cdui.run.catalog import installation_commit, run_facts
 from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
-from cdui.wire.job import DEFERRED_ENV, Job, JobError
+from cdui.wire.job import Job, JobError
 
-MAX_HANDOVER = 64 * 1024
 # A run whose launcher is gone gets the launcher's own stop grace (cdui.run.runner.STOP_GRACE_S) to end
 # through its nodes before it kills itself.
 ORPHAN_GRACE_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    spare = "--spare" in (sys.argv[1:] if argv is None else argv)
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    if "--zygote" in (sys.argv[1:] if argv is None else argv):
+        return zygote.serve(_warm, _run)
+    return _run()
+
+
+def _run() -> int:
     events_fd = os.dup(1)
     os.dup2(2, 1)  # print() from nodes goes to stderr from now on
     sys.stdout = sys.stderr
     out = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+    atexit.register(out.flush)  # the process ends by os._exit (zygote.exit_now): nothing unflushed stays behind
     lock = threading.Lock()
     secrets: list[Any] = []
 
@@ -85,16 +93,6 @@ def main(argv: list[str] | None = None) -> int:
             out.write(line + "\n")
             out.flush()
 
-    if spare:
-        _warm()
-        handover = sys.stdin.readline(MAX_HANDOVER)
-        if not handover:
-            return 2  # its owner closed the pipe without a run: nothing to report
-        problem = _apply_handover(handover)
-        if problem:
-            emit("result", {"status": "failed", "error": f"the spare run process could not read its handover: "
-                                                         f"{problem}"})
-            return 0
     first = sys.stdin.readline()
     if not first:
         return 2
@@ -184,30 +182,11 @@ def _kill_own_group() -> None:
 
 
 def _warm() -> None:
-    """What every run imports anyway, done before its job arrives. None of it initialises CUDA."""
+    """What every run imports anyway, done in the zygote before any job arrives. None of it initialises CUDA."""
     import torch  # noqa: F401
 
     Registry().load_builtin()  # imports the built-in node modules; the run's registry is built after its job
-
-
-def _apply_handover(line: str) -> str | None:
-    """Set this process's deferred variables from the handover line; the problem, if it is not one."""
-    try:
-        msg = json.loads(line)
-    except ValueError as exc:
-        return f"not JSON ({exc})"
-    env = msg.get("env") if isinstance(msg, dict) else None
-    if not isinstance(env, dict) or set(env) - set(DEFERRED_ENV):
-        return f"expected {{\"env\": {{...}}}} naming only {', '.join(DEFERRED_ENV)}"
-    for name in DEFERRED_ENV:
-        value = env.get(name)
-        if value is None:
-            os.environ.pop(name, None)
-        elif isinstance(value, str):
-            os.environ[name] = value
-        else:
-            return f"{name} must be a string or null, got {type(value).__name__}"
-    return None
+    installation_commit()  # the fingerprint's commit is the imported code's
 
 
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,
@@ -234,4 +213,4 @@ def _json_safe(obj: Any) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    zygote.exit_now(main())
