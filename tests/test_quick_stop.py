@@ -73,7 +73,9 @@ def _through_a_quick_stop(server: ServerProc, sshd: Sshd) -> None:
     _sleeping(server, local["id"])
     wait_event(server, remote["id"], lambda e: e["kind"] == "metric", what="the worker run's first metric")
     # Held (SIGSTOP), the worker's run cannot stop within the 2 s: its agent ends it after its own grace.
-    runproc = wait_for(lambda: children_running(agent_pid, b"cdui.run.runproc"), 60, 0.1, "the run subprocess")
+    # The run's own process (its zygote's command line is the same: cdui/run/spare.py).
+    runproc = [run_pid(server, remote["id"])]
+    assert runproc[0] in children_running(agent_pid, b"cdui.run.runproc")
     os.kill(runproc[0], signal.SIGSTOP)
     local_pid = run_pid(server, local["id"])
     slot_dir = f".codefyui-ssh/{added['remote_dir'].rsplit('/', 1)[1]}"

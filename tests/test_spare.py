@@ -1,8 +1,9 @@
-"""Warm spare run processes (cdui/run/spare.py) through the real launcher, and on a real agent and server.
+"""Warm run processes forked by a zygote (cdui/run/spare.py, cdui/run/zygote.py), through the real
+launcher, and on a real agent and server.
 
-Every run here is a real ``cdui.run.runproc`` subprocess importing torch, so the
-whole module is e2e. A test compares a warm run with a cold one where it can:
-the warm start must change when the process was started, nothing else.
+Every run here is a real ``cdui.run.runproc`` process importing torch (a zygote or a fresh one), so the
+whole module is e2e. A test compares a forked run with a fresh one where it can: the warm start must
+change when the process was started, nothing else.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,12 +24,13 @@ from cdui.core.layout import Layout
 from cdui.run import runner
 from cdui.run.spare import SparePool
 from cdui.wire.job import Job
-from procs import ServerProc, graph, node, pid_alive, trig, wait_for, wait_run
+from procs import REPO_ROOT, ServerProc, graph, node, pid_alive, trig, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
 
+SECRET = "zygote-test-secret-5b1f"
 REPORTER = textwrap.dedent('''
-    """Reports what the run process sees, as one log line of JSON; waits for stop when told to."""
+    """Reports what the run process sees, as one log line of JSON; then crashes, waits or ignores a stop."""
     import json
     import os
     import sys
@@ -39,6 +43,7 @@ REPORTER = textwrap.dedent('''
 
 
     VERSION = 1
+    SECRET = "zygote-test-secret-5b1f"
 
 
     class ReportNode(Node):
@@ -52,15 +57,21 @@ REPORTER = textwrap.dedent('''
             ctx.log("spare-report " + json.dumps({
                 "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cards": torch.cuda.device_count(),
                 "device": ctx.device, "version": VERSION, "extra": os.environ.get("CDUI_TEST_SPARE_EXTRA"),
-                "umask": os.umask(0o022), "cwd": os.getcwd(), "pgid_is_pid": os.getpgid(0) == os.getpid()}))
+                "umask": os.umask(0o022), "cwd": os.getcwd(), "pgid_is_pid": os.getpgid(0) == os.getpid(),
+                "sid_is_pid": os.getsid(0) == os.getpid(),
+                "secret_in_environ": any(SECRET in k + v for k, v in os.environ.items()),
+                "secret_in_argv": any(SECRET in a for a in sys.argv)}))
             print("spare-stderr", file=sys.stderr, flush=True)
-            if params["mode"] == "crash":
+            mode = params["mode"]
+            if mode == "crash":
                 os._exit(3)
-            if params["mode"] == "wait":
-                while True:
-                    if ctx.should_stop():
+            while mode != "report":
+                if ctx.should_stop():
+                    if mode == "crash_on_stop":
+                        os._exit(3)
+                    if mode == "wait":
                         raise RunStopped()
-                    time.sleep(0.02)
+                time.sleep(0.02)
             return {}
 ''')
 
@@ -69,7 +80,8 @@ def job(tmp_path: Path, run_id: str, slot: str = "cpu", mode: str = "report") ->
     custom = tmp_path / "custom_nodes"
     return Job(run_id=run_id, graph=graph([node("start", "Start"), node("r", "TestSpareReport", mode=mode)],
                                           [trig("start", "r")]),
-               slot_device=slot, layout=Layout.for_data_dir(tmp_path).to_json(), custom_nodes_dir=str(custom))
+               slot_device=slot, layout=Layout.for_data_dir(tmp_path).to_json(), custom_nodes_dir=str(custom),
+               secrets=(((), SECRET),))
 
 
 def install_reporter(tmp_path: Path, version: int = 1) -> None:
@@ -110,34 +122,16 @@ async def run(j: Job, pool: SparePool | None, log: Path,
     return Ran(events)
 
 
-def test_a_warm_run_sees_what_a_cold_one_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The spare was started under the launcher's ``1,0``; the run on slot ``cuda:1`` must see only card
-    ``0``, as a fresh process does. Were CUDA initialised before the handover, a GPU machine would count
-    0 cards here instead of 1. The custom node is rewritten after the spare started: the run loads the new one."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
-    install_reporter(tmp_path, version=1)
+def reported(log: Path) -> Callable[[runner.RunHandle], Awaitable[None]]:
+    """Wait for the run's report (its stderr line), then leave it to ``then``."""
+    async def wait(h: runner.RunHandle) -> None:
+        await asyncio.to_thread(wait_for, lambda: log.exists() and "spare-stderr" in log.read_text(),
+                                120, 0.05, "the run's report")
+    return wait
 
-    async def main() -> tuple[int | None, Ran, Ran, int | None]:
-        pool, off = SparePool(), SparePool(enabled=False)
-        runner.prime_spare(pool)
-        spare = await pool.settled()
-        install_reporter(tmp_path, version=2)
-        warm = await run(job(tmp_path, "warm", "cuda:1"), pool, tmp_path / "warm.log")
-        cold = await run(job(tmp_path, "cold", "cuda:1"), off, tmp_path / "cold.log")
-        await pool.close()
-        return spare, warm, cold, await off.settled()
 
-    spare, warm, cold, off_spare = asyncio.run(main())
-    assert spare is not None and warm.pid == spare, "the run takes the spare"
-    assert off_spare is None and cold.pid != spare, "a disabled pool starts every run fresh and keeps none"
-    assert warm.statuses[-1] == {"status": "succeeded", "error": None}, warm.events
-    assert warm.report["version"] == 2
-    assert warm.report["visible"] == "0"
-    assert warm.report == cold.report  # cards, device, umask, working folder, own process group
-    assert warm.report["pgid_is_pid"] is True
-    logs = [e["data"]["message"] for e in warm.events if e["kind"] == "log"]
-    assert "running 2 nodes on cuda:1 (cuda:0 in the run's process)" in logs
-    assert "spare-stderr" in (tmp_path / "warm.log").read_text().splitlines(), "stderr is the run's log"
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -145,33 +139,85 @@ def environ_of(pid: int) -> dict[str, str]:
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
-def test_a_run_with_another_environment_gets_a_fresh_process(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def holds_secret(pid: int) -> bool:
+    """The secret in the process's command line or the environment it was started with."""
+    return any(SECRET.encode() in Path(f"/proc/{pid}/{what}").read_bytes() for what in ("cmdline", "environ"))
+
+
+def test_a_forked_run_sees_what_a_fresh_one_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote was started under the launcher's ``1,0``; the run on slot ``cuda:1`` must see only card
+    ``0``, as a fresh process does. Were CUDA initialised before the fork, a GPU machine would count 0
+    cards here instead of 1. The custom node is rewritten after the zygote started: the run loads the new
+    one. The secret, sent on the run's stdin only, is in no command line or environment."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    install_reporter(tmp_path, version=1)
+    seen: dict[str, Any] = {}
+
+    def looking(name: str, zygote: int | None) -> Callable[[runner.RunHandle], Awaitable[None]]:
+        async def look(h: runner.RunHandle) -> None:
+            await reported(tmp_path / f"{name}.log")(h)
+            assert h.proc is not None
+            seen[name] = {"parent": parent_of(h.proc.pid), "secret": holds_secret(h.proc.pid),
+                          "zygote_secret": zygote is not None and holds_secret(zygote)}
+            h.stop(30)
+        return look
+
+    async def main() -> tuple[int | None, Ran, Ran, int | None]:
+        pool, off = SparePool(), SparePool(enabled=False)
+        runner.prime_spare(pool)
+        zygote = await pool.settled()
+        install_reporter(tmp_path, version=2)
+        warm = await run(job(tmp_path, "warm", "cuda:1", "wait"), pool, tmp_path / "warm.log",
+                         looking("warm", zygote))
+        cold = await run(job(tmp_path, "cold", "cuda:1", "wait"), off, tmp_path / "cold.log", looking("cold", None))
+        await pool.close()
+        return zygote, warm, cold, await off.settled()
+
+    zygote, warm, cold, off_zygote = asyncio.run(main())
+    assert zygote is not None and seen["warm"]["parent"] == zygote, "the zygote forks the run"
+    assert off_zygote is None and seen["cold"]["parent"] == os.getpid(), "a disabled pool starts runs fresh"
+    for ran in (warm, cold):
+        assert ran.statuses[-1] == {"status": "cancelled", "error": "stopped on request"}, ran.events
+    assert warm.report["version"] == 2
+    assert warm.report["visible"] == "0"
+    assert warm.report == cold.report  # cards, device, umask, working folder, own session, no secret
+    assert warm.report["pgid_is_pid"] is True and warm.report["sid_is_pid"] is True
+    assert warm.report["secret_in_environ"] is False and warm.report["secret_in_argv"] is False
+    assert seen["warm"]["secret"] is False and seen["warm"]["zygote_secret"] is False
+    logs = [e["data"]["message"] for e in warm.events if e["kind"] == "log"]
+    assert "running 2 nodes on cuda:1 (cuda:0 in the run's process)" in logs
+    assert "spare-stderr" in (tmp_path / "warm.log").read_text().splitlines(), "stderr is the run's log"
+
+
+def test_a_run_with_another_environment_gets_a_zygote_of_its_own(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     install_reporter(tmp_path)
 
-    async def main() -> tuple[int | None, Ran, int | None, bool, dict[str, str]]:
+    async def main() -> tuple[int | None, Ran, int | None, dict[str, str]]:
         pool = SparePool()
         runner.prime_spare(pool)
         old = await pool.settled()
+        assert old is not None
         monkeypatch.setenv("CDUI_TEST_SPARE_EXTRA", "changed")
         changed = await run(job(tmp_path, "changed"), pool, tmp_path / "changed.log")
         new = await pool.settled()
-        old_alive = old is not None and pid_alive(old)
+        await asyncio.to_thread(wait_for, lambda: not pid_alive(old), 120, 0.05, "the old zygote to exit")
         new_env = environ_of(new) if new is not None else {}
         await pool.close()
-        return old, changed, new, old_alive, new_env
+        return old, changed, new, new_env
 
-    old, changed, new, old_alive, new_env = asyncio.run(main())
-    assert old is not None and changed.pid != old, "a spare built without the variable is not used"
+    old, changed, new, new_env = asyncio.run(main())
     assert changed.report["extra"] == "changed"
-    assert not old_alive, "the spare of the old environment is ended"
+    assert changed.statuses[-1] == {"status": "succeeded", "error": None}
     assert new is not None and new not in (old, changed.pid)
-    assert new_env.get("CDUI_TEST_SPARE_EXTRA") == "changed", "the next spare is built as the last run was"
+    assert new_env.get("CDUI_TEST_SPARE_EXTRA") == "changed", "the new zygote is built as the run was"
 
 
-def test_spare_lifecycle_death_crash_stop_close(tmp_path: Path) -> None:
-    """A spare killed while idle is replaced; a run that crashes in a spare ends alone; a warm run stops
-    on request; closing the pool ends its spare, and a closed pool starts runs fresh and keeps none."""
+def test_zygote_lifecycle_death_crash_stop_kill_close(tmp_path: Path) -> None:
+    """A zygote killed while idle is replaced; a forked run that crashes ends alone and the zygote forks
+    the next; a forked run stops on request, and one that ignores the stop is killed with its group; a
+    run whose zygote died still stops and ends (its exit code is lost with the zygote); closing the pool
+    ends its zygote, and a closed pool starts runs fresh and keeps none."""
     install_reporter(tmp_path)
 
     async def main() -> dict[str, Any]:
@@ -181,37 +227,96 @@ def test_spare_lifecycle_death_crash_stop_close(tmp_path: Path) -> None:
         assert dead is not None
         os.kill(dead, signal.SIGKILL)
         await asyncio.to_thread(wait_for, lambda: pool.idle_pid not in (None, dead), 120, 0.05,
-                                "a replacement spare")
-        replacement = pool.idle_pid
+                                "a replacement zygote")
+        zygote = pool.idle_pid
+        assert zygote is not None
         crash = await run(job(tmp_path, "crash", mode="crash"), pool, tmp_path / "crash.log")
-        next_spare = await pool.settled()
 
-        async def stop_once_started(h: runner.RunHandle) -> None:
-            log = tmp_path / "wait.log"
-            await asyncio.to_thread(wait_for, lambda: log.exists() and "spare-stderr" in log.read_text(),
-                                    120, 0.05, "the run's first output")
+        parents: dict[str, int] = {}
+
+        async def stop(h: runner.RunHandle) -> None:
+            await reported(Path(str(h.log_path)))(h)
+            assert h.proc is not None
+            parents["stopped"] = parent_of(h.proc.pid)
             h.stop(30)
-        stopped = await run(job(tmp_path, "wait", mode="wait"), pool, tmp_path / "wait.log", stop_once_started)
-        left = await pool.settled()
+        stopped = await run(job(tmp_path, "wait", mode="wait"), pool, tmp_path / "wait.log", stop)
+
+        async def stop_soon(h: runner.RunHandle) -> None:
+            await reported(Path(str(h.log_path)))(h)
+            assert h.proc is not None
+            parents["killed"] = parent_of(h.proc.pid)
+            h.stop(1)
+        killed = await run(job(tmp_path, "ignore", mode="ignore"), pool, tmp_path / "ignore.log", stop_soon)
+
+        async def orphan(h: runner.RunHandle) -> None:
+            await reported(Path(str(h.log_path)))(h)
+            os.kill(zygote, signal.SIGKILL)
+            await asyncio.to_thread(wait_for, lambda: not pid_alive(zygote), 60, 0.05, "the zygote's end")
+            h.stop(30)
+        orphaned = await run(job(tmp_path, "orphan", mode="crash_on_stop"), pool, tmp_path / "orphan.log", orphan)
+        left = await asyncio.to_thread(wait_for, lambda: pool.idle_pid not in (None, zygote) and pool.idle_pid,
+                                       120, 0.05, "a zygote after the killed one")
         await pool.close()
-        left_alive = left is not None and pid_alive(left)
-        proc, handover = await pool.process(*runner.process_shape(), dict(os.environ))
+        left_alive = pid_alive(left)
+        proc, _ = await pool.process(*runner.process_shape(), dict(os.environ))
         fresh_cmd = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert proc.stdin is not None
         proc.stdin.close()
         await proc.wait()
-        return {"dead": dead, "replacement": replacement, "crash": crash, "next": next_spare,
-                "stopped": stopped, "left": left, "left_alive": left_alive, "handover": handover,
-                "fresh_cmd": fresh_cmd, "after_close": await pool.settled()}
+        return {"dead": dead, "zygote": zygote, "parents": parents, "crash": crash, "stopped": stopped,
+                "killed": killed,
+                "orphaned": orphaned, "left_alive": left_alive, "fresh_cmd": fresh_cmd,
+                "after_close": await pool.settled()}
 
     r = asyncio.run(main())
-    assert r["replacement"] not in (None, r["dead"])
-    assert r["crash"].pid == r["replacement"]
+    assert r["zygote"] != r["dead"]
     assert r["crash"].statuses[-1] == {"status": "failed", "error": "run subprocess exited with code 3"}
-    assert r["stopped"].pid == r["next"] and r["next"] != r["replacement"]
+    assert r["parents"] == {"stopped": r["zygote"], "killed": r["zygote"]}, "a crash ends only its own run"
     assert r["stopped"].statuses[-1] == {"status": "cancelled", "error": "stopped on request"}
-    assert r["left"] is not None and not r["left_alive"], "closing the pool ends its spare"
-    assert r["handover"] is None and b"--spare" not in r["fresh_cmd"] and r["after_close"] is None
+    assert r["killed"].statuses[-1] == {"status": "interrupted",
+                                        "error": "the run did not stop within 1 s and was killed"}
+    assert r["orphaned"].statuses[-1] == {
+        "status": "failed", "error": "run subprocess exited; its exit code was lost with the zygote that forked it"}
+    assert not r["left_alive"], "closing the pool ends its zygote"
+    assert b"--zygote" not in r["fresh_cmd"] and r["after_close"] is None
+
+
+OWNER = textwrap.dedent('''
+    import asyncio, json, sys
+    from cdui.run import runner
+    from cdui.run.spare import SparePool
+    from cdui.wire.job import Job
+
+    async def main():
+        pool = SparePool()
+        async def sink(batch):
+            pass
+        h = await runner.launch(Job.from_json(sys.argv[1]), sink, None, spares=pool)
+        print(json.dumps({"zygote": pool.idle_pid, "run": h.proc.pid}), flush=True)
+        await asyncio.sleep(3600)
+    asyncio.run(main())
+''')
+
+
+def test_no_zygote_outlives_an_owner_killed_outright(tmp_path: Path) -> None:
+    """An owner killed with SIGKILL cannot close anything: its zygote sees the control socket end and
+    its run sees its stdin end; the run stops, and the zygote exits once it is gone."""
+    install_reporter(tmp_path)
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, job(tmp_path, "orphan", mode="wait").to_json()],
+                             cwd=str(REPO_ROOT), stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert owner.stdout is not None
+        pids = json.loads(owner.stdout.readline())
+        wait_for(lambda: (tmp_path / "custom_nodes").exists(), 5, 0.05, "the node folder")
+        assert parent_of(pids["run"]) == pids["zygote"]
+        owner.kill()
+        owner.wait()
+        wait_for(lambda: not pid_alive(pids["run"]), 120, 0.1, "the orphaned run to stop")
+        wait_for(lambda: not pid_alive(pids["zygote"]), 60, 0.1, "the zygote to exit")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
 
 
 def proc_cmdline(pid: int) -> str:
@@ -221,8 +326,8 @@ def proc_cmdline(pid: int) -> str:
         return ""
 
 
-def spares_of(parent: int) -> set[int]:
-    """The idle spare processes ``parent`` started (its children started with --spare)."""
+def zygotes_of(parent: int) -> set[int]:
+    """The zygotes ``parent`` started (its children started with --zygote)."""
     out = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -231,7 +336,7 @@ def spares_of(parent: int) -> set[int]:
             except OSError:
                 continue
             if int(stat[1]) == parent and stat[0] not in ("Z", "X") and \
-                    proc_cmdline(int(entry)).endswith("-m cdui.run.runproc --spare "):
+                    proc_cmdline(int(entry)).endswith("-m cdui.run.runproc --zygote "):
                 out.add(int(entry))
     return out
 
@@ -239,8 +344,8 @@ def spares_of(parent: int) -> set[int]:
 WAIT_GRAPH = graph([node("start", "Start"), node("r", "TestSpareReport", mode="wait")], [trig("start", "r")])
 
 
-def run_and_see_its_process(server: ServerProc, target: Any) -> str:
-    """Start a waiting run on ``target``, read its process's command line while it runs, then stop it."""
+def run_and_see_its_parent(server: ServerProc, target: Any) -> int:
+    """Start a waiting run on ``target``, read its process's parent while it runs, then stop it."""
     r = server.submit(WAIT_GRAPH, {"target": target})
 
     def pid() -> int | None:
@@ -249,15 +354,15 @@ def run_and_see_its_process(server: ServerProc, target: Any) -> str:
                 return next(int(s["data"]["pid"]) for s in server.events(r["id"])
                             if s["kind"] == "status" and s["data"].get("status") == "running")
         return None
-    cmd = proc_cmdline(wait_for(pid, 120, 0.1, "the run's report"))
+    parent = parent_of(wait_for(pid, 120, 0.1, "the run's report"))
     server.call("POST", f"/api/runs/{r['id']}/stop", {})
     assert wait_run(server, r["id"])["status"] == "cancelled"
-    return cmd
+    return parent
 
 
-def test_agent_and_server_runs_start_warm_and_leave_no_spare(tmp_path: Path) -> None:
-    """The first run of each owner starts cold, the next takes the spare; stopping the agent and the
-    server ends their spares."""
+def test_agent_and_server_runs_are_forked_and_leave_no_zygote(tmp_path: Path) -> None:
+    """Each owner starts its zygote at its first run, which it forks, and forks the next from the same
+    one; stopping the agent and the server ends their zygotes."""
     from test_workers import Agent, token, wait_online
     server = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"})
     install_reporter(server.data_dir)
@@ -265,16 +370,15 @@ def test_agent_and_server_runs_start_warm_and_leave_no_spare(tmp_path: Path) -> 
     agent = Agent(tmp_path, server.url, token=token(server))
     install_reporter(agent.data_dir)
     agent.spawn()
+    zygotes: set[int] = set()
     try:
         wait_online(server, agent=agent)
-        for target in ({"worker": "w1"}, "local"):
-            assert "cdui.run.runproc --spare" not in run_and_see_its_process(server, target)
-            assert "cdui.run.runproc --spare" in run_and_see_its_process(server, target)
         assert agent.pid is not None and server.pid is not None
-        agent_spares = wait_for(lambda: spares_of(agent.pid), 120, 0.1, "the agent's spare")  # type: ignore[arg-type]
-        server_spares = wait_for(lambda: spares_of(server.pid), 120, 0.1, "the server's spare")  # type: ignore[arg-type]
-        assert len(agent_spares) == 1 and len(server_spares) == 1
+        for target, owner in (({"worker": "w1"}, agent.pid), ("local", server.pid)):
+            first, second = run_and_see_its_parent(server, target), run_and_see_its_parent(server, target)
+            assert first == second and zygotes_of(owner) == {first}
+            zygotes.add(first)
     finally:
         agent.stop()
         server.stop()
-    assert not any(pid_alive(p) for p in agent_spares | server_spares), "no spare outlives its owner"
+    assert len(zygotes) == 2 and not any(pid_alive(p) for p in zygotes), "no zygote outlives its owner"

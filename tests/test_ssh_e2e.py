@@ -171,7 +171,10 @@ def test_acceptance_add_run_and_kill_ssh_mid_run(server: ServerProc, sshd: Sshd)
     run = server.submit(long_training_graph(epochs=120), {"target": {"worker": "localhost"}})
     wait_event(server, run["id"], lambda e: e["kind"] == "metric", what="a first metric")
     # Held mid-run (SIGSTOP) while the ssh is killed, so "mid-run" does not depend on how fast it trains.
-    runproc = wait_for(lambda: children_running(pid, b"cdui.run.runproc"), 60, 0.1, "the run subprocess")
+    # The run's own process (its zygote's command line is the same: cdui/run/spare.py).
+    runproc = [next(int(e["data"]["pid"]) for e in server.events(run["id"])
+                    if e["kind"] == "status" and e["data"].get("status") == "running")]
+    assert runproc[0] in children_running(pid, b"cdui.run.runproc")
     os.kill(runproc[0], signal.SIGSTOP)
     assert server.run(run["id"])["status"] == "running"
     slot_dir = f"{added['slot']}"

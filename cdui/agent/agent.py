@@ -182,7 +182,7 @@ class Agent:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot
-        # Warm run processes from the second run on; a one-shot agent has no second run (cdui/run/spare.py).
+        # Runs forked by a zygote from the first run on; a one-shot agent has no second run (cdui/run/spare.py).
         self.spares = SparePool(bool(self.config["CODEFYUI_RUN_WARM_SPARE"]) and one_shot is None)
         self.probe = catalog.Probe(error="the node catalog helper has not run yet")
         for run_id in spooled_runs(self.spool_root):

@@ -127,7 +127,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
     Setting("CODEFYUI_RUN_RETENTION_KEEP_LAST", 0, _int, "keep only the newest N finished runs (0 keeps all)", "an integer"),
     Setting("CODEFYUI_SHUTDOWN_GRACE_S", 10.0, _float, "seconds a graceful server stop gives runs to stop", "seconds"),
-    Setting("CODEFYUI_RUN_WARM_SPARE", True, _bool, "1 keeps one spare run process with torch imported, so the next run starts warm; 0 starts every run cold", "0 or 1"),
+    Setting("CODEFYUI_RUN_WARM_SPARE", True, _bool, "1 keeps a zygote with torch imported that forks each run's process, so runs start warm; 0 starts every run cold", "0 or 1"),
     Setting("CODEFYUI_LOCAL_DEVICES", [], _devices, "the devices the control plane's own runs use, instead of probing them at start (a helper process that imports torch); empty probes", "comma-separated, ending with cpu: cpu, or cuda:0,cuda:1,cpu"),
     Setting("CODEFYUI_STOP_GRACE_S", 10.0, _float, "seconds a stopped run has to end before it is killed", "seconds"),
     Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),

@@ -21,8 +21,8 @@ from typing import Any
 
 from cdui.wire.s3 import check_target
 
-# Variables a warm spare run process (cdui.run.spare) is started without, since they differ per run;
-# it gets them on its handover line, before its job.
+# Variables a zygote (cdui.run.spare) is started without, since they differ per run; the child it forks
+# for a run gets them in the fork request and sets them before its job.
 DEFERRED_ENV = ("CUDA_VISIBLE_DEVICES",)
 
 Secret = tuple[tuple[Any, ...], Any]  # (path into the graph, value)
