@@ -226,6 +226,13 @@ def package_available(name: str) -> bool:
     return _AVAILABLE[name]
 
 
+def forget_package_lookups() -> None:
+    """Look packages up again from now on: a process forked from one that looked them up (a run forked by
+    its zygote, cdui/run/zygote.py) must see an extra installed since, as a fresh process would. Python's
+    own path caches stay warm, and notice a changed folder by itself."""
+    _AVAILABLE.clear()
+
+
 def install_hint(extra: str | None) -> str:
     if extra is None:
         return "install the packages into cdui's environment"

@@ -52,9 +52,10 @@ from cdui.graph.executor import Executor, NodeFailed
 from cdui.graph.model import DEFAULT_MAX_NODES
 from cdui.graph.secrets import environment_secrets, fill_secrets, redact_text, redact_value
 from cdui.graph.validate import validate_graph
+from cdui.nodes.base import forget_package_lookups
 from cdui.nodes.registry import Registry, build_registry
 from cdui.run import outputs, zygote
-from cdui.run.catalog import installation_commit, run_facts
+from cdui.run.catalog import installation_commit, node_catalog, run_facts
 from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
 from cdui.wire.job import Job, JobError
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch warns at import when numpy is absent; numpy is not a dependency of ours.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     if "--zygote" in (sys.argv[1:] if argv is None else argv):
-        return zygote.serve(_warm, _run)
+        return zygote.serve(_warm, _run_forked)
     return _run()
 
 
@@ -185,8 +186,18 @@ def _warm() -> None:
     """What every run imports anyway, done in the zygote before any job arrives. None of it initialises CUDA."""
     import torch  # noqa: F401
 
-    Registry().load_builtin()  # imports the built-in node modules; the run's registry is built after its job
+    registry = Registry()
+    registry.load_builtin()  # imports the built-in node modules; the run's registry is built after its job
     installation_commit()  # the fingerprint's commit is the imported code's
+    # Describing the nodes looks each optional package up on sys.path: a first time costs tens of
+    # milliseconds of path scanning, which every forked run would pay again.
+    node_catalog(registry)
+
+
+def _run_forked() -> int:
+    """A run forked by the zygote: as a fresh process, but for what the zygote already did."""
+    forget_package_lookups()
+    return _run()
 
 
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,

@@ -144,6 +144,7 @@ class ForkedProcess:
         self._returncode: int | None = None
         self.code_lost = False
         self._exited = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -167,18 +168,32 @@ class ForkedProcess:
         """The zygote is gone before this child: learn of the child's end from a pidfd."""
         if self._exited.is_set():
             return
+        loop = asyncio.get_running_loop()
         try:
             pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:
             self.exited(None)
             return
-        loop = asyncio.get_running_loop()
+        except OSError:  # a kernel before 5.3 has no pidfd: ask now and then
+            self._poller = loop.create_task(self._poll_end())
+            return
 
         def gone() -> None:
             loop.remove_reader(pidfd)
             os.close(pidfd)
             self.exited(None)
         loop.add_reader(pidfd, gone)
+
+    async def _poll_end(self) -> None:
+        while True:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.exited(None)
+                return
+            except PermissionError:
+                pass
+            await asyncio.sleep(0.5)
 
 
 async def _pipe_streams(stdin_w: int, stdout_r: int, stderr_r: int

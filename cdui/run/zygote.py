@@ -29,6 +29,7 @@ It never returns into the zygote's loop: it ends with :func:`exit_now`.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import logging
 import os
@@ -90,6 +91,10 @@ def serve(warm: Callable[[], None], run: Callable[[], int]) -> int:
     # the process's end frees what they hold. What a run registers itself still runs at its exit.
     for info in weakref.finalize._registry.values():  # type: ignore[attr-defined]
         info.atexit = False
+    # Objects the children only read stay shared: a child's collector never walks (and so never writes to,
+    # copying the page) what the zygote had made.
+    gc.collect()
+    gc.freeze()
     ctl = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
