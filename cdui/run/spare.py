@@ -399,9 +399,9 @@ class SparePool:
         if z is not None and z.alive and z.shape == shape:
             return z
         if z is not None:
-            # Built for another environment (or dead): the next runs are likelier to look like this one.
-            self._zygote = None
-            z.retire()
+            self._zygote = None  # a dead one is logged (and replaced) by its watch; this run starts one now
+            if z.shape != shape:
+                z.retire()  # built for another environment: the next runs are likelier to look like this one
         if self._closed:
             return None
         self._start(shape, env)
@@ -447,9 +447,10 @@ class SparePool:
     async def _watch(self, z: _Zygote) -> None:
         rc = await z.proc.wait()
         await asyncio.gather(*z.tasks, return_exceptions=True)
-        if self._zygote is not z:
-            return  # retired or closed: its end was asked for
-        self._zygote = None
+        if z.retired or self._closed:
+            return  # its end was asked for
+        if self._zygote is z:
+            self._zygote = None
         said = z.stderr_tail.decode(errors="replace").strip()
         self._deaths += 1
         again = self._deaths < MAX_IDLE_DEATHS and not self._closed
@@ -457,7 +458,7 @@ class SparePool:
                     f" (stderr: {said[-1000:]})" if said else "",
                     "starting another" if again else
                     f"{self._deaths} did in a row, so none is started until the next run")
-        if again and self._starting is None:
+        if again and self._zygote is None and self._starting is None:
             self._start(z.shape, z.env)
 
     async def settled(self) -> int | None:
