@@ -67,7 +67,7 @@ def main() -> int:
             Figure(B, "agent idle RSS", ag_rss, "MB", 60),
             Figure(B, "control plane has torch loaded (1 = yes)", float(cp_torch), "", 0),
             Figure(B, "agent has torch loaded (1 = yes)", float(ag_torch), "", 0),
-            Figure(B, "control plane or agent has torch loaded after runs (1 = yes)", float(after_torch), "", 0)]
+            Figure(B, "either has torch loaded after runs (1 = yes)", float(after_torch), "", 0)]
     for owner, (pss, rss) in zyg.items():
         figs += [Figure(B, f"{owner}'s zygote PSS (shared pages counted once)", pss, "MB"),
                  Figure(B, f"{owner}'s zygote RSS", rss, "MB")]

@@ -23,7 +23,7 @@ Protocol with its parent (:mod:`cdui.run.runner`):
 by :mod:`cdui.run.spare`): it imports torch and the built-in node modules, none
 of which initialises CUDA, then forks one child per run; the child sets its
 own ``CUDA_VISIBLE_DEVICES`` (CUDA reads it only when it first initialises)
-and then runs :func:`main` exactly as a fresh process. Plugin and custom-node
+and then runs the job exactly as a fresh process. Plugin and custom-node
 folders are loaded after the job, as in a fresh process.
 
 A run process ends with :func:`cdui.run.zygote.exit_now` once its result is

@@ -161,8 +161,8 @@ class Rig:
         than that. An idle agent whose next delay would reach 16 s is restarted, so each
         iteration waits at most about 8 s for its reconnect (cdui/core/backoff.py). Waiting is
         cheaper than a restart, which costs an interpreter importing torch for the node catalog,
-        and the warm spare run process with it (the next run then starts cold and a new spare
-        is started after it): about 8 s of CPU, on a machine whose CPUs the other tests share."""
+        and the agent's zygote with it (the next run waits for a new zygote to import torch):
+        about 8 s of CPU, on a machine whose CPUs the other tests share."""
         if self.reconnects() > 3:
             assert self.agent.stop() == 0, self.agent.log_tail()
             self.start_agent()
