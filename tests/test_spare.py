@@ -258,7 +258,7 @@ def test_zygote_lifecycle_death_crash_stop_kill_close(tmp_path: Path) -> None:
                                        120, 0.05, "a zygote after the killed one")
         await pool.close()
         left_alive = pid_alive(left)
-        proc, _ = await pool.process(*runner.process_shape(), dict(os.environ))
+        proc = await pool.process(*runner.process_shape(), dict(os.environ))
         fresh_cmd = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert proc.stdin is not None
         proc.stdin.close()

@@ -137,13 +137,13 @@ def run_env(slot: str, base: dict[str, str] | None = None) -> tuple[dict[str, st
 
 def process_shape(python: str | None = None) -> tuple[str, str, int, dict[str, str]]:
     """How a run process is started here: python, working folder, umask, and the environment
-    before a slot narrows it (what a spare is built with)."""
+    before a slot narrows it (what a zygote is built with)."""
     return (python or sys.executable, str(Path(__file__).resolve().parents[2]), user_umask(),
             run_env("cpu")[0])
 
 
 def prime_spare(spares: SparePool) -> None:
-    """Start the pool's spare now instead of at the first run."""
+    """Start the pool's zygote now instead of at the first run."""
     spares.prime(*process_shape())
 
 
@@ -272,7 +272,7 @@ class RunHandle:
         try:
             if self.log_path:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self.proc, handover = await pool.process(*process_shape(python), env)
+            self.proc = await pool.process(*process_shape(python), env)
         except OSError as exc:
             # No process (the interpreter cannot be run as this user, the log folder cannot be made): the
             # run ends here with the reason. Unreported, it would stay `running` with nothing to end it.
@@ -282,9 +282,9 @@ class RunHandle:
         self.record("status", {"status": "running", "pid": self.proc.pid, "device": job.slot_device})
         assert self.proc.stdin
         try:
-            # A spare first gets its card set, then the job. The job goes on the pipe, secrets
+            # The job goes on the run's own pipe, forked or fresh, secrets
             # included: they are never in argv or the environment.
-            self.proc.stdin.write((handover or b"") + (replace(job, process_device=device).to_json() + "\n").encode())
+            self.proc.stdin.write((replace(job, process_device=device).to_json() + "\n").encode())
             await self.proc.stdin.drain()
             if self.stop_requested:
                 # Stop was asked for while the run was being prepared: tell the process at once.

@@ -374,8 +374,8 @@ class SparePool:
             self._start(shape_of(python, cwd, umask, spare_env), dict(spare_env))
 
     async def process(self, python: str, cwd: str, umask: int, spare_env: Mapping[str, str],
-                      run_env: Mapping[str, str]) -> tuple[RunProcess, bytes | None]:
-        """A process for one run (the second item is kept for the launcher: always None now).
+                      run_env: Mapping[str, str]) -> RunProcess:
+        """A process for one run: forked by the zygote, or fresh.
 
         ``run_env`` is the run's environment; ``spare_env`` the same before the per-run variables
         were narrowed, which is what a zygote is built with."""
@@ -387,9 +387,9 @@ class SparePool:
                 if forked is not None:
                     self.taken += 1
                     self._deaths = 0
-                    return forked, None
+                    return forked
         self.fresh += 1
-        return await start_process(python, cwd, umask, run_env), None
+        return await start_process(python, cwd, umask, run_env)
 
     async def _zygote_of(self, shape: Shape, env: dict[str, str]) -> _Zygote | None:
         """The zygote of this shape: the live one, the one being started, or a new one."""
