@@ -44,6 +44,10 @@ class Figure:
     goal: float | None = None
     better: str = "lower"
     note: str = ""
+    # The machine's load while it was measured (filled in by ``report`` when the benchmark leaves them
+    # unset): the 1-minute load average at the end, and the share of all cores that other processes used.
+    load1: float | None = None
+    others_cpu_pct: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -82,11 +86,101 @@ def met_text(f: Figure) -> str:
     return {None: "-", True: "yes", False: "**no**"}[f.met]
 
 
+def load_text(f: Figure) -> str:
+    """The machine's load beside a figure: "1-minute load average / other processes' share of all cores"."""
+    if f.load1 is None and f.others_cpu_pct is None:
+        return "-"
+    load = "?" if f.load1 is None else f"{f.load1:.1f}"
+    others = "?" if f.others_cpu_pct is None else f"{f.others_cpu_pct:.0f} %"
+    return f"{load} / {others}"
+
+
+class LoadMeter:
+    """The machine's load while a benchmark (or one phase of it) ran.
+
+    Two numbers: the 1-minute load average when it ends (it counts this benchmark's own processes too),
+    and the share of all cores that *other* processes used meanwhile: the machine's busy CPU time
+    (/proc/stat, steal included) less what this process and every process it started used (its live
+    descendants read from /proc, the ones it already waited for from its own children's times). Linux
+    only; elsewhere both are None."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.busy0 = _machine_busy_s()
+        self.own0 = _tree_cpu_s(os.getpid())
+
+    def stop(self) -> tuple[float | None, float | None]:
+        """(1-minute load average, other processes' CPU share in percent of all cores) since the start."""
+        busy, own = _machine_busy_s(), _tree_cpu_s(os.getpid())
+        took = time.monotonic() - self.t0
+        others = None
+        if busy is not None and own is not None and self.busy0 is not None and self.own0 is not None and took > 0:
+            others = max(0.0, (busy - self.busy0) - (own - self.own0)) / (took * (os.cpu_count() or 1)) * 100
+        try:
+            load1: float | None = os.getloadavg()[0]
+        except OSError:
+            load1 = None
+        return load1, others
+
+    def apply(self, figures: list[Figure]) -> list[Figure]:
+        """Set the load on every figure that has none yet."""
+        load1, others = self.stop()
+        for f in figures:
+            if f.load1 is None and f.others_cpu_pct is None:
+                f.load1, f.others_cpu_pct = load1, others
+        return figures
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds every core of the machine spent not idle since boot."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is already inside user)
+    v = [int(x) for x in first[1:9]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_s(root: int) -> float | None:
+    """CPU seconds used by ``root`` and all its descendants, live or already waited for."""
+    parent: dict[int, int] = {}
+    used: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # utime stime cutime cstime: its own and its waited-for children's
+        parent[int(name)] = int(fields[1])
+        used[int(name)] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+# Started when the benchmark parses its arguments (or, failing that, when it imports this module).
+_METER = LoadMeter()
+
+
 def report(figures: list[Figure], json_path: str | None) -> None:
-    print(f"{'figure':58} {'measured':>12} {'unit':10} {'goal':>10} {'ratio':>7}  met")
+    _METER.apply(figures)
+    print(f"{'figure':58} {'measured':>12} {'unit':10} {'goal':>10} {'ratio':>7}  met  load")
     for f in figures:
         print(f"{f.name[:58]:58} {fmt(f.measured):>12} {f.unit[:10]:10} {goal_text(f):>10} "
-              f"{fmt(f.ratio):>7}  {met_text(f)}" + (f"   ({f.note})" if f.note else ""))
+              f"{fmt(f.ratio):>7}  {met_text(f):4} {load_text(f)}" + (f"   ({f.note})" if f.note else ""))
     if json_path:
         Path(json_path).write_text(json.dumps([f.row() for f in figures], indent=1))
 
@@ -94,6 +188,8 @@ def report(figures: list[Figure], json_path: str | None) -> None:
 def parser(doc: str | None) -> argparse.ArgumentParser:
     # A benchmark stopped by SIGTERM (run_all's timeout, a user) still stops the processes it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    global _METER
+    _METER = LoadMeter()
     p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, measures nothing")
     p.add_argument("--json", help="also write the figures to this file (bench/run_all uses it)")

@@ -3,10 +3,11 @@
 The benchmarks themselves never run in the test suite (they measure, they do
 not check); this only keeps the scripts from rotting. One test per benchmark
 (``run_all --only NAME``), so that a parallel run (.ci/run) spreads them over
-its workers instead of running the seven one after another."""
+its workers instead of running them one after another."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 # (the script, bench/NAME.py, as run_all --only names it; the benchmark column of its rows)
 BENCHES = [("latency", "latency"), ("scale", "scale"), ("events", "events"), ("transfer", "transfer"),
-           ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs")]
+           ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs"),
+           ("limits", "limits")]
+# The machine's load beside a figure: "1-minute load average / other processes' share of all cores".
+LOAD = re.compile(r"\| \d+\.\d / \d+ % \|$")
 
 
 @pytest.mark.e2e
@@ -28,8 +32,15 @@ def test_run_all_smoke_writes_its_table(tmp_path: Path, script: str, bench: str)
                         "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     text = out.read_text()
-    assert "| benchmark | figure | measured | unit | goal | ratio | met? |" in text
-    assert f"\n| {bench} | " in text, f"no row of {bench} in the table:\n{text}"
+    assert "| benchmark | figure | measured | unit | goal | ratio | met? | load |" in text
+    if bench == "limits":  # the machine's limits have a table of their own
+        rows = text.split("## Limits of this machine", 1)[1].split("\n## ", 1)[0].splitlines()
+        rows = [r for r in rows if r.startswith("| ") and not r.startswith("| limit |")]
+    else:
+        rows = [r for r in text.splitlines() if r.startswith(f"| {bench} | ")]
+    assert rows, f"no row of {bench} in the page:\n{text}"
+    for row in rows:
+        assert LOAD.search(row), f"no load beside the figure: {row}"
     assert "smoke sizes" in text
 
 

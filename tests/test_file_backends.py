@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,6 +29,7 @@ import aiohttp
 import pytest
 
 from cdui.agent.run_files import run_files
+from cdui.core.atomic import temp_name
 from cdui.core.config import Config, load
 from cdui.core.errors import PathRefused
 from cdui.core.layout import Layout
@@ -177,10 +179,14 @@ class TransferFar(Far):
         for i, (rel, body) in enumerate(inputs.items()):
             folder, _, name = rel.partition("/")
             assert folder == "files", "the transfer backend's inputs are uploads"
-            form = aiohttp.FormData()
-            form.add_field("file", body, filename=name)
-            async with self.plane.session.post(self.plane.url + "/api/files/upload", data=form) as r:
-                assert r.status == 201, await r.text()
+            if len(body) > UPLOAD_LIMIT:  # larger than an upload may be: copied into the folder, as a user may
+                (self.tmp / "cp-data" / "files").mkdir(parents=True, exist_ok=True)
+                (self.tmp / "cp-data" / "files" / name).write_bytes(body)
+            else:
+                form = aiohttp.FormData()
+                form.add_field("file", body, filename=name)
+                async with self.plane.session.post(self.plane.url + "/api/files/upload", data=form) as r:
+                    assert r.status == 201, await r.text()
             nodes.append(n(f"csv{i}", "CSVReader", path=name))
         edges = [t(str(node["id"])) for node in nodes[1:]]
         run = await self.plane.call("POST", "/api/runs", {"graph": {"nodes": nodes, "edges": edges},
@@ -486,6 +492,69 @@ class TestMount(FileBackendContract):
 
 class TestTransfer(MovingContract):
     kind = "transfer"
+
+    # Larger than the download's read buffer and than what the hashing thread may hold: the network is
+    # read while earlier pieces are still being hashed and written.
+    LARGE = 24 << 20
+
+    def test_a_large_input_arrives_whole_and_checked(self, contract: Contract) -> None:
+        data = os.urandom(self.LARGE)
+
+        async def body(far: Far) -> None:
+            files, job = await far.prepare({"files/big.bin": data})
+            folder = run_folder(files.job_for_this_machine(job, far.cfg))
+            assert await files.fetch_inputs() is True
+            assert (folder / "files" / "big.bin").read_bytes() == data
+            assert files_under(far.cfg.user_data / "agent-cache") == {far.cfg.user_data / "agent-cache" / sha(data)}
+        contract(body)
+
+    def test_a_large_input_whose_bytes_do_not_match_its_name_is_refused_and_leaves_nothing(
+            self, contract: Contract) -> None:
+        async def body(far: Far) -> None:
+            files, job = await far.prepare({"files/big.bin": os.urandom(self.LARGE)})
+            plan = (job.files.inputs[0] | {"sha256": sha(b"other bytes")},)
+            files = far.backend(JobFiles(job.files.backend, plan, job.files.label, job.files.s3))
+            folder = run_folder(files.job_for_this_machine(job, far.cfg))
+            with pytest.raises(RuntimeError, match="arrived with sha256"):
+                await files.fetch_inputs()
+            assert files_under(far.cfg.user_data / "agent-cache") == set(), "no partial or unchecked cache entry"
+            assert files_under(folder / "files") == set()
+        contract(body)
+
+    def test_an_input_larger_than_announced_is_refused_before_it_is_all_written(self, contract: Contract) -> None:
+        """The file grew on the control plane since the run was queued: the agent stops reading at the size
+        it was given instead of filling its disk, and keeps nothing."""
+        data = os.urandom(self.LARGE)
+
+        async def body(far: Far) -> None:
+            files, job = await far.prepare({"files/big.bin": data})
+            plan = (job.files.inputs[0] | {"size": 1 << 20},)
+            files = far.backend(JobFiles(job.files.backend, plan, job.files.label, job.files.s3))
+            folder = run_folder(files.job_for_this_machine(job, far.cfg))
+            with pytest.raises(RuntimeError, match="larger than the 1048576 bytes"):
+                await files.fetch_inputs()
+            assert files_under(far.cfg.user_data / "agent-cache") == set()
+            assert files_under(folder / "files") == set()
+        contract(body)
+
+    def test_a_disk_error_in_the_writing_thread_fails_that_try_and_the_next_try_brings_the_file(
+            self, contract: Contract, caplog: pytest.LogCaptureFixture) -> None:
+        """The first try writes into /dev/full (its temporary name is a link there): the thread's ENOSPC
+        reaches the download, which removes its temporary file and tries again."""
+        data = os.urandom(3 << 20)
+
+        async def body(far: Far) -> None:
+            files, job = await far.prepare({"files/big.bin": data})
+            folder = run_folder(files.job_for_this_machine(job, far.cfg))
+            cache = far.cfg.user_data / "agent-cache"
+            cache.mkdir(parents=True, exist_ok=True)
+            temp_name(cache / sha(data)).symlink_to("/dev/full")
+            with caplog.at_level(logging.WARNING, logger="cdui.agent.agent"):
+                assert await files.fetch_inputs() is True
+            assert "No space left on device" in caplog.text
+            assert (folder / "files" / "big.bin").read_bytes() == data
+            assert files_under(cache) == {cache / sha(data)}, "the temporary file of the failed try is gone"
+        contract(body)
 
 
 @pytest.fixture(scope="class")

@@ -1,51 +1,142 @@
-"""HashedWriter: network pieces written and hashed in threads, gathered before each trip."""
+"""HashedWriter: network pieces hashed and written by a thread of its own while the caller reads on."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdui.core.hashed_write import HashedWriter
 
 
-@pytest.mark.parametrize("gather", [1, 5, 64, 1 << 20])
-def test_every_piece_is_written_and_hashed_whatever_the_gathering(tmp_path: Path, gather: int) -> None:
+@pytest.mark.parametrize(("gather", "depth"), [(1, 1), (5, 2), (64, 8), (1 << 20, 8)])
+def test_every_piece_is_written_and_hashed_in_order_whatever_the_gathering(
+        tmp_path: Path, gather: int, depth: int) -> None:
     data = bytes(range(256)) * 3
-    pieces = [data[i:i + 7] for i in range(0, len(data), 7)]
+    pieces: list[Any] = [data[i:i + 7] for i in range(0, len(data), 7)]
+    pieces[1] = bytearray(pieces[1])  # any buffer is taken
+    pieces[2] = memoryview(pieces[2])
 
     async def write() -> tuple[str, int]:
         with open(tmp_path / "f", "wb") as fh:
-            out = HashedWriter(fh, gather=gather)
-            for piece in pieces:
-                await out.write(piece)
-            return await out.finish(), out.size
+            async with HashedWriter(fh, gather=gather, depth=depth) as out:
+                for piece in pieces:
+                    await out.write(piece)
+                return await out.finish(), out.size
 
     sha, size = asyncio.run(write())
     assert (tmp_path / "f").read_bytes() == data
     assert (sha, size) == (hashlib.sha256(data).hexdigest(), len(data))
 
 
-def test_nothing_is_written_before_a_gather_fills_and_the_rest_at_finish(tmp_path: Path) -> None:
-    async def write() -> list[int]:
-        sizes = []
-        with open(tmp_path / "f", "wb", buffering=0) as fh:
-            out = HashedWriter(fh, gather=10)
-            for piece in (b"abcd", b"efgh", b"ijkl", b"mn"):
-                await out.write(piece)
-                sizes.append((tmp_path / "f").stat().st_size)
-            await out.finish()
-            sizes.append((tmp_path / "f").stat().st_size)
-        return sizes
+def test_a_buffer_the_caller_reuses_after_handing_it_over_is_written_as_it_was(tmp_path: Path) -> None:
+    async def write() -> str:
+        buf = bytearray(b"a" * 10)
+        with open(tmp_path / "f", "wb") as fh:
+            async with HashedWriter(fh, gather=1 << 20) as out:
+                await out.write(buf)
+                buf[:] = b"b" * 10
+                await out.write(buf)
+                return await out.finish()
 
-    assert asyncio.run(write()) == [0, 0, 12, 12, 14]
+    assert asyncio.run(write()) == hashlib.sha256(b"a" * 10 + b"b" * 10).hexdigest()
+    assert (tmp_path / "f").read_bytes() == b"a" * 10 + b"b" * 10
 
 
 def test_an_empty_stream_is_the_empty_file(tmp_path: Path) -> None:
     async def write() -> str:
         with open(tmp_path / "f", "wb") as fh:
-            return await HashedWriter(fh).finish()
+            async with HashedWriter(fh) as out:
+                return await out.finish()
 
     assert asyncio.run(write()) == hashlib.sha256(b"").hexdigest()
+    assert (tmp_path / "f").read_bytes() == b""
+
+
+def test_a_disk_error_in_the_thread_reaches_the_caller() -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does: the error is the caller's, by the
+    next write or by finish, and nothing is hashed as if it had been written."""
+    async def write() -> None:
+        with open("/dev/full", "wb", buffering=0) as fh:
+            async with HashedWriter(fh, gather=4, depth=1) as out:
+                for _ in range(100):
+                    await out.write(b"abcd")
+                await out.finish()
+
+    with pytest.raises(OSError) as err:
+        asyncio.run(write())
+    assert err.value.errno == errno.ENOSPC
+
+
+class SlowFile:
+    """A file whose writes wait until the test lets them through (a slow disk), counting what it took."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.written = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.entered.set()
+        self.open.wait(60)
+        self.written += data
+        return len(data)
+
+
+def test_a_slow_disk_holds_the_caller_back_at_the_bounded_depth() -> None:
+    """With the disk stuck, the caller's writes stop being taken once ``depth`` batches wait: memory
+    stays bounded whatever the file's size."""
+    gather, depth = 100, 3
+    disk = SlowFile()
+
+    async def main() -> tuple[int, bool, str, int]:
+        async with HashedWriter(disk, gather=gather, depth=depth) as out:  # type: ignore[arg-type]
+            async def feed() -> str:
+                for _ in range(1000):
+                    await out.write(b"x" * gather)
+                return await out.finish()
+
+            task = asyncio.create_task(feed())
+            await asyncio.to_thread(disk.entered.wait, 60)
+            for _ in range(200):
+                await asyncio.sleep(0)
+            taken, done = out.size, task.done()
+            disk.open.set()
+            return taken, done, await task, len(disk.written)
+
+    taken, done, sha, written = asyncio.run(main())
+    assert not done
+    assert taken <= gather * (depth + 2), "one batch in the thread, depth waiting, one being gathered"
+    assert written == 1000 * gather and sha == hashlib.sha256(b"x" * gather * 1000).hexdigest()
+
+
+def test_a_caller_that_gives_up_stops_the_thread_before_it_closes_the_file(tmp_path: Path) -> None:
+    disk = SlowFile()
+
+    async def main() -> None:
+        async with HashedWriter(disk, gather=10, depth=8) as out:  # type: ignore[arg-type]
+            for _ in range(5):
+                await out.write(b"y" * 10)
+            await asyncio.to_thread(disk.entered.wait, 60)
+            asyncio.get_running_loop().call_soon(disk.open.set)
+            raise KeyError("the caller gives up")
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    assert len(disk.written) == 10, "the batch being written when the caller left, and nothing after it"
+
+
+def test_a_closed_writer_takes_nothing_more(tmp_path: Path) -> None:
+    async def main() -> None:
+        with open(tmp_path / "f", "wb") as fh:
+            out = HashedWriter(fh)
+            await out.aclose()
+            await out.write(b"late")
+
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(main())
     assert (tmp_path / "f").read_bytes() == b""

@@ -48,6 +48,16 @@ STOPPED_DURING_FINAL = "stopped during the final uploads"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+# The read buffer of a download: the network is read this far ahead of the thread that hashes and writes.
+READ_BUFFER = 2 << 20
+
+
+def _size(inp: dict[str, Any]) -> int | None:
+    """The input's size as the control plane gave it, if it gave one."""
+    size = inp.get("size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
 class _Stopped(Exception):
     """The run was stopped while one of its inputs was downloading."""
 
@@ -115,7 +125,7 @@ class TransferFiles(Files):
             how = "cached"
             if not (cached.is_file() and cached.stat().st_size == inp.get("size", cached.stat().st_size)):
                 how = "fetched"
-                if not await self._fetch(folder, name, sha, cached):
+                if not await self._fetch(folder, name, sha, cached, _size(inp)):
                     return False
             dest.parent.mkdir(parents=True, exist_ok=True)
             # A copy, never a link: a node that overwrites its input cannot alter the cache.
@@ -126,7 +136,7 @@ class TransferFiles(Files):
                                                    f"({human_size(inp.get('size', 0))}, {how})"})
         return True
 
-    async def _fetch(self, folder: str, name: str, sha: str, dest: Path) -> bool:
+    async def _fetch(self, folder: str, name: str, sha: str, dest: Path, size: int | None = None) -> bool:
         """Download one input into ``dest`` (whole and checked, or not at all); False if the run was stopped."""
         url = f"{self.control}/api/{folder}/download/{name}"
         delays = retry_delays()
@@ -135,7 +145,7 @@ class TransferFiles(Files):
             try:
                 # The cache entry is named by its sha256: it appears only complete and checked.
                 with replacing(dest) as tmp:
-                    got = await self._stream_into(url, folder, name, tmp)
+                    got = await self._stream_into(url, folder, name, tmp, size)
                     if got is None:
                         raise _Stopped
                     if got != sha:
@@ -154,23 +164,32 @@ class TransferFiles(Files):
                 except TimeoutError:
                     pass
 
-    async def _stream_into(self, url: str, folder: str, name: str, tmp: Path) -> str | None:
-        """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile."""
+    async def _stream_into(self, url: str, folder: str, name: str, tmp: Path, size: int | None) -> str | None:
+        """Write the answer's body to ``tmp``; its sha256, or None if the run was stopped meanwhile.
+
+        The event loop reads the network while a thread of the writer's own hashes and writes what came
+        (``HashedWriter``): the two overlap, and the pieces are handed over as the parser made them."""
         assert self.session is not None
-        async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"}) as resp:
+        async with self.session.get(url, headers={"Authorization": f"Bearer {self.credential}"},
+                                    read_bufsize=READ_BUFFER) as resp:
             if resp.status in RETRY_STATUSES:
                 raise Unreachable(f"HTTP {resp.status}")
             if resp.status != 200:
                 raise RuntimeError(f"downloading {folder}/{name} was refused: HTTP {resp.status} "
                                    f"{(await resp.text())[:300]}")
             fh = await asyncio.to_thread(open, tmp, "wb")
-            with fh:  # written and hashed in threads: an input may be large and the disk slow
-                out = HashedWriter(fh)
-                async for chunk in resp.content.iter_chunked(1 << 20):
-                    if self.stop_event.is_set():
-                        return None
-                    await out.write(chunk)
-                return await out.finish()
+            with fh:
+                async with HashedWriter(fh) as out:
+                    async for piece, _ in resp.content.iter_chunks():
+                        if self.stop_event.is_set():
+                            return None
+                        if size is not None and out.size + len(piece) > size:
+                            # A file that grew on the control plane would fail its sha256 anyway: stop before
+                            # it fills this disk.
+                            raise RuntimeError(f"{folder}/{name} arrived larger than the {size} bytes it had "
+                                               f"when the run was queued: the file changed on the control plane")
+                        await out.write(piece)
+                    return await out.finish()
 
     # -- during the run ----------------------------------------------------------
     def start(self) -> None:

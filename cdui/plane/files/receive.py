@@ -66,12 +66,12 @@ async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int]
     fd, tmp = await asyncio.to_thread(_temporary, folder)
     try:
         with os.fdopen(fd, "wb") as fh:
-            out = HashedWriter(fh)
-            while chunk := await part.read_chunk(CHUNK):
-                if out.size + len(chunk) > limit:
-                    raise too_large(out.size + len(chunk))
-                await out.write(chunk)
-            sha = await out.finish()
+            async with HashedWriter(fh) as out:  # its thread stops before the file is closed
+                while chunk := await part.read_chunk(CHUNK):
+                    if out.size + len(chunk) > limit:
+                        raise too_large(out.size + len(chunk))
+                    await out.write(chunk)
+                sha = await out.finish()
     except BaseException:
         # In a thread as well; it runs to its end even if this task is cancelled again meanwhile.
         await asyncio.to_thread(Path(tmp).unlink, missing_ok=True)
