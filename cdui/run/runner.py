@@ -56,6 +56,7 @@ EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
 STOP_GRACE_S = 10.0
 MAX_LOG_LINE = 4000
 READ_CHUNK = 1 << 16  # bytes of event lines read at once
+DELIVER_BATCH = 1000  # events handed to the sink at once (the store bounds its transactions likewise)
 _NOT_DECODED = object()
 
 
@@ -171,7 +172,9 @@ class RunHandle:
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
-        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._pending: list[dict[str, Any]] = []  # recorded, not yet delivered
+        self._more = asyncio.Event()  # something was recorded (or the recorder closed) since the last look
+        self._closed = False  # nothing is recorded after what is pending
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_task: asyncio.Task[Any] | None = None
@@ -188,32 +191,25 @@ class RunHandle:
         characters), so an event read from a line under an eighth of the bound is within it."""
         if line_bytes is None or line_bytes * 8 > self.event_max_bytes:
             data = event_size.bound_event(kind, data, self.event_max_bytes)
-        self._queue.put_nowait({"src_seq": self.next_seq, "kind": kind, "data": data,
-                                "at": at if at is not None else time.time()})
+        self._pending.append({"src_seq": self.next_seq, "kind": kind, "data": data,
+                              "at": at if at is not None else time.time()})
         self.next_seq += 1
+        self._more.set()
 
     async def _deliver(self) -> None:
+        """Hand the recorded events to the sink in order, in batches of up to DELIVER_BATCH, one
+        batch at a time: what is recorded meanwhile makes the next batch."""
         while True:
-            item = await self._queue.get()
-            batch = []
-            end = item is None
-            if item is not None:
-                batch.append(item)
-            while not end and len(batch) < 1000:
-                try:
-                    nxt = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if nxt is None:
-                    end = True
-                else:
-                    batch.append(nxt)
-            if batch:
+            await self._more.wait()
+            self._more.clear()
+            while self._pending:
+                batch = self._pending[:DELIVER_BATCH]
+                del self._pending[:DELIVER_BATCH]
                 try:
                     await self.on_events(batch)
                 except Exception:  # the sink must not kill the recorder; it logs its own failures
                     log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
-            if end:
+            if self._closed:
                 return
 
     async def _read_events(self) -> None:
@@ -227,7 +223,7 @@ class RunHandle:
             chunk = await stdout.read(READ_CHUNK)
             if not chunk:
                 if partial and held <= STREAM_LIMIT:
-                    self._event_line(b"".join(partial), _NOT_DECODED)
+                    self._event_line(b"".join(partial), _NOT_DECODED, ended=False)
                 return
             lines = chunk.split(b"\n")
             if len(lines) == 1:  # no end of line in it: keep (up to the limit) and read on
@@ -263,13 +259,14 @@ class RunHandle:
         for i, line in enumerate(lines):
             self._event_line(line, decoded[i] if decoded is not None else _NOT_DECODED)
 
-    def _event_line(self, line: bytes, ev: Any) -> None:
+    def _event_line(self, line: bytes, ev: Any, ended: bool = True) -> None:
         try:
             if ev is _NOT_DECODED:
                 ev = json.loads(line)
             kind, data = str(ev["kind"]), ev.get("data") or {}
         except (ValueError, KeyError, TypeError, AttributeError):
-            self.record("log", {"message": redact_text(line.decode(errors="replace")[:MAX_LOG_LINE], self.secrets),
+            text = line.decode(errors="replace") + ("\n" if ended else "")  # the line as written
+            self.record("log", {"message": redact_text(text[:MAX_LOG_LINE], self.secrets),
                                 "level": "warning", "stream": "stdout"})
             return
         if kind == "result":
@@ -372,7 +369,7 @@ class RunHandle:
                 log.exception("run %s: finishing step failed", self.run_id)
         self.final = final
         self.record("status", dict(final))
-        self._queue.put_nowait(None)
+        self._closed = True
         await self._tasks[0]
         self._done.set()
 

@@ -82,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         # Mask the decoded values first (escaping changes how a secret looks in
         # the line), then the line too, for what default=str turned into text.
         # The result is the last word: on the pipe before anything can end the process.
-        out.write(redact_text(_encode_event(kind, redact_value(data, secrets)), secrets), now=(kind == "result"))
+        if secrets:
+            line = redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
+        else:
+            line = _encode_event(kind, data)
+        out.write(line, now=(kind == "result"))
 
     if spare:
         _warm()
