@@ -559,13 +559,13 @@ class Store:
 
 # One encoder for every event: json.dumps(default=...) builds a new encoder per call.
 _encode = json.JSONEncoder(default=str).encode
-# A batch of events as one JSON array, which one INSERT ... SELECT unpacks: sqlite3's executemany
-# binds and steps each row from Python (and gives up the GIL at every step, so a busy event loop
-# stalls the writer row by row). NaN is not JSON: such a batch takes the executemany path.
-_encode_batch = json.JSONEncoder(default=str, allow_nan=False).encode
-_INSERT_BATCH = ("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) "
-                 "SELECT ?, value->>0, ?, value->>1, value->>2, value->'$[3]', value->>4 FROM json_each(?)")
-_INSERT_ROWS = "INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)"
+# A batch of events goes in as few statements of many rows each: sqlite3's executemany binds and
+# steps each row from Python, and gives up the GIL at every step, so a busy event loop stalls the
+# writer row by row. Chunks of 2**k rows keep the statements few (each cached once) and their
+# parameters under sqlite's oldest limit of 999.
+_CHUNKS = (128, 64, 32, 16, 8, 4, 2, 1)
+_INSERT_ROWS = {n: "INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES " +
+                   ",".join(["(?,?,?,?,?,?,?)"] * n) for n in _CHUNKS}
 
 
 def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
@@ -614,35 +614,23 @@ def _accepted(batch: list[dict[str, Any]], last: int, acked: int, in_turn: bool)
     return rows, True
 
 
-def _bounded(rows: list[_Row], max_bytes: int) -> list[_Row]:
-    return [(seq, s, kind, bound_event(kind, data, max_bytes), at) for seq, s, kind, data, at in rows]
-
-
 def _insert_events(c: sqlite3.Connection, run_id: str, src: str, rows: list[_Row], max_bytes: int) -> list[_Row]:
-    """Insert (seq, src_seq, kind, data, at) rows of one run and source in one statement; the rows
-    as stored (data over ``max_bytes`` cut, see :mod:`cdui.core.event_size`)."""
-    text = None
-    # sqlite would unescape a lone surrogate in a kind into invalid UTF-8 (a bound str is refused instead).
-    if all(r[2].isascii() for r in rows):
-        try:
-            text = _encode_batch(rows)
-        except ValueError:  # NaN or infinity in some data (stored as Python writes it), or a cycle (raises below)
-            pass
-    if text is None:
-        rows = _bounded(rows, max_bytes) if max_bytes > 0 else rows
-    elif 0 < max_bytes < len(text):
-        # The batch's text (ASCII) is at least as long as any one event's data as UTF-8: under the
-        # bound, none is over it. Over it, each event is measured, and cut if it must be.
-        rows = _bounded(rows, max_bytes)
-        text = _encode_batch(rows)
-    if text is not None:
-        try:
-            c.execute(_INSERT_BATCH, (run_id, src, text))
-            return rows
-        except sqlite3.OperationalError as exc:  # data nested deeper than sqlite's JSON reads: row by row
-            if "JSON" not in str(exc):
-                raise
-    c.executemany(_INSERT_ROWS, [(run_id, seq, src, s, kind, _encode(data), at) for seq, s, kind, data, at in rows])
+    """Insert (seq, src_seq, kind, data, at) rows of one run and source; the rows as stored (data
+    over ``max_bytes`` cut, see :mod:`cdui.core.event_size`)."""
+    params: list[Any] = []
+    for i, (seq, s, kind, data, at) in enumerate(rows):
+        text = _encode(data)
+        # ASCII JSON is at least as long as the same data as UTF-8: within the bound, it fits.
+        if 0 < max_bytes < len(text):
+            data = bound_event(kind, data, max_bytes)
+            rows[i] = (seq, s, kind, data, at)
+            text = _encode(data)
+        params += (run_id, seq, src, s, kind, text, at)
+    done = 0
+    for n in _CHUNKS:
+        while len(rows) - done >= n:
+            c.execute(_INSERT_ROWS[n], params[done * 7:(done + n) * 7])
+            done += n
     return rows
 
 
