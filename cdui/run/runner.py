@@ -247,19 +247,23 @@ class RunHandle:
 
     def _event_lines(self, lines: list[bytes]) -> None:
         # One decode for all the chunk's lines; a line that is not one JSON value (a node that
-        # wrote fd 1 itself) makes them decode one by one, so it alone becomes a warning.
-        decoded: list[Any] | None = None
+        # wrote fd 1 itself) makes them decode one by one, so it alone becomes a warning. The
+        # separator holds a newline, which no JSON string may: no string runs across two lines.
         if len(lines) > 1:
+            joined = b"[" + b"\n,".join(lines) + b"]"
             try:
-                decoded = json.loads(b"[" + b",".join(lines) + b"]")
+                decoded = json.loads(joined)
             except ValueError:
-                pass
-            if decoded is not None and len(decoded) != len(lines):
                 decoded = None
-        for i, line in enumerate(lines):
-            self._event_line(line, decoded[i] if decoded is not None else _NOT_DECODED)
+            if isinstance(decoded, list) and len(decoded) == len(lines):
+                for line, ev in zip(lines, decoded, strict=True):
+                    # Sized by the whole chunk: no event in it can be larger than that allows.
+                    self._event_line(line, ev, size=len(joined))
+                return
+        for line in lines:
+            self._event_line(line, _NOT_DECODED)
 
-    def _event_line(self, line: bytes, ev: Any, ended: bool = True) -> None:
+    def _event_line(self, line: bytes, ev: Any, ended: bool = True, size: int | None = None) -> None:
         try:
             if ev is _NOT_DECODED:
                 ev = json.loads(line)
@@ -277,7 +281,7 @@ class RunHandle:
             return
         # The run subprocess masks its own events; the parent knows the same
         # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
-        self.record(kind, redact_value(data, self.secrets), ev.get("at"), len(line))
+        self.record(kind, redact_value(data, self.secrets), ev.get("at"), size or len(line))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
