@@ -242,6 +242,8 @@ def _forms_of(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
     """Blank every secret value (and its escaped forms) in a log line or error message."""
+    if not secrets:
+        return text
     for form in _forms(secrets):
         if form in text:
             text = text.replace(form, MASK)
@@ -250,7 +252,7 @@ def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
 
 def redact_value(obj: Any, secrets: list[tuple[Path_, Any]]) -> Any:
     """Blank secret values in decoded event data: strings, dict keys, nested lists and dicts."""
-    forms = _forms(secrets)
+    forms = _forms(secrets) if secrets else ()
     if not forms:
         return obj
 
