@@ -8,8 +8,11 @@ process connected over loopback.
 Fairness: while a flood runs on the agent, a second run here logs one event
 every 20 ms (``Tick``); a client of ``/ws/runs/{id}`` (which sends an event
 only once it is committed) measures, for each tick born while the flood was
-logging, how long after its birth it arrived. Goal: never over 100 ms. The
-same figure without a flood is the machine's floor.
+logging, how long after its birth it arrived. Goals (issue 24): 150,000
+events/s locally, the worker at >= 0.9 x the local rate, another run's event
+never over 50 ms during a flood. The same figure without a flood is the
+machine's floor. ``CDUI_BENCH_ROOT`` runs an older checkout's control plane
+and agent under this same script (before/after).
 
     .venv/bin/python bench/events.py [--events 200000]
 """
@@ -20,7 +23,20 @@ import json
 import time
 
 import aiohttp
-from common import AgentProc, Figure, at_s, flood_graph, install_flood, parser, pct, report, say, server, wait_run
+from common import (
+    AgentProc,
+    Figure,
+    at_s,
+    cpu_s,
+    flood_graph,
+    install_flood,
+    parser,
+    pct,
+    report,
+    say,
+    server,
+    wait_run,
+)
 
 TICK_NODE = '''
 import time
@@ -98,18 +114,22 @@ def fairness(srv, n: int, ticks: int) -> tuple[list[float], list[float], int]:
     return floor, during, len(during)
 
 
-def rate(srv, target: str, n: int) -> float:
+def rate(srv, target: str, n: int) -> tuple[float, float]:
+    """Events persisted per second, from the birth of the flood's first event to the run's final status
+    (its process's start is goal 1's figure, not this one); and the control plane's CPU per event, in µs."""
+    cpu0 = cpu_s(srv.pid)
     r = srv.call("POST", "/api/runs", {"graph": flood_graph(n), "options": {"target": target, "device": "cpu"}})
     end = wait_run(srv, r["id"], interval=0.05)
+    cpu = cpu_s(srv.pid) - cpu0
     if end["status"] != "succeeded":
         raise RuntimeError(f"run {r['id']} ended {end['status']}: {end['error']}")
-    first = srv.call("GET", f"/api/runs/{r['id']}/events?after=0")
-    running = next(e["at"] for e in first if e["kind"] == "status" and e["data"].get("status") == "running")
+    first = srv.call("GET", f"/api/runs/{r['id']}/events?after=0&limit=200")
+    born = next(e["at"] for e in first if e["kind"] == "log" and e["data"].get("message") == "event 0")
     last = srv.call("GET", f"/api/runs/{r['id']}/events?after={end['last_seq'] - 1}")[-1]
     stored = end["last_seq"]
     if stored < n:
         raise RuntimeError(f"run {r['id']} stored {stored} events, fewer than the {n} it logged")
-    return stored / (at_s(last["at"]) - at_s(running))
+    return n / (at_s(last["at"]) - at_s(born)), cpu / n * 1e6
 
 
 def main() -> int:
@@ -125,24 +145,31 @@ def main() -> int:
         srv.start()  # the custom node is read at start
         agent = AgentProc(srv).start()
         try:
+            say("warm-up runs")  # each side's first run may start its process cold
+            rate(srv, "local", min(n, 2000))
+            rate(srv, "w1", min(n, 2000))
             say("local run")
-            local = rate(srv, "local", n)
+            local, local_cpu = rate(srv, "local", n)
             say("worker run")
-            remote = rate(srv, "w1", n)
+            remote, remote_cpu = rate(srv, "w1", n)
             floor, during, overlapped = fairness(srv, n, ticks)
         finally:
             agent.stop()
     B = "events"
     ms = 1000.0
     report([Figure(B, f"local: {n:,} events persisted", local, "events/s", 150000, better="higher"),
-            Figure(B, f"worker: {n:,} events persisted and acknowledged", remote, "events/s", 150000, better="higher"),
+            Figure(B, f"worker: {n:,} events persisted and acknowledged", remote, "events/s", 0.9 * 150000,
+                   better="higher", note="goal: 0.9 x the local goal"),
             Figure(B, "worker/local event rate", remote / local, "x", 0.9, better="higher"),
+            Figure(B, "control plane CPU per event, local run", local_cpu, "µs",
+                   note="what a loaded machine changes least"),
+            Figure(B, "control plane CPU per event, worker run", remote_cpu, "µs"),
             Figure(B, "another run's event, birth -> committed and streamed, no flood: max", max(floor) * ms, "ms"),
             Figure(B, "another run's event during a flood on the worker: p95",
                    pct(during, 95) * ms if during else None, "ms",
                    note=f"{overlapped} of {ticks} ticks born while the flood logged"),
             Figure(B, "another run's event during a flood on the worker: max", max(during) * ms if during else None,
-                   "ms", 100.0)], a.json)
+                   "ms", 50.0)], a.json)
     return 0
 
 

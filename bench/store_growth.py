@@ -2,7 +2,9 @@
 
 The control plane's own :class:`cdui.plane.store.Store` on a fresh sqlite file:
 ``--runs`` runs, then ``--events`` log events appended through the one writer
-in batches (as ``record_events`` does). Measured: append rate, the latency
+in batches of 1,000 (as ``record_events`` does). Measured: append rate (time
+spent in the store's appends, not in making up the events; goal: 300,000/s,
+what sqlite's WAL batch inserts allow on this disk), the latency
 of reading a page of events after an early and a late position (the
 ``GET /api/runs/{id}/events?after=`` query) and of the runs listing, at the
 start and at the end, and the database's growth per event.
@@ -12,13 +14,15 @@ start and at the end, and the database's growth per event.
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import Figure, parser, report, say
+from common import CDUI_ROOT, REPO, Figure, parser, report, say
 
-from cdui.plane.store import Run, Store
+sys.path.insert(0, str(CDUI_ROOT))  # the store of the checkout measured (CDUI_BENCH_ROOT: an older one)
+from cdui.plane.store import Run, Store  # noqa: E402
 
 
 async def timed(coro_fn, n: int = 20) -> float:
@@ -58,27 +62,35 @@ async def main_async(n_runs: int, n_events: int) -> list[Figure]:
             early0, list0 = await timed(page_early), await timed(listing)
             size0 = store.path.stat().st_size + Path(str(store.path) + "-wal").stat().st_size
             say(f"appending {n_events:,} events")
-            t0 = time.perf_counter()
             batch = 1000
+            spent = 0.0  # in the store's appends only, not in making up the events
             for rid in ids:
                 start = 2000 if rid == target else 0
                 for lo in range(start, per_run, batch):
+                    now = time.time()
                     evs = [{"src_seq": i + 1, "kind": "log", "data": {"message": f"event {i}", "level": "info"},
-                            "at": time.time()} for i in range(lo, min(per_run, lo + batch))]
+                            "at": now} for i in range(lo, min(per_run, lo + batch))]
+                    t0 = time.perf_counter()
                     await store.append_events(rid, "local", evs)
-            rate = (n_events - min(2000, per_run)) / (time.perf_counter() - t0)
+                    spent += time.perf_counter() - t0
+            rate = (n_events - min(2000, per_run)) / spent
             early1, late1, list1 = await timed(page_early), await timed(page_late), await timed(listing)
             size1 = store.path.stat().st_size + Path(str(store.path) + "-wal").stat().st_size
         finally:
             store.close()
     B = "store"
-    return [Figure(B, f"append rate into the store ({n_events:,} events)", rate, "events/s", 150000, better="higher"),
+    return [Figure(B, f"append rate into the store ({n_events:,} events)", rate, "events/s", 300000, better="higher",
+                   note=f"{where()}, batches of {batch}"),
             Figure(B, "events?after= page, early position, small table", early0, "ms"),
             Figure(B, f"events?after= page, early position, {n_events:,} events", early1, "ms", max(5.0, early0 * 2)),
             Figure(B, f"events?after= page, late position, {n_events:,} events", late1, "ms", max(5.0, early0 * 2)),
             Figure(B, "runs listing (200), small table", list0, "ms"),
             Figure(B, f"runs listing (200) with {n_events:,} events stored", list1, "ms", max(5.0, list0 * 2)),
             Figure(B, "database growth per event", (size1 - size0) / max(1, n_events), "bytes")]
+
+
+def where() -> str:
+    return "before (CDUI_BENCH_ROOT)" if CDUI_ROOT != REPO else "this checkout"
 
 
 def main() -> int:

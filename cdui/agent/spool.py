@@ -39,6 +39,7 @@ log = logging.getLogger("cdui.agent.agent")
 # What a run's spool folder holds; a folder with one of these right under spool/ is a run
 # spooled by an agent from before spools were kept per credential.
 RUN_FILES = ("events.jsonl", "acked", "state.json")
+_encode = json.JSONEncoder(default=str).encode  # json.dumps(default=...) builds a new encoder per call
 
 
 class RunSpool:
@@ -67,9 +68,9 @@ class RunSpool:
             return 0
 
     def append(self, events: list[dict[str, Any]]) -> None:
+        text = "".join([_encode(ev) + "\n" for ev in events])  # one write (and one fsync) for the batch
         with open(self.events_path, "a", encoding="utf-8") as fh:
-            for ev in events:
-                fh.write(json.dumps(ev, default=str) + "\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         for ev in events:
@@ -81,7 +82,13 @@ class RunSpool:
             return
         self.acked = acked
         atomic_write(self.dir / "acked", str(acked))
-        self.pending = [e for e in self.pending if e["src_seq"] > acked]
+        # Pending events are in src_seq order (appended as the recorder numbered them): drop the
+        # acknowledged prefix without looking at the rest, which a flood makes long.
+        pending = self.pending
+        cut = 0
+        while cut < len(pending) and pending[cut]["src_seq"] <= acked:
+            cut += 1
+        del pending[:cut]
 
     def unacked(self) -> list[dict[str, Any]]:
         return list(self.pending)

@@ -13,8 +13,9 @@ encodes (JSON, UTF-8) to more than the bound is never kept whole:
 
 The bound is applied where an event is born (the run's launcher, :class:`cdui.run.runner.RunHandle`,
 on the control plane or an agent, with the setting of that machine) and again where it is stored
-(:meth:`cdui.plane.runs.RunService.record_events`, with the control plane's setting), since a worker may
-be hostile. The result depends only on the event and the bound, so a replayed event is cut the same.
+(:meth:`cdui.plane.store.Store.append_events`, with the control plane's setting that
+:meth:`cdui.plane.runs.RunService.record_events` passes), since a worker may be hostile. The result
+depends only on the event and the bound, so a replayed event is cut the same.
 """
 from __future__ import annotations
 

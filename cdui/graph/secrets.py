@@ -36,6 +36,7 @@ line of it at least :data:`MIN_SECRET_LEN` long.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -209,10 +210,16 @@ def short_secrets(secrets: list[tuple[Path_, Any]]) -> list[Path_]:
     return [p for p, v in secrets if len(str(v)) < MIN_SECRET_LEN]
 
 
-def _forms(secrets: Iterable[tuple[Path_, Any]]) -> list[str]:
+def _forms(secrets: Iterable[tuple[Path_, Any]]) -> tuple[str, ...]:
+    # Masking runs for every event of a run: the forms of the same values are worked out once. The
+    # cache holds the values of the last few runs' secrets, which this process held anyway.
+    return _forms_of(tuple(str(value) for _, value in secrets))
+
+
+@functools.lru_cache(maxsize=16)
+def _forms_of(values: tuple[str, ...]) -> tuple[str, ...]:
     forms: set[str] = set()
-    for _, value in secrets:
-        v = str(value)
+    for v in values:
         if len(v) < MIN_SECRET_LEN:
             continue
         forms.add(v)
@@ -230,11 +237,13 @@ def _forms(secrets: Iterable[tuple[Path_, Any]]) -> list[str]:
             if len(line) >= MIN_SECRET_LEN:
                 forms.add(line)
     # Longest first, so a value is masked whole before any of its pieces.
-    return sorted((f for f in forms if len(f) >= MIN_SECRET_LEN), key=len, reverse=True)
+    return tuple(sorted((f for f in forms if len(f) >= MIN_SECRET_LEN), key=len, reverse=True))
 
 
 def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
     """Blank every secret value (and its escaped forms) in a log line or error message."""
+    if not secrets:
+        return text
     for form in _forms(secrets):
         if form in text:
             text = text.replace(form, MASK)
@@ -243,7 +252,7 @@ def redact_text(text: str, secrets: list[tuple[Path_, Any]]) -> str:
 
 def redact_value(obj: Any, secrets: list[tuple[Path_, Any]]) -> Any:
     """Blank secret values in decoded event data: strings, dict keys, nested lists and dicts."""
-    forms = _forms(secrets)
+    forms = _forms(secrets) if secrets else ()
     if not forms:
         return obj
 

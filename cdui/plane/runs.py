@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from cdui.core import event_size
 from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import Config
 from cdui.core.diskfull import DiskFull
@@ -69,6 +68,7 @@ from cdui.wire.target import AnyWorker, Local, Target, target_json
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
+APPLIED = frozenset({"artifact", "execution_facts", "status"})  # event kinds that change more than the log
 DISPATCH_EVERY_S = 5.0  # a dispatch pass at least this often, woken or not
 
 
@@ -432,18 +432,23 @@ class RunService:
     # -- events --------------------------------------------------------------
     async def record_events(self, run_id: str, src: str, events: Sequence[Event]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
-        # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut where born.
+        # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut
+        # where born. The store measures them as it encodes them.
         limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
-        rows = [{**ev.to_wire(), "data": event_size.bound_event(ev.kind, ev.data, limit)} for ev in events]
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, rows, assign=(src == CP))
+        stored, acked = await self.store.append_events(run_id, src, [ev.to_wire() for ev in events],
+                                                       assign=(src == CP), max_bytes=limit)
+        watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
-            await self._apply(run_id, src, ev)
-            for q in list(self.subscribers.get(run_id, ())):
+            if ev["kind"] in APPLIED:
+                await self._apply(run_id, src, ev)
+                watchers = list(self.subscribers.get(run_id, ()))  # some may have come or gone meanwhile
+            for q in watchers:
                 q.put_nowait(ev)
         return acked
 
     async def _apply(self, run_id: str, src: str, ev: dict[str, Any]) -> None:
+        """What an event of one of the kinds in APPLIED changes beside the log."""
         kind, data = ev["kind"], ev["data"]
         if kind == "artifact":
             await self._record_artifact(run_id, src, data)

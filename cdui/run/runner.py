@@ -41,7 +41,7 @@ from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append, user_umask
 from cdui.graph.secrets import environment_secrets, redact_text, redact_value
 from cdui.run import outputs
-from cdui.run.spare import RunProcess, SparePool, exit_text
+from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
 
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
 STOP_GRACE_S = 10.0
 MAX_LOG_LINE = 4000
+READ_CHUNK = 1 << 16  # bytes of event lines read at once
+DELIVER_BATCH = 1000  # events handed to the sink at once (the store bounds its transactions likewise)
+_NOT_DECODED = object()
 
 
 def _visible_entries(inherited: str) -> list[str]:
@@ -169,7 +172,9 @@ class RunHandle:
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
-        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._pending: list[dict[str, Any]] = []  # recorded, not yet delivered
+        self._more = asyncio.Event()  # something was recorded (or the recorder closed) since the last look
+        self._closed = False  # nothing is recorded after what is pending
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_task: asyncio.Task[Any] | None = None
@@ -180,58 +185,103 @@ class RunHandle:
         self.before_final: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
     # -- recording -------------------------------------------------------
-    def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
-        data = event_size.bound_event(kind, data, self.event_max_bytes)
-        self._queue.put_nowait({"src_seq": self.next_seq, "kind": kind, "data": data,
-                                "at": at if at is not None else time.time()})
+    def record(self, kind: str, data: dict[str, Any], at: float | None = None, line_bytes: int | None = None) -> None:
+        """Number and queue one event. ``line_bytes``: the length of the JSON line it was read from;
+        decoded JSON encodes again to at most a few times its length (``1e15`` becomes 18
+        characters), so an event read from a line under an eighth of the bound is within it."""
+        if line_bytes is None or line_bytes * 8 > self.event_max_bytes:
+            data = event_size.bound_event(kind, data, self.event_max_bytes)
+        self._pending.append({"src_seq": self.next_seq, "kind": kind, "data": data,
+                              "at": at if at is not None else time.time()})
         self.next_seq += 1
+        self._more.set()
 
     async def _deliver(self) -> None:
+        """Hand the recorded events to the sink in order, in batches of up to DELIVER_BATCH, one
+        batch at a time: what is recorded meanwhile makes the next batch."""
         while True:
-            item = await self._queue.get()
-            batch = []
-            end = item is None
-            if item is not None:
-                batch.append(item)
-            while not end and len(batch) < 1000:
-                try:
-                    nxt = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if nxt is None:
-                    end = True
-                else:
-                    batch.append(nxt)
-            if batch:
+            await self._more.wait()
+            self._more.clear()
+            while self._pending:
+                batch = self._pending[:DELIVER_BATCH]
+                del self._pending[:DELIVER_BATCH]
                 try:
                     await self.on_events(batch)
                 except Exception:  # the sink must not kill the recorder; it logs its own failures
                     log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
-            if end:
+            if self._closed:
                 return
 
     async def _read_events(self) -> None:
+        """Read the event lines in chunks (the run writes them in batches), each chunk's
+        whole lines at once; a line is at most the stream's limit long, like a readline's."""
         assert self.proc and self.proc.stdout
+        stdout = self.proc.stdout
+        partial: list[bytes] = []  # the start of a line that has not ended yet
+        held = 0
         while True:
-            line = await self.proc.stdout.readline()
-            if not line:
+            chunk = await stdout.read(READ_CHUNK)
+            if not chunk:
+                if partial and held <= STREAM_LIMIT:
+                    self._event_line(b"".join(partial), _NOT_DECODED, ended=False)
                 return
+            lines = chunk.split(b"\n")
+            if len(lines) == 1:  # no end of line in it: keep (up to the limit) and read on
+                held += len(chunk)
+                if held <= STREAM_LIMIT:
+                    partial.append(chunk)
+                continue
+            if partial:
+                if held + len(lines[0]) <= STREAM_LIMIT:
+                    lines[0] = b"".join([*partial, lines[0]])
+                else:
+                    lines[0] = b""  # longer than any event may be: dropped, said once
+                    self.record("run_warning", {"kind": "event_too_large",
+                                                "message": f"the run wrote an event line of more than "
+                                                           f"{STREAM_LIMIT} bytes; it was dropped"})
+                partial, held = [], 0
+            tail = lines.pop()
+            if tail:
+                partial, held = [tail], len(tail)
+            self._event_lines([line for line in lines if line])
+
+    def _event_lines(self, lines: list[bytes]) -> None:
+        # One decode for all the chunk's lines; a line that is not one JSON value (a node that
+        # wrote fd 1 itself) makes them decode one by one, so it alone becomes a warning. The
+        # separator holds a newline, which no JSON string may: no string runs across two lines.
+        if len(lines) > 1:
+            joined = b"[" + b"\n,".join(lines) + b"]"
             try:
+                decoded = json.loads(joined)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list) and len(decoded) == len(lines):
+                for line, ev in zip(lines, decoded, strict=True):
+                    # Sized by the whole chunk: no event in it can be larger than that allows.
+                    self._event_line(line, ev, size=len(joined))
+                return
+        for line in lines:
+            self._event_line(line, _NOT_DECODED)
+
+    def _event_line(self, line: bytes, ev: Any, ended: bool = True, size: int | None = None) -> None:
+        try:
+            if ev is _NOT_DECODED:
                 ev = json.loads(line)
-                kind, data = str(ev["kind"]), ev.get("data") or {}
-            except (ValueError, KeyError, TypeError):
-                self.record("log", {"message": redact_text(line.decode(errors="replace")[:MAX_LOG_LINE], self.secrets),
-                                    "level": "warning", "stream": "stdout"})
-                continue
-            if kind == "result":
-                self.result = data
-                continue
-            if kind == OUTPUTS_WRITING:
-                self._outputs_writing()
-                continue
-            # The run subprocess masks its own events; the parent knows the same
-            # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
-            self.record(kind, redact_value(data, self.secrets), ev.get("at"))
+            kind, data = str(ev["kind"]), ev.get("data") or {}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            text = line.decode(errors="replace") + ("\n" if ended else "")  # the line as written
+            self.record("log", {"message": redact_text(text[:MAX_LOG_LINE], self.secrets),
+                                "level": "warning", "stream": "stdout"})
+            return
+        if kind == "result":
+            self.result = data
+            return
+        if kind == OUTPUTS_WRITING:
+            self._outputs_writing()
+            return
+        # The run subprocess masks its own events; the parent knows the same
+        # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
+        self.record(kind, redact_value(data, self.secrets), ev.get("at"), size or len(line))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
@@ -323,7 +373,7 @@ class RunHandle:
                 log.exception("run %s: finishing step failed", self.run_id)
         self.final = final
         self.record("status", dict(final))
-        self._queue.put_nowait(None)
+        self._closed = True
         await self._tasks[0]
         self._done.set()
 

@@ -16,7 +16,9 @@ Protocol with its parent (:mod:`cdui.run.runner`):
   and the run must still end through its nodes (the interrupt checkpoint).
 - fd 1 (stdout): one JSON event per line ``{"kind", "data", "at"}``; the last
   one has kind ``result`` (``{"status", "error"}``). Anything a node or library
-  prints is moved to stderr so it cannot corrupt the event stream.
+  prints is moved to stderr so it cannot corrupt the event stream. While a run
+  logs flat out, lines are written in batches, none held more than a few ms
+  (:class:`_EventPipe`); otherwise each at once, the ``result`` line always.
 - stderr: free text, kept in the run's log.
 
 ``python -m cdui.run.runproc --zygote`` is a zygote (:mod:`cdui.run.zygote`, owned
@@ -60,6 +62,10 @@ from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
 from cdui.wire.job import Job, JobError
 
+# Event lines are written in batches while a run logs flat out (see _EventPipe).
+EVENTS_BUFFER = 1 << 16  # bytes of events held before a write to the pipe
+FLUSH_EVERY_S = 0.005  # the longest a line waits in the buffer while the run keeps logging
+BURST = 16  # lines written one by one in each such window before the rest wait for its end
 # A run whose launcher is gone gets the launcher's own stop grace (cdui.run.runner.STOP_GRACE_S) to end
 # through its nodes before it kills itself.
 ORPHAN_GRACE_S = 10.0
@@ -77,22 +83,19 @@ def _run() -> int:
     events_fd = os.dup(1)
     os.dup2(2, 1)  # print() from nodes goes to stderr from now on
     sys.stdout = sys.stderr
-    out = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+    out = _EventPipe(os.fdopen(events_fd, "w", buffering=EVENTS_BUFFER, encoding="utf-8"))
     atexit.register(out.flush)  # the process ends by os._exit (zygote.exit_now): nothing unflushed stays behind
-    lock = threading.Lock()
     secrets: list[Any] = []
 
-
     def emit(kind: str, data: dict[str, Any]) -> None:
-        # NaN and infinities are not JSON: they travel as strings ("nan", "inf").
         # Mask the decoded values first (escaping changes how a secret looks in
         # the line), then the line too, for what default=str turned into text.
-        safe = redact_value(_json_safe(data), secrets)
-        line = json.dumps({"kind": kind, "data": safe, "at": time.time()}, default=str)
-        line = redact_text(line, secrets)
-        with lock:
-            out.write(line + "\n")
-            out.flush()
+        # The result is the last word: on the pipe before anything can end the process.
+        if secrets:
+            line = redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
+        else:
+            line = _encode_event(kind, data)
+        out.write(line, now=(kind == "result"))
 
     first = sys.stdin.readline()
     if not first:
@@ -161,6 +164,48 @@ def _run() -> int:
     return 0
 
 
+class _EventPipe:
+    """The event lines on their way to the launcher, written in batches while a run logs flat out.
+
+    A line goes to the pipe at once unless this window of FLUSH_EVERY_S already had BURST such
+    writes: a run that logs now and then (a node that logs, then crashes the process) leaves
+    every line on the pipe as it is written. In a flood the rest of each window's lines wait in
+    the buffer for the window's end, or for the flusher thread, which gets the interpreter at
+    once when the run goes quiet and within the switch interval (a few ms) while it does not."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        self.window = 0.0  # when this window began (monotonic)
+        self.writes = 0  # lines flushed one by one in this window
+        self.unflushed = threading.Event()
+        threading.Thread(target=self._flush_batches, daemon=True, name="events-flush").start()
+
+    def write(self, line: str, now: bool = False) -> None:
+        with self.lock:
+            self.out.write(line)
+            t = time.monotonic()
+            if t - self.window >= FLUSH_EVERY_S:
+                self.window, self.writes = t, 0
+            if now or self.writes < BURST:
+                self.writes += 1
+                self.out.flush()
+                return
+        if not self.unflushed.is_set():
+            self.unflushed.set()
+
+    def flush(self) -> None:
+        with self.lock:
+            self.out.flush()
+
+    def _flush_batches(self) -> None:
+        while True:
+            self.unflushed.wait()
+            self.unflushed.clear()
+            with self.lock:
+                self.out.flush()
+
+
 def _failed(stop: threading.Event, error: str) -> dict[str, str]:
     """The ending of a run that raised. Asked to stop (Stop, a disabled worker, SIGTERM), a run that then
     fails on its way out (an interrupt checkpoint it cannot write) ends ``cancelled`` as the stop asked;
@@ -211,6 +256,21 @@ def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir:
                      "level": "warning"})
         facts = {}
     emit("execution_facts", {**facts, "devices": devices})
+
+
+def _encode_event(kind: str, data: dict[str, Any]) -> str:
+    """One event line. NaN and infinities are not JSON: they travel as strings ("nan", "inf")."""
+    event = {"kind": kind, "data": data, "at": time.time()}
+    try:
+        return _encode_strict(event) + "\n"
+    except ValueError:  # a NaN or infinity somewhere (rare): walk the data once to replace them
+        event["data"] = _json_safe(data)
+        return _encode(event) + "\n"
+
+
+# One encoder each: json.dumps(default=...) builds a new encoder per call.
+_encode_strict = json.JSONEncoder(default=str, allow_nan=False).encode
+_encode = json.JSONEncoder(default=str).encode
 
 
 def _json_safe(obj: Any) -> Any:

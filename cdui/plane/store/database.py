@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
+from cdui.core.event_size import bound_event
 from cdui.core.private import make_private, private_dir
 from cdui.plane.store.migrations import migrate
 from cdui.plane.store.ssh import SshWorkerRows
@@ -455,11 +456,15 @@ class Store:
 
     # -- events -----------------------------------------------------------
     async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
-                            assign: bool = False, essential: bool = False) -> tuple[list[dict[str, Any]], int]:
+                            assign: bool = False, essential: bool = False,
+                            max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
 
-        ``assign``: the events are born here; number them after what is stored."""
-        return await self.write(lambda c: _append(c, run_id, src, events, assign), essential, len(events))
+        ``assign``: the events are born here; number them after what is stored.
+        ``max_bytes``: no event's data is stored whole past it (:func:`cdui.core.event_size.bound_event`);
+        the events returned are as stored."""
+        return await self.write(lambda c: _append(c, run_id, src, events, assign, max_bytes), essential,
+                                len(events))
 
     async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
                          event: dict[str, Any] | None) -> tuple[bool, list[dict[str, Any]]]:
@@ -554,12 +559,19 @@ class Store:
 
 # One encoder for every event: json.dumps(default=...) builds a new encoder per call.
 _encode = json.JSONEncoder(default=str).encode
+# A batch of events goes in as few statements of many rows each: sqlite3's executemany binds and
+# steps each row from Python, and gives up the GIL at every step, so a busy event loop stalls the
+# writer row by row. Chunks of 2**k rows keep the statements few (each cached once) and their
+# parameters under sqlite's oldest limit of 999.
+_CHUNKS = (128, 64, 32, 16, 8, 4, 2, 1)
+_INSERT_ROWS = {n: "INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES " +
+                   ",".join(["(?,?,?,?,?,?,?)"] * n) for n in _CHUNKS}
 
 
 def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
-            assign: bool) -> tuple[list[dict[str, Any]], int]:
+            assign: bool, max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
     """The events part of a write job: accept each source's next ``src_seq`` only,
-    give each accepted event the run's next ``seq``."""
+    give each accepted event the run's next ``seq``; no event's data stored over ``max_bytes``."""
     r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
     if r is None:
         raise KeyError(run_id)
@@ -567,30 +579,59 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
     a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
     acked = a[0] if a else 0
     batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
-    stored = []
-    rows = []
+    rows, in_turn = _accepted(batch, last, acked, True)
+    if not in_turn:  # a replay, a gap or disorder in it: in src_seq order, as a sender's order is not trusted
+        rows, _ = _accepted(sorted(batch, key=lambda e: e["src_seq"]), last, acked, False)
+    if rows:
+        last, acked = rows[-1][0], rows[-1][1]
+        rows = _insert_events(c, run_id, src, rows, max_bytes)
+        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
+    c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
+              "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
+    return [{"seq": seq, "kind": kind, "data": data, "at": at} for seq, _s, kind, data, at in rows], acked
+
+
+_Row = tuple[int, int, str, Any, float]
+
+
+def _accepted(batch: list[dict[str, Any]], last: int, acked: int, in_turn: bool) -> tuple[list[_Row], bool]:
+    """(seq, src_seq, kind, data, at) of the events that come next after ``acked``, numbered after
+    ``last``, from a batch in ``src_seq`` order. ``in_turn``: expect exactly those, in turn, and
+    answer False at anything else (a replay, a gap, disorder)."""
+    rows: list[_Row] = []
     now = time.time()
-    for ev in sorted(batch, key=lambda e: e["src_seq"]):
+    for ev in batch:
         s = int(ev["src_seq"])
+        if s != acked + 1 and in_turn:
+            return rows, False
         if s <= acked:
             continue  # a replay of something already stored
         if s != acked + 1:
             break  # a gap: refuse the rest; the sender replays from acked + 1
         last += 1
         acked = s
-        data = ev.get("data") or {}
-        at = float(ev.get("at") or now)
-        rows.append((run_id, last, src, s, ev["kind"], _encode(data), at))
-        stored.append({"seq": last, "kind": ev["kind"], "data": data, "at": at})
-    if rows:
-        # One statement for the whole batch: a per-row execute() cost more than sqlite's own work.
-        c.executemany("INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES (?,?,?,?,?,?,?)",
-                      rows)
-    if stored:
-        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
-    c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
-              "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
-    return stored, acked
+        rows.append((last, s, str(ev["kind"]), ev.get("data") or {}, float(ev.get("at") or now)))
+    return rows, True
+
+
+def _insert_events(c: sqlite3.Connection, run_id: str, src: str, rows: list[_Row], max_bytes: int) -> list[_Row]:
+    """Insert (seq, src_seq, kind, data, at) rows of one run and source; the rows as stored (data
+    over ``max_bytes`` cut, see :mod:`cdui.core.event_size`)."""
+    params: list[Any] = []
+    for i, (seq, s, kind, data, at) in enumerate(rows):
+        text = _encode(data)
+        # ASCII JSON is at least as long as the same data as UTF-8: within the bound, it fits.
+        if 0 < max_bytes < len(text):
+            data = bound_event(kind, data, max_bytes)
+            rows[i] = (seq, s, kind, data, at)
+            text = _encode(data)
+        params += (run_id, seq, src, s, kind, text, at)
+    done = 0
+    for n in _CHUNKS:
+        while len(rows) - done >= n:
+            c.execute(_INSERT_ROWS[n], params[done * 7:(done + n) * 7])
+            done += n
+    return rows
 
 
 def _resolve(fut: asyncio.Future[Any], res: Any, exc: BaseException | None) -> None:

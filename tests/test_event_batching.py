@@ -1,0 +1,261 @@
+"""Events travel in batches: the run process writes its lines in batches while it floods, the
+launcher reads them in chunks, the store inserts a batch in a few multi-row statements and the control plane
+checks a worker's batch in one pass. Batching changes none of what is stored: every event once,
+in order, with its sequence numbers; secrets masked; the result never lost; a batch measured
+against the event bound; a worker's malformed batch refused whole.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdui.core import event_size
+from cdui.core.layout import Layout
+from cdui.plane.store import Run, Store
+from cdui.run import runner
+from cdui.wire import protocol
+from cdui.wire.job import Job
+from cdui.wire.target import Local
+
+
+def new_run(run_id: str) -> Run:
+    return replace(Run(id=run_id, name=run_id, status="running", target=Local(), options={"target": "local"},
+                       graph={"nodes": []}, created_at=time.time()))
+
+
+def ev(src_seq: int, kind: str = "log", **data: Any) -> dict[str, Any]:
+    return {"src_seq": src_seq, "kind": kind, "data": data or {"message": f"event {src_seq}"}, "at": time.time()}
+
+
+# -- the store ---------------------------------------------------------------------------------
+def test_a_large_batch_is_stored_in_order_with_its_numbers(store: Store) -> None:
+    async def go() -> None:
+        await store.create_run(new_run("r"))
+        n = 5000
+        stored, acked = await store.append_events("r", "local", [ev(i) for i in range(1, n + 1)])
+        assert acked == n and [e["seq"] for e in stored] == list(range(1, n + 1))
+        # A replay overlapping the end, in disorder: only the new ones, in src_seq order.
+        stored, acked = await store.append_events("r", "local", [ev(n + 2), ev(n), ev(n + 1), ev(n - 1)])
+        assert [e["data"]["message"] for e in stored] == [f"event {n + 1}", f"event {n + 2}"] and acked == n + 2
+        evs = await store.events("r", limit=n + 10)
+        assert [e["seq"] for e in evs] == list(range(1, n + 3))
+        assert [e["data"]["message"] for e in evs] == [f"event {i}" for i in range(1, n + 3)]
+        rows = await store.read(lambda c: c.execute("SELECT src_seq, seq FROM run_events WHERE run_id='r' "
+                                                     "ORDER BY seq").fetchall())
+        assert [tuple(r) for r in rows] == [(i, i) for i in range(1, n + 3)]
+    asyncio.run(go())
+
+
+def test_every_event_of_a_batch_is_held_to_the_bound(store: Store) -> None:
+    """A batch over the bound is measured event by event: the one large event is cut (and stored and
+    returned cut), the others are kept whole."""
+    limit = 4096
+
+    async def go() -> None:
+        await store.create_run(new_run("b"))
+        big = {"message": "x" * (limit * 2), "level": "info"}
+        batch = [ev(1), {**ev(2), "data": big}, ev(3)]
+        stored, acked = await store.append_events("b", "local", batch, max_bytes=limit)
+        assert acked == 3
+        assert stored[0]["data"] == {"message": "event 1"} and stored[2]["data"] == {"message": "event 3"}
+        assert stored[1]["data"] == event_size.bound_event("log", big, limit)
+        assert stored[1]["data"]["truncated"]["limit"] == limit
+        assert [e["data"] for e in await store.events("b")] == [e["data"] for e in stored]
+    asyncio.run(go())
+
+
+def test_unusual_events_in_a_batch_are_stored_as_they_were(store: Store) -> None:
+    """NaN (not JSON), deep nesting, a kind that is not ASCII: stored and read back the same."""
+    deep: dict[str, Any] = {}
+    for _ in range(1100):
+        deep = {"d": deep}
+
+    async def go() -> None:
+        await store.create_run(new_run("o"))
+        batch = [ev(1, value=math.inf), ev(2, kind="lög"), {**ev(3), "data": deep}, ev(4)]
+        stored, acked = await store.append_events("o", "local", batch)
+        assert acked == 4 and [e["seq"] for e in stored] == [1, 2, 3, 4]
+        evs = await store.events("o")
+        assert evs[0]["data"] == {"value": math.inf}
+        assert evs[1]["kind"] == "lög"
+        assert evs[2]["data"] == deep
+        assert evs[3]["data"] == {"message": "event 4"}
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(10000)  # json itself walks the deep one recursively
+    try:
+        asyncio.run(go())
+    finally:
+        sys.setrecursionlimit(old)
+
+
+# -- the launcher's reading ---------------------------------------------------------------------
+STAND_IN = textwrap.dedent('''
+    import json, os, sys, time
+    sys.stdin.readline()  # the job
+    out = sys.stdout.buffer
+    def line(kind, **data):
+        return (json.dumps({"kind": kind, "data": data, "at": time.time()}) + "\\n").encode()
+    # Many lines in one write, one line cut across two writes, lines that are not events.
+    out.write(b"".join(line("log", message=f"event {i}") for i in range(3000)))
+    whole = line("log", message="cut in two")
+    out.write(whole[:10]); out.flush(); time.sleep(0.2); out.write(whole[10:])
+    out.write(b"not json\\n" + b"\\n" + b'{"kind": "log"}, {"kind": "log"}\\n')
+    out.write(line("metric", name="after", value=1.0))
+    out.write(line("result", status="succeeded", error=None).rstrip(b"\\n"))  # its last line has no end
+    out.flush()
+''')
+
+
+def _python(tmp_path: Path, script: str) -> str:
+    """An interpreter path that runs ``script`` whatever arguments the launcher passes."""
+    path = tmp_path / "stand_in.py"
+    path.write_text(script)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {path}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_the_launcher_reads_lines_however_they_were_written(tmp_path: Path) -> None:
+    job = Job(run_id="r1", graph={"nodes": [], "edges": []}, slot_device="cpu", options={},
+              layout=Layout.for_data_dir(tmp_path).to_json())
+
+    async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        events: list[dict[str, Any]] = []
+
+        async def sink(batch: list[dict[str, Any]]) -> None:
+            events.extend(batch)
+        handle = runner.RunHandle(job.run_id, sink, tmp_path / "run.log", [])
+        await handle.start(job, python=_python(tmp_path, STAND_IN))
+        return await asyncio.wait_for(handle.wait(), 60), events
+    final, events = asyncio.run(main())
+    assert final == {"status": "succeeded", "error": None}
+    assert [e["src_seq"] for e in events] == list(range(1, len(events) + 1))
+    logs = [e["data"]["message"] for e in events if e["kind"] == "log"]
+    assert logs[:3001] == [*(f"event {i}" for i in range(3000)), "cut in two"]
+    # Each line that is not one event becomes one warning with its text; the empty line is nothing.
+    assert logs[3001:] == ["not json\n", '{"kind": "log"}, {"kind": "log"}\n']
+    assert [e["kind"] for e in events[-2:]] == ["metric", "status"]
+
+
+# -- a real run process --------------------------------------------------------------------------
+FLOOD = '''
+from cdui.nodes.base import Node, Param, Port
+
+
+class SecretFlood(Node):
+    """Logs ``count`` events flat out, each with the secret in it, and returns."""
+    NODE_NAME = "SecretFlood"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("count", "int", 10), Param("token", "string", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        token = params["token"]
+        for i in range(int(params["count"])):
+            ctx.log(f"event {i} with {token}")
+        ctx.emit("metric", {"name": token, "value": 1.0, "step": None})
+        return {"value": 1.0}
+'''
+SECRET = "s3cr3t-batched-value"
+
+
+@pytest.mark.e2e
+def test_a_flood_arrives_whole_in_order_masked_and_ends_with_its_result(tmp_path: Path) -> None:
+    """A run that logs thousands of events flat out: every one reaches the launcher once, in order,
+    with gapless numbers, the secret masked by the run process itself (the launcher here knows no
+    secret), and the run's own result ends it (it was written last, right before the process ended)."""
+    nodes = tmp_path / "custom_nodes"
+    nodes.mkdir()
+    (nodes / "secret_flood.py").write_text(FLOOD)
+    n = 20000
+    g = {"format_version": 1, "name": "flood", "nodes": [
+        {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
+        {"id": "f", "type": "SecretFlood", "position": {"x": 0, "y": 0}, "data": {"params": {"count": n}}}],
+        "edges": [{"id": "t", "source": "start", "sourceHandle": "trigger", "target": "f", "targetHandle": None,
+                   "type": "trigger"}]}
+    job = Job(run_id="r3", graph=g, slot_device="cpu", options={}, custom_nodes_dir=str(nodes),
+              secrets=((("nodes", 1, "data", "params", "token"), SECRET),),
+              layout=Layout.for_data_dir(tmp_path / "data").to_json())
+
+    async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        events: list[dict[str, Any]] = []
+
+        async def sink(batch: list[dict[str, Any]]) -> None:
+            events.extend(batch)
+        handle = runner.RunHandle(job.run_id, sink, tmp_path / "run.log", [])  # no secret known here
+        await handle.start(job)
+        return await asyncio.wait_for(handle.wait(), 300), events
+    final, events = asyncio.run(main())
+    assert final == {"status": "succeeded", "error": None}, final
+    assert [e["src_seq"] for e in events] == list(range(1, len(events) + 1))
+    flood = [e["data"]["message"] for e in events if e["kind"] == "log" and
+             str(e["data"].get("message", "")).startswith("event ")]
+    assert flood == [f"event {i} with ***" for i in range(n)]
+    assert SECRET not in json.dumps(events)
+    assert any(e["kind"] == "metric" and e["data"]["name"] == "***" for e in events)
+    assert events[-1]["kind"] == "status" and events[-1]["data"]["status"] == "succeeded"
+
+
+# -- a worker's batch ---------------------------------------------------------------------------
+def _accepted(event: Any) -> str | None:
+    """None if one event is accepted on its own, else why not."""
+    try:
+        protocol._event(event, "events[0]")
+    except protocol.ProtocolError as exc:
+        return str(exc)
+    return None
+
+
+EVENTS = [
+    {"src_seq": 1, "kind": "log", "data": {"message": "m", "level": "info"}, "at": 1.7e9},
+    {"src_seq": 1, "kind": "log", "data": {"message": "m"}},
+    {"src_seq": 1, "kind": "log", "data": None, "at": 1.7e9},
+    {"src_seq": 1, "kind": "log"},
+    {"src_seq": 1, "kind": "log", "data": {"nested": {"a": [1, {"b": 2}]}}, "at": 1700000000},
+    {"src_seq": 0, "kind": "log", "data": {}},
+    {"src_seq": True, "kind": "log", "data": {}},
+    {"src_seq": 1.0, "kind": "log", "data": {}},
+    {"src_seq": protocol.MAX_SEQ + 1, "kind": "log", "data": {}},
+    {"src_seq": 1, "kind": "k" * (protocol.MAX_NAME + 1), "data": {}},
+    {"src_seq": 1, "kind": 3, "data": {}},
+    {"kind": "log", "data": {}},
+    {"src_seq": 1, "data": {}},
+    {"src_seq": 1, "kind": "log", "data": [1]},
+    {"src_seq": 1, "kind": "log", "data": {}, "at": 1.0},
+    {"src_seq": 1, "kind": "log", "data": {}, "at": True},
+    {"src_seq": 1, "kind": "log", "data": {}, "at": "now"},
+    {"src_seq": 1, "kind": "log", "data": {"x": json.loads("[" * 20 + "]" * 20)}, "at": 1.7e9},
+    "not an object",
+    None,
+]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=range(len(EVENTS)))
+def test_a_batch_is_checked_as_each_event_would_be(event: Any) -> None:
+    """The one-pass check of a batch accepts exactly what the check of one event does, and refuses
+    the whole message with that check's words, naming the event."""
+    good = EVENTS[0]
+    raw = json.dumps({"type": "events", "run_id": "r1", "events": [good, good, event]})
+    why = _accepted(event)
+    if why is None:
+        assert protocol.parse_agent_message(raw).events[2] == event
+    else:
+        with pytest.raises(protocol.ProtocolError) as exc:
+            protocol.parse_agent_message(raw)
+        assert str(exc.value) == why.replace("events[0]", "events[2]")
