@@ -12,8 +12,9 @@ finishing every run assigned to it at once. Measured:
 - its CPU per heartbeat (every agent heartbeats ``--rounds`` times back to back),
   and its CPU while every agent heartbeats at the default interval (spread
   evenly over it, as agents started at different times do) as a share of one core;
-- the dispatch rate of a backlog of R runs over the N agents (every worker
-  drained, the runs submitted, every worker released).
+- the dispatch rate of a backlog: R runs submitted while every agent holds the
+  run it was given (N assigned, R - N queued), then every agent answers at once
+  and takes the next queued run, until the last is recorded succeeded.
 
 The client is light (one asyncio process, aiohttp WebSockets, no task per
 agent except its reader) and the file-descriptor limit is raised to its hard
@@ -74,6 +75,8 @@ class Fleet:
         self.assigned: dict[str, float] = {}
         self.done: dict[str, float] = {}
         self.progress = asyncio.Event()
+        self.holding = False  # assigned runs are held unanswered (see the dispatch phase)
+        self.held: list[tuple[Agent, str]] = []
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
         async with self.http.request(method, self.url + path, json=body,
@@ -101,15 +104,24 @@ class Fleet:
             if isinstance(m, protocol.Assign):
                 a.runs += 1
                 self.assigned[m.run_id] = time.perf_counter()
-                now = time.time()
-                evs = [{"src_seq": 1, "kind": "status", "data": {"status": "running", "pid": 1, "device": "cpu"},
-                        "at": now},
-                       {"src_seq": 2, "kind": "status", "data": {"status": "succeeded", "error": None}, "at": now}]
-                for text in protocol.encode_events(m.run_id, evs):
-                    await a.ws.send_str(text)
+                if self.holding:
+                    self.held.append((a, m.run_id))
+                    self.progress.set()
+                else:
+                    await self.finish(a, m.run_id)
             elif isinstance(m, protocol.Ack) and m.acked >= 2:
                 self.done[m.run_id] = time.perf_counter()
                 self.progress.set()
+
+    async def finish(self, a: Agent, run_id: str) -> None:
+        """The run, started and succeeded at once (its two status events)."""
+        assert a.ws is not None
+        now = time.time()
+        evs = [{"src_seq": 1, "kind": "status", "data": {"status": "running", "pid": 1, "device": "cpu"},
+                "at": now},
+               {"src_seq": 2, "kind": "status", "data": {"status": "succeeded", "error": None}, "at": now}]
+        for text in protocol.encode_events(run_id, evs):
+            await a.ws.send_str(text)
 
     async def wait_done(self, ids: set[str], timeout: float) -> None:
         deadline = time.perf_counter() + timeout
@@ -222,26 +234,36 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
             figs.append(Figure(B, f"control-plane CPU, {n} agents heartbeating every {beat:g} s", share,
                                "% of a core", 5, note=f"over {took:.0f} s, idle work included"))
             say("steady heartbeats measured")
-            # Dispatch: every worker drained, the backlog submitted, every worker released at once.
-            await f.each(agents, lambda a: f.call("POST", f"/api/workers/{a.name}/drain"), 16)
-            backlog: set[str] = set()
+            # Dispatch: every agent holds the run it is given without answering, until R runs are submitted
+            # (N assigned, R - N queued behind them); then every agent answers at once and takes the next.
+            f.holding = True
+            runs: set[str] = set()
 
             async def submit(_: int) -> None:
                 r = await f.call("POST", "/api/runs", {"graph": tiny_graph(), "options": {"target": "any",
                                                                                           "device": "cpu"}})
-                backlog.add(r["id"])
-            await f.each(list(range(n_runs)), submit, 16)
-            say(f"{n_runs} runs queued")
+                runs.add(r["id"])
             t0 = time.perf_counter()
-            await f.each(agents, lambda a: f.call("POST", f"/api/workers/{a.name}/undrain"), 32)
-            undrain_s = time.perf_counter() - t0
-            await f.wait_done(backlog, 1800)
-            dur = max(f.done[r] for r in backlog) - min(f.assigned[r] for r in backlog)
-            used = sum(1 for a in agents if a.runs)
-            figs.append(Figure(B, f"dispatch rate, backlog of {n_runs} on {n} agents", n_runs / dur, "runs/s",
-                               1000, better="higher",
-                               note=f"first assignment -> last run recorded succeeded; {used} agents used; "
-                                    f"releasing the {n} took {undrain_s:.1f} s"))
+            await f.each(list(range(n_runs)), submit, 16)
+            figs.append(Figure(B, f"submit rate ({n_runs} runs, 16 in flight, {n} agents)",
+                               n_runs / (time.perf_counter() - t0), "runs/s"))
+            while len(f.held) < min(n, n_runs):
+                f.progress.clear()
+                if len(f.held) < min(n, n_runs):
+                    await asyncio.wait_for(f.progress.wait(), 600)
+            say(f"{n_runs} runs submitted, {len(f.held)} held")
+            held = {rid for _, rid in f.held}
+            t0 = time.perf_counter()
+            f.holding = False
+            await f.each(f.held, lambda x: f.finish(*x), 64)
+            await f.wait_done(runs, 1800)
+            backlog = runs - held
+            if backlog:
+                dur = max(f.done[r] for r in backlog) - t0
+                figs.append(Figure(B, f"dispatch rate, backlog of {len(backlog)} behind {n} busy agents",
+                                   len(backlog) / dur, "runs/s", 1000, better="higher",
+                                   note="every agent answers its held run at once -> last queued run recorded "
+                                        f"succeeded; {sum(1 for a in agents if a.runs > 1)} agents took a second"))
             stop.set()
             await pulse
             closed = sum(1 for a in agents if a.ws is None or a.ws.closed)
@@ -267,7 +289,7 @@ def main() -> int:
     p.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S, help="the heartbeat interval (s)")
     a = p.parse_args()
     if a.smoke:
-        a.agents, a.runs, a.rounds, a.steady, a.heartbeat = 20, 20, 1, 1.0, 1.0
+        a.agents, a.runs, a.rounds, a.steady, a.heartbeat = 20, 40, 1, 1.0, 1.0
     raise_nofile()
     report(asyncio.run(main_async(a.agents, a.runs, a.rounds, a.steady, a.heartbeat)), a.json)
     return 0

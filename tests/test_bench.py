@@ -16,8 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # (the script, bench/NAME.py, as run_all --only names it; the benchmark column of its rows)
-BENCHES = [("latency", "latency"), ("scale", "scale"), ("events", "events"), ("transfer", "transfer"),
-           ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs")]
+BENCHES = [("latency", "latency"), ("scale", "scale"), ("agents", "agents"), ("events", "events"),
+           ("transfer", "transfer"), ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs")]
 
 
 @pytest.mark.e2e
