@@ -37,7 +37,7 @@ from cdui.plane.http import proxies
 from cdui.plane.runs import RunService, iso
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.store import ACTIVE, TERMINAL, Run, Store, WorkerRow
+from cdui.plane.store import TERMINAL, Run, Store, WorkerRow
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
 from cdui.wire.event import Event
@@ -406,9 +406,9 @@ class WorkerSession:
         if bucket is not None:  # its bucket credentials may come from a control plane that is gone
             await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
-        active = await asyncio.to_thread(store.runs_in_status_sync, ACTIVE)
+        active = await asyncio.to_thread(store.active_runs_of_sync, conn.name)
         for r in active:
-            if r.worker_id != conn.name or r.id in held:
+            if r.id in held:
                 continue
             m.cancel_timer(r.id)
             if await store.source_acked(r.id, src) == 0:
