@@ -165,7 +165,9 @@ async def heartbeats(agents: list[Agent], beat: float, stop: asyncio.Event) -> N
         k += 1
 
 
-async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: float) -> list[Figure]:
+async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: float,
+                     settle: float = 1.0) -> list[Figure]:
+    """``settle``: seconds for the control plane to settle between phases (shorter at smoke sizes)."""
     figs: list[Figure] = []
     # local/cpu=0: `any` goes to the simulated agents only, never to this server.
     env = {"CODEFYUI_WORKER_HEARTBEAT_S": f"{beat:g}", "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}
@@ -185,7 +187,7 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
                     a.credential = (await r.json())["credential"]
             await f.each(agents, enroll, 16)
             say(f"enrolled {n} in {time.perf_counter() - t0:.1f} s")
-            await asyncio.sleep(1)
+            await asyncio.sleep(settle)
             rss0 = rss_kib(srv.pid)
             ws_url = srv.url.replace("http", "ws", 1) + "/ws/worker"
 
@@ -209,8 +211,8 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
             say("connected")
             stop.set()
             await pulse  # quiet for what follows: it takes less than the three intervals that would disconnect
-            await asyncio.sleep(2)
-            settled_cpu(srv.pid)
+            await asyncio.sleep(2 * settle)
+            settled_cpu(srv.pid, quiet_s=0.5 * settle)
             figs.append(Figure(B, "control-plane memory per connected agent", (rss_kib(srv.pid) - rss0) / n, "KiB",
                                20, note=f"RSS growth from {n} connections"))
             # Heartbeats back to back: the control plane's CPU for `rounds` heartbeats of every agent.
@@ -218,7 +220,7 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
             for _ in range(rounds):
                 for a in agents:
                     await a.beat()
-            per_beat = (settled_cpu(srv.pid) - c0) * 1e3 / (rounds * n)
+            per_beat = (settled_cpu(srv.pid, quiet_s=0.5 * settle) - c0) * 1e3 / (rounds * n)
             figs.append(Figure(B, "control-plane CPU per heartbeat", per_beat, "ms", 0.05,
                                note=f"{rounds} heartbeats (message and ping) of each of {n} agents back to back"))
             say("heartbeats back to back done")
@@ -289,9 +291,10 @@ def main() -> int:
     p.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S, help="the heartbeat interval (s)")
     a = p.parse_args()
     if a.smoke:
-        a.agents, a.runs, a.rounds, a.steady, a.heartbeat = 20, 40, 1, 1.0, 1.0
+        a.agents, a.runs, a.rounds, a.steady, a.heartbeat = 20, 40, 1, 0.5, 0.5
     raise_nofile()
-    report(asyncio.run(main_async(a.agents, a.runs, a.rounds, a.steady, a.heartbeat)), a.json)
+    report(asyncio.run(main_async(a.agents, a.runs, a.rounds, a.steady, a.heartbeat, 0.2 if a.smoke else 1.0)),
+           a.json)
     return 0
 
 
