@@ -223,6 +223,20 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def rss_kib(pid: int) -> float:
+    """Resident set size of one process, in KiB."""
+    return rss_mb(pid) * 1e6 / 1024
+
+
+def raise_nofile() -> None:
+    """The soft limit on open files up to the hard one: a benchmark with thousands of sockets needs
+    as many descriptors (the control plane it starts inherits the limit, and raises its own too)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds used by one process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -36,6 +36,7 @@ import logging
 import os
 import pwd
 import re
+import resource
 import secrets
 import signal
 import socket
@@ -363,9 +364,21 @@ async def _close_sockets(app: web.Application) -> None:
     await app[WORKERS].close()
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one: every agent's WebSocket holds a descriptor,
+    and the usual soft limit (1,024) would refuse connections long before the CPU is busy."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("the limit on open files stays %d (hard limit %d): %s", soft, hard, exc)
+
+
 def serve(config: Config, host: str, port: int) -> None:
     """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
     restrict_umask()
+    raise_open_files_limit()
     app = build_app(config, SystemClock())
 
     async def on_startup(app: web.Application) -> None:

@@ -8,8 +8,8 @@ A :class:`WorkerSession` lives exactly as long as one WebSocket of one agent:
    with the manager;
 2. :meth:`~WorkerSession.welcome`: answer the runs the agent says it holds,
    and settle the runs it should hold but does not;
-3. :meth:`~WorkerSession.serve` (with :meth:`~WorkerSession.watchdog` beside
-   it): every message until the socket closes;
+3. :meth:`~WorkerSession.serve`: every message until the socket closes (the
+   manager closes it after three missed heartbeats);
 4. :meth:`~WorkerSession.gone`: what the departed worker's runs become.
 
 What outlives a connection (the registry of open connections, the grace
@@ -37,7 +37,7 @@ from cdui.plane.http import proxies
 from cdui.plane.runs import RunService, iso
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched import worker_admission as admission
-from cdui.plane.store import ACTIVE, TERMINAL, Run, Store, WorkerRow
+from cdui.plane.store import TERMINAL, Run, Store, WorkerRow
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
 from cdui.wire.event import Event
@@ -51,6 +51,8 @@ HELLO_TIMEOUT_S = 30.0
 class PendingOutputs:
     """The outputs requests on one connection that wait for their answers
     (:func:`cdui.plane.http.api_outputs.ask` adds them; the session answers them)."""
+
+    __slots__ = ("waiting",)
 
     def __init__(self) -> None:
         self.waiting: dict[str, asyncio.Future[protocol.OutputsAnswer]] = {}
@@ -68,9 +70,10 @@ class PendingOutputs:
         self.waiting.clear()
 
 
-@dataclass
+@dataclass(slots=True)
 class Conn:
-    """The state of one admitted connection, as the rest of the control plane sees it."""
+    """The state of one admitted connection, as the rest of the control plane sees it
+    (slots: thousands of them are held at once)."""
 
     name: str
     ws: web.WebSocketResponse
@@ -130,6 +133,10 @@ class Manager(Protocol):
 
     def register(self, conn: Conn) -> None: ...
 
+    def unregister(self, conn: Conn) -> None: ...
+
+    def seen(self, conn: Conn) -> None: ...
+
     def reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None: ...
 
     def start_timer(self, run_id: str, adopted: bool) -> None: ...
@@ -137,6 +144,8 @@ class Manager(Protocol):
     def cancel_timer(self, run_id: str) -> None: ...
 
     def compare_catalog(self, hello: Any, same_machine: bool) -> catalog_check.CatalogState: ...
+
+    def shared_catalog(self, reported: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class RemoteExecutor:
@@ -203,7 +212,7 @@ class RemoteExecutor:
 
 
 class WorkerSession:
-    """One agent's connection: handshake → welcome → serve (watchdog beside it) → gone."""
+    """One agent's connection: handshake → welcome → serve → gone."""
 
     def __init__(self, manager: Manager, request: web.Request) -> None:
         self.m = manager
@@ -231,16 +240,13 @@ class WorkerSession:
             executor.disabled = bool(row["disabled"])
             self.m.runs.attach_executor(executor)
             await self.m.runs.oneshot.start_wanted(self.m, executor)
-            watchdog = self.m.runs.spawn(self.watchdog())
-            try:
-                await self.serve()
-            finally:
-                watchdog.cancel()
+            # Its liveness (three missed heartbeats) is checked by the manager, for all connections at once.
+            await self.serve()
         finally:
             if self.m.conns.get(conn.name) is conn:
                 # Only the worker's current connection: one that a reconnect replaced has left nothing.
                 self.m.runs.oneshot.gone(executor)
-                self.m.conns.pop(conn.name, None)
+                self.m.unregister(conn)
                 self.m.runs.detach_executor(conn.name, executor)
                 # aiohttp cancels this handler once a peer's clean close completes; what
                 # the departed worker's runs become must not be cut short by that.
@@ -288,6 +294,8 @@ class WorkerSession:
             return None
         name, hello = decision.name, decision.hello
         assert row is not None  # admitted: only a known credential's row is admitted
+        if hello.catalog is not None:
+            hello.catalog = self.m.shared_catalog(hello.catalog)
         verdict = await self._probe_same_machine(name, hello)
         if ws.closed:
             return None
@@ -398,9 +406,9 @@ class WorkerSession:
         if bucket is not None:  # its bucket credentials may come from a control plane that is gone
             await bucket.on_worker_resumed([r for r, a in answer.items() if a.action == "continue"])
         # Runs this worker should hold but does not: its agent restarted without them.
-        active = await asyncio.to_thread(store.runs_in_status_sync, ACTIVE)
+        active = await asyncio.to_thread(store.active_runs_of_sync, conn.name)
         for r in active:
-            if r.worker_id != conn.name or r.id in held:
+            if r.id in held:
                 continue
             m.cancel_timer(r.id)
             if await store.source_acked(r.id, src) == 0:
@@ -414,7 +422,7 @@ class WorkerSession:
                 await m.runs.finish(r.id, "interrupted",
                                     f"worker {conn.name} reconnected without the run (its agent restarted)")
 
-    # -- 3. serve, with the watchdog ---------------------------------------------------------
+    # -- 3. serve ---------------------------------------------------------------------------
     async def serve(self) -> None:
         conn = self.conn
         assert conn is not None
@@ -451,22 +459,18 @@ class WorkerSession:
     async def heartbeat(self, m: protocol.Heartbeat) -> None:
         conn = self.conn
         assert conn is not None
-        if m.labels is not None:
-            conn.labels = self._with_mount(conn, dict(m.labels))
         if m.tls is not None:
             conn.tls = m.tls
-        await self.m.store.workers.seen(conn.name, conn.last_seen, conn.labels)
-
-    async def watchdog(self) -> None:
-        conn = self.conn
-        assert conn is not None
-        clock, beat = self.m.clock, self.m.heartbeat
-        while not conn.ws.closed:
-            await clock.sleep(beat)
-            if clock.monotonic() - conn.alive_at > 3 * beat:
-                log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
-                await conn.ws.close()
+        if m.labels is not None:
+            labels = self._with_mount(conn, dict(m.labels))
+            if labels != conn.labels:
+                # Rare (a mount or read root changed): stored at once, as the hello's are.
+                conn.labels = labels
+                await self.m.store.workers.seen(conn.name, conn.last_seen, labels)
                 return
+        # The usual heartbeat changes nothing but the last contact: noted, and written with the
+        # other workers' in one statement a heartbeat interval (WorkerManager._watch).
+        self.m.seen(conn)
 
     async def events(self, m: protocol.Events) -> None:
         conn = self.conn

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from cdui.core.config import machine_id
+from cdui.core.diskfull import DiskFull
 from cdui.core.errors import CduiError
 from cdui.core.layout import read_roots_in
 from cdui.plane import enroll
@@ -49,6 +50,7 @@ __all__ = ["Conn", "RemoteExecutor", "WorkerManager", "WorkerSession"]
 
 log = logging.getLogger(__name__)
 MAX_REJECTED = 50  # names kept in the list of refused connections
+MAX_CATALOGS = 64  # distinct node catalogs of agents kept once for all (see shared_catalog)
 
 
 class WorkerManager:
@@ -68,11 +70,19 @@ class WorkerManager:
         # Each worker's last same-machine verdict (cdui/wire/same_machine.py), from its last connection.
         self.same_machine: dict[str, Verdict] = {}
         self.own_catalog = catalog.node_catalog(self.runs.registry)
+        self._catalogs: dict[tuple[Any, tuple[Any, ...]], dict[str, Any]] = {}  # see shared_catalog
+        self._verdicts: dict[tuple[int, bool, str | None], tuple[Any, catalog_check.CatalogState]] = {}
         self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                            clock=self.clock.monotonic)
         self.closing = False
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
+        # Each worker's last contact heard since it was last written: a heartbeat only notes it here and
+        # one write a heartbeat interval stores them all (see _watch). Readers of the rows see them
+        # already (worker_rows); a kill loses at most one interval of them, a stop none.
+        self.unwritten_seen: dict[str, float] = {}
+        # One task for every connection's liveness check and those writes, while any is connected.
+        self._watch_task: asyncio.Task[None] | None = None
 
     # -- start: adopt what a killed control plane left -------------------------------
     async def before_dispatch(self) -> None:
@@ -135,6 +145,56 @@ class WorkerManager:
         """An admitted connection becomes the worker's current one (a newer one replaces it)."""
         self.conns[conn.name] = conn
         self.rejected.pop(conn.name, None)
+        if self._watch_task is None and not self.closing:
+            self._watch_task = self.runs.spawn(self._watch())
+
+    def unregister(self, conn: Conn) -> None:
+        """The worker's current connection ended: it is no longer watched, and its last contact is
+        written now (not a heartbeat interval later)."""
+        if self.conns.get(conn.name) is conn:
+            del self.conns[conn.name]
+        if not self.conns and self._watch_task is not None:
+            # Nothing left to watch: no timer waits on the clock for no connection.
+            self._watch_task.cancel()
+            self._watch_task = None
+        if self.unwritten_seen:
+            self.runs.spawn(self.write_seen())
+
+    def seen(self, conn: Conn) -> None:
+        """A heartbeat of the connection: its last contact, written with the others' (see _watch)."""
+        self.unwritten_seen[conn.name] = conn.last_seen
+
+    async def write_seen(self) -> None:
+        """Write every last contact heard since the last write, in one statement."""
+        batch = dict(self.unwritten_seen)
+        try:
+            await self.store.workers.seen_many(batch)
+        except DiskFull:
+            return  # kept for the next write
+        # Forgotten only once stored (the rows read meanwhile still show them), unless a newer one came.
+        for name, at in batch.items():
+            if self.unwritten_seen.get(name) == at:
+                del self.unwritten_seen[name]
+
+    async def _watch(self) -> None:
+        """Every heartbeat interval: close each connection silent for three of them, then write
+        the last contacts heard. One task for all connections (a task and a timer per connection
+        cost memory and a wakeup per heartbeat each with thousands of agents)."""
+        clock, beat = self.clock, self.heartbeat
+        try:
+            while self.conns:
+                await clock.sleep(beat)
+                now = clock.monotonic()
+                for conn in list(self.conns.values()):
+                    if not conn.ws.closed and now - conn.alive_at > 3 * beat:
+                        log.warning("worker %s missed 3 heartbeats; treating it as disconnected", conn.name)
+                        # Not awaited: a dead peer never answers the close, and the others wait their turn.
+                        self.runs.spawn(conn.ws.close())
+                if self.unwritten_seen:
+                    await self.write_seen()
+        finally:
+            if self._watch_task is asyncio.current_task():
+                self._watch_task = None
 
     def reject(self, name: str, reason: str, address: str, cred_hash: str | None = None) -> None:
         now = self.clock.time()
@@ -177,6 +237,7 @@ class WorkerManager:
         """Forget an enrolled worker: its credential is revoked, its connection told and closed,
         its runs end (running ones ``interrupted``, queued ones aimed at it ``failed``)."""
         await self.store.workers.remove(name, self.clock.time())
+        self.unwritten_seen.pop(name, None)
         conn = self.conns.pop(name, None)
         self.runs.detach_executor(name)
         if conn is not None:
@@ -239,6 +300,14 @@ class WorkerManager:
     async def close(self) -> None:
         """Let go of every connection and grace timer (the app's cleanup; idempotent)."""
         self.closing = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            self._watch_task = None
+        if self.unwritten_seen:
+            try:
+                await self.write_seen()
+            except Exception:  # the store may be closed already: a stop loses at most one interval of them
+                log.warning("the workers' last contacts of the last %g s could not be written", self.heartbeat)
         for conn in list(self.conns.values()):
             await conn.ws.close()
         for t in list(self.timers.values()):
@@ -246,7 +315,14 @@ class WorkerManager:
 
     # -- HTTP -----------------------------------------------------------------------------
     async def worker_rows(self) -> list[WorkerRow]:
-        return await self.store.workers.all()
+        """The stored rows, with the last contacts not written yet."""
+        rows = await self.store.workers.all()
+        if self.unwritten_seen:
+            for r in rows:
+                at = self.unwritten_seen.get(r["name"])
+                if at is not None:
+                    r["last_seen"] = at
+        return rows
 
     async def worker_auth(self, request: web.Request) -> str | None:
         auth = request.headers.get("Authorization", "")
@@ -265,17 +341,41 @@ class WorkerManager:
             return None
         return self.compare_catalog(conn.hello, conn.same_machine)
 
+    def shared_catalog(self, reported: dict[str, Any]) -> dict[str, Any]:
+        """One copy of each distinct node catalog the agents report (thousands of agents report a
+        few), so that a connection does not hold its own list of every type; at most
+        MAX_CATALOGS kept, so that agents reporting made-up catalogs cannot grow it."""
+        key = (reported.get("hash"), tuple(reported.get("types") or ()))
+        shared = self._catalogs.get(key)
+        if shared is None:
+            if len(self._catalogs) >= MAX_CATALOGS:
+                return reported
+            shared = self._catalogs[key] = reported
+        return shared
+
     def compare_catalog(self, hello: Any, same_machine: bool) -> catalog_check.CatalogState:
         """A worker's catalog against ours. An agent on this machine runs its jobs with the control
         plane's own plugin and custom-node folders (the job keeps the local paths), so those types
         count as its own whatever its helper, reading its own data folder, saw."""
         reported = hello.catalog
+        # The verdict for a catalog shared by many agents is one frozen value, made once.
+        key = (id(reported), same_machine, hello.catalog_error)
+        cached = self._verdicts.get(key)
+        if cached is not None and cached[0] is reported:
+            return cached[1]
+        state = self._compare_catalog(reported, hello.catalog_error, same_machine)
+        if reported is None or any(reported is c for c in self._catalogs.values()):
+            self._verdicts[key] = (reported, state)
+        return state
+
+    def _compare_catalog(self, reported: dict[str, Any] | None, error: str | None,
+                         same_machine: bool) -> catalog_check.CatalogState:
         if reported is not None and same_machine:
             local = {t for t, src in self.runs.registry.sources.items() if src != "builtin"}
             types = set(reported.get("types") or []) | local
             reported = self.own_catalog if types == set(self.own_catalog["types"]) else {**reported,
                                                                                         "types": sorted(types)}
-        return catalog_check.compare(self.own_catalog, reported, hello.catalog_error)
+        return catalog_check.compare(self.own_catalog, reported, error)
 
     async def check_target(self, target: Target, graph: Any, files: Any) -> None:
         name = worker_name(target)

@@ -84,11 +84,20 @@ def _finite_float(text: str) -> float:
     return v
 
 
+# One decoder for every message: json.loads with hooks builds a new decoder per call, which cost
+# as much as decoding a heartbeat itself.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads`` that refuses NaN, Infinity and numbers that overflow to them,
     and turns nesting too deep to parse into a ValueError."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        if not isinstance(text, str):
+            return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        if text.startswith("\ufeff"):
+            raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")  # as json.loads says
+        return _DECODER.decode(text)
     except RecursionError:
         raise ValueError("the JSON nests too deeply") from None
 

@@ -7,10 +7,13 @@ only when the test steps its clock."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
-from harness import FakeAgent, Plane
+from harness import FakeAgent, Plane, eventually
 
+from cdui.plane.runs import iso
 from cdui.plane.workers import WORKERS
 
 GRACE = "30"
@@ -291,3 +294,76 @@ async def test_stopping_the_server_closes_a_connected_workers_socket(tmp_path):
         assert cp.app[WORKERS].conns == {}
     finally:
         await agent.close()
+
+
+async def _stored_last_seen(cp: Plane, name: str) -> float | None:
+    row = await cp.app[WORKERS].store.workers.get(name)  # type: ignore[index]
+    return row["last_seen"] if row is not None else None
+
+
+async def test_last_contact_shown_at_once_stored_within_an_interval_and_kept_across_a_restart(tmp_path):
+    """A heartbeat's time is the worker's last contact in the list at once; heartbeats are written
+    together once a heartbeat interval, so a killed control plane shows it after a restart too."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            await cp.elapse(2)
+            beat_at = cp.clock.time()
+            await agent.heartbeat([])
+            assert (await cp.worker("w1"))["last_seen"] == iso(beat_at)
+            await cp.elapse(5)  # one heartbeat interval: the heartbeats heard are written
+            await eventually(lambda: _is(_stored_last_seen(cp, "w1"), beat_at), "the heartbeat to be written")
+            cp.crash_copy(tmp_path / "ud2")
+        finally:
+            await agent.close()
+    async with _plane(tmp_path, "ud2") as cp2:
+        w = await cp2.worker("w1")
+        assert w is not None and (w["online"], w["last_seen"]) == (False, iso(beat_at))
+
+
+async def test_last_contact_of_a_worker_gone_is_its_last_heartbeat(tmp_path):
+    """A worker that disconnects before its last heartbeat was written shows that heartbeat as its
+    last contact once offline, and it is stored."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            await cp.elapse(2)
+            beat_at = cp.clock.time()
+            await agent.heartbeat([])
+            await agent.drop()
+
+            async def offline() -> dict | None:
+                w = await cp.worker("w1")
+                return w if w is not None and not w["online"] else None
+            w = await eventually(offline, "the worker to be offline")
+            assert w["last_seen"] == iso(beat_at)
+            await eventually(lambda: _is(_stored_last_seen(cp, "w1"), beat_at), "its last contact to be written")
+        finally:
+            await agent.close()
+
+
+async def test_labels_changed_by_a_heartbeat_are_stored_at_once(tmp_path):
+    """New labels in a heartbeat (a mount added on the agent) are stored when heard, not an interval later."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            assert agent.ws is not None
+            await agent.ws.send_str(json.dumps({"type": "heartbeat", "runs": [], "labels": {"mount": "/mnt/x"}}))
+
+            async def stored() -> bool:
+                row = await cp.app[WORKERS].store.workers.get("w1")  # type: ignore[index]
+                return row is not None and json.loads(row["labels"]) == {"mount": "/mnt/x"}
+            await eventually(stored, "the new labels to be stored")
+            assert (await cp.worker("w1"))["labels"] == {"mount": "/mnt/x"}
+        finally:
+            await agent.close()
+
+
+async def _is(value: Any, expected: Any) -> bool:
+    return await value == expected

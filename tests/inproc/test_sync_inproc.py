@@ -180,3 +180,22 @@ async def test_workers_list_shows_a_degraded_worker_and_why(tmp_path: Path, monk
                                                                         "types, but some are defined otherwise")
         await lacking.close()
         await same.close()
+
+
+async def test_agents_reporting_the_same_or_other_catalogs_are_each_judged_on_their_own(tmp_path: Path) -> None:
+    """The control plane keeps one copy of a catalog many agents report; each worker is still judged
+    on the catalog it reported, however many others reported the same one or another."""
+    async with _plane(tmp_path) as cp:
+        lacking = _without(cp, "TensorCreate")
+        agents = [await FakeAgent(cp, name=f"w{i}", catalog=None).enroll() for i in range(4)]
+        for i, a in enumerate(agents):
+            a.catalog = dict(lacking, types=list(lacking["types"])) if i % 2 else "same"
+            await a.connect()
+        try:
+            for i in range(4):
+                card = await cp.worker(f"w{i}")
+                assert card is not None
+                assert card["catalog"]["lacking"] == (["TensorCreate"] if i % 2 else []), (i, card["catalog"])
+        finally:
+            for a in agents:
+                await a.close()

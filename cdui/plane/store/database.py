@@ -449,6 +449,14 @@ class Store:
         q = ("SELECT * FROM runs" if with_graph else _SELECT_NO_GRAPH) + where
         return [self._run_from_row(r, with_graph) for r in self._reader().execute(q, tuple(statuses)).fetchall()]
 
+    def active_runs_of_sync(self, worker_id: str) -> list[Run]:
+        """The runs that worker holds (running or disconnected), oldest first, without their graphs:
+        what a worker's welcome settles, read without building every other worker's runs (in a
+        reconnect storm of thousands of busy agents that was quadratic)."""
+        q = (_SELECT_NO_GRAPH + f" WHERE status IN ({','.join('?' * len(ACTIVE))}) AND worker_id=? "
+             "ORDER BY created_at, rowid")
+        return [self._run_from_row(r, False) for r in self._reader().execute(q, (*ACTIVE, worker_id)).fetchall()]
+
     async def delete_run(self, run_id: str) -> None:
         def fn(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM runs WHERE id=?", (run_id,))

@@ -126,6 +126,15 @@ class WorkerRows:
         vals = (at, json.dumps(labels), name)
         await self.db.write(lambda c: c.execute("UPDATE workers SET last_seen=?, labels=? WHERE name=?", vals))
 
+    async def seen_many(self, last_seen: dict[str, float]) -> None:
+        """Heartbeats gathered in memory: each worker's last contact, written in one statement
+        (one write per heartbeat cost more than the rest of the heartbeat with thousands of agents)."""
+        if not last_seen:
+            return
+        vals = [(at, name) for name, at in last_seen.items()]
+        await self.db.write(lambda c: c.executemany("UPDATE workers SET last_seen=? WHERE name=?", vals),
+                            weight=len(vals))
+
     async def set_drained(self, name: str, drained: bool) -> bool:
         """False: no such worker."""
         return await self.db.write(lambda c: c.execute("UPDATE workers SET drained=? WHERE name=?",
