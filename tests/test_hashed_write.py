@@ -1,4 +1,4 @@
-"""HashedWriter: network pieces hashed and written by a thread of its own while the caller reads on."""
+"""HashedWriter: network pieces hashed and written in a thread (of a small shared pool) while the caller reads on."""
 from __future__ import annotations
 
 import asyncio
@@ -140,3 +140,30 @@ def test_a_closed_writer_takes_nothing_more(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(main())
     assert (tmp_path / "f").read_bytes() == b""
+
+
+def test_many_writers_at_once_share_a_few_threads_and_each_stays_in_order(tmp_path: Path) -> None:
+    """A hostile worker may open hundreds of uploads at once: they queue batches, not threads."""
+    from cdui.core import hashed_write
+    data = [bytes([i % 251]) * 5 + bytes(range(i % 7, 40)) for i in range(200)]
+
+    async def one(i: int) -> str:
+        with open(tmp_path / f"f{i}", "wb") as fh:
+            async with HashedWriter(fh, gather=8, depth=2) as out:
+                for k in range(0, len(data[i]), 3):
+                    await out.write(data[i][k:k + 3])
+                    await asyncio.sleep(0)
+                return await out.finish()
+
+    async def main() -> tuple[list[str], int]:
+        peak = 0
+        task = asyncio.ensure_future(asyncio.gather(*(one(i) for i in range(200))))
+        while not task.done():
+            peak = max(peak, sum(t.name.startswith("cdui-hashed-write") for t in threading.enumerate()))
+            await asyncio.sleep(0)
+        return await task, peak
+
+    shas, peak = asyncio.run(main())
+    assert shas == [hashlib.sha256(d).hexdigest() for d in data]
+    assert [(tmp_path / f"f{i}").read_bytes() for i in range(200)] == data
+    assert 1 <= peak <= hashed_write.THREADS, peak

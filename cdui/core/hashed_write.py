@@ -3,21 +3,25 @@
 The control plane receives uploads and the agent downloads inputs on the one
 event loop that also serves every other request, worker and run: a write to a
 slow or full disk (a network file system, a disk being flushed) must not stall
-it. So the hashing and the writes run in a thread of the writer's own, while
+it. So the hashing and the writes run in a thread (of a small shared pool), while
 the event loop goes on reading the network: the two overlap, as a reader and a
 writer joined by a bounded queue.
 
-- Order: one thread per writer takes the pieces in the order they came.
+- Order: a writer has at most one batch in a thread at a time; the next is
+  handed over when it is done, so the pieces are written in the order they came.
+- Threads: every writer shares one pool of :data:`THREADS` threads, so a
+  thousand uploads at once (a hostile worker may open them) mean a thousand
+  queued batches, not a thousand threads.
 - Bounded: at most ``depth`` batches of about ``gather`` bytes wait for the
   thread; past that, ``write`` waits for the oldest one (memory stays flat
   whatever the file's size, and a slow disk slows the reader down).
 - Pieces are gathered into batches of ``gather`` bytes before each trip (a trip
   to a thread costs about as much as hashing a few kilobytes); they are handed
   over as they are, never copied (hashlib releases the GIL for them).
-- Errors: the first error of the thread (a full disk) is raised by the next
-  ``write`` or by ``finish``; after it, the thread writes nothing more.
-- Leaving: ``async with`` (or ``aclose``) stops the thread before the caller
-  closes the file, whether it finished or not; what the thread still held is
+- Errors: the first error of a write (a full disk) is raised by the next
+  ``write`` or by ``finish``; after it, nothing more is written.
+- Leaving: ``async with`` (or ``aclose``) waits for the batch in a thread before
+  the caller closes the file, whether it finished or not; what was still waiting is
   dropped, so a caller that gives up leaves its temporary file to discard.
 """
 from __future__ import annotations
@@ -31,6 +35,16 @@ from typing import BinaryIO
 
 GATHER = 1 << 20
 DEPTH = 4
+THREADS = 8  # the writing threads of the whole process
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(THREADS, thread_name_prefix="cdui-hashed-write")
+    return _POOL
 
 
 class HashedWriter:
@@ -43,8 +57,9 @@ class HashedWriter:
         self._batch: list[bytes] = []
         self._batch_size = 0
         self._h = hashlib.sha256()
-        self._pool: ThreadPoolExecutor | None = None
-        self._inflight: deque[asyncio.Future[None]] = deque()
+        self._inflight: deque[asyncio.Future[None]] = deque()  # every batch handed over and not yet done
+        self._waiting: deque[tuple[list[bytes], asyncio.Future[None]]] = deque()  # behind the one in a thread
+        self._busy = False  # a batch of this writer is in a thread
         self._error: BaseException | None = None
         self._closed = False
         self.size = 0
@@ -79,29 +94,31 @@ class HashedWriter:
         return self._h.hexdigest()
 
     async def aclose(self) -> None:
-        """Stop the thread: what it has not written yet is dropped. Safe to call twice."""
+        """Stop writing: what is not in a thread yet is dropped. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         self._batch = []
         if self._error is None:
             self._error = _Closed()
+        # The batches not yet in a thread are dropped; this waits for at most the one being written.
+        waiting, self._waiting = self._waiting, deque()
+        for _batch, done in waiting:
+            if not done.done():
+                done.set_result(None)
         inflight, self._inflight = self._inflight, deque()
-        try:
-            # Every batch left now only sees the error and returns: this waits for at most the one being written.
-            for fut in inflight:
-                await asyncio.shield(fut)
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
+        for fut in inflight:
+            await asyncio.shield(fut)
 
     async def _hand_over(self) -> None:
         if not self._batch:
             return
         batch, self._batch, self._batch_size = self._batch, [], 0
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="cdui-hashed-write")
-        self._inflight.append(asyncio.get_running_loop().run_in_executor(self._pool, self._put, batch))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight.append(done)
+        self._waiting.append((batch, done))
+        if not self._busy:
+            self._next()
         while len(self._inflight) > self._depth:
             await self._oldest_done()
         self._raise_if_failed()
@@ -111,6 +128,27 @@ class HashedWriter:
         # that the thread is not writing into the file while the caller closes it.
         await asyncio.shield(self._inflight[0])
         self._inflight.popleft()
+
+    def _next(self) -> None:
+        # On the event loop: the oldest waiting batch into a thread, once the one before it is done.
+        if not self._waiting:
+            self._busy = False
+            return
+        self._busy = True
+        batch, done = self._waiting.popleft()
+        loop = done.get_loop()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+            self._next()
+
+        def in_thread_done(_f: object) -> None:
+            try:
+                loop.call_soon_threadsafe(finished)
+            except RuntimeError:  # the loop is closed: nobody waits for this writer any more
+                pass
+        _pool().submit(self._put, batch).add_done_callback(in_thread_done)
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

@@ -66,7 +66,7 @@ async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int]
     fd, tmp = await asyncio.to_thread(_temporary, folder)
     try:
         with os.fdopen(fd, "wb") as fh:
-            async with HashedWriter(fh) as out:  # its thread stops before the file is closed
+            async with HashedWriter(fh) as out:  # its last write ends before the file is closed
                 while chunk := await part.read_chunk(CHUNK):
                     if out.size + len(chunk) > limit:
                         raise too_large(out.size + len(chunk))
