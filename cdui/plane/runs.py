@@ -376,7 +376,7 @@ class RunService:
             self.secrets[run_id] = a.secrets
         self.queue.add(run.without_graph())
         await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
-        self.wake()
+        self._wake.set()  # a new run frees no slot: the pass asks only the executors free after the last one
         return await self.get(run_id)
 
     async def admit(self, graph: Any, options: Any) -> Admitted:
