@@ -16,6 +16,7 @@ from aiohttp import web
 from cdui.core.clock import Clock
 from cdui.core.config import Config
 from cdui.plane.graph_index import GraphIndex
+from cdui.plane.looplag import LoopLag
 from cdui.plane.store import Store
 
 # Checks a worker credential in ``Authorization: Bearer``; the worker's name, or None.
@@ -31,3 +32,5 @@ WORKER_AUTH: web.AppKey[WorkerAuth] = web.AppKey("worker_auth")
 TUNNEL_LISTENER: web.AppKey[bool] = web.AppKey("tunnel_listener")
 # The saved graphs' index (GET /api/graphs lists from it; its helper process is stopped at cleanup).
 GRAPH_INDEX: web.AppKey[GraphIndex] = web.AppKey("graph_index")
+# How late the event loop runs (cdui/plane/looplag.py): /api/health reports it.
+LOOP_LAG: web.AppKey[LoopLag] = web.AppKey("loop_lag")

@@ -8,7 +8,9 @@ pass looks at each lane's head, oldest first across lanes (first come, first
 served), places heads while they fit, and stops a lane at its first refusal.
 The refusal's text is the lane's ``queue_reason``, kept here in memory and
 shown for every run of the lane: it is never written to the database per
-run per pass.
+run per pass. Where saying why means reading every executor (``any`` over
+hundreds of workers), the pass leaves a function of its own state instead,
+worked out the first time someone reads the reason.
 
 The database stays the truth about each run's status (the claim is an
 atomic ``queued -> running`` write); this index is rebuilt from it at start
@@ -23,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +58,7 @@ def lane_of(run: Run) -> str:
 class Lane:
     key: str
     runs: list[tuple[tuple[float, int], Run]] = field(default_factory=list)
-    reason: str | None = None
+    reason: str | Callable[[], str] | None = None  # a function: worked out when first read
 
     def head(self) -> Run | None:
         return self.runs[0][1] if self.runs else None
@@ -108,7 +111,11 @@ class RunQueue:
         if where is None:
             return None
         lane = self.lanes.get(where[0])
-        return lane.reason if lane is not None else None
+        if lane is None:
+            return None
+        if callable(lane.reason):
+            lane.reason = lane.reason()
+        return lane.reason
 
     def used(self, executor: str) -> None:
         """``executor`` was just given a run: it goes to the back of ``any``'s order."""

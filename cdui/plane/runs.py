@@ -13,11 +13,13 @@ into calls here. It owns:
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import shutil
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +53,7 @@ from cdui.plane.files.artifact_files import (
 )
 from cdui.plane.oneshot import OneShotBook
 from cdui.plane.sched import device_fit
+from cdui.plane.sched.catalog_check import any_skips
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
 from cdui.plane.sched.queue import ExecutorView, Placement, candidates, parse_caps, place
 from cdui.plane.store import ACTIVE, TERMINAL, Run, Store
@@ -70,6 +73,9 @@ log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
 APPLIED = frozenset({"artifact", "execution_facts", "status"})  # event kinds that change more than the log
 DISPATCH_EVERY_S = 5.0  # a dispatch pass at least this often, woken or not
+PASS_PAUSE_FROM_S = 0.0005  # a pass that took longer is followed by a pause as long (see _dispatch_loop)
+PASS_PAUSE_MAX_S = 0.05
+PASS_BUDGET_S = 0.005  # a pass stops after this long, and the next goes on (see dispatch_once)
 
 
 def iso(ts: float | None) -> str | None:
@@ -213,6 +219,16 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
+        # The executors `any` leaves out for their catalog (any_skips reads every executor): computed again
+        # only when an executor comes or goes, since an executor's catalog holds for its connection.
+        self._skips: dict[str, str] | None = None
+        # Each executor's (device, slots) pairs, likewise: its devices hold for its connection, the caps for the server.
+        self._slot_table: dict[str, tuple[Executor, list[tuple[str, int]]]] = {}
+        # Which executors the next pass asks for a free slot: those free after the last pass and those a
+        # run has left since (``_freed``), or every one (``_ask_all``) after any other change (see wake).
+        self._ask_all = True
+        self._freed: set[str] = set()
+        self._still_free: list[str] = []
         self.devicebook = device_fit.DeviceBook()  # memory needs and share-by-memory settings
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/run/spare.py)
         # The previous server was killed in the middle of its stop (plane/stopping.py): its runs end, none is adopted.
@@ -232,14 +248,30 @@ class RunService:
         t.add_done_callback(self._tasks.discard)
         return t
 
-    def wake(self) -> None:
+    def wake(self, freed: str | None = None) -> None:
+        """A run may start now: the dispatch loop makes a pass. ``freed``: the one executor a run
+        has just left, and the only change; the pass then asks that executor (and those free after
+        the last pass) for a free slot, not every executor. Without it, every one is asked."""
+        if freed is None:
+            self._ask_all = True
+        else:
+            self._freed.add(freed)
         self._wake.set()
+
+    def _slot_freed(self, run_id: str) -> str | None:
+        """``run_id`` no longer holds its slot; the executor it held one on, if any."""
+        held = self.active.pop(run_id, None)
+        if held is None:
+            return None
+        self._freed.add(held[0])
+        return held[0]
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.store.on_disk_state.append(lambda state: loop.call_soon_threadsafe(self._disk_state, state))
         devices = list(self.config["CODEFYUI_LOCAL_DEVICES"]) or await asyncio.to_thread(detect_devices)
         self.executors["local"] = LocalExecutor(self, devices)
+        self._executors_changed()
         self.devicebook.load(await self.store.workers.share_settings())
         self.killed_while_stopping = stopping.take(self.config.user_data)
         await asyncio.to_thread(self.kept.sweep_temporary)
@@ -344,7 +376,7 @@ class RunService:
             self.secrets[run_id] = a.secrets
         self.queue.add(run.without_graph())
         await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
-        self.wake()
+        self._wake.set()  # a new run frees no slot: the pass asks only the executors free after the last one
         return await self.get(run_id)
 
     async def admit(self, graph: Any, options: Any) -> Admitted:
@@ -604,7 +636,7 @@ class RunService:
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
-        self.active.pop(run_id, None)
+        freed = self._slot_freed(run_id)
         self.secrets.pop(run_id, None)
         self.stop_pending.discard(run_id)
         self.queue.remove(run_id)
@@ -615,7 +647,10 @@ class RunService:
                 await listener.on_terminal(run_id, status)
             except Exception:
                 log.exception("terminal hook failed for run %s", run_id)
-        self.wake()
+        if freed is not None:
+            self.wake(freed)
+        else:
+            self.wake()
         if not self._closing and not self.store.full:
             self.spawn(self._apply_retention())
 
@@ -632,12 +667,16 @@ class RunService:
 
     def release(self, run_id: str) -> None:
         """Free a run's slot without ending it."""
-        self.active.pop(run_id, None)
-        self.wake()
+        freed = self._slot_freed(run_id)
+        if freed is not None:
+            self.wake(freed)
+        else:
+            self.wake()
 
     def attach_executor(self, executor: Executor) -> None:
         """An executor came (a worker connected): the queue may place runs on it."""
         self.executors[executor.name] = executor
+        self._executors_changed()
         self.wake()
 
     def detach_executor(self, name: str, executor: Executor | None = None) -> None:
@@ -645,6 +684,11 @@ class RunService:
         (a reconnect may have attached a newer one under the same name)."""
         if executor is None or self.executors.get(name) is executor:
             self.executors.pop(name, None)
+            self._executors_changed()
+
+    def _executors_changed(self) -> None:
+        self._skips = None
+        self._slot_table.clear()
 
     def executor(self, name: str) -> Executor | None:
         return self.executors.get(name)
@@ -686,28 +730,63 @@ class RunService:
         while True:
             # Woken by whatever may let a run start; every 5 s anyway (on the service's clock, so a
             # test that steps a fake clock sees the pass without waking the loop itself).
-            await wait_event(self.clock, self._wake, DISPATCH_EVERY_S)
+            if not await wait_event(self.clock, self._wake, DISPATCH_EVERY_S):
+                self._ask_all = True  # the periodic pass asks every executor, whatever it was told
             self._wake.clear()
             if self._closing:
                 return
             if self.store.full:
                 continue  # starting a run needs writes; the store wakes us when there is room again
+            t0 = time.perf_counter()
             try:
                 await self.dispatch_once()
             except Exception:  # one bad run must not stop the queue; it is logged and retried
                 log.exception("dispatch failed")
+            # Under load every ended run wakes the loop: rather than one pass (whose cost grows with the
+            # executors) per wake-up, the next pass waits as long as this one took, so passes take at most
+            # about half the event loop and each places the runs of every wake-up meanwhile. An idle
+            # server's pass takes a fraction of a millisecond, so a submit still starts at once.
+            spent = time.perf_counter() - t0
+            if spent > PASS_PAUSE_FROM_S:
+                await asyncio.sleep(min(spent, PASS_PAUSE_MAX_S))
 
     async def dispatch_once(self) -> None:
         """One pass over the queue's lanes (see cdui/plane/dispatch.py): oldest head first, each lane
         placed until its head must wait. Its cost grows with the lanes and the runs placed,
-        not with the backlog."""
+        not with the backlog. A pass that has taken PASS_BUDGET_S stops and wakes the loop for the
+        next, so the event loop is never held longer than that by one."""
+        if not self.queue.lanes:
+            return
+        t0 = time.perf_counter()
         used = devicesets.slots_used(self.active.values())  # a set holds a slot of each member
         used_mb = self.devicebook.used_mb(self.active)
         blocked: set[tuple[str, str]] = set()
-        free = self.queue.free_order([n for n, ex in self.executors.items() if self._has_free_slot(ex, used)])
+        if self._skips is None:
+            self._skips = any_skips(self.executors)
+        skips = self._skips
+        # Asking every executor costs a pass as much as hundreds of placements: unless something else changed
+        # (wake without an executor), only those free after the last pass and those a run left since.
+        if self._ask_all:
+            asked: Iterable[str] = self.executors
+        else:
+            asked = dict.fromkeys([*self._still_free, *self._freed])
+        self._ask_all = False
+        self._freed.clear()
+        free = self.queue.free_order([n for n in asked if (ex := self.executors.get(n)) is not None
+                                      and self._has_free_slot(ex, used)])
+        try:
+            await self._place_heads(t0, used, used_mb, blocked, skips, free)
+        finally:
+            self._still_free = free
+
+    async def _place_heads(self, t0: float, used: dict[tuple[str, str], int], used_mb: dict[tuple[str, str], int],
+                           blocked: set[tuple[str, str]], skips: dict[str, str], free: list[str]) -> None:
         heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
         heapq.heapify(heads)
         while heads:
+            if time.perf_counter() - t0 > PASS_BUDGET_S:
+                self._wake.set()  # the next pass goes on from the oldest head, with the slots read afresh
+                return
             _, key = heapq.heappop(heads)
             lane = self.queue.lanes.get(key)
             run = lane.head() if lane is not None else None
@@ -719,7 +798,7 @@ class RunService:
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
                 continue
-            decision = self.place(run, used, blocked, free, used_mb)
+            decision = self.place(run, used, blocked, free, used_mb, skips)
             if isinstance(decision, Placement):
                 devicesets.take(used, decision.executor, decision.device)
                 self.devicebook.took(used_mb, decision.executor, decision.device, devicesets.memory_need(run.options))
@@ -737,29 +816,43 @@ class RunService:
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
             else:
+                reason: str | Callable[[], str] = decision
                 if isinstance(run.target, AnyWorker) and len(free) < len(self.executors):
-                    # The refusal came from the free executors only: say why over all of them.
-                    decision = str(self.place(run, used, blocked, None, used_mb))
+                    # The refusal came from the free executors only: why over all of them is worked out
+                    # when someone reads it (it reads every executor), from this pass's state.
+                    reason = functools.partial(self._waiting_reason, run, dict(used), set(blocked), dict(used_mb))
                 kind = device_kind(run.options.get("device"))
-                for name in candidates(run.target, self.executors):
+                for name in candidates(run.target, self.executors, skips=skips):
                     blocked.add((name, kind))
-                lane.reason = decision
+                lane.reason = reason
 
     def place(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
-              order: list[str] | None, used_mb: dict[tuple[str, str], int] | None = None) -> Placement | str:
+              order: list[str] | None, used_mb: dict[tuple[str, str], int] | None = None,
+              skips: dict[str, str] | None = None) -> Placement | str:
         """Where ``run`` goes now, or why it waits: the one decision of a dispatch pass
         (``order``: the executors ``any`` tries, least recently used first; None: all)."""
         ask = self.devicebook.ask(run.options, self.executors,
                                   self.devicebook.used_mb(self.active) if used_mb is None else used_mb)
         return place(run.target, run.options.get("device"), self.executors, used, self.caps, len(self.active),
-                     blocked, needs_of(run), order, ask, reads_of(run))
+                     blocked, needs_of(run), order, ask, reads_of(run), skips)
+
+    def _waiting_reason(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
+                        used_mb: dict[tuple[str, str], int]) -> str:
+        if self._skips is None:  # executors came or went since the pass
+            self._skips = any_skips(self.executors)
+        return str(self.place(run, used, blocked, None, used_mb, self._skips))
 
     def _has_free_slot(self, ex: Executor, used: dict[tuple[str, str], int]) -> bool:
-        if ex.unavailable_reason():
-            return False
+        # Asked of every executor in every pass, so its (device, slots) pairs are kept (see _slot_table),
+        # and the slots come first: under a backlog nearly every executor is full, the cheaper answer.
+        name = ex.name
+        kept = self._slot_table.get(name)
+        if kept is None or kept[0] is not ex:
+            kept = self._slot_table[name] = (ex, [(d, self.caps.slots(name, d)) for d in ex.devices()])
         # A device shared by memory is tried whatever its slot count: its admission is by memory.
-        return any(used.get((ex.name, d), 0) < self.caps.slots(ex.name, d)
-                   or devicesets.shares(self.devicebook.setting(ex.name), d) for d in ex.devices())
+        share = self.devicebook.setting(name) if self.devicebook.shared else None
+        return any(used.get((name, d), 0) < n or (share is not None and devicesets.shares(share, d))
+                   for d, n in kept[1]) and not ex.unavailable_reason()
 
     async def _start(self, run: Run, where: Placement) -> None:
         run_id = run.id
@@ -772,8 +865,8 @@ class RunService:
         graph = await self.store.claim_queued_graph(run_id, where.executor, where.device, self.clock.time())
         if graph is None:
             if self.active.get(run_id) == (where.executor, where.device):
-                self.active.pop(run_id, None)  # the slot the pass held for it
-                self.wake()
+                self._slot_freed(run_id)  # the slot the pass held for it
+                self.wake(where.executor)
             return
         run = replace(run, graph=graph)
         self.active[run_id] = (where.executor, where.device)

@@ -57,7 +57,7 @@ from cdui.core.peercred import peer_uid
 from cdui.core.private import private_dir, restrict_umask
 from cdui.nodes.registry import build_registry
 from cdui.plane import workers
-from cdui.plane.appkeys import CLOCK, CONFIG, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH
+from cdui.plane.appkeys import CLOCK, CONFIG, LOOP_LAG, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH
 from cdui.plane.files import s3_plane, transfer
 from cdui.plane.http import (
     api_files,
@@ -70,6 +70,7 @@ from cdui.plane.http import (
     worker_routes,
 )
 from cdui.plane.http.httpjson import Handler, error_middleware
+from cdui.plane.looplag import LoopLag
 from cdui.plane.runs import RUNS, RunService
 from cdui.plane.ssh import ssh_workers
 from cdui.plane.store import Store
@@ -216,11 +217,14 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 
 # -- basic routes ------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them."""
+    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them; and
+    ``loop_lag_ms``, how late the event loop ran lately (p99 of the last 10 s, see cdui/plane/looplag.py)."""
     problems = request.app[STORE].problems()
+    lag = request.app[LOOP_LAG].p99()
     if not problems:
-        return web.json_response({"status": "ok", "version": __version__})
-    return web.json_response({"status": "degraded", "version": __version__, "problems": problems})
+        return web.json_response({"status": "ok", "version": __version__, "loop_lag_ms": lag})
+    return web.json_response({"status": "degraded", "version": __version__, "problems": problems,
+                              "loop_lag_ms": lag})
 
 
 async def bootstrap(request: web.Request) -> web.Response:
@@ -288,6 +292,9 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[HOSTS] = HostCheck(None, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
     app[SESSION_TOKEN] = secrets.token_urlsafe(32)
     app[TUNNEL_LISTENER] = False
+    # Real time, whatever the app's clock: it measures the real event loop (a test's fake clock that
+    # jumps days ahead would otherwise make it wake millions of times).
+    app[LOOP_LAG] = LoopLag(SystemClock())
     store = Store(config.db_path)
     app[STORE] = store
     runs = RunService(config, store, build_registry(config.custom_nodes_dir, config.plugins_dir), clock)
@@ -300,6 +307,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     # Startup in this order, cleanup in reverse: the run service stops its runs
     # (the workers' too, through the manager's listener) before the manager lets
     # go of its connections, and both before the store closes.
+    app.cleanup_ctx.append(_loop_lag_ctx)
     app.cleanup_ctx.append(_files_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_workers_ctx)
@@ -323,6 +331,12 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     web_session.setup(app)
     api_outputs.setup(app)
     return app
+
+
+async def _loop_lag_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[LOOP_LAG].start()
+    yield
+    await app[LOOP_LAG].stop()
 
 
 async def _files_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -198,11 +198,9 @@ class RemoteExecutor:
         if missing:
             raise catalog_check.refuse_missing(self.name, missing)
         # The stored facts, not the ones read when the run was claimed: the storage backend may have
-        # added its own (the bucket of an s3 run) since.
-        stored = await self.manager.store.get_run(run.id)
-        facts = stored.execution_facts if stored is not None else run.execution_facts
-        await self.manager.store.set_execution_facts(run.id, catalog.start_facts(
-            facts, self.conn.hello.fingerprint))
+        # added its own (the bucket of an s3 run) since. Changed inside one writer job (no read first).
+        fingerprint = self.conn.hello.fingerprint
+        await self.manager.store.change_execution_facts(run.id, lambda facts: catalog.start_facts(facts, fingerprint))
         if not await self.conn.send(protocol.Assign(run.id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 

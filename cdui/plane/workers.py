@@ -231,7 +231,12 @@ class WorkerManager:
         if isinstance(ex, RemoteExecutor):
             ex.drained = drained
         self.runs.oneshot.set_drain(name, drained, self)
-        self.runs.wake()
+        # Only this worker's executors changed (a one-shot credential's instances NAME.ID too): the next
+        # dispatch pass asks those for a free slot, not every executor (500 undrains would be 500 full passes).
+        self.runs.wake(name)
+        for other, e in list(self.runs.executors.items()):
+            if other != name and getattr(e, "credential", None) == name:
+                self.runs.wake(other)
 
     async def remove_worker(self, name: str) -> None:
         """Forget an enrolled worker: its credential is revoked, its connection told and closed,

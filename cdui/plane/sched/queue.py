@@ -138,17 +138,19 @@ def place_pool(wanted: str | None, executors: Mapping[str, ExecutorView], used: 
             + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
-def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None) -> list[str]:
+def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None,
+               skips: Mapping[str, str] | None = None) -> list[str]:
     """The executors a target may use, in the order they are tried. ``order``: the
     executors to try for ``any`` (the caller's least recently used first; by
-    default every executor by name); workers come before this server."""
+    default every executor by name); workers come before this server. ``skips``:
+    ``any_skips(executors)`` when the caller has it already (it reads every executor)."""
     match target:
         case Local():
             return ["local"] if "local" in executors else []
         case AnyWorker():
             names = sorted(executors) if order is None else [n for n in order if n in executors]
             # Not a one-shot worker, nor one that lacks node types or reported no catalog (see any_skips).
-            skipped = any_skips(executors)
+            skipped = any_skips(executors) if skips is None else skips
             remote = not_one_shot([n for n in names if n != "local" and n not in skipped], executors)
             return remote + (["local"] if "local" in names else [])
         case Worker(name=name):
@@ -160,7 +162,8 @@ def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Seq
 def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
           blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
-          ask: device_fit.Ask | None = None, reads: Sequence[str] = ()) -> Placement | str:
+          ask: device_fit.Ask | None = None, reads: Sequence[str] = (),
+          skips: Mapping[str, str] | None = None) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
 
     ``needs``: "none" (no files), "transfer" (uploads only: mounted workers
@@ -168,22 +171,23 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
     workers with the ``data`` mount). ``order``: which executors ``any`` tries,
     in that order (see :func:`candidates`). ``ask``: a device set or shared devices
     (see :mod:`cdui.plane.sched.device_fit`); None: one slot. ``reads``: the absolute paths the run reads;
-    only an executor whose read roots cover them all may take it. With several candidates the reason
-    is a short summary by cause, so it stays small however many workers there are."""
+    only an executor whose read roots cover them all may take it. ``skips``: ``any_skips(executors)``
+    when the caller has it (a dispatch pass reads it once, not once per run). With several candidates
+    the reason is a short summary by cause, so it stays small however many workers there are."""
     kind = device_kind(wanted)
     match target:
         case Pool():
             return place_pool(wanted, executors, used, caps, needs, reads)
         case Worker(name=name) if name not in executors:
             return f"waiting for worker {name} to connect (it is offline)"
-    names = candidates(target, executors, order)
+    skips = (any_skips(executors) if skips is None else skips) if isinstance(target, AnyWorker) else {}
+    names = candidates(target, executors, order, skips)
     if needs != "none":
         names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
-    skips = any_skips(executors) if isinstance(target, AnyWorker) else {}
     reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
         ("no node catalog match", n, why) for n, why in skips.items() if not_one_shot([n], executors)]
     for name in names:

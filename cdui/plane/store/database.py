@@ -232,9 +232,14 @@ class Store:
             results = [(j, None, exc) for j in jobs]
         err = self.disk_full_error() if refused else None
         results += [(j, None, err) for j in refused]
+        # One wake-up of each waiting loop per transaction, not one per job: under load a transaction
+        # holds hundreds of jobs, and each call_soon_threadsafe writes to the loop's wake-up pipe.
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
         for j, res, e in results:
             if j.future is not None and j.loop is not None:
-                j.loop.call_soon_threadsafe(_resolve, j.future, res, e)
+                by_loop.setdefault(j.loop, []).append((j.future, res, e))
+        for loop, done in by_loop.items():
+            loop.call_soon_threadsafe(_resolve_all, done)
 
     def _batch(self, conn: sqlite3.Connection, jobs: list[_Job]
                ) -> tuple[list[tuple[_Job, Any, BaseException | None]], BaseException | None]:
@@ -343,6 +348,17 @@ class Store:
     async def set_execution_facts(self, run_id: str, facts: dict[str, Any]) -> None:
         text = json.dumps(facts)
         await self.write(lambda c: c.execute("UPDATE runs SET execution_facts=? WHERE id=?", (text, run_id)))
+
+    async def change_execution_facts(self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Read a run's facts, ``change`` them and store the result, in one writer job: no read
+        round trip first, and no other write can come between the read and the write."""
+        def fn(c: sqlite3.Connection) -> None:
+            r = c.execute("SELECT execution_facts FROM runs WHERE id=?", (run_id,)).fetchone()
+            if r is None:
+                return
+            facts = json.loads(r[0]) if r[0] else {}
+            c.execute("UPDATE runs SET execution_facts=? WHERE id=?", (json.dumps(change(facts)), run_id))
+        await self.write(fn)
 
     async def set_late_result(self, run_id: str, late: dict[str, Any], facts: dict[str, Any]) -> None:
         """How a run that had already ended here really ended on its worker (and its facts saying so)."""
@@ -642,10 +658,12 @@ def _insert_events(c: sqlite3.Connection, run_id: str, src: str, rows: list[_Row
     return rows
 
 
-def _resolve(fut: asyncio.Future[Any], res: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(res)
+def _resolve_all(done: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """Resolve a transaction's futures in the order their jobs ran (on the loop that waits for them)."""
+    for fut, res, exc in done:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(res)
