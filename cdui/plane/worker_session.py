@@ -123,6 +123,8 @@ class Manager(Protocol):
     @property
     def unstored(self) -> set[str]: ...
     @property
+    def drain_flags(self) -> dict[str, bool]: ...
+    @property
     def grace(self) -> float: ...
     @property
     def heartbeat(self) -> float: ...
@@ -234,7 +236,8 @@ class WorkerSession:
         try:
             await self.m.runs.oneshot.connected(self.m, executor, row["name"])
             await self.welcome()
-            executor.drained = bool(row["drained"])
+            # The row was read before the welcome; a drain or undrain since then is in drain_flags.
+            executor.drained = self.m.drain_flags.get(row["name"], bool(row["drained"]))
             executor.disabled = bool(row["disabled"])
             self.m.runs.attach_executor(executor)
             await self.m.runs.oneshot.start_wanted(self.m, executor)

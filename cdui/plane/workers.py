@@ -77,6 +77,10 @@ class WorkerManager:
         self.closing = False
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
+        # Each worker's drain flag as last set by an operator in this process. A session reads its row
+        # before it attaches its executor: a drain that lands in between would otherwise be lost until
+        # the worker reconnected (set_drained finds no executor yet), so the session takes it from here.
+        self.drain_flags: dict[str, bool] = {}
         # Each worker's last contact heard since it was last written: a heartbeat only notes it here and
         # one write a heartbeat interval stores them all (see _watch). Readers of the rows see them
         # already (worker_rows); a kill loses at most one interval of them, a stop none.
@@ -227,6 +231,7 @@ class WorkerManager:
     # -- operator actions (the HTTP routes call these) ------------------------------------
     def set_drained(self, name: str, drained: bool) -> None:
         """A connected worker's executor takes new runs or not (the stored flag is the caller's)."""
+        self.drain_flags[name] = drained
         ex = self.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
             ex.drained = drained
@@ -243,6 +248,7 @@ class WorkerManager:
         its runs end (running ones ``interrupted``, queued ones aimed at it ``failed``)."""
         await self.store.workers.remove(name, self.clock.time())
         self.unwritten_seen.pop(name, None)
+        self.drain_flags.pop(name, None)
         conn = self.conns.pop(name, None)
         self.runs.detach_executor(name)
         if conn is not None:

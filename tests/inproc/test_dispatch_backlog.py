@@ -105,3 +105,24 @@ async def test_health_reports_the_event_loop_lag_as_a_number(tmp_path):
         assert status == 200 and health["status"] == "ok"
         lag = health["loop_lag_ms"]
         assert isinstance(lag, (int, float)) and not isinstance(lag, bool) and lag >= 0
+
+
+async def test_a_drain_that_lands_while_a_worker_connects_is_not_lost(tmp_path):
+    """A session reads its worker's row before the welcome and attaches the executor after it; a drain
+    in between once found no executor to tell, and the worker took runs until it reconnected. Told the
+    drain with no executor attached (its row still saying not drained), the worker must attach drained."""
+    from cdui.plane.workers import WORKERS
+    async with _plane(tmp_path) as cp:
+        w1 = FakeAgent(cp, "w1")
+        await w1.enroll()
+        cp.app[WORKERS].set_drained("w1", True)  # as the drain route would, between the row read and the attach
+        try:
+            await w1.connect()
+            await eventually(lambda: cp.runs.executor("w1") is not None, "w1's executor to attach")
+            assert cp.runs.executor("w1").drained
+            run_id = (await cp.submit({"target": "any", "device": "cpu"}))["id"]
+            await cp.call("POST", "/api/workers/w1/undrain")
+            got = await w1.assignment()
+            assert got["run_id"] == run_id
+        finally:
+            await w1.close()

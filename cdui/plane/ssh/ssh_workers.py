@@ -307,6 +307,8 @@ class SshWorkers:
         disabling and enabling again also cancels a drain."""
         if not await self.store.workers.set_disabled(name, disabled) and must_exist:
             raise NotFound("worker", name, hint="list workers with `cdui workers list`")
+        if not disabled:
+            self.app[WORKERS].drain_flags[name] = False  # a session attaching meanwhile takes it too
         ex = self.runs.executor(name)
         if isinstance(ex, RemoteExecutor):
             ex.disabled = disabled
