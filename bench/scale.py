@@ -146,7 +146,7 @@ async def backlog(b: Bench, agents: list[Agent], n_runs: int) -> tuple[float, li
     health: list[float] = []
     listing: list[float] = []
     lag: list[float] = []
-    probes = [asyncio.create_task(probe(b, "/api/health", health, stop, lag)),
+    probes = [asyncio.create_task(probe(b, "/api/health?detail=1", health, stop, lag)),
               asyncio.create_task(probe(b, "/api/runs", listing, stop))]
     await asyncio.gather(*(b.call("POST", f"/api/workers/{a.name}/undrain") for a in agents))
     await b.wait_done(set(runs), 900)

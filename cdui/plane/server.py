@@ -217,14 +217,16 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 
 # -- basic routes ------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them; and
-    ``loop_lag_ms``, how late the event loop ran lately (p99 of the last 10 s, see cdui/plane/looplag.py)."""
+    """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them. With
+    ``?detail=1`` also ``loop_lag_ms``, how late the event loop ran lately (p99 of the last 10 s, see
+    cdui/plane/looplag.py); without it the answer is exactly the documented ``{status, version}``."""
     problems = request.app[STORE].problems()
-    lag = request.app[LOOP_LAG].p99()
-    if not problems:
-        return web.json_response({"status": "ok", "version": __version__, "loop_lag_ms": lag})
-    return web.json_response({"status": "degraded", "version": __version__, "problems": problems,
-                              "loop_lag_ms": lag})
+    body: dict[str, object] = {"status": "degraded" if problems else "ok", "version": __version__}
+    if problems:
+        body["problems"] = problems
+    if request.query.get("detail") == "1":
+        body["loop_lag_ms"] = request.app[LOOP_LAG].p99()
+    return web.json_response(body)
 
 
 async def bootstrap(request: web.Request) -> web.Response:
