@@ -783,8 +783,11 @@ class RunService:
                            blocked: set[tuple[str, str]], skips: dict[str, str], free: list[str]) -> None:
         heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
         heapq.heapify(heads)
+        placed = 0
         while heads:
-            if time.perf_counter() - t0 > PASS_BUDGET_S:
+            # Only once this pass placed a run: reading thousands of executors' slots alone can take the
+            # whole budget, and a pass that always stopped before its first placement would place nothing.
+            if placed and time.perf_counter() - t0 > PASS_BUDGET_S:
                 self._wake.set()  # the next pass goes on from the oldest head, with the slots read afresh
                 return
             _, key = heapq.heappop(heads)
@@ -813,6 +816,7 @@ class RunService:
                 # its own: the pass does not wait for one run's write before placing the next.
                 self.active[run.id] = (decision.executor, decision.device)
                 self.spawn(self._start(run, decision))
+                placed += 1
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
             else:

@@ -128,3 +128,25 @@ async def test_a_drain_that_lands_while_a_worker_connects_is_not_lost(tmp_path):
             assert got["run_id"] == run_id
         finally:
             await w1.close()
+
+
+async def test_a_pass_places_a_run_even_when_reading_the_slots_took_its_whole_budget(tmp_path, monkeypatch):
+    """With thousands of workers, asking each for a free slot can take longer than a pass may hold the
+    event loop; a pass that stopped before its first placement then placed nothing, pass after pass."""
+    from cdui.plane import runs as runs_module
+    monkeypatch.setattr(runs_module, "PASS_BUDGET_S", 0.0)  # every pass is over budget from its start
+    async with _plane(tmp_path) as cp:
+        agents = await _agents(cp, ["w1"])
+        w1 = agents[0]
+        try:
+            ids = [(await cp.submit({"target": "any", "device": "cpu"}))["id"] for _ in range(3)]
+            await cp.call("POST", "/api/workers/w1/undrain")
+            for run_id in ids:
+                got = await w1.assignment()
+                assert got["run_id"] == run_id
+                await w1.status(run_id, "running", pid=1)
+                await w1.status(run_id, "succeeded")
+            for run_id in ids:
+                await cp.wait_status(run_id, "succeeded")
+        finally:
+            await w1.close()
