@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: ./install.sh [--gpu cpu|cuXXX|rocmX.Y|skip] [--wheelhouse DIR] [--s3] [--no-link]
+usage: ./install.sh [--gpu cpu|cuXXX|rocmX.Y|skip] [--wheelhouse DIR] [--s3] [--extras LIST] [--no-link]
 
 Creates .venv in this checkout, installs cdui and PyTorch into it, and links the
 launcher bin/cdui as ~/.local/bin/cdui.
@@ -17,6 +17,7 @@ launcher bin/cdui as ~/.local/bin/cdui.
   --wheelhouse DIR   install offline from DIR (made by `bin/cdui wheelhouse DIR`):
                      pip --no-index --find-links DIR
   --s3               also install boto3, for the S3 / MinIO bucket backend (docs/s3.md)
+  --extras LIST      also these node-family extras: all, or a comma list (docs/install.md)
   --no-link          do not create ~/.local/bin/cdui
 
 Environment: CODEFYUI_TORCH_SPEC (a full pip requirement for torch, used when --gpu is
@@ -30,6 +31,7 @@ gpu=""
 wheelhouse=${CODEFYUI_WHEELHOUSE:-}
 link=1
 s3=0
+extras=""
 while [ $# -gt 0 ]; do
     case $1 in
         --gpu) [ $# -ge 2 ] || die "--gpu needs a value"; gpu=$2; shift 2 ;;
@@ -37,6 +39,8 @@ while [ $# -gt 0 ]; do
         --wheelhouse) [ $# -ge 2 ] || die "--wheelhouse needs a directory"; wheelhouse=$2; shift 2 ;;
         --wheelhouse=*) wheelhouse=${1#--wheelhouse=}; shift ;;
         --s3) s3=1; shift ;;
+        --extras) [ $# -ge 2 ] || die "--extras needs a value: all, or a comma list (see docs/install.md)"; extras=$2; shift 2 ;;
+        --extras=*) extras=${1#--extras=}; shift ;;
         --no-link) link=0; shift ;;
         -h | --help) usage; exit 0 ;;
         *) die "unknown option '$1' (see: ./install.sh --help)" ;;
@@ -61,6 +65,7 @@ args=()
 [ -z "$gpu" ] || args+=(--gpu "$gpu")
 [ -z "$wheelhouse" ] || args+=(--wheelhouse "$wheelhouse")
 [ "$s3" = 0 ] || args+=(--s3)
+[ -z "$extras" ] || args+=(--extras "$extras")
 "$launcher" install ${args[@]+"${args[@]}"}
 
 if [ "$link" = 1 ]; then

@@ -57,12 +57,12 @@ class Agent:
 
     async def beat(self) -> None:
         """What a real agent sends each heartbeat interval (cdui/agent/agent.py): a heartbeat with the
-        runs it is running and its labels, and a WebSocket ping (its aiohttp ``heartbeat``)."""
+        runs it is running and its labels. No WebSocket ping: over TCP on Linux an agent leaves a dead
+        route to the kernel (TCP_USER_TIMEOUT), and the control plane has nothing to answer."""
         if self.ws is None or self.ws.closed:
             return  # not connected yet (or closed by the control plane: counted at the end)
         try:
             await self.ws.send_str(protocol.Heartbeat([], {}).to_json())
-            await self.ws.ping()
         except ConnectionError:
             pass
 
@@ -193,7 +193,7 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
 
             async def connect(a: Agent) -> None:
                 a.ws = await http.ws_connect(ws_url, headers={"Authorization": f"Bearer {a.credential}"},
-                                             max_msg_size=protocol.MAX_MESSAGE, autoping=True)
+                                             max_msg_size=protocol.MAX_MESSAGE, autoping=True, heartbeat=None)
                 await a.ws.send_str(protocol.Hello(__version__, a.name, ["cpu"], {}, "bench-" + a.name,
                                                    catalog=CATALOG).to_json())
                 msg = await a.ws.receive(timeout=120)
@@ -222,8 +222,18 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
                     await a.beat()
             per_beat = (settled_cpu(srv.pid, quiet_s=0.5 * settle) - c0) * 1e3 / (rounds * n)
             figs.append(Figure(B, "control-plane CPU per heartbeat", per_beat, "ms", 0.05,
-                               note=f"{rounds} heartbeats (message and ping) of each of {n} agents back to back"))
+                               note=f"{rounds} heartbeats of each of {n} agents back to back"))
             say("heartbeats back to back done")
+            # Silence: what the control plane spends with every agent connected and none speaking (its own
+            # timers: the liveness check, the last contacts' write, the loop-lag probe, the collector), the
+            # part of the figure below that does not come from the heartbeats themselves. Shorter than the
+            # interval, so that no agent is silent for three of them by the end of the next phase's start.
+            quiet = min(steady_s, beat)
+            c0, t0 = cpu_s(srv.pid), time.perf_counter()
+            await asyncio.sleep(quiet)
+            took = time.perf_counter() - t0
+            figs.append(Figure(B, f"control-plane CPU, {n} agents connected and silent", (cpu_s(srv.pid) - c0) / took
+                               * 100, "% of a core", note=f"over {took:.0f} s: its idle work alone"))
             # Steady state: each agent heartbeats every `beat` seconds, the agents spread over the interval
             # (and keep doing so until the end: an agent silent for three intervals is disconnected).
             stop = asyncio.Event()
@@ -255,17 +265,31 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
                     await asyncio.wait_for(f.progress.wait(), 600)
             say(f"{n_runs} runs submitted, {len(f.held)} held")
             held = {rid for _, rid in f.held}
+            settled_cpu(srv.pid, quiet_s=0.5 * settle)
+            c0 = cpu_s(srv.pid)
             t0 = time.perf_counter()
             f.holding = False
             await f.each(f.held, lambda x: f.finish(*x), 64)
+            sent = time.perf_counter() - t0
             await f.wait_done(runs, 1800)
             backlog = runs - held
             if backlog:
                 dur = max(f.done[r] for r in backlog) - t0
+                firsts = sorted(f.done[r] for r in held)
+                given = sorted(f.assigned[r] for r in backlog)
+                say(f"after the answers began: all sent by {sent:.2f} s, held runs recorded {firsts[0] - t0:.2f}-"
+                    f"{firsts[-1] - t0:.2f} s (half by {firsts[len(firsts) // 2] - t0:.2f}), backlog assigned "
+                    f"{given[0] - t0:.2f}-"
+                    f"{given[-1] - t0:.2f} s, recorded by {dur:.2f} s")
                 figs.append(Figure(B, f"dispatch rate, backlog of {len(backlog)} behind {n} busy agents",
                                    len(backlog) / dur, "runs/s", 1000, better="higher",
                                    note="every agent answers its held run at once -> last queued run recorded "
                                         f"succeeded; {sum(1 for a in agents if a.runs > 1)} agents took a second"))
+                # What a loaded machine changes least: the control plane's CPU for each run's ending and start
+                # (the heartbeats of the interval included: they are a few hundred among thousands of messages).
+                figs.append(Figure(B, f"control-plane CPU per run, {len(runs)} runs ended and {len(backlog)} started",
+                                   (cpu_s(srv.pid) - c0) * 1e3 / len(runs), "ms",
+                                   note="from the first answer until the last run was recorded"))
             stop.set()
             await pulse
             closed = sum(1 for a in agents if a.ws is None or a.ws.closed)

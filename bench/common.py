@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -185,13 +185,28 @@ def report(figures: list[Figure], json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps([f.row() for f in figures], indent=1))
 
 
+# Set by --smoke. Smoke sizes measure nothing; there the control plane is told its devices (cpu) instead of
+# probing them at each start in a helper process that imports torch: a second or more of CPU per start, and
+# run_all --smoke starts a dozen control planes at once on a machine of two cores.
+SMOKE = False
+
+
+class _Smoke(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        global SMOKE
+        SMOKE = True
+        setattr(namespace, self.dest, True)
+
+
 def parser(doc: str | None) -> argparse.ArgumentParser:
     # A benchmark stopped by SIGTERM (run_all's timeout, a user) still stops the processes it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     global _METER
     _METER = LoadMeter()
     p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, measures nothing")
+    p.add_argument("--smoke", action=_Smoke, nargs=0, default=False,
+                   help="tiny sizes: checks that the benchmark runs, measures nothing")
     p.add_argument("--json", help="also write the figures to this file (bench/run_all uses it)")
     return p
 
@@ -287,7 +302,9 @@ class Server:
                                           "127.0.0.1", "--port", str(self.port)], cwd=CDUI_ROOT,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True,
-                                         env=base_env(self.user_data, self.data_dir, self.extra_env))
+                                         env=base_env(self.user_data, self.data_dir,
+                                                      {**({"CODEFYUI_LOCAL_DEVICES": "cpu"} if SMOKE else {}),
+                                                       **self.extra_env}))
         deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:
@@ -332,9 +349,14 @@ class Server:
 
 
 @contextlib.contextmanager
-def server(extra_env: dict[str, str] | None = None, keep: bool = False) -> Iterator[Server]:
+def server(extra_env: dict[str, str] | None = None, keep: bool = False,
+           prepare: Callable[[Server], None] | None = None) -> Iterator[Server]:
+    """A started control plane in a temporary folder; ``prepare(server)`` runs before it starts (custom nodes
+    are read at start: installing them first spares a restart)."""
     with tempfile.TemporaryDirectory(prefix="cdui-bench-", dir=os.environ.get("CDUI_BENCH_TMP")) as tmp:
         s = Server(Path(tmp), extra_env)
+        if prepare is not None:
+            prepare(s)
         try:
             yield s.start()
         finally:
@@ -417,8 +439,11 @@ class AgentProc:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         install_flood(self.data_dir)
         tok = self.srv.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1})["token"]
+        # CDUI_BENCH_PROFILE=DIR: the agent too runs under cProfile, its profile written to DIR on stop.
+        prof = os.environ.get("CDUI_BENCH_PROFILE")
+        wrap = ["-m", "cProfile", "-o", str(Path(prof) / f"agent-{self.name}-{os.getpid()}.prof")] if prof else []
         with open(self.srv.root / f"agent-{self.name}.log", "ab") as log:
-            self.proc = subprocess.Popen([python(), "-m", "cdui", "agent", "start", "--control", self.srv.url,
+            self.proc = subprocess.Popen([python(), *wrap, "-m", "cdui", "agent", "start", "--control", self.srv.url,
                                           "--name", self.name, "--devices", "cpu", "--token", tok, "--foreground"],
                                          cwd=CDUI_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True,

@@ -11,6 +11,16 @@ worker is drained, then released at once), with `/api/health` and
 `GET /api/runs` probed during the backlog and the event-loop lag that health
 reports (``loop_lag_ms``). The same release of a backlog a fifth that size
 is the reference the full one's rate is compared with (issue 24: >= 0.9 x).
+Beside them, from the release to the last run recorded: the control plane's
+CPU per run (steadier than any rate on a loaded machine), its event loop's own,
+and the share of that time the loop's thread was runnable but waiting for a CPU
+(Linux's schedstat): a request's answer waits that long too, so a high share
+says the latency figures measured the machine's other work, not the loop's.
+
+The probes run in a process of their own (this script with ``--probe``), as a
+user's browser would: in this process their answers would wait behind the
+simulated agents' own messages, and what they measured would be this
+process's event loop as much as the control plane's.
 
 CDUI_BENCH_PROFILE=DIR leaves the control plane's cProfile output in DIR.
 
@@ -20,7 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,9 +46,13 @@ from cdui.nodes.registry import build_registry
 from cdui.run.catalog import node_catalog
 from cdui.wire import protocol
 
-# The node catalog every simulated agent reports: the control plane's own (built-ins and the
-# installation's plugins), so none is degraded and `any` may use them all.
-CATALOG = node_catalog(build_registry(None, INSTALL_ROOT / "plugins"))
+HEARTBEAT_S = 30  # the agents' heartbeat interval (CODEFYUI_WORKER_HEARTBEAT_S)
+
+
+def catalog() -> dict[str, Any]:
+    """The node catalog every simulated agent reports: the control plane's own (built-ins and the
+    installation's plugins), so none is degraded and `any` may use them all."""
+    return node_catalog(build_registry(None, INSTALL_ROOT / "plugins"))
 
 
 class Agent:
@@ -65,6 +83,14 @@ class Agent:
                 self.bench.pending.discard(m.run_id)
                 if not self.bench.pending:
                     self.bench.progress.set()
+
+
+    async def heartbeats(self, every: float) -> None:
+        assert self.ws is not None
+        hb = protocol.Heartbeat([]).to_json()
+        while not self.ws.closed:
+            await asyncio.sleep(every)
+            await self.ws.send_str(hb)
 
 
 class Bench:
@@ -117,50 +143,102 @@ class Bench:
                 pass
 
 
-async def probe(b: Bench, path: str, out: list[float], stop: asyncio.Event, lag: list[float] | None = None) -> None:
-    """GET ``path`` every 20 ms until ``stop``; its latencies in ``out`` (ms), and with ``lag``, the
-    ``loop_lag_ms`` each answer reports (health's p99 of the control plane's event-loop delay)."""
-    while not stop.is_set():
+async def probe(http: aiohttp.ClientSession, url: str, path: str, out: list[float], stop: Path,
+                lag: list[float] | None = None) -> None:
+    """GET ``path`` every 20 ms until the file ``stop`` exists; its latencies in ``out`` (ms), and with
+    ``lag``, the ``loop_lag_ms`` each answer reports (health's p99 of the control plane's event-loop delay)."""
+    while not stop.exists():
         t0 = time.perf_counter()
-        body = await b.call("GET", path)
+        async with http.get(url + path) as r:
+            text = await r.text()
+            if r.status >= 300:
+                raise RuntimeError(f"GET {path} answered {r.status}: {text[:300]}")
         out.append((time.perf_counter() - t0) * 1000)
-        if lag is not None and isinstance(body, dict) and isinstance(body.get("loop_lag_ms"), (int, float)):
-            lag.append(float(body["loop_lag_ms"]))
-        try:
-            await asyncio.wait_for(stop.wait(), 0.02)
-        except TimeoutError:
-            pass
+        if lag is not None:
+            body = json.loads(text)
+            if isinstance(body, dict) and isinstance(body.get("loop_lag_ms"), (int, float)):
+                lag.append(float(body["loop_lag_ms"]))
+        await asyncio.sleep(0.02)
 
 
-async def backlog(b: Bench, agents: list[Agent], n_runs: int) -> tuple[float, list[float], list[float], list[float]]:
+async def probe_process(url: str, out: Path, stop: Path) -> None:
+    """``--probe``: /api/health?detail=1 and GET /api/runs until ``stop`` exists, then every latency and
+    loop lag into ``out`` (JSON). ``out`` + ``.ready`` appears once both have answered once."""
+    token = os.environ["CDUI_BENCH_PROBE_TOKEN"]
+    health: list[float] = []
+    listing: list[float] = []
+    lag: list[float] = []
+    async with aiohttp.ClientSession(headers={"X-CodefyUI-Token": token}) as http:
+        for path in ("/api/health", "/api/runs"):  # both answer once before the backlog is released
+            async with http.get(url + path) as r:
+                await r.read()
+        Path(str(out) + ".ready").touch()
+        await asyncio.gather(probe(http, url, "/api/health?detail=1", health, stop, lag),
+                             probe(http, url, "/api/runs", listing, stop))
+    out.write_text(json.dumps({"health": health, "listing": listing, "lag": lag}))
+
+
+def loop_thread_s(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of the process's main thread, where the
+    control plane's event loop runs (Linux: /proc/PID/schedstat; (0, 0) where there is none)."""
+    try:
+        on_cpu, waiting = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+class Phase:
+    """What the control plane spent on a backlog, from its release to the last run recorded: its CPU
+    (every thread), and its event loop's thread's time on a CPU and waiting for one."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.loop_cpu = self.loop_waiting = 0.0
+
+
+async def backlog(b: Bench, agents: list[Agent], n_runs: int, pid: int, phase: Phase | None = None
+                  ) -> tuple[float, list[float], list[float], list[float]]:
     """Every worker drained, ``n_runs`` submitted, then every worker released at once: the dispatch
     rate (first assignment -> last run recorded succeeded), with /api/health and GET /api/runs
-    probed meanwhile: (rate, health ms, listing ms, loop lag p99s health reported)."""
+    probed meanwhile: (rate, health ms, listing ms, loop lag p99s health reported). ``phase``: filled
+    with the control plane's (``pid``) CPU and its loop thread's time from the release to the last run."""
     for a in agents:
         await b.call("POST", f"/api/workers/{a.name}/drain")
     t0 = time.perf_counter()
     runs = await b.submit_many(n_runs, 16)
     b.submit_s = time.perf_counter() - t0
     say(f'backlog of {n_runs} submitted')
-    stop = asyncio.Event()
-    health: list[float] = []
-    listing: list[float] = []
-    lag: list[float] = []
-    probes = [asyncio.create_task(probe(b, "/api/health?detail=1", health, stop, lag)),
-              asyncio.create_task(probe(b, "/api/runs", listing, stop))]
-    await asyncio.gather(*(b.call("POST", f"/api/workers/{a.name}/undrain") for a in agents))
-    await b.wait_done(set(runs), 900)
-    dur = max(b.done[r] for r in runs) - min(b.assigned[r] for r in runs)
-    stop.set()
-    await asyncio.gather(*probes)
-    return n_runs / dur, health, listing, lag
+    with tempfile.TemporaryDirectory(prefix="cdui-probe-") as tmp:
+        out, stop = Path(tmp) / "probe.json", Path(tmp) / "stop"
+        proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe", b.url, str(out), str(stop),
+                                                    env={**os.environ, "CDUI_BENCH_PROBE_TOKEN": b.token})
+        deadline = time.perf_counter() + 120
+        while not Path(str(out) + ".ready").exists():
+            if proc.returncode is not None or time.perf_counter() > deadline:
+                raise RuntimeError(f"the probe process did not start (exit {proc.returncode})")
+            await asyncio.sleep(0.05)
+        t0, c0, (l0, w0) = time.perf_counter(), cpu_s(pid), loop_thread_s(pid)
+        await asyncio.gather(*(b.call("POST", f"/api/workers/{a.name}/undrain") for a in agents))
+        await b.wait_done(set(runs), 900)
+        if phase is not None:
+            l1, w1 = loop_thread_s(pid)
+            phase.wall, phase.cpu = time.perf_counter() - t0, cpu_s(pid) - c0
+            phase.loop_cpu, phase.loop_waiting = l1 - l0, w1 - w0
+        dur = max(b.done[r] for r in runs) - min(b.assigned[r] for r in runs)
+        stop.touch()
+        if await proc.wait() != 0:
+            raise RuntimeError(f"the probe process failed (exit {proc.returncode})")
+        probed = json.loads(out.read_text())
+    return n_runs / dur, probed["health"], probed["listing"], probed["lag"]
 
 
 async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) -> list[Figure]:
     figs: list[Figure] = []
     B = "scale"
+    reported = catalog()
     # local/cpu=0: `any` goes to the simulated agents only, never to this server.
-    with server({"CODEFYUI_WORKER_HEARTBEAT_S": "30", "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}) as srv:
+    with server({"CODEFYUI_WORKER_HEARTBEAT_S": str(HEARTBEAT_S),
+                 "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}) as srv:
         conn = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=conn) as http:
             b = Bench(srv.url, srv.token)
@@ -192,13 +270,17 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
                                                  headers={"Authorization": f"Bearer {a.credential}"},
                                                  max_msg_size=protocol.MAX_MESSAGE)
                     await a.ws.send_str(protocol.Hello(__version__, a.name, ["cpu"], {}, "bench-" + a.name,
-                                                       catalog=CATALOG).to_json())
+                                                       catalog=reported).to_json())
                     msg = await a.ws.receive(timeout=60)
                     if not isinstance(protocol.parse_server_message(msg.data), protocol.Welcome):
                         raise RuntimeError(f"{a.name}: {msg.data[:300]}")
                 readers.append(asyncio.create_task(a.read()))
             await asyncio.gather(*(connect(a) for a in agents))
             figs.append(Figure(B, f"connect {n_agents} agents (hello -> welcome)", time.perf_counter() - t0, "s", 5))
+            # Each agent heartbeats at the interval, as a real one does: on a loaded machine submitting the
+            # backlog can take longer than three intervals, and an agent that said nothing for that long is
+            # treated as gone.
+            readers += [asyncio.create_task(a.heartbeats(HEARTBEAT_S)) for a in agents]
             say('connected')
             await asyncio.sleep(1)
             figs.append(Figure(B, "control-plane RSS per connected agent", (rss_mb(srv.pid) - rss0) * 1e3 / n_agents,
@@ -230,9 +312,10 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
             # The reference: the same release with a backlog a fifth the size (two runs per agent at least),
             # where the queue is never deep; then the full backlog. Its rate should not fall with its size.
             small = max(n_runs // 5, 2 * n_agents)
-            ref_rate, _, _, _ = await backlog(b, agents, small)
+            ref_rate, _, _, _ = await backlog(b, agents, small, srv.pid)
             say('reference backlog done')
-            rate, health, listing, lag = await backlog(b, agents, n_runs)
+            phase = Phase()
+            rate, health, listing, lag = await backlog(b, agents, n_runs, srv.pid, phase)
             figs.append(Figure(B, f"submit rate ({n_runs} runs, 16 in flight)", n_runs / b.submit_s, "runs/s"))
             figs.append(Figure(B, f"dispatch rate, backlog of {small} (the reference)", ref_rate, "runs/s",
                                note="first assignment -> last run recorded succeeded"))
@@ -244,6 +327,16 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
             figs.append(Figure(B, "GET /api/runs p95 during the backlog", pct(listing, 95), "ms", 50))
             figs.append(Figure(B, "event-loop lag p99 during the backlog", max(lag) if lag else None, "ms", 20,
                                note="the highest loop_lag_ms (p99 of 10 s) /api/health answered"))
+            # What a loaded machine changes least, and how much of the phase the event loop waited for a CPU:
+            # every request's answer waits that long too, whatever the control plane does.
+            figs.append(Figure(B, "control-plane CPU per run during the backlog", phase.cpu * 1e3 / n_runs, "ms",
+                               note="every thread; the probes' requests included"))
+            figs.append(Figure(B, "the event loop's CPU per run during the backlog", phase.loop_cpu * 1e3 / n_runs,
+                               "ms", note="its thread alone"))
+            if phase.wall > 0:
+                figs.append(Figure(B, "the event loop waiting for a CPU during the backlog",
+                                   phase.loop_waiting / phase.wall * 100, "%",
+                                   note="its thread runnable, every core busy: each answer waited as long"))
             body = await b.call("GET", "/api/runs")
             figs.append(Figure(B, "GET /api/runs body (200 runs)", len(json.dumps(body)) / 1e3, "KB"))
             for a in agents:
@@ -256,6 +349,10 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--probe"]:  # the probe process (see probe_process)
+        url, out, stop = sys.argv[2:5]
+        asyncio.run(probe_process(url, Path(out), Path(stop)))
+        return 0
     p = parser(__doc__)
     p.add_argument("--agents", type=int, default=500)
     p.add_argument("--runs", type=int, default=10000)

@@ -387,6 +387,10 @@ class HttpResult:
         return json.loads(self.body) if self.body else None
 
 
+class _PortTaken(Exception):
+    """The server could not bind its port: another process holds it."""
+
+
 class ServerProc(Proc):
     """``python -m cdui start --foreground`` with state in ``tmp``.
 
@@ -400,6 +404,7 @@ class ServerProc(Proc):
         self.user_data = Path(user_data or self.tmp / "user_data")
         self.data_dir = Path(data_dir or self.tmp / "data")
         self.port = port or free_port()
+        self.port_picked = port is None  # picked here, so another may be picked if someone takes it first
         self.host = host
         self.extra_env = dict(extra_env or {})
         cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", host, "--port", str(self.port)]
@@ -423,20 +428,41 @@ class ServerProc(Proc):
         self.user_data.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.env = env_for(self.user_data, self.data_dir, self.extra_env)
-        self.spawn()
-
-        def healthy() -> bool:
-            if not self.alive:
-                raise AssertionError(f"server exited during start with code {self.returncode}; "
-                                     f"log tail:\n{self.log_tail(30)}")
+        for attempt in range(5):
+            self.spawn()
             try:
-                r = self.raw("GET", "/api/health", token=False, timeout=2)
-            except OSError:
-                return False
-            return r.status == 200 and (self.user_data / "session-token").exists()
-        wait_for(healthy, timeout, 0.1, f"{self.name} to answer /api/health on {self.url}",
-                 detail=lambda: self.log_tail(20))
-        return self
+                wait_for(self._healthy, timeout, 0.1, f"{self.name} to answer /api/health on {self.url}",
+                         detail=lambda: self.log_tail(20))
+                return self
+            except _PortTaken:
+                # free_port's port was free when picked; another test's process (in another xdist worker)
+                # may bind it before this server does. Only a port picked here is picked again.
+                if not self.port_picked or attempt == 4:
+                    raise AssertionError(f"{self.name}: port {self.port} is taken; log tail:\n"
+                                         f"{self.log_tail(30)}") from None
+                self.port = free_port()
+                self.cmd[self.cmd.index("--port") + 1] = str(self.port)
+        raise AssertionError("unreachable")
+
+    def _healthy(self) -> bool:
+        """This server answers /api/health: it wrote server.json (only once its port is bound) with its
+        own pid, so an answer from another process that holds the port never counts."""
+        if not self.alive:
+            if "address already in use" in self.log_tail(5):
+                raise _PortTaken()
+            raise AssertionError(f"server exited during start with code {self.returncode}; "
+                                 f"log tail:\n{self.log_tail(30)}")
+        try:
+            info = json.loads((self.user_data / "server.json").read_text())
+        except (OSError, ValueError):
+            return False
+        if info.get("pid") != self.pid:
+            return False
+        try:
+            r = self.raw("GET", "/api/health", token=False, timeout=2)
+        except OSError:
+            return False
+        return r.status == 200 and (self.user_data / "session-token").exists()
 
     def restart(self, extra_env: dict[str, str] | None = None) -> ServerProc:
         self.stop()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ class MotoServer:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> MotoServer:
+    def start(self, attempt: int = 0) -> MotoServer:
         env = {**os.environ, **self.env, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
@@ -46,14 +45,28 @@ class MotoServer:
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not listen within 60 s") from None
-                time.sleep(0.1)
+                log = self.log_path.read_text()[-2000:]
+                if "already in use" in log and attempt < 4:
+                    # free_port's port was free when picked, but another test's process (another xdist
+                    # worker) bound it first: pick another.
+                    self.port = free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    return self.start(attempt + 1)
+                raise RuntimeError(f"moto_server exited {self.proc.returncode}: {log}")
+            if self._answers():
+                return self
+            if time.monotonic() > deadline:
+                raise RuntimeError("moto_server did not answer within 60 s") from None
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """moto itself answers on the port: its own API's answer, which no other process that might
+        hold the same port (a cdui server of another test) gives."""
+        try:
+            with urllib.request.urlopen(self.url + "/moto-api/data.json", timeout=2) as resp:
+                return resp.status == 200 and isinstance(json.loads(resp.read()), dict)
+        except (OSError, ValueError):
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -106,6 +119,9 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 @pytest.fixture
 def moto(moto_server: MotoServer) -> MotoServer:
     """The shared server, emptied, with the bucket ``codefyui``."""
+    assert moto_server.proc is not None and moto_server.proc.poll() is None, (
+        f"the session's moto server has exited ({moto_server.proc and moto_server.proc.returncode}); "
+        f"its log: {moto_server.log_path.read_text()[-2000:]}")
     moto_server.reset()
     moto_server.client().create_bucket(Bucket="codefyui")
     return moto_server

@@ -156,7 +156,12 @@ def test_start_in_background(started: Cli) -> None:
     assert health and health["status"] == "ok", health
     info = json.loads((cli.user_data / "server.json").read_text())
     assert info["url"] == cli.url and info["pid"] == pid
-    r = cli("start", "--port", str(free_port()))
+    other = free_port()
+    r = cli("start", "--port", str(other))
+    assert (r.returncode, r.stdout) == (1, ""), explain(r)
+    assert r.stderr == (f"cdui: error: cdui is already running at {cli.url} (pid {pid}), on port {cli.port}, not "
+                        f"{other} (from --port): stop it first with `cdui stop`, then `cdui start --port {other}`\n")
+    r = cli("start")  # the port `start --port` remembered is the one it runs on
     assert r.returncode == 0, explain(r)
     assert "already running" in r.stdout and cli.url in r.stdout, r.stdout
     assert cli.server_pid() == pid
@@ -281,6 +286,67 @@ def test_stop(started: Cli) -> None:
     assert not (cli.user_data / "cdui.pid").exists()
     r = cli("status", "--once")
     assert r.returncode == 1, explain(r)
+
+
+def test_start_listens_on_the_remembered_port_or_codefyui_port(started: Cli) -> None:
+    """After `cdui start --port P` (the module's server), a plain `cdui start` listens on P again;
+    CODEFYUI_PORT comes before that remembered port; a port that is not one is refused."""
+    cli = started
+    assert cli("stop", timeout=120).returncode == 0  # test_stop may have stopped it already
+    assert (cli.user_data / "port").read_text() == f"{cli.port}\n"
+    r = cli("start", timeout=180)
+    assert r.returncode == 0 and f"running at {cli.url} " in r.stdout, explain(r)
+    assert cli("stop", timeout=120).returncode == 0
+    other = free_port()
+    cli.env["CODEFYUI_PORT"] = str(other)
+    try:
+        r = cli("start", timeout=180)
+        assert r.returncode == 0 and f"running at http://127.0.0.1:{other} " in r.stdout, explain(r)
+        assert cli("stop", timeout=120).returncode == 0
+        assert (cli.user_data / "port").read_text() == f"{cli.port}\n"  # only --port is remembered
+        cli.env["CODEFYUI_PORT"] = "70000"
+        r = cli("start")
+        assert r.returncode == 2 and r.stderr.startswith("cdui: error: CODEFYUI_PORT='70000' is not valid: expected "
+                                                         "a port number from 1 to 65535"), explain(r)
+    finally:
+        del cli.env["CODEFYUI_PORT"]
+    r = cli("start", "--port", "0")
+    assert r.returncode == 2 and "port '0' is not a port number from 1 to 65535" in r.stderr, explain(r)
+
+
+def test_session_token_file_keeps_the_token_across_restarts(tmp_path: Path) -> None:
+    """CODEFYUI_SESSION_TOKEN_FILE: the first start writes a token there (0600), the next start uses it again,
+    `cdui token` prints it; a file other users may read stops the start with what to do."""
+    cli = Cli(tmp_path)
+    token_file = tmp_path / "lab-token"
+    cli.env["CODEFYUI_SESSION_TOKEN_FILE"] = str(token_file)
+    r = cli("token")
+    assert r.returncode == 1 and r.stderr.startswith("cdui: error: cdui is not running for the user data folder "), \
+        explain(r)
+    try:
+        tokens = []
+        for _ in range(2):
+            r = cli("start", "--port", str(cli.port), timeout=180)
+            assert r.returncode == 0, explain(r)
+            r = cli("token")
+            assert r.returncode == 0, explain(r)
+            tokens.append(r.stdout.strip())
+            assert (f"fixed by CODEFYUI_SESSION_TOKEN_FILE={token_file}: it outlives restarts, so a bookmark of "
+                    f"{cli.url}/?token=TOKEN keeps working") in r.stderr, explain(r)
+            assert cli("stop", timeout=120).returncode == 0
+        assert tokens[0] == tokens[1] == token_file.read_text().strip()
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        os.chmod(token_file, 0o640)
+        r = cli("start", "--port", str(cli.port), timeout=180)
+        assert r.returncode == 1, explain(r)
+        assert (f"cdui: error: CODEFYUI_SESSION_TOKEN_FILE={token_file} may be read by other users (mode 0640): "
+                f"whoever reads the token owns this server (make it the owner's alone with `chmod 600 "
+                f"{token_file}` and start again)") in r.stderr, explain(r)
+        assert cli.health() is None
+    finally:
+        pid = cli.server_pid()
+        if pid:
+            cli("stop", timeout=60)
 
 
 # -- settings that do nothing are said to do nothing ------------------------------------------

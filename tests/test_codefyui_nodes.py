@@ -98,7 +98,7 @@ def _port_list(ports: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
 
 
 def _param_facts(p: dict[str, Any]) -> dict[str, Any]:
-    return {k: p[k] for k in ("default", "min", "max", "options") if k in p and p[k] not in (None, [])}
+    return {k: p[k] for k in ("default", "min", "max", "options", "visible_when") if k in p and p[k] not in (None, [])}
 
 
 def test_the_vendored_catalog_is_codefyuis_110_types() -> None:

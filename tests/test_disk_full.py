@@ -110,8 +110,9 @@ def test_full_disk_keeps_a_worker_run_in_its_spool_and_replays_it_once_there_is_
         wait_for(lambda: any(w["online"] for w in s.call("GET", "/api/workers")["workers"]), 120, 0.2,
                  "worker w1 online")
         filler = fill(small_disk, leave=3 * 1024 * 1024)
-        # 25,000 lines need about twice the room left: the disk fills part way through.
-        run = s.submit(chatter_graph(25000), {"target": {"worker": "w1"}})
+        # 40,000 lines need about twice the room left (events are stored many to a row, about 68 bytes
+        # each, and the WAL holds them again until a checkpoint): the disk fills part way through.
+        run = s.submit(chatter_graph(40000), {"target": {"worker": "w1"}})
         wait_for(lambda: s.call("GET", "/api/health")["status"] == "degraded", 300, 0.2, "the disk to fill")
         assert s.run(run["id"])["status"] == "running", "a worker run is not ended by the full disk"
         filler.unlink()
@@ -119,7 +120,7 @@ def test_full_disk_keeps_a_worker_run_in_its_spool_and_replays_it_once_there_is_
         assert done["status"] == "succeeded", done
         evs, _ = http_pages(s, run["id"])
         assert [e["seq"] for e in evs] == list(range(1, done["last_seq"] + 1))
-        assert chatter_lines(evs) == [f"line {i}" for i in range(25000)]
+        assert chatter_lines(evs) == [f"line {i}" for i in range(40000)]
         assert s.call("GET", "/api/health")["status"] == "ok"
     finally:
         agent.stop()

@@ -21,6 +21,7 @@ import pytest
 from cdui.core import event_size
 from cdui.core.layout import Layout
 from cdui.plane.store import Run, Store
+from cdui.plane.store.event_chunks import event_rows
 from cdui.run import runner
 from cdui.wire import protocol
 from cdui.wire.job import Job
@@ -49,9 +50,8 @@ def test_a_large_batch_is_stored_in_order_with_its_numbers(store: Store) -> None
         evs = await store.events("r", limit=n + 10)
         assert [e["seq"] for e in evs] == list(range(1, n + 3))
         assert [e["data"]["message"] for e in evs] == [f"event {i}" for i in range(1, n + 3)]
-        rows = await store.read(lambda c: c.execute("SELECT src_seq, seq FROM run_events WHERE run_id='r' "
-                                                     "ORDER BY seq").fetchall())
-        assert [tuple(r) for r in rows] == [(i, i) for i in range(1, n + 3)]
+        rows = await store.read(lambda c: event_rows(c, "r"))
+        assert [(r[2], r[0]) for r in rows] == [(i, i) for i in range(1, n + 3)]
     asyncio.run(go())
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,23 @@ class Writer(Node):
         p.write_text(params["text"] * int(params["repeat"]))
         ctx.artifact("output", p)
         return {"path": str(p)}
+
+
+class SizeOf(Node):
+    """The size of an upload chosen in a file field (a run with one input and nothing else to do)."""
+    NODE_NAME = "SizeOf"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("input", "data_file", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        return {"value": float(ctx.resolve_upload("files", params["input"]).stat().st_size)}
 '''
 
 
@@ -148,6 +167,29 @@ def cp(tmp_path):
     s = start_server(tmp_path)
     yield s
     s.stop()
+
+
+def test_a_large_input_reports_its_fetch_while_it_runs(cp, tmp_path):
+    """An input of 64 MiB or more says how far its fetch has got at each quarter, not only once it is there."""
+    status, body = cp.upload("files", "big.bin", os.urandom(1 << 20) * 80)
+    assert status == 201, body
+    a = start_agent(cp, tmp_path)
+    try:
+        g = graph([node("start", "Start"), node("s", "SizeOf", input="big.bin")], [trig("start", "s")], name="big")
+        run = cp.submit(g, {"target": {"worker": "w2"}})
+        assert wait_run(cp, run["id"])["status"] == "succeeded", cp.events(run["id"])[-5:]
+        lines = warnings(cp, run["id"], "transfer_progress")
+        assert lines[-1] == "fetching inputs 1/1: big.bin (80.00 MiB, fetched)", lines
+        quarters = [m for m in (re.fullmatch(r"fetching inputs 1/1: big\.bin [\d.]+ MiB of 80\.00 MiB \((\d+) %\)", x)
+                                for x in lines[:-1])]
+        assert all(quarters), lines  # every line before the last is an in-flight one
+        percents = [int(m.group(1)) for m in quarters if m]
+        assert percents == sorted(percents) and all(0 <= p < 100 for p in percents), lines
+        # Each quarter is said once it has passed (a line every 10 s may come between them on a slow link).
+        for q in (25, 50, 75):
+            assert any(q <= p < q + 25 for p in percents), (q, lines)
+    finally:
+        a.stop()
 
 
 def test_transfer_run_trains_on_upload_and_outputs_land_here(cp, tmp_path):

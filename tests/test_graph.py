@@ -181,6 +181,17 @@ def test_every_error_at_once(reg: Registry) -> None:
     assert {"src", "u", "s1", "s2", "s3"} <= by_node
 
 
+def test_a_mistyped_node_type_gets_a_did_you_mean(reg: Registry) -> None:
+    """An unknown type spelled nearly like an installed one (case aside) names it; one like none does not."""
+    g = graph([node("start", "Start"), node("a", "T_Sorce"), node("b", "t_sink"), node("c", "Frobnicate")],
+              [trig("start", "a"), trig("start", "b"), trig("start", "c")])
+    errors = validate_graph(g, reg)[1]
+    hints = {e["node_id"]: e["hint"] for e in errors if e["code"] == "unknown_type"}
+    rest = "put the custom node's .py file in the custom_nodes folder and restart, or remove the node"
+    assert hints == {"a": "did you mean 'T_Source'? else " + rest, "b": "did you mean 'T_Sink'? else " + rest,
+                     "c": rest}
+
+
 def test_not_a_graph() -> None:
     """Garbage instead of a graph is an error, not a crash."""
     r = Registry()

@@ -404,3 +404,26 @@ def test_no_install_switch_refuses_to_install(tmp_path: Path, args: list[str]) -
     assert r.stderr == (f"cdui: error: {root}/.venv is not installed or out of date, and CDUI_NO_INSTALL=1 forbids "
                         f"installing now ({how})\n"), explain(r)
     assert sorted(p.name for p in root.iterdir()) == ["bin", "pyproject.toml"]
+
+
+# -- extras: `install --extras` and `wheelhouse --extras` ----------------------------------------
+@pytest.mark.parametrize("args", [["install", "--extras", "bogus"], ["install", "--extras=classical,nope"],
+                                  ["wheelhouse", "WHEELS", "--extras", "bogus"], ["start", "--extras", "bogus"]])
+def test_an_unknown_extra_is_refused_before_anything_is_installed(tmp_path: Path, args: list[str]) -> None:
+    """The commands the missing-extra error names take --extras and refuse a name that is no extra, listing the
+    names there are, before pip runs or a folder is made."""
+    argv = [str(tmp_path / "wheels") if a == "WHEELS" else a for a in args]
+    r = launch(*argv, env=env_for(tmp_path / "ud"))
+    assert (r.returncode, r.stdout) == (1, ""), explain(r)
+    bad = "bogus" if "bogus" in args else "nope"
+    assert r.stderr == (f"cdui: error: unknown extra '{bad}' for --extras; use all, or a comma list of all, classical, "
+                        "plots, vision, safetensors, rl, tokenizers, hf, video, s3\n"), explain(r)
+    assert not (tmp_path / "wheels").exists()
+
+
+def test_install_and_wheelhouse_help_name_extras(tmp_path: Path) -> None:
+    for cmd in ("install", "wheelhouse"):
+        r = launch(cmd, "--help", env=env_for(tmp_path / "ud"))
+        assert r.returncode == 0 and "--extras LIST" in r.stdout, explain(r)
+    r = launch("install", "--help", env=env_for(tmp_path / "ud"))
+    assert "a running server or agent of this .venv sees them without a restart" in r.stdout

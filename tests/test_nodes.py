@@ -275,6 +275,27 @@ def test_training_loop_reduces_loss_and_reports_every_epoch(ctx: RunContext, eve
     assert out["metrics"]["total_epochs_run"] == 3 and out["model"] is inputs["model"]
 
 
+def test_training_loop_logs_its_epoch_line_at_the_log_interval(ctx: RunContext, events: Events) -> None:
+    """log_every_epochs thins the "Epoch N/M" lines (the first and last always shown); every epoch's metric
+    and progress are recorded whatever it is. Its default, 0, logs every epoch up to 20 and about 20 lines
+    beyond (400 epochs: every 20th)."""
+    def epoch_lines() -> list[int]:
+        return [int(p["message"].split()[1].split("/")[0]) for p in events.of("log")
+                if p["message"].startswith("Epoch ")]
+    iris_training(ctx, epochs=7, log_every_epochs=3)
+    assert epoch_lines() == [1, 3, 6, 7]
+    assert [m["step"] for m in events.of("metric") if m["name"] == "train_loss"] == [1, 2, 3, 4, 5, 6, 7]
+    assert [p["epoch"] for p in events.of("progress") if p.get("event") == "epoch"] == [1, 2, 3, 4, 5, 6, 7]
+    events.clear()
+    iris_training(ctx, epochs=4)  # the default: every epoch
+    assert epoch_lines() == [1, 2, 3, 4]
+    from cdui.nodes.builtin.training_loop import epoch_log_every
+    assert [epoch_log_every(0, n) for n in (1, 20, 21, 400, 1000)] == [1, 1, 2, 20, 50]
+    assert epoch_log_every(5, 400) == 5
+    param = next(p for p in TrainingLoopNode.define_params() if p.name == "log_every_epochs")
+    assert (param.default, param.min_value) == (0, 0)
+
+
 def test_training_loop_stop_saves_interrupt_checkpoint(tmp_path: Path) -> None:
     stop = threading.Event()
     events = Events()

@@ -37,9 +37,10 @@ def _png_pixels(b64: str) -> tuple[int, int, int, bytes]:
 def test_summaries_of_each_kind_of_output():
     assert outputs.summarize("x", torch.tensor([1.0, float("nan"), 3.0, float("inf")])) == {
         "port": "x", "kind": "tensor", "shape": [4], "dtype": "float32", "min": 1.0, "max": 3.0, "mean": 2.0,
-        "nonfinite": 2}
+        "nonfinite": 2, "preview": [[1.0, None, 3.0, None]]}
     assert outputs.summarize("b", torch.tensor([True, False, True, True])) == {
-        "port": "b", "kind": "tensor", "shape": [4], "dtype": "bool", "min": 0.0, "max": 1.0, "mean": 0.75}
+        "port": "b", "kind": "tensor", "shape": [4], "dtype": "bool", "min": 0.0, "max": 1.0, "mean": 0.75,
+        "preview": [[1.0, 0.0, 1.0, 1.0]]}
     assert outputs.summarize("e", torch.zeros(0, 3)) == {"port": "e", "kind": "tensor", "shape": [0, 3],
                                                          "dtype": "float32"}
     assert outputs.summarize("m", torch.nn.Linear(3, 2)) == {"port": "m", "kind": "model",
@@ -50,6 +51,18 @@ def test_summaries_of_each_kind_of_output():
     assert outputs.summarize("l", [1, 2]) == {"port": "l", "kind": "list", "note": "list of 2 items"}
     # A 2-D matrix is not an image: no thumbnail.
     assert "thumbnail" not in outputs.summarize("w", torch.rand(64, 64))
+
+
+def test_the_values_preview_is_the_same_block_for_tensors_of_one_shape():
+    """The Inspector colours the difference of two previews: they must hold the same elements."""
+    t = torch.arange(2 * 3 * 20 * 20, dtype=torch.float32).reshape(2, 3, 20, 20)
+    p = outputs.summarize("t", t)["preview"]
+    assert len(p) == 16 and all(len(row) == 16 for row in p)
+    assert p[0][:3] == [0.0, 1.0, 2.0] and p[1][0] == 20.0 and p[15][15] == 15 * 20 + 15
+    assert outputs.summarize("t", t * 2)["preview"][15][15] == 2 * p[15][15]
+    assert outputs.summarize("s", torch.tensor(7.5))["preview"] == [[7.5]]
+    assert outputs.summarize("v", torch.arange(40.0))["preview"] == [[float(i) for i in range(16)]]
+    assert "preview" not in outputs.summarize("c", torch.zeros(2, dtype=torch.complex64))
 
 
 def test_an_image_gets_a_thumbnail_scaled_from_its_own_range():
@@ -116,6 +129,10 @@ def test_what_is_read_back_is_only_ours(tmp_path):
     ({"min": math.inf}, "min must be a finite number"),
     ({"dtype": "d" * 33}, "a text of 33 characters is over the limit of 32"),
     ({"nonfinite": True}, "nonfinite must be a count"),
+    ({"preview": [[0.0] * 17]}, "a preview must be at most 16 rows of at most 16 values"),
+    ({"preview": [[0.0]] * 17}, "a preview must be at most 16 rows of at most 16 values"),
+    ({"preview": [["1"]]}, "a preview holds finite numbers or null"),
+    ({"preview": [[math.nan]]}, "a preview holds finite numbers or null"),
 ])
 def test_a_workers_summary_is_rebuilt_or_refused(change, error):
     good = {"node_id": "n", "type": "T", "outputs": [{"port": "p", "kind": "tensor", "shape": [2], "min": 1}],

@@ -29,6 +29,8 @@ AGENT_MESSAGES: list[protocol.AgentMessage] = [
     protocol.Events("r1", []),
     protocol.Heartbeat(["r1", "r2"], {"data": "/mnt"}),
     protocol.Heartbeat([]),
+    protocol.Heartbeat(["r1"], None, None, [{"device": "cuda:0", "util": 37, "used_mb": 1200, "total_mb": 81559},
+                                            {"device": "cuda:1", "util": None, "used_mb": None, "total_mb": None}]),
     protocol.OutputsAnswer("q1", "r1", None, nodes=[{"node_id": "n", "type": "T"}]),
     protocol.OutputsAnswer("q2", "r1", "n", summary={"node_id": "n", "type": "T", "outputs": [
         {"port": "p", "kind": "tensor", "shape": [2], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}]}),

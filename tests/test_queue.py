@@ -239,3 +239,89 @@ def test_run_queue_lanes_keep_first_come_first_served() -> None:
     assert q.free_order(["y", "x", "z"]) == ["x", "y", "z"]
     q.used("x")
     assert q.free_order(["y", "x", "z"]) == ["y", "z", "x"]
+    free = q.free_order(["y", "z"])
+    q.insert_free(free, "x")  # a worker a run has just left joins the free list at its place in that order
+    q.insert_free(free, "a")  # never given a run: first
+    assert free == q.free_order(["x", "y", "z", "a"]) == ["a", "y", "z", "x"]
+
+
+@dataclass
+class OneShot(Ex):
+    one_shot: bool = True
+
+
+def test_held_slots_count_what_counting_every_run_would() -> None:
+    """A dispatch pass copies HeldSlots.used instead of counting every running run: after every change
+    (a new run, a run moved to another slot, a set of devices, an end by pop or del) it is exactly what
+    slots_used counts from the entries, and a change that would bypass the counts is refused."""
+    from cdui.plane.dispatch import HeldSlots
+    from cdui.wire.devicesets import slots_used
+    held = HeldSlots()
+    steps: list[tuple[str, str, tuple[str, str] | None]] = [
+        ("set", "r1", ("w1", "cpu")), ("set", "r2", ("w1", "cpu")), ("set", "r3", ("w2", "cuda:0,cuda:1")),
+        ("set", "r1", ("w2", "cuda:1")),  # the same run again, elsewhere: its old slot is freed
+        ("set", "r2", ("w1", "cpu")),  # the same run, the same slot (a claim confirms the pass's hold)
+        ("pop", "r3", None), ("pop", "gone", None), ("del", "r2", None), ("set", "r4", ("local", "cpu")),
+        ("pop", "r1", None), ("pop", "r4", None)]
+    seen = []
+    for op, rid, where in steps:
+        if op == "set":
+            assert where is not None
+            held[rid] = where
+        elif op == "pop":
+            expected = dict(held).get(rid)
+            assert held.pop(rid, None) == expected
+        else:
+            del held[rid]
+        assert held.used == slots_used(held.values()), (op, rid)
+        seen.append(dict(held.used))
+    assert seen[3] == {("w1", "cpu"): 1, ("w2", "cuda:0"): 1, ("w2", "cuda:1"): 2}
+    assert held.used == {} and len(held) == 0
+    with pytest.raises(KeyError):
+        held.pop("gone")
+    for change in (lambda: held.update({"r": ("w1", "cpu")}), lambda: held.setdefault("r", ("w1", "cpu")),
+                   held.clear, held.popitem):
+        with pytest.raises(TypeError, match="only by item assignment"):
+            change()
+
+
+def test_one_mark_blocks_what_marking_every_executor_of_any_blocked() -> None:
+    """A waiting `any` run blocks its device kind on every executor `any` may use with one mark: the
+    same pairs as adding each of candidates() (this server, workers that are neither skipped for their
+    catalog nor one-shot), and place() answers the same with either."""
+    from cdui.plane.sched.queue import Blocked, block, candidates
+    ex = execs(Ex("local"), Ex("a"), Ex("b", devs=["cpu", "cuda:0"]), Ex("skipped"), OneShot("once"))
+    skips = {"skipped": "lacks node types"}
+    compact = Blocked(executors=ex)
+    block(compact, AnyWorker(), "cpu", ex, skips)
+    block(compact, Worker("once"), "cuda", ex, skips)  # a named target still marks its one executor
+    walked = {(n, "cpu") for n in candidates(AnyWorker(), ex, skips=skips)} | {("once", "cuda")}
+    assert walked == {("a", "cpu"), ("b", "cpu"), ("local", "cpu"), ("once", "cuda")}
+    pairs = [(n, k) for n in [*ex, "nobody"] for k in ("cpu", "cuda", "auto")]
+    assert [p in compact for p in pairs] == [p in walked for p in pairs]
+    copied = compact.copy()
+    assert isinstance(copied, Blocked) and [p in copied for p in pairs] == [p in walked for p in pairs]
+    for target in (Worker("a"), Worker("b"), Worker("once"), Local(), AnyWorker()):
+        for device in ("cpu", "cuda"):
+            assert place(target, device, ex, {}, Caps(), 0, compact, skips=skips) == \
+                place(target, device, ex, {}, Caps(), 0, walked, skips=skips), (target, device)
+    assert place(Worker("b"), "cpu", ex, {}, Caps(), 0, compact, skips=skips) == \
+        "waiting: an earlier run for cpu is waiting on b"
+
+
+def test_any_places_on_the_first_free_worker_in_order_however_many_there_are() -> None:
+    """`any` tries workers in the given order and stops at the first that fits: skipped and one-shot
+    workers are passed over, this server comes last, and with none free the reason names them all."""
+    ex = execs(Ex("local"), *(Ex(f"w{i:03d}") for i in range(300)), OneShot("once"), Ex("skipped"))
+    skips = {"skipped": "lacks node types"}
+    order = ["once", "skipped", "local", "w299", *(f"w{i:03d}" for i in range(299))]
+    assert place(AnyWorker(), "cpu", ex, {}, Caps(), 0, set(), order=order, skips=skips) == Placement("w299", "cpu")
+    busy = {(f"w{i:03d}", "cpu"): 1 for i in range(300)}
+    assert place(AnyWorker(), "cpu", ex, busy, Caps(), 300, set(), order=order, skips=skips) == \
+        Placement("local", "cpu")
+    busy[("local", "cpu")] = 1
+    assert place(AnyWorker(), "cpu", ex, busy, Caps(), 301, set(), order=order, skips=skips) == (
+        "waiting for a free cpu slot: no node catalog match on 1 (skipped); "
+        "slots in use on 301 (w299, w000, w001, +298 more)")
+    assert place(AnyWorker(), "cpu", ex, {}, Caps(), 0, set(), order=["once", "nobody"], skips=skips) == \
+        "waiting for a worker to connect"

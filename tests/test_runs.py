@@ -4,6 +4,7 @@ or a graceful server stop does to runs."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import textwrap
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cdui.plane.store.event_chunks import event_rows
 from procs import (
     ServerProc,
     csv_print_graph,
@@ -263,8 +265,7 @@ def test_graceful_stop_ends_running_runs(fresh_server: ServerProc) -> None:
     conn = sqlite3.connect(f"file:{s.db_path}?mode=ro", uri=True)
     try:
         status, error = conn.execute("SELECT status, error FROM runs WHERE id=?", (a["id"],)).fetchone()
-        kinds = conn.execute("SELECT seq, kind, data FROM run_events WHERE run_id=? ORDER BY seq",
-                             (a["id"],)).fetchall()
+        kinds = [(seq, kind, json.dumps(data)) for seq, _src, _s, kind, data, _at in event_rows(conn, a["id"])]
     finally:
         conn.close()
     assert (status, error) == ("cancelled", "stopped on request")

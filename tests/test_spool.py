@@ -14,6 +14,7 @@ from cdui.agent.agent import Agent, credential_key
 from cdui.agent.spool import RunSpool, SpoolLock, live_run_ids
 from cdui.core.config import load
 from cdui.core.errors import CduiError
+from cdui.wire import protocol
 
 CP1, CP2 = "http://cp-3f9a12c4.invalid:18000", "http://cp-77aa01be.invalid:18000"
 
@@ -83,3 +84,67 @@ def test_live_runs_are_those_of_every_spool(tmp_path: Path) -> None:
     _spool_a_running_run(tmp_path / "spool", "old1")
     SpoolLock.take(tmp_path, credential_key(CP1), "w1").release()  # its lock file is no run
     assert live_run_ids(tmp_path) == {"r1", "r2", "old1"}
+
+
+def test_the_spools_lines_are_the_messages_events(tmp_path: Path) -> None:
+    """An event is encoded once: the line the spool writes is what the events message carries, strict
+    JSON (a NaN or infinity as a string, a key that is not a string as one), and a restarted agent
+    reads back what was written."""
+    sp = RunSpool(tmp_path, "r1")
+    events = [{"src_seq": 1, "kind": "log", "at": 1.7e9, "data": {"message": "é ok", "level": "info"}},
+              {"src_seq": 2, "kind": "metric", "at": 1.7e9, "data": {"loss": float("nan"), "top": float("inf")}},
+              {"src_seq": 3, "kind": "progress", "at": None, "data": {1: "one", "path": Path("/x")}}]
+    lines = sp.append([dict(e) for e in events])
+    assert sp.append([]) == []
+    assert sp.events_path.read_text(encoding="utf-8").splitlines() == lines
+    strict = [json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} is not strict JSON")) for line in lines]
+    assert strict[0] == events[0]
+    assert strict[1]["data"] == {"loss": "nan", "top": "inf"}
+    assert strict[2]["data"] == {"1": "one", "path": "/x"}
+    assert protocol.encode_events("r1", events, encoded=lines) == protocol.encode_events("r1", events)
+    msg = protocol.parse_agent_message(protocol.encode_events("r1", events, encoded=lines)[0])
+    assert isinstance(msg, protocol.Events) and msg.events == strict
+    again = RunSpool(tmp_path, "r1")
+    assert again.last_seq == 3 and again.unacked() == strict
+
+
+def test_the_acked_file_is_written_every_so_many_events_and_once_all_are_acknowledged(tmp_path: Path) -> None:
+    """A flood's acknowledgements do not each replace the ``acked`` file: it is written once
+    ACK_FILE_EVERY more events are acknowledged, and when everything is. A restart in between reads
+    the older mark and sends again what followed it (the control plane stores each src_seq once)."""
+    from cdui.agent import spool
+    sp = RunSpool(tmp_path, "r1")
+    n = spool.ACK_FILE_EVERY + 10
+    sp.append([{"src_seq": i, "kind": "log", "at": 1.7e9, "data": {"message": f"event {i}"}} for i in range(1, n + 1)])
+    acked_file = sp.dir / "acked"
+    sp.ack(5)
+    assert sp.acked == 5 and sp.unacked()[0]["src_seq"] == 6 and not acked_file.exists()
+    assert RunSpool(tmp_path, "r1").unacked()[0]["src_seq"] == 1  # the file still says nothing is acknowledged
+    sp.ack(spool.ACK_FILE_EVERY)
+    assert acked_file.read_text() == str(spool.ACK_FILE_EVERY)
+    sp.ack(spool.ACK_FILE_EVERY + 3)
+    assert acked_file.read_text() == str(spool.ACK_FILE_EVERY)
+    again = RunSpool(tmp_path, "r1")
+    assert again.acked == spool.ACK_FILE_EVERY and [e["src_seq"] for e in again.unacked()] == list(
+        range(spool.ACK_FILE_EVERY + 1, n + 1))
+    sp.ack(n)
+    assert acked_file.read_text() == str(n) and sp.unacked() == []
+    assert RunSpool(tmp_path, "r1").unacked() == []
+
+
+def test_a_batch_too_big_for_one_message_is_split_alike_whether_or_not_its_lines_are_given(tmp_path: Path) -> None:
+    """The spool's lines sent as is make the same messages as encoding the events: one message when the
+    batch fits, split by size and by count (MAX_EVENTS) when it does not."""
+    sp = RunSpool(tmp_path, "r1")
+    events = [{"src_seq": i, "kind": "log", "at": 1.7e9, "data": {"message": f"événement {i}" * 3}}
+              for i in range(1, protocol.MAX_EVENTS + 2)]
+    lines = sp.append([dict(e) for e in events])
+    # (events, byte limit, how many messages): fits; split by size (about 100 bytes an event, 4,000 a
+    # message); split by count
+    for batch, limit, count in ((100, protocol.MAX_MESSAGE, 1), (100, 4000, 4),
+                                (protocol.MAX_EVENTS + 1, protocol.MAX_MESSAGE, 2)):
+        made = protocol.encode_events("r1", events[:batch], limit=limit, encoded=lines[:batch])
+        assert made == protocol.encode_events("r1", events[:batch], limit=limit)
+        assert len(made) == count and all(len(m.encode()) <= limit for m in made)
+        got = [e["src_seq"] for m in made for e in json.loads(m)["events"]]
+        assert got == list(range(1, batch + 1))

@@ -558,3 +558,54 @@ def _pid_in(path: Path) -> int | None:
         return int(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+@pytest.mark.e2e
+def test_a_reconnection_logged_before_the_follower_starts_is_reported(tmp_path: Path) -> None:
+    """The ssh dropped while the agent ran; the next ssh's forward is up before its tunnel script
+    runs, so the agent can reconnect (and log it) before the script attaches and starts following
+    the log. That line still reaches the control plane (it is how the tunnel is seen connected);
+    what the agent logged before the preparation (the old connection) does not."""
+    import sys
+    home = tmp_path / "home"
+    d = home / ".codefyui-ssh" / f"{IID}-{SLOT}"
+    d.mkdir(parents=True)
+    fake = tmp_path / "cdui"
+    fake.write_text(FAKE_AGENT.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    script = ssh.tunnel_script(IID, SLOT, str(fake), "gpu1")
+    procs: list[subprocess.Popen[bytes]] = []
+    agent = None
+    try:
+        first = remote_popen(script, env)
+        procs.append(first)
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.write(b"token\n")
+        first.stdin.flush()
+        (d / "fake.gate").touch()
+        assert first.stdout.readline().decode().startswith("cdui-ssh: started pid=")
+        agent = int((d / "agent.pid").read_text())
+        with open(d / "agent.log", "a") as log:
+            log.write("INFO connected to http://cp.invalid:18000 as worker gpu1 (the old ssh)\n")
+        _end(first)  # the ssh dropped; the agent goes on
+        r = remote(ssh.prepare_script(IID, SLOT, str(fake), False), env)
+        assert r.returncode == 0, r.stderr
+        with open(d / "agent.log", "a") as log:
+            log.write("WARNING connection to http://cp.invalid:18000 closed\n"
+                      "INFO connected to http://cp.invalid:18000 as worker gpu1 (the new ssh)\n")
+        second = remote_popen(script, env)
+        procs.append(second)
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write(b"token\n")
+        second.stdin.flush()
+        lines = [second.stdout.readline().decode() for _ in range(3)]
+        assert lines == [f"cdui-ssh: attached pid={agent}\n",
+                         "WARNING connection to http://cp.invalid:18000 closed\n",
+                         "INFO connected to http://cp.invalid:18000 as worker gpu1 (the new ssh)\n"], lines
+    finally:
+        for p in procs:
+            _end(p)
+        if agent is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent, signal.SIGKILL)

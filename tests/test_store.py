@@ -58,14 +58,15 @@ def test_pragmas_and_migrations(store: Store, tmp_path: Path) -> None:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     finally:
         raw.close()
-    assert {"runs", "run_events", "run_sources", "artifacts", "uploads", "workers"} <= tables
+    assert {"runs", "run_event_chunks", "run_sources", "artifacts", "uploads", "workers"} <= tables
+    assert "run_events" not in tables  # migration 10 moved its rows into chunks
 
     async def cascade() -> tuple[int, int]:
         await store.create_run(new_run("r1"))
         await store.append_events("r1", "local", [ev(1), ev(2)])
         await store.add_artifact({"run_id": "r1", "kind": "output", "name": "x", "path": "/x"})
         await store.delete_run("r1")
-        n_ev = await store.read(lambda c: c.execute("SELECT count(*) FROM run_events").fetchone()[0])
+        n_ev = await store.read(lambda c: c.execute("SELECT count(*) FROM run_event_chunks").fetchone()[0])
         n_art = await store.read(lambda c: c.execute("SELECT count(*) FROM artifacts").fetchone()[0])
         return n_ev, n_art
     assert run(cascade()) == (0, 0), "ON DELETE CASCADE did not apply: foreign keys are off in the writer"
@@ -91,6 +92,38 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
     raw.close()
     with pytest.raises(RuntimeError, match="newer"):
         Store(path).open()
+
+
+def test_a_database_of_the_schema_before_tags_keeps_its_runs_and_gets_tags(tmp_path: Path) -> None:
+    """A database made before runs had tags and notes (schema 8) opens with its runs as they were, each
+    with no tags and no note, and takes them afterwards; listing filters read them."""
+    from cdui.plane.store import RunFilter, migrations
+    path = tmp_path / "db.sqlite3"
+    raw = sqlite3.connect(str(path))
+    for i, script in enumerate(migrations.MIGRATIONS[:8]):
+        for stmt in script.split(";"):
+            if stmt.strip():
+                raw.execute(stmt)
+        raw.execute(f"PRAGMA user_version={i + 1}")
+    raw.execute("INSERT INTO runs (id, name, status, target, options, graph, created_at) "
+                "VALUES ('old', 'before', 'succeeded', '\"local\"', '{}', '{}', 1.0)")
+    raw.commit()
+    raw.close()
+    s = Store(path)
+    s.open()
+    try:
+        old = run(s.get_run("old"))
+        assert (old.name, old.status, old.tags, old.note) == ("before", "succeeded", (), None)
+        assert run(s.set_labels("old", ["baseline", "lr:0.1"], "50% of it", True)) is True
+        assert run(s.set_labels("gone", ["x"], None, False)) is False
+        run(s.create_run(new_run("new")))
+        ids = lambda **f: [r.id for r in run(s.list_runs(where=RunFilter(**f)))]  # noqa: E731
+        assert ids(tag="baseline") == ["old"] and ids(tag="lr") == []
+        assert ids(search="50%") == ["old"] and ids(search="5_%") == [] and ids(search="lr:0.1") == ["old"]
+        assert ids() == ["new", "old"] and ids(after="new") == ["old"] and ids(after="old") == []
+        assert run(s.get_run("old")).tags == ("baseline", "lr:0.1")
+    finally:
+        s.close()
 
 
 def test_append_events_idempotent_and_gapless(store: Store) -> None:

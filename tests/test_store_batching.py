@@ -7,14 +7,15 @@ import sqlite3
 from pathlib import Path
 
 from cdui.plane.store import BATCH_EVENTS, Store
+from cdui.plane.store.event_chunks import event_rows
 from test_store import Blocker, ev, new_run, run, writes_queued
 
 
 def committed_rows(path: Path, run_id: str) -> int:
-    """What another connection sees: only committed rows."""
+    """What another connection sees: only committed events."""
     conn = sqlite3.connect(str(path))
     try:
-        return int(conn.execute("SELECT count(*) FROM run_events WHERE run_id=?", (run_id,)).fetchone()[0])
+        return len(event_rows(conn, run_id))
     finally:
         conn.close()
 

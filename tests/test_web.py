@@ -19,21 +19,17 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from canvas_page import LONG, ROOT, module_fixtures
 from procs import Proc, ServerProc, csv_print_graph, env_for, graph, load_example, node, trig, wait_for, wait_run
 
 # The web page in a real browser against a real server and agent: the e2e tier.
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = Path("/tmp/cdui-web.png")
 # The docs' screenshots: CDUI_WRITE_SCREENSHOTS=1 writes them into docs/img/, otherwise into /tmp.
 SHOTS = Path(__file__).resolve().parent.parent / "docs" / "img" if os.environ.get("CDUI_WRITE_SCREENSHOTS") == "1" \
     else Path("/tmp/cdui-web-shots")
 SHOTS.mkdir(parents=True, exist_ok=True)
-LONG = 180_000  # ms: generous waits for selectors, never a timing assertion
 
 # Two nodes of types that do not exist: at least two validation errors.
 BAD_GRAPH = {
@@ -50,38 +46,7 @@ BAD_GRAPH = {
 }
 
 
-def _playwright():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is missing (pip install playwright)")
-    return sync_playwright
-
-
-@pytest.fixture(scope="module")
-def sync_playwright():
-    return _playwright()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, sync_playwright) -> Iterator[ServerProc]:
-    s = ServerProc(tmp_path_factory.mktemp("web"), name="web-server")
-    try:
-        yield s.start()
-    finally:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(sync_playwright):
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+server, browser = module_fixtures("web")
 
 
 def _page(browser, errors: list[str]):
@@ -126,8 +91,8 @@ def test_runs_detail_submit_errors_upload(server, browser):
     href = page.get_attribute("#artifacts-body tr a[download]", "href")
     assert href and "token" not in href, href
     assert "token" not in page.evaluate("() => location.href")
-    # Training runs draw their loss; per-node status is listed.
-    page.wait_for_selector("#loss-chart polyline")
+    # Training runs draw their loss (one chart per metric family: tests/test_web_charts.py); per-node status is listed.
+    page.wait_for_selector("#charts figure[data-family='loss'] canvas")
     page.wait_for_selector("#nodes li[data-node='train'] .badge")
 
     # An invalid graph submitted through the form: every validation error is listed.
@@ -178,10 +143,12 @@ def test_token_form_when_bootstrap_is_refused(server, browser):
     rid = server.submit(csv_print_graph(), {"target": "local"})["id"]
     page.goto(server.url + "/")
     page.wait_for_selector("#token-form:not([hidden])")
-    assert "session-token" in page.inner_text("#token-form")
+    form = page.inner_text("#token-form")
+    assert "session-token" in form and "cdui token" in form and "CODEFYUI_SESSION_TOKEN_FILE" in form, form
     page.fill("#token-input", "wrong-token")
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("#token-error:has-text('did not accept')")
+    assert "from before the server's last restart" in page.inner_text("#token-error")
     page.fill("#token-input", server.token)
     page.click("#token-form button[type=submit]")
     page.wait_for_selector("#token-form[hidden]", state="attached")
@@ -293,6 +260,26 @@ def test_workers_section(worker_setup, browser):
     for fact in ("cpu (1/1 in use)", w["address"], w["version"], labels, run["id"]):
         assert fact and fact in text, (fact, text)
     assert list(w["labels"]) == ["data"], w["labels"]  # the --mount label
+    # A CPU-only agent reports no GPU use, and its card draws no GPU bars.
+    assert w["gpu"] is None and page.locator(f"{card} .gpu-bars").count() == 0
+    # The bars, drawn from a worker with two cards (one without NVML's utilisation).
+    bars = page.evaluate("""async () => {
+      const m = await import("/web/workers.js");
+      const el = m.gpuBars({name: "g", gpu: [
+        {device: "cuda:0", util: 37, used_mb: 40960, total_mb: 81920},
+        {device: "cuda:1", util: null, used_mb: 512, total_mb: 81920}]});
+      const none = [m.gpuBars({name: "c", gpu: null}), m.gpuBars({name: "c", gpu: []}), m.gpuBars({name: "c"})];
+      return {cards: [...el.querySelectorAll(".gpu-card")].map((c) => ({
+                device: c.dataset.device, text: c.textContent,
+                meters: [...c.querySelectorAll("meter")].map((x) => [x.className, x.value, x.max,
+                                                                    x.getAttribute("aria-label")])})),
+              label: el.getAttribute("aria-label"), none: none.map((x) => x === null)};
+    }""")
+    assert bars == {"label": "GPU use on worker g", "none": [True, True, True], "cards": [
+        {"device": "cuda:0", "text": "cuda:037%40.0 of 80.0 GiB",
+         "meters": [["gpu-util", 37, 100, "cuda:0 utilisation"], ["gpu-mem", 40960, 81920, "cuda:0 memory in use"]]},
+        {"device": "cuda:1", "text": "cuda:1utilisation not reported0.5 of 80.0 GiB",
+         "meters": [["gpu-mem", 512, 81920, "cuda:1 memory in use"]]}]}, bars
     # Loopback HTTP is not flagged as unencrypted (only a LAN link would be).
     assert w["unencrypted"] is False and page.locator(f"{card} .mark-warn").count() == 0
     assert page.is_hidden("#workers-empty")
@@ -434,7 +421,7 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
         page.wait_for_selector("#detail-facts .badge.status-succeeded")
         assert cp.call("GET", f"/api/runs/{rid}", expect=200)["worker_id"] == "web-box"
         page.wait_for_selector("#log li.ev-status:has-text('succeeded')")
-        page.wait_for_selector("#loss-chart polyline")
+        page.wait_for_selector("#charts figure[data-family='loss'] canvas")
         page.wait_for_selector("#warnings li.warn-transfer_progress")
         # The model downloads through its link (the cookie authenticates it), byte-identical.
         model = [a for a in cp.call("GET", f"/api/runs/{rid}/artifacts", expect=200)

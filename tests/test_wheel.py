@@ -86,6 +86,10 @@ def test_wheel_outside_checkout_serves_ui_and_runs_iris(tmp_path: Path) -> None:
         script = server.raw("GET", "/web/app.js", token=False)
         assert script.status == 200
         assert script.body == (REPO_ROOT / "cdui" / "plane" / "web" / "app.js").read_bytes()
+        # The canvas page's modules and its vendored editor library are in the wheel too.
+        for name in ("canvas.html", "canvas/editor.js", "vendor/litegraph/litegraph.core.js"):
+            got = server.raw("GET", f"/web/{name}", token=False)
+            assert got.status == 200 and got.body == (REPO_ROOT / "cdui" / "plane" / "web" / name).read_bytes(), name
         run = server.submit(load_example("iris_train.json"))
         assert wait_run(server, run["id"])["status"] == "succeeded"
     finally:

@@ -321,6 +321,12 @@ def test_agent_of_another_os_user_on_this_machine_is_another_machine(tmp_path):
     assignment's paths are checked in tests/inproc/test_same_machine.py). Run processes cannot be started
     as that user here (the test interpreter lies under /root), so no run is sent."""
     import tempfile
+    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "import cdui"], capture_output=True, text=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"OS user {NOBODY} cannot run this checkout's interpreter ({sys.executable}): "
+                    f"{probe.stderr.strip()[-200:]}; put the checkout where other users can read it "
+                    f"(every folder above it at least mode 0755), e.g. not under a `mktemp -d` folder")
     shared = Path(tempfile.mkdtemp(prefix="cdui-other-user-"))  # outside pytest's 0700 folders
     try:
         os.chmod(shared, 0o755)

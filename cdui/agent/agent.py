@@ -25,7 +25,9 @@ in-process against an in-process control plane on one fake clock
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -43,6 +45,7 @@ import aiohttp
 
 from cdui import __version__
 from cdui.agent import connect_policy as policy
+from cdui.agent import gpu_usage
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
@@ -98,6 +101,20 @@ def credential_path(user_data: Path, control: str) -> Path:
     return user_data / "agent" / f"{credential_key(control)}.token"
 
 
+def watch_route(ws: aiohttp.ClientWebSocketResponse, seconds: float) -> bool:
+    """Let the kernel end the connection once data sent on it stays unacknowledged for ``seconds``
+    (TCP_USER_TIMEOUT); False where it cannot (not a TCP socket, or the system has no such option)."""
+    sock = ws.get_extra_info("socket")
+    opt = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if opt is None or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, opt, max(1000, int(seconds * 1000)))
+    except OSError:
+        return False
+    return True
+
+
 def ws_url(control: str) -> str:
     u = urlsplit(control.rstrip("/"))
     scheme = "wss" if u.scheme == "https" else "ws"
@@ -136,6 +153,31 @@ async def outputs_answer(store_root: Path, msg: protocol.OutputsRequest) -> prot
                                       error=f"reading the recorded outputs failed: {type(exc).__name__}: {exc}")
 
 
+async def raw_answer(store_root: Path, msg: protocol.RawRequest) -> protocol.RawAnswer:
+    """One chunk of a recorded raw tensor file, for the control plane's ``raw_request``: the file is
+    found in this agent's own store from the run id, node id and port (never a path), and a file
+    over the download bound is refused whole before a byte is sent."""
+    def err(code: str, text: str) -> protocol.RawAnswer:
+        return protocol.RawAnswer(msg.request_id, msg.chunk, error=text, code=code)
+
+    try:
+        got = await asyncio.to_thread(outputs.read_raw_chunk, store_root, msg.run_id, msg.node_id, msg.port,
+                                      msg.chunk, protocol.RAW_CHUNK_BYTES)
+    except outputs.RawNotKept as exc:
+        return err("not_kept", str(exc))
+    except outputs.RawTooLarge as exc:
+        return protocol.RawAnswer(msg.request_id, msg.chunk, size=exc.size, error=str(exc), code="too_large")
+    except outputs.RawChunkOutOfRange as exc:
+        return err("bad_chunk", str(exc))
+    except OSError as exc:
+        return err("not_kept", f"the raw tensor of output {msg.port!r} of node {msg.node_id!r} is gone: "
+                               f"{exc.strerror or exc}")
+    except ValueError as exc:
+        return err("failed", f"reading the raw tensor failed: {exc}")
+    return protocol.RawAnswer(msg.request_id, msg.chunk, got.size, got.sha256,
+                              base64.b64encode(got.data).decode("ascii"))
+
+
 class Agent:
     def __init__(self, control: str, credential: str, name: str, devices: list[str], user_data: Path,
                  machine_id: str, labels: Callable[[], dict[str, str]] | None = None,
@@ -156,6 +198,7 @@ class Agent:
         self.credential = credential
         self.name = name
         self.devices = devices
+        self.gpu_sampler = gpu_usage.Sampler(devices)
         self.user_data = user_data
         self.machine_id = machine_id
         self.labels = labels or (lambda: {})
@@ -163,6 +206,9 @@ class Agent:
         # An SSH worker's agent reaches the control plane through this Unix socket (the tunnel's far end).
         self.uds = uds
         self._connector = connector
+        # Whether a dead route is left to the kernel (see _connect_once): over the agent's own TCP connector
+        # where the system has TCP_USER_TIMEOUT (Linux); else, and after it once failed, WebSocket pings.
+        self._kernel_watch = uds is None and connector is None and hasattr(socket, "TCP_USER_TIMEOUT")
         # How it learns its node catalog: the helper subprocess (a plugin that crashes at import
         # must not take the agent with it); a test in one process may read it in-process.
         self._catalog_probe = catalog_probe or catalog.probe
@@ -319,11 +365,21 @@ class Agent:
 
     async def _connect_once(self, session: aiohttp.ClientSession) -> None:
         headers = {"Authorization": f"Bearer {self.credential}"}
-        # WebSocket pings every heartbeat: a connection that went silent (a dead
-        # route, not a closed socket) is noticed and replaced.
-        async with session.ws_connect(ws_url(self.control), headers=headers, heartbeat=max(self.heartbeat_s, 1.0),
+        # A connection that went silent (a dead route, not a closed socket) is noticed and replaced. Over TCP
+        # on Linux the kernel notices it: the heartbeat this agent sends every interval must be acknowledged
+        # within three intervals (TCP_USER_TIMEOUT), as the control plane drops an agent silent for three
+        # heartbeats, and the control plane has nothing to answer. Elsewhere (the SSH tunnel's Unix socket,
+        # other systems) a WebSocket ping goes every heartbeat interval and its answer is awaited: with
+        # thousands of agents, answering those pings cost the control plane a quarter of its heartbeat CPU.
+        kernel = self._kernel_watch
+        async with session.ws_connect(ws_url(self.control), headers=headers,
+                                      heartbeat=None if kernel else max(self.heartbeat_s, 1.0),
                                       max_msg_size=protocol.MAX_MESSAGE,
                                       timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+            if kernel and not watch_route(ws, 3 * self.heartbeat_s):
+                self._kernel_watch = False
+                raise aiohttp.ClientError("the connection's dead-route timeout (TCP_USER_TIMEOUT) could not be set; "
+                                          "reconnecting with WebSocket pings instead")
             await ws.send_str(self._hello())
             first = await ws.receive(timeout=60)
             probe = self._probe(first.data) if first.type == aiohttp.WSMsgType.TEXT else None
@@ -340,6 +396,8 @@ class Agent:
             if first.type != aiohttp.WSMsgType.TEXT:
                 raise aiohttp.ClientError(f"connection closed before the welcome ({first.type.name})")
             welcome = self._welcome(first.data)
+            if kernel and welcome.heartbeat_s != self.heartbeat_s:
+                watch_route(ws, 3 * welcome.heartbeat_s)  # the control plane's interval, from now on
             self.heartbeat_s = welcome.heartbeat_s
             self.grace_s = welcome.resume_grace_s
             self.ws = ws
@@ -446,19 +504,23 @@ class Agent:
         while not ws.closed:
             await self.clock.sleep(self.heartbeat_s)
             self.trust.reload()
+            # The CUDA cards' use, at most once per GPU_REPORT_S (never on a machine without cards).
+            gpu = (await asyncio.to_thread(gpu_usage.read, self.devices)
+                   if self.gpu_sampler.due(self.clock.monotonic()) else None)
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
-                                                     self._reported_labels(), self._tls()).to_json())
+                                                     self._reported_labels(), self._tls(), gpu).to_json())
             except (ConnectionError, RuntimeError):
                 return
 
-    async def _send(self, msg: protocol.Events) -> bool:
+    async def _send(self, msg: protocol.Events, encoded: list[str] | None = None) -> bool:
+        """Send events (``encoded``: each one's JSON as the spool wrote it, sent as is)."""
         ws = self.ws
         if ws is None or ws.closed:
             return False
         try:
             # Within the control plane's message limit, however big the batch.
-            for text in protocol.encode_events(msg.run_id, msg.events):
+            for text in protocol.encode_events(msg.run_id, msg.events, encoded=encoded):
                 await ws.send_str(text)
             return True
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -490,7 +552,7 @@ class Agent:
             r = self.runs.get(msg.run_id)
             if r is not None and r.files is not None:
                 r.files.new_credentials(msg.credentials)
-        elif isinstance(msg, protocol.OutputsRequest):
+        elif isinstance(msg, (protocol.OutputsRequest, protocol.RawRequest)):
             task = asyncio.create_task(self._answer_outputs(msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -501,8 +563,9 @@ class Agent:
         else:  # a welcome or refusal comes first or not at all
             log.warning("unexpected %r message from the control plane after the welcome", msg.type)
 
-    async def _answer_outputs(self, msg: protocol.OutputsRequest) -> None:
-        answer = await outputs_answer(outputs.store_dir(self.user_data), msg)
+    async def _answer_outputs(self, msg: protocol.OutputsRequest | protocol.RawRequest) -> None:
+        root = outputs.store_dir(self.user_data)
+        answer = await (raw_answer(root, msg) if isinstance(msg, protocol.RawRequest) else outputs_answer(root, msg))
         ws = self.ws
         if ws is not None and not ws.closed:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -518,18 +581,22 @@ class Agent:
         self.runs[run_id] = r
         files: FileBackend | None = None
 
-        async def sink(events: list[dict[str, Any]]) -> None:
-            for ev in events:
+        async def sink(events: list[dict[str, Any]], texts: list[str | None] | None = None) -> None:
+            for i, ev in enumerate(events):
                 if ev["kind"] == "artifact" and "backend" not in ev["data"] and files is not None:
                     ev["data"] = await files.on_artifact(ev["data"])
+                    if texts is not None:
+                        texts[i] = None  # its data changed: encoded anew
             if self.one_shot is not None:
                 self.one_shot.final_event(events)
             async with r.lock:
-                await asyncio.to_thread(r.spool.append, events)
-                await self._send(protocol.Events(run_id, events))
+                lines = await asyncio.to_thread(r.spool.append, events, texts)
+                await self._send(protocol.Events(run_id, events), lines)
 
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
-        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs())
+        # The events of the run's own lines come with those lines' text: spooled and sent as the run wrote
+        # them, not encoded again (about a third of the agent's work per event in a flood).
+        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs(), on_texts=sink)
         r.handle = handle
         if run_id in self._early_stops:
             self._early_stops.discard(run_id)
@@ -691,6 +758,10 @@ async def serve(agent: Agent) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.stop.set)
+    # What the process has made by now (modules, the agent) lives as long as it does: the cycle
+    # collector's full passes, which a run logging flat out sets off every few thousand events,
+    # need not walk it again and again (each pass stalled the event forwarding for milliseconds).
+    gc.freeze()
     return await agent.run()
 
 

@@ -174,9 +174,11 @@ class S3Files(TransferFiles):
         if self.s3 is not None:
             self.s3.new_credentials(raw)
 
-    async def _fetch(self, folder: str, name: str, sha: str, dest: Path, size: int | None = None) -> bool:
+    async def _fetch(self, folder: str, name: str, sha: str, dest: Path, size: int | None = None,
+                     what: str = "") -> bool:
         """From the bucket, with the same retries through outages as the transfer backend's (``size`` is not
-        used: the object is named by its sha256 and checked against it)."""
+        used: the object is named by its sha256 and checked against it; nor is ``what``: boto3's download
+        gives no in-flight lines, so a bucket input is said once it is there)."""
         assert self.s3 is not None
         delays = retry_delays()
         deadline = time.monotonic() + self.grace_s

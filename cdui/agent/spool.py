@@ -13,7 +13,8 @@ One folder per run in it, ``<user-data>/spool/<host>-<port>/<run id>/``:
 
 - ``events.jsonl``: every event the run's recorder produced, one JSON object a
   line, appended (and fsync'ed) before the event is sent;
-- ``acked``: the highest ``src_seq`` the control plane acknowledged;
+- ``acked``: the highest ``src_seq`` the control plane acknowledged, as of the last time it was
+  written (every ACK_FILE_EVERY events of a flood, and whenever everything is acknowledged);
 - ``state.json``: what the agent knows of the run (no secrets, ever).
 
 After an acknowledgement the acknowledged prefix is no longer needed; the
@@ -34,12 +35,15 @@ from typing import Any
 from cdui.agent.instances import lock
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError
+from cdui.wire.protocol import event_text
 
 log = logging.getLogger("cdui.agent.agent")
 # What a run's spool folder holds; a folder with one of these right under spool/ is a run
 # spooled by an agent from before spools were kept per credential.
 RUN_FILES = ("events.jsonl", "acked", "state.json")
-_encode = json.JSONEncoder(default=str).encode  # json.dumps(default=...) builds a new encoder per call
+# How far the acknowledgements may run ahead of the ``acked`` file (see RunSpool.ack): at most this
+# many acknowledged events are sent again after the agent restarts, and the control plane skips them.
+ACK_FILE_EVERY = 20000
 
 
 class RunSpool:
@@ -48,6 +52,7 @@ class RunSpool:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.events_path = self.dir / "events.jsonl"
         self.acked = self._read_int(self.dir / "acked")
+        self._acked_written = self.acked  # what the ``acked`` file says
         self.last_seq = 0
         self.pending: list[dict[str, Any]] = []
         if self.events_path.exists():
@@ -67,21 +72,36 @@ class RunSpool:
         except (OSError, ValueError):
             return 0
 
-    def append(self, events: list[dict[str, Any]]) -> None:
-        text = "".join([_encode(ev) + "\n" for ev in events])  # one write (and one fsync) for the batch
+    def append(self, events: list[dict[str, Any]], texts: list[str | None] | None = None) -> list[str]:
+        """Append events, durably (one write and one fsync for the batch); each event's line as
+        written, which is also how an ``events`` message carries it (sent as is, not encoded again).
+        ``texts``: each event's line where the run's recorder already has it (None: encoded here)."""
+        if not events:
+            return []
+        if texts is None:
+            lines = [event_text(ev) for ev in events]
+        else:
+            lines = [event_text(ev) if t is None else t for ev, t in zip(events, texts, strict=True)]
         with open(self.events_path, "a", encoding="utf-8") as fh:
-            fh.write(text)
+            fh.write("\n".join(lines) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        for ev in events:
-            self.last_seq = max(self.last_seq, ev["src_seq"])
+        self.last_seq = max(self.last_seq, max(ev["src_seq"] for ev in events))
         self.pending.extend(events)
+        return lines
 
     def ack(self, acked: int) -> None:
         if acked <= self.acked:
             return
         self.acked = acked
-        atomic_write(self.dir / "acked", str(acked))
+        # The file is a hint for the next start, not the record: on reconnecting, the control plane
+        # answers with what it has stored and the agent acknowledges up to that (a replay of events it
+        # already stored is not stored twice). So a flood writes it every ACK_FILE_EVERY events, not at
+        # every acknowledgement (a file replaced per message cost more than the message's events), and
+        # once everything is acknowledged, so that an idle run's spool says so.
+        if acked >= self.last_seq or acked - self._acked_written >= ACK_FILE_EVERY:
+            atomic_write(self.dir / "acked", str(acked))
+            self._acked_written = acked
         # Pending events are in src_seq order (appended as the recorder numbered them): drop the
         # acknowledged prefix without looking at the rest, which a flood makes long.
         pending = self.pending

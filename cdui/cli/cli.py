@@ -7,31 +7,68 @@ non-2xx answer); 2 bad usage. The agent has its own table (docs).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import cli_datasets, cli_workers, daemon
-from cdui.cli.cli_util import _die, _read_pid
+from cdui.cli import cli_datasets, cli_devices, cli_runs, cli_workers, daemon
+from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
 from cdui.core import argv_token, config
 from cdui.core.config import absolute_paths, warn_unavailable
 from cdui.core.errors import CduiError
 from cdui.core.private import private_dir, restrict_umask
-from cdui.plane.store import TERMINAL
 from cdui.wire.target import TargetJson, parse_target, target_json
 
 QUICK_STOP_S = 2.0  # `cdui stop` kills the server this long after asking it to stop
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse with one error line (exit 2, the usage hint) and a "did you mean" for a mistyped command,
+    choice or flag."""
+
+    # The parsers of the command being parsed, outermost first (argparse hands each subcommand's
+    # arguments to its own parser, and the outermost one reports the flags none of them knew).
+    seen: list[argparse.ArgumentParser] = []
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # only the outermost parser's
+        Parser.seen = []
+        return super().parse_args(args, namespace)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        Parser.seen.append(self)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2, with the usage hint
-        self.exit(2, f"cdui: error: {message} (see `{self.prog} --help`)\n")
+        where = Parser.seen[-1] if Parser.seen else self
+        self.exit(2, f"cdui: error: {message}{_did_you_mean(message, where)} (see `{where.prog} --help`)\n")
+
+
+def _did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+        close = difflib.get_close_matches(m.group(1), choices, 1, 0.6)
+        return f"; did you mean {close[0]}?" if close else ""
+    m = re.match(r"unrecognized arguments: (.*)$", message)
+    if m:
+        flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        words = [w for w in m.group(1).split() if w.startswith("-")]
+        said = []
+        for word in words:
+            close = difflib.get_close_matches(word.split("=")[0], flags, 1, 0.6)
+            if close:
+                said.append(f"{word + ': ' if len(words) > 1 else ''}did you mean {close[0]}?")
+        return "; " + "; ".join(said) if said else ""
+    return ""
 
 
 def _config():
@@ -49,6 +86,34 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return body if status == 200 and isinstance(body, dict) else None
 
 
+DEFAULT_PORT = 8000
+PORT_FILE = "port"  # in the user data folder: the port the last `cdui start --port N` started on
+
+
+def start_port(asked: int | None, cfg: Any) -> tuple[int, str]:
+    """The port ``cdui start`` listens on, and where it came from: ``--port``, else ``CODEFYUI_PORT``, else
+    the port the last ``cdui start --port N`` remembered in the user data folder, else 8000."""
+    if asked is not None:
+        return asked, "--port"
+    if cfg["CODEFYUI_PORT"] is not None:
+        return int(cfg["CODEFYUI_PORT"]), "CODEFYUI_PORT"
+    try:
+        remembered = int((cfg.user_data / PORT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        remembered = 0
+    if 1 <= remembered <= 65535:
+        return remembered, f"the port the last `cdui start --port` used ({cfg.user_data / PORT_FILE})"
+    return DEFAULT_PORT, "the default"
+
+
+def _remember_port(user_data: Path, port: int) -> None:
+    try:
+        (user_data / PORT_FILE).write_text(f"{port}\n")
+    except OSError as exc:
+        print(f"cdui: warning: could not remember port {port} in {user_data / PORT_FILE}: {exc.strerror or exc}; "
+              f"the next `cdui start` uses CODEFYUI_PORT or 8000", file=sys.stderr)
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     if args.extras:
         # bin/cdui installs the extras and takes the flag away before starting; here
@@ -63,18 +128,24 @@ def cmd_start(args: argparse.Namespace) -> int:
         restrict_umask()
     cfg = _config()
     ud = private_dir(cfg.user_data)
+    port, source = start_port(args.port, cfg)
     pid = daemon.PidFile(ud / "cdui.pid").running()
     if pid:
         info = server_info(ud) or {}
+        running = urlsplit(str(info.get("url", ""))).port
+        if source in ("--port", "CODEFYUI_PORT") and running is not None and running != port:
+            return _die(f"cdui is already running at {info['url']} (pid {pid}), on port {running}, not {port} "
+                        f"(from {source}): stop it first with `cdui stop`, then `cdui start --port {port}`")
         print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
         return 0
+    args.port = port
     if args.foreground:
         return _serve(cfg, args)
     log_path = ud / "cdui.log"
-    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(args.port)]
+    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(port)]
     (ud / "server.json").unlink(missing_ok=True)
     proc = daemon.spawn(cmd, log_path)
-    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
 
     def ready(rc: int | None) -> int | None:
         if rc is not None:
@@ -82,6 +153,8 @@ def cmd_start(args: argparse.Namespace) -> int:
             return _die(f"the server exited during start (code {rc}); last log lines:\n{tail}")
         info = server_info(ud)
         if info and info.get("pid") == proc.pid and _health(url):
+            if source == "--port":  # the next `cdui start` without --port starts here again
+                _remember_port(ud, port)
             print(f"cdui {__version__} running at {url} (pid {proc.pid}, log {log_path})")
             return 0
         return None
@@ -155,6 +228,31 @@ def cmd_status(args: argparse.Namespace) -> int:
         time.sleep(2)
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    """The running server's session token on stdout (what the page's token form asks for), and on stderr
+    where it came from and whether it outlives a restart."""
+    cfg = _config()
+    pid = _read_pid(cfg.user_data / "cdui.pid")
+    info = server_info(cfg.user_data)
+    if not pid or not info:
+        return _die(f"cdui is not running for the user data folder {cfg.user_data} (start it with `cdui start`; "
+                    "the page then asks for the token it draws)")
+    path = cfg.user_data / "session-token"
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        return _die(f"cannot read the session token in {path}: {exc.strerror or exc} (run this as the user that "
+                    "started the server)")
+    print(token, flush=True)
+    fixed = cfg["CODEFYUI_SESSION_TOKEN_FILE"]
+    lasting = (f"fixed by CODEFYUI_SESSION_TOKEN_FILE={fixed}: it outlives restarts, so a bookmark of "
+               f"{info['url']}/?token=TOKEN keeps working (keep that link private)" if fixed else
+               "it changes at every start; CODEFYUI_SESSION_TOKEN_FILE fixes it (docs/configuration.md)")
+    print(f"the session token of cdui at {info['url']} (pid {pid}), from {path}; paste it into the page's token "
+          f"form; {lasting}", file=sys.stderr)
+    return 0
+
+
 # -- runs -------------------------------------------------------------------------
 def _client(args: argparse.Namespace):
     # One client for every command: --control, and through the TLS proxy the --ca-fingerprint pin.
@@ -183,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memory_mb is not None:
         options["memory_mb"] = args.memory_mb
     client = _client(args)
+    if not args.queue_anyway:
+        cli_devices.check_device_offered(client, options["target"], args.device, args.devices)
     try:
         run = client.call("POST", "/api/runs", {"graph": graph, "options": options})
     except CduiError as err:
@@ -207,47 +307,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if final["status"] == "succeeded" else 1
 
 
-def _progress_line(ev: dict[str, Any]) -> str | None:
-    k, d = ev["kind"], ev["data"]
-    node = d.get("node_id")
-    if k == "status":
-        s = d.get("status")
-        return f"status: {s}" + (f" ({d['error']})" if d.get("error") else "")
-    if k == "node_status":
-        if d.get("status") in ("running", "failed", "stopped"):
-            return f"node {node} ({d.get('type')}): {d.get('status')}" + (f": {d['error']}" if d.get("error") else "")
-        return None
-    if k == "progress":
-        parts = [f"{key} {val:.4g}" if isinstance(val, float) else f"{key} {val}"
-                 for key, val in d.items() if key != "node_id"]
-        return f"node {node}: " + ", ".join(parts)
-    if k == "log":
-        if d.get("stream") == "stderr" and d.get("level") != "error":
-            return f"  {d.get('message')}"
-        return f"[{d.get('level', 'info')}] {d.get('message')}"
-    if k == "run_warning":
-        return f"warning ({d.get('kind')}): {d.get('message')}"
-    if k == "artifact":
-        return f"artifact {d.get('kind')}: {d.get('name')}"
-    return None
-
-
-def follow(client: Any, run_id: str, quiet: bool = False) -> dict[str, Any]:
-    """Print a run's events as they come; return the final run object."""
-    after = 0
-    while True:
-        events = client.call("GET", f"/api/runs/{run_id}/events?after={after}")
-        for ev in events:
-            after = ev["seq"]
-            if quiet:
-                continue
-            line = _progress_line(ev)
-            if line:
-                print(line, flush=True)
-        run = client.call("GET", f"/api/runs/{run_id}")
-        if run["status"] in TERMINAL and run.get("last_seq", 0) <= after:
-            return run
-        time.sleep(0.3)
+# `cdui run --wait` follows as `cdui runs logs --follow` does (cdui/cli/cli_runs.py).
+follow = cli_runs.follow
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -265,6 +326,16 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 # -- parser -------------------------------------------------------------------------
+def _port_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port {text!r} is not a port number from 1 to 65535")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="cdui", description="cdui: run CodefyUI node graphs locally and on remote workers")
     p.add_argument("--version", action="version", version=f"cdui {__version__}")
@@ -272,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", help="start the control plane (background unless --foreground)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--port", type=_port_arg, default=None,
+                   help="port; remembered for the next start (default: CODEFYUI_PORT, else the port the last "
+                        "`start --port` used, else 8000)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
     s.add_argument("--extras", default=None, metavar="LIST",
                    help="first install these node-family extras: all or a comma list (done by bin/cdui)")
@@ -285,26 +358,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--once", action="store_true", help="print once and exit")
     s.set_defaults(func=cmd_status)
 
+    s = sub.add_parser("token", help="print the session token the page asks for from another machine")
+    s.set_defaults(func=cmd_token)
+
     s = sub.add_parser("run", help="queue a graph as a run")
-    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("graph", metavar="GRAPH.json", help="the graph to run (a CodefyUI graph file)")
     s.add_argument("--target", default=None, help="local (default), any, a worker NAME, or one-shot")
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
     s.add_argument("--devices", type=int, default=None, metavar="N",
                    help="a device set: N devices of --device's kind on one worker (default: one)")
     s.add_argument("--memory-mb", type=int, default=None, metavar="MB",
                    help="the MiB the run needs on each device, counted where a device shares by memory")
+    s.add_argument(cli_devices.QUEUE_ANYWAY, action="store_true",
+                   help="queue it even when no machine the target may use offers --device (it waits for one)")
     s.add_argument("--wait", action="store_true", help="follow the run; exit 0 only if it succeeded")
     s.add_argument("--json", action="store_true", help="print the run object as JSON")
-    s.add_argument("--control", default=None, help="control plane URL (default: the one `cdui start` recorded)")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("api", help="call the local server's HTTP API as its owner")
-    s.add_argument("method", metavar="METHOD")
-    s.add_argument("path", metavar="PATH")
-    s.add_argument("body", metavar="JSON_BODY", nargs="?")
-    s.add_argument("--control", default=None)
+    s.add_argument("method", metavar="METHOD", help="GET, POST, PUT, PATCH or DELETE")
+    s.add_argument("path", metavar="PATH", help="the API path, e.g. /api/runs (docs/api.md)")
+    s.add_argument("body", metavar="JSON_BODY", nargs="?", help="the request body as JSON; - reads it from stdin")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_api)
@@ -313,10 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
                        ("test", "run the test suite (installs the test extras on first use)"),
                        ("wheelhouse", "fill a folder with wheels for an offline install")):
         s = sub.add_parser(name, help=f"{what} [bin/cdui]", add_help=False)
-        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.add_argument("rest", nargs=argparse.REMAINDER, help=f"the options of `bin/cdui {name}` (see its --help)")
         s.set_defaults(func=_launcher_only, launcher_command=name)
 
     cli_workers.add_commands(sub)
+    cli_runs.add_commands(sub)
     cli_datasets.add_commands(sub)
     return p
 

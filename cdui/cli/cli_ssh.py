@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from cdui.cli.cli_util import CONTROL_HELP
 from cdui.cli.client import Client
 from cdui.core import config
 
@@ -61,13 +62,13 @@ def add_ssh_commands(wsub: Any) -> None:
     s.add_argument("--identity", default=None, metavar="FILE", help="private key (ssh -i); default: ssh config/agent")
     s.add_argument("--remote-cdui", dest="remote_cdui", default=None, metavar="PATH",
                    help="the launcher on the remote host (default ~/CodefyUI/bin/cdui)")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--control", default=None)
+    s.add_argument("--json", action="store_true", help="print the new SSH worker as JSON")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.set_defaults(func=cmd_add_ssh)
     for action, what in (("disable", "stop a worker taking runs (an SSH worker's agent is stopped)"),
                          ("enable", "let a disabled worker take runs again (reconnects an SSH worker)"),
                          ("retry", "retry a failed SSH tunnel now")):
         s = wsub.add_parser(action, help=what)
-        s.add_argument("name", metavar="NAME")
-        s.add_argument("--control", default=None)
+        s.add_argument("name", metavar="NAME", help="the worker's name (`cdui workers list` shows them)")
+        s.add_argument("--control", default=None, help=CONTROL_HELP)
         s.set_defaults(func=cmd_ssh_action, action=action)

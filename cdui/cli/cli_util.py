@@ -10,6 +10,8 @@ from typing import Any
 from cdui.agent.spool import SpoolLock
 from cdui.core.errors import CduiError
 
+CONTROL_HELP = "the control plane's URL (default: the one `cdui start` recorded in the user data folder)"
+
 
 def _die(msg: str, code: int = 1) -> int:
     """Print the one error line ``cdui: error: ...`` on stderr and return ``code``."""

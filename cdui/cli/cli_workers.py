@@ -23,7 +23,7 @@ from cdui import __version__
 from cdui.agent.instances import lock
 from cdui.cli import daemon
 from cdui.cli.cli_ssh import add_ssh_commands, tunnel_line
-from cdui.cli.cli_util import _die, _read_pid, hold_spool
+from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid, hold_spool
 from cdui.cli.client import Client
 from cdui.cli.oneshot_cli import check_flags, claim_instance, list_lines, run_one_shot
 from cdui.core import config, exit_codes, trust
@@ -534,28 +534,28 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--ttl", type=parse_duration, default=86400.0, help="validity, e.g. 24h (default), 30m, 3600")
     s.add_argument("--uses", type=int, default=1, help="how many agents may use it (default 1)")
     s.add_argument("--for", dest="for_name", default=None, metavar="NAME", help="a reissue token for worker NAME")
-    s.add_argument("--control", default=None)
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.add_argument("--public-url", default=None, metavar="URL",
                    help="the address workers use, e.g. the TLS proxy's https://codefyui.example.com (default: "
                         "CODEFYUI_PUBLIC_URL, else the address this command reached)")
     _pin_arg(s)
     s.set_defaults(func=cmd_token)
     s = wsub.add_parser("list", help="list workers")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--control", default=None)
+    s.add_argument("--json", action="store_true", help="print the answer of GET /api/workers as JSON")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     _pin_arg(s)
     s.set_defaults(func=cmd_list)
     for action in ("drain", "undrain", "remove", "reissue"):
         s = wsub.add_parser(action, help=f"{action} a worker")
-        s.add_argument("name", metavar="NAME")
-        s.add_argument("--control", default=None)
+        s.add_argument("name", metavar="NAME", help="the worker's name (`cdui workers list` shows them)")
+        s.add_argument("--control", default=None, help=CONTROL_HELP)
         _pin_arg(s)
         s.set_defaults(func=cmd_action, action=action)
     s = wsub.add_parser("share-by-memory", help="admit runs on a worker's devices by memory instead of slot count")
-    s.add_argument("name", metavar="NAME")
-    s.add_argument("state", choices=("on", "off"))
+    s.add_argument("name", metavar="NAME", help="the worker's name (`cdui workers list` shows them)")
+    s.add_argument("state", choices=("on", "off"), help="on: admit runs by memory; off: by slot count again")
     s.add_argument("--device", default=None, help="only this device, e.g. cuda:0 (default: every device)")
-    s.add_argument("--control", default=None)
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.set_defaults(func=cmd_share_by_memory)
 
     add_ssh_commands(wsub)
@@ -585,11 +585,11 @@ def add_commands(sub: Any) -> None:
     s = asub.add_parser("stop", help="stop the background agent")
     s.set_defaults(func=cmd_agent_stop)
     s = asub.add_parser("pin", help="hold the TLS proxy's next key beside the current pin (a key rotation)")
-    s.add_argument("url", metavar="URL")
+    s.add_argument("url", metavar="URL", help="the control plane the credential is for, as given to --control")
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--next", default=None, metavar="sha256:HEX", help="the key the proxy will present next")
     g.add_argument("--clear-next", action="store_true", help="drop the next pin")
     s.set_defaults(func=cmd_agent_pin)
     s = asub.add_parser("forget", help="delete the stored credential for URL")
-    s.add_argument("url", metavar="URL")
+    s.add_argument("url", metavar="URL", help="the control plane the credential is for, as given to --control")
     s.set_defaults(func=cmd_agent_forget)

@@ -76,6 +76,39 @@ class Client:
             parsed = payload.decode(errors="replace")
         return status, parsed
 
+    def download(self, path: str, out: Any, progress: Any = None, chunk: int = 1 << 20) -> tuple[int, int | None]:
+        """GET ``path`` into the binary file ``out`` piece by piece (never all in memory); ``progress(done,
+        total)`` after each piece. (bytes written, the declared length or None); an error answer raises
+        what :meth:`call` raises."""
+        hdrs = {"X-CodefyUI-Token": self.token} if self.token else {}
+        req = urllib.request.Request(self.base + path, method="GET", headers=hdrs)
+        try:
+            resp = self.trust.opener().open(req, timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            try:
+                parsed = json.loads(payload) if payload else None
+            except ValueError:
+                parsed = payload.decode(errors="replace")
+            raise api_error(exc.code, parsed, f"GET {path}") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise CduiError("unreachable", f"cannot reach the cdui server at {self.base}: "
+                                           f"{getattr(exc, 'reason', exc)}",
+                            hint="is it running? `cdui start` starts it; `cdui status` shows it") from None
+        with resp:
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            done = 0
+            while True:
+                piece = resp.read(chunk)
+                if not piece:
+                    break
+                out.write(piece)
+                done += len(piece)
+                if progress is not None:
+                    progress(done, total)
+        return done, total
+
     def call(self, method: str, path: str, body: Any = None) -> Any:
         status, parsed = self.request(method, path, body)
         if status >= 400:

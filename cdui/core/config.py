@@ -33,6 +33,13 @@ def _float(v: str) -> float:
     return float(v.strip())
 
 
+def _positive_int(v: str) -> int:
+    n = int(v.strip())
+    if n < 1:
+        raise ValueError(v)
+    return n
+
+
 def _bool(v: str) -> bool:
     s = v.strip().lower()
     if s in ("1", "true", "yes", "on"):
@@ -59,6 +66,13 @@ def _ssh_strict(v: str) -> str:
     if v.strip() not in ("accept-new", "yes"):
         raise ValueError(v)
     return v.strip()
+
+
+def _port(v: str) -> int:
+    n = int(v.strip())
+    if not 1 <= n <= 65535:
+        raise ValueError(v)
+    return n
 
 
 def _devices(v: str) -> list[str]:
@@ -120,8 +134,10 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_READ_ROOTS", (), _read_roots, "folders absolute node paths may read on this machine, e.g. /datasets,/scratch (none by default)", "comma-separated absolute folders"),
     Setting("CODEFYUI_MACHINE_ID", None, _str, "overrides this machine's id (an agent on the server's host counts as another machine)", "a string"),
     # -- server
+    Setting("CODEFYUI_PORT", None, _port, "the port `cdui start` listens on when --port is not given (default: the port the last `cdui start --port` used, else 8000)", "a port number from 1 to 65535"),
     Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),
     Setting("CODEFYUI_TRUSTED_PROXIES", [], _networks, "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (none: the socket's peer is the client)", "comma-separated IP addresses or networks, e.g. 127.0.0.1,10.1.0.0/24"),
+    Setting("CODEFYUI_SESSION_TOKEN_FILE", None, _str, "a file (mode 0600) holding the session token, kept across restarts; created with a new token when missing (default: a new token at every start)", "a file", path=True),
     Setting("CODEFYUI_BOOTSTRAP", True, _bool, "0 refuses /api/auth/bootstrap to everyone (the page then asks for the session token)", "0 or 1"),
     Setting("CODEFYUI_MAX_UPLOAD_SIZE", 500 * MB, _size, "largest single uploaded file, in bytes (500 MB)", "bytes, or a size like 500MB"),
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),
@@ -130,6 +146,11 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_WARM_SPARE", True, _bool, "1 keeps a zygote with torch imported that forks each run's process, so runs start warm; 0 starts every run cold", "0 or 1"),
     Setting("CODEFYUI_LOCAL_DEVICES", [], _devices, "the devices the control plane's own runs use, instead of probing them at start (a helper process that imports torch); empty probes", "comma-separated, ending with cpu: cpu, or cuda:0,cuda:1,cpu"),
     Setting("CODEFYUI_STOP_GRACE_S", 10.0, _float, "seconds a stopped run has to end before it is killed", "seconds"),
+    # -- the canvas's per-tab processes (docs/canvas.md)
+    Setting("CODEFYUI_CANVAS_MAX_PROCESSES", 4, _positive_int, "most canvas processes (one per editor tab) alive at once; the least recently used ends first", "an integer of at least 1"),
+    Setting("CODEFYUI_CANVAS_IDLE_TIMEOUT_S", 1800.0, _float, "seconds a canvas process may sit idle before it ends (its cache and kept weights with it)", "seconds"),
+    Setting("CODEFYUI_CANVAS_MAX_RSS_MB", 8192, _int, "a canvas process whose resident memory is above this after a run ends (0: no bound)", "MB"),
+    Setting("CODEFYUI_CANVAS_CACHE_MAX_MB", 1024, _int, "tensor bytes a canvas process's execution cache keeps (least recently used dropped first; 0 caches nothing)", "MB"),
     Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
     Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
     # -- workers (control plane)

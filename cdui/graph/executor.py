@@ -5,7 +5,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cdui.graph.context import RunContext, RunStopped
 from cdui.graph.model import parse
@@ -45,13 +45,30 @@ def _summary(value: Any) -> Any:
     return {"type": type(value).__name__}
 
 
+class NodeCache(Protocol):
+    """The canvas process's execution cache (cdui/run/canvas_proc.py), as the executor uses it."""
+
+    def key(self, pn: PlanNode, inputs: dict[str, tuple[str, bool, str]]) -> tuple[str, bool]:
+        """``pn``'s key and whether the cache may answer for it, from its inputs' ``(key, cacheable,
+        output port)``: a node below one the cache may not answer for is not answered either."""
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        """The outputs kept under ``key``, or None."""
+
+    def ran(self, pn: PlanNode, key: str, cacheable: bool, result: dict[str, Any]) -> None:
+        """``pn`` ran and gave ``result`` (before any node downstream of it sees it)."""
+
+
 class Executor:
     def __init__(self, registry: Registry, ctx: RunContext,
-                 on_outputs: Callable[[str, str, dict[str, Any]], None] | None = None) -> None:
+                 on_outputs: Callable[[str, str, dict[str, Any]], None] | None = None,
+                 cache: NodeCache | None = None) -> None:
         self.registry = registry
         self.ctx = ctx
         # Given each reported node's outputs when it completes (recorded outputs, cdui/run/outputs.py).
         self.on_outputs = on_outputs
+        # A canvas run's cache: an unchanged node answers from it (node_status "cached") instead of running.
+        self.cache = cache
 
     def run(self, plan: Plan) -> dict[str, dict[str, Any]]:
         self.ctx.run_preset = lambda name, inputs: self.run_preset(plan, name, inputs)
@@ -60,6 +77,8 @@ class Executor:
     def _execute(self, order: list[PlanNode], injected: dict[tuple[str, str], Any],
                  report: bool = True) -> dict[str, dict[str, Any]]:
         outputs: dict[str, dict[str, Any]] = {}
+        cache = self.cache if report and not injected else None
+        keys: dict[str, tuple[str, bool]] = {}
         for pn in order:
             self.ctx.check_stop()
             inputs: dict[str, Any] = {}
@@ -68,6 +87,16 @@ class Executor:
             for (nid, port), value in injected.items():
                 if nid == pn.id:
                     inputs[port] = value
+            key, cacheable = "", False
+            if cache is not None:
+                key, cacheable = cache.key(pn, {port: (*keys.get(src, ("", False)), src_port)
+                                                for port, (src, src_port) in pn.inputs.items()})
+                keys[pn.id] = (key, cacheable)
+                hit = cache.lookup(key) if cacheable else None
+                if hit is not None:
+                    outputs[pn.id] = hit
+                    self._report_done(pn, hit, "cached", 0.0)
+                    continue
             prev = (self.ctx.node_id, self.ctx.node_type)
             self.ctx.node_id, self.ctx.node_type = pn.id, pn.type
             if report:
@@ -92,15 +121,21 @@ class Executor:
             if not isinstance(result, dict):
                 raise NodeFailed(pn.origin, pn.type, f"execute returned {type(result).__name__}, not a dict", "")
             outputs[pn.id] = result
+            if cache is not None:
+                cache.ran(pn, key, cacheable, result)
             if report:
-                self.ctx.node_id = pn.id
-                self.ctx.emit("node_status", {
-                    "status": "done", "type": pn.type, "seconds": round(time.monotonic() - t0, 3),
-                    "outputs": {k: _summary(v) for k, v in result.items()}})
-                self.ctx.node_id = prev[0]
-                if self.on_outputs is not None:
-                    self.on_outputs(pn.id, pn.type, result)
+                self._report_done(pn, result, "done", time.monotonic() - t0)
         return outputs
+
+    def _report_done(self, pn: PlanNode, result: dict[str, Any], status: str, seconds: float) -> None:
+        prev = self.ctx.node_id
+        self.ctx.node_id = pn.id
+        self.ctx.emit("node_status", {
+            "status": status, "type": pn.type, "seconds": round(seconds, 3),
+            "outputs": {k: _summary(v) for k, v in result.items()}})
+        self.ctx.node_id = prev
+        if self.on_outputs is not None:
+            self.on_outputs(pn.id, pn.type, result)
 
     def run_preset(self, plan: Plan, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         """Run preset ``name`` once with ``inputs`` on its exposed inputs (used by Map)."""

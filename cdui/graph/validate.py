@@ -11,9 +11,10 @@ draft and is pruned without complaint.
 from __future__ import annotations
 
 import builtins
+import difflib
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,7 +184,7 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
         cls = registry.get(n.type)
         if cls is None:
             unknown.add(nid)
-            errors.append(unknown_type_error(n.origin, n.type))
+            errors.append(unknown_type_error(n.origin, n.type, registry.nodes))
             continue
         before = len(errors)
         plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
@@ -267,14 +268,24 @@ def _output_names(pn: PlanNode, declared: dict[str, Port]) -> list[str]:
     return list(names(pn.params)) if names is not None else sorted(declared)
 
 
-def unknown_type_error(node_id: str, type_name: str) -> dict[str, Any]:
+def close_type(type_name: str, known: Iterable[str]) -> str | None:
+    """The installed type a mistyped ``type_name`` most likely means (case aside), or None."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(type_name.lower(), list(by_lower), 1, 0.75)
+    return by_lower[close[0]] if close else None
+
+
+def unknown_type_error(node_id: str, type_name: str, known: Iterable[str] = ()) -> dict[str, Any]:
     """The error for a node whose type is not installed, saying which kind of
-    type it is, so the user knows what to install or change."""
+    type it is, so the user knows what to install or change; with a "did you
+    mean" when an installed type (of ``known``) is spelled nearly the same."""
+    guess = close_type(type_name, known)
+    mean = f"did you mean {guess!r}? else " if guess is not None else ""
     if ":" in type_name:
         pack = type_name.split(":", 1)[0]
         return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a node of the "
                    f"plugin pack {pack!r}, which is not installed", value=type_name,
-                   hint=f"install the {pack!r} plugin pack under the plugins folder, or remove the node")
+                   hint=f"{mean}install the {pack!r} plugin pack under the plugins folder, or remove the node")
     if type_name in CODEFYUI_BUILTINS:
         return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a CodefyUI "
                    f"built-in that this version of cdui does not have yet", value=type_name,
@@ -282,7 +293,7 @@ def unknown_type_error(node_id: str, type_name: str) -> dict[str, Any]:
                         "or run the graph in CodefyUI")
     return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, which is not a "
                f"CodefyUI built-in: a custom node that is not installed here", value=type_name,
-               hint="put the custom node's .py file in the custom_nodes folder and restart, "
+               hint=f"{mean}put the custom node's .py file in the custom_nodes folder and restart, "
                     "or remove the node")
 
 

@@ -22,12 +22,17 @@ just a value.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import os
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from cdui.core.layout import Layout
     from cdui.graph.context import RunContext
 
@@ -93,6 +98,9 @@ class Param:
     # to something other than ``default`` (the value a new node starts with in the editor):
     # TextInput's text is "" then, not its sample sentence. UNSET: ``default``.
     absent: Any = UNSET
+    # Shown in the editor only while another param of the node has one of these values, as CodefyUI
+    # declares it: {"preset": "Custom"} (a list of values: any of them). Display only; runs ignore it.
+    visible_when: dict[str, Any] | None = None
 
     def when_absent(self) -> Any:
         """The value a graph that leaves this param out runs with."""
@@ -113,6 +121,8 @@ class Param:
             d["writes"] = True
         if self.runs_preset:
             d["runs_preset"] = True
+        if self.visible_when:
+            d["visible_when"] = dict(self.visible_when)
         return d
 
 
@@ -134,6 +144,12 @@ class Node(ABC):
     # A data folder ("media") every run of this node writes into, whatever its
     # params (plot nodes keep their picture): the run's file plan says it writes.
     ALWAYS_WRITES: ClassVar[str | None] = None
+    # Whether the canvas's execution cache may answer for this node instead of running it (docs/canvas.md).
+    # False for a node whose outputs are not a function of its params and inputs alone: training, random
+    # draws from the process's generator, weights initialised on each run, the network, a live object
+    # training changes in place, or a side effect that is the node's point. None: decided from the
+    # declarations (see :meth:`cacheable`). What is downstream of a node that is not cacheable re-runs too.
+    CACHEABLE: ClassVar[bool | None] = None
 
     @classmethod
     def define_inputs(cls) -> list[Port]:
@@ -151,6 +167,25 @@ class Node(ABC):
     def preset_params(cls) -> tuple[str, ...]:
         """The params whose value names a preset this node runs (declared ``runs_preset``)."""
         return tuple(p.name for p in cls.define_params() if p.runs_preset)
+
+    @classmethod
+    def cacheable(cls) -> bool:
+        """:attr:`CACHEABLE`, or when unset: not for a node that writes files or hands back a model or an
+        optimizer (live objects training changes in place); cacheable otherwise."""
+        if cls.CACHEABLE is not None:
+            return cls.CACHEABLE
+        if cls.ALWAYS_WRITES or cls.WRITES_TO:
+            return False
+        if any(p.param_type == "output_path" or p.writes for p in cls.define_params()):
+            return False
+        return not any(p.data_type in (MODEL, OPTIMIZER) for p in cls.define_outputs())
+
+    @classmethod
+    def reads_outside(cls, params: dict[str, Any], layout: Layout) -> list[Path]:
+        """Files or folders the node reads that no file param (``data_file``, ``path``, ``folder``, ...)
+        names, e.g. a dataset's own folder under a ``data_dir`` string: the canvas cache keys the node by
+        their sizes and mtimes too, so an edit there makes it run again (docs/canvas.md)."""
+        return []
 
     @classmethod
     def missing_packages(cls) -> list[str]:
@@ -213,10 +248,30 @@ class Node(ABC):
 # Import name -> pip name, where they differ.
 PIP_NAMES = {"sklearn": "scikit-learn", "PIL": "Pillow"}
 _AVAILABLE: dict[str, bool] = {}
+_PATHS_SEEN: list[tuple[str, int]] = []  # (sys.path entry, its mtime) when _AVAILABLE was filled
+
+
+def _paths_now() -> list[tuple[str, int]]:
+    out = []
+    for entry in sys.path:
+        try:
+            out.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            out.append((entry, -1))
+    return out
 
 
 def package_available(name: str) -> bool:
-    """Whether ``name`` can be imported here (looked up once, without importing it)."""
+    """Whether ``name`` can be imported here (without importing it). Looked up once, until a folder of
+    ``sys.path`` changes: an extra installed (`bin/cdui install --extras X`, pip) into a running server's or
+    agent's environment counts from the next check on, with no restart (runs already running keep what
+    they started with)."""
+    global _PATHS_SEEN
+    now = _paths_now()
+    if now != _PATHS_SEEN:
+        _AVAILABLE.clear()
+        importlib.invalidate_caches()
+        _PATHS_SEEN = now
     if name not in _AVAILABLE:
 
         try:
@@ -236,8 +291,9 @@ def forget_package_lookups() -> None:
 def install_hint(extra: str | None) -> str:
     if extra is None:
         return "install the packages into cdui's environment"
-    return (f"install the {extra} extra with `bin/cdui start --extras {extra}` (or `bin/cdui install "
-            f"--extras {extra}`; offline: `bin/cdui wheelhouse DIR --extras {extra}` on a connected machine)")
+    return (f"install the {extra} extra with `bin/cdui install --extras {extra}` (a running server or agent "
+            f"sees it without a restart) or `bin/cdui start --extras {extra}`; offline: `bin/cdui wheelhouse DIR "
+            f"--extras {extra}` on a connected machine, then `bin/cdui install --wheelhouse DIR --extras {extra}`")
 
 
 @dataclass

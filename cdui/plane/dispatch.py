@@ -19,6 +19,11 @@ and follows every change of a run into or out of ``queued`` made through
 
 ``any`` spreads over free workers: :meth:`RunQueue.free_order` lists the
 executors with a free slot least recently given a run first.
+
+:class:`HeldSlots` is the other half of a pass's state: which run holds which
+slot, with the count of slots in use per (executor, device) kept as runs come
+and go, so a pass copies it rather than counting every running run again
+(with 5,000 busy workers that count alone took milliseconds a pass).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from typing import Any
 
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import Run
-from cdui.wire.devicesets import lane_extra
+from cdui.wire.devicesets import Key, lane_extra, members, take
 from cdui.wire.target import target_json
 
 
@@ -59,6 +64,7 @@ class Lane:
     key: str
     runs: list[tuple[tuple[float, int], Run]] = field(default_factory=list)
     reason: str | Callable[[], str] | None = None  # a function: worked out when first read
+    reason_state: Any = None  # what a worked-out-when-read reason was made from (see RunService._place_heads)
 
     def head(self) -> Run | None:
         return self.runs[0][1] if self.runs else None
@@ -117,13 +123,83 @@ class RunQueue:
             lane.reason = lane.reason()
         return lane.reason
 
+    def lane_reasons(self) -> dict[str, str | None]:
+        """Every lane's waiting reason (those left as functions worked out now, on the event loop), by lane
+        key: what :meth:`reason` answers for each run of the lane."""
+        out: dict[str, str | None] = {}
+        for key, lane in self.lanes.items():
+            if callable(lane.reason):
+                lane.reason = lane.reason()
+            out[key] = lane.reason
+        return out
+
+    def lane_key(self, run_id: str) -> str | None:
+        """The key of ``run_id``'s lane while it is queued, else None. Safe from another thread: one
+        lookup in a dict the event loop changes (a listing reads it beside the rows it read)."""
+        where = self._where.get(run_id)
+        return None if where is None else where[0]
+
     def used(self, executor: str) -> None:
         """``executor`` was just given a run: it goes to the back of ``any``'s order."""
         self._used_at[executor] = next(self._tick)
 
+    def free_key(self, executor: str) -> tuple[int, str]:
+        """Where ``executor`` stands in :meth:`free_order`'s order; only :meth:`used` changes it."""
+        return (self._used_at.get(executor, -1), executor)
+
     def free_order(self, names: list[str]) -> list[str]:
         """``names`` least recently given a run first (never used first, by name)."""
-        return sorted(names, key=lambda n: (self._used_at.get(n, -1), n))
+        return sorted(names, key=self.free_key)
+
+    def insert_free(self, free: list[str], name: str) -> None:
+        """Put ``name`` into ``free`` (a list in :meth:`free_order`'s order) at its place in that order."""
+        bisect.insort(free, name, key=self.free_key)
 
     def snapshot(self) -> dict[str, Any]:
         return {"queued": len(self), "lanes": len(self.lanes)}
+
+
+class HeldSlots(dict[str, tuple[str, str]]):
+    """run id -> (executor, slot or set) of every run holding a slot, and :attr:`used`: the slots in use
+    per (executor, device), always what :func:`cdui.wire.devicesets.slots_used` would count from the
+    entries. Only item assignment, ``pop`` and ``del`` change it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used: dict[Key, int] = {}
+
+    def __setitem__(self, run_id: str, held: tuple[str, str]) -> None:
+        old = self.get(run_id)
+        if old is not None:
+            self._drop(old)
+        super().__setitem__(run_id, held)
+        take(self.used, held[0], held[1])
+
+    def __delitem__(self, run_id: str) -> None:
+        old = self[run_id]
+        super().__delitem__(run_id)
+        self._drop(old)
+
+    def pop(self, run_id: str, default: Any = KeyError) -> Any:
+        if run_id in self:
+            old = super().pop(run_id)
+            self._drop(old)
+            return old
+        if default is KeyError:
+            raise KeyError(run_id)
+        return default
+
+    def _drop(self, held: tuple[str, str]) -> None:
+        executor, slot = held
+        for d in members(slot):
+            key = (executor, d)
+            n = self.used.get(key, 0) - 1
+            if n > 0:
+                self.used[key] = n
+            else:
+                self.used.pop(key, None)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("HeldSlots changes only by item assignment, pop and del (so its counts stay true)")
+
+    update = setdefault = popitem = clear = _refuse  # type: ignore[assignment]

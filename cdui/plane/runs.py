@@ -15,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import heapq
+import json
 import logging
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 
@@ -39,7 +41,7 @@ from cdui.graph.uses import presets_used
 from cdui.graph.validate import Plan, validate_graph
 from cdui.nodes.registry import Registry
 from cdui.plane import stopping
-from cdui.plane.dispatch import RunQueue, needs_of, reads_of
+from cdui.plane.dispatch import HeldSlots, RunQueue, needs_of, reads_of
 from cdui.plane.files.artifact_files import (
     KEPT_BACKENDS,
     KEPT_FOLDER,
@@ -54,9 +56,10 @@ from cdui.plane.files.artifact_files import (
 from cdui.plane.oneshot import OneShotBook
 from cdui.plane.sched import device_fit
 from cdui.plane.sched.catalog_check import any_skips
+from cdui.plane.sched.free_order import FreeOrder
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
-from cdui.plane.sched.queue import ExecutorView, Placement, candidates, parse_caps, place
-from cdui.plane.store import ACTIVE, TERMINAL, Run, Store
+from cdui.plane.sched.queue import Blocked, ExecutorView, Placement, block, parse_caps, place
+from cdui.plane.store import ACTIVE, TERMINAL, Run, RunFilter, Store
 from cdui.plane.subscription import Subscription
 from cdui.run import outputs, runner
 from cdui.run.catalog import with_run_report
@@ -139,6 +142,22 @@ class Executor(ExecutorView, Protocol):
     def stop(self, run_id: str, grace: float) -> bool: ...
 
 
+class ClaimsFacts(Protocol):
+    """An executor whose start's change of a run's facts can be made when the run is claimed
+    (cdui.plane.worker_session.RemoteExecutor)."""
+
+    def claim_facts(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """The change, made in the claim's transaction (then :meth:`start_claimed` starts the run), or None
+        (then ``start`` does it all)."""
+
+    def local_paths(self) -> bool:
+        """Whether its runs' jobs carry this machine's folders (it runs them on this machine)."""
+
+    async def start_claimed(self, run: Run, job: Job) -> None:
+        """Start ``run`` (read without its graph; ``job`` carries it) with the job built as
+        :meth:`local_paths` says."""
+
+
 class LocalExecutor:
     """Runs on this server's own devices, one subprocess per run."""
 
@@ -168,7 +187,10 @@ class LocalExecutor:
             if run_id in self.service.abandoned:
                 return  # it already ended failed: what it says while stopping is not stored
             try:
-                await self.service.record_events(run_id, "local", [Event.from_wire(e) for e in events])
+                # The launcher's events are already in the recorders' form (numbered, redacted,
+                # sized): stored as they are, as a worker's checked events are, not made into
+                # ``Event`` objects and back (about 1.2 µs an event).
+                await self.service.record_wire(run_id, "local", events)
             except DiskFull as err:
                 await self.service.fail_for_full_disk(run_id, err)
 
@@ -206,7 +228,7 @@ class RunService:
         self.caps = parse_caps(config["CODEFYUI_RUN_QUEUE_MAX_CONCURRENT"])
         self.executors: dict[str, Executor] = {}
         self.secrets: dict[str, list[Any]] = {}
-        self.active: dict[str, tuple[str, str]] = {}  # run id -> (executor, device)
+        self.active = HeldSlots()  # run id -> (executor, device), with the slots in use counted as they change
         self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -219,6 +241,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
+        self._rows = EncodedRows()  # GET /api/runs's encoded runs (see list_json)
         # The executors `any` leaves out for their catalog (any_skips reads every executor): computed again
         # only when an executor comes or goes, since an executor's catalog holds for its connection.
         self._skips: dict[str, str] | None = None
@@ -228,7 +251,11 @@ class RunService:
         # run has left since (``_freed``), or every one (``_ask_all``) after any other change (see wake).
         self._ask_all = True
         self._freed: set[str] = set()
-        self._still_free: list[str] = []
+        # Counts every wake-up that says something changed (and every change of the executors): a waiting
+        # reason worked out since the last such change, from the same slots, still holds (see _place_heads).
+        self._changes = 0
+        # The executors free after the last pass, in `any`'s order, changed one executor at a time (see dispatch_once).
+        self._free = FreeOrder(self.queue.free_key)
         self.devicebook = device_fit.DeviceBook()  # memory needs and share-by-memory settings
         self.spares = SparePool(bool(config["CODEFYUI_RUN_WARM_SPARE"]))  # warm local run processes (cdui/run/spare.py)
         # The previous server was killed in the middle of its stop (plane/stopping.py): its runs end, none is adopted.
@@ -256,11 +283,12 @@ class RunService:
             self._ask_all = True
         else:
             self._freed.add(freed)
+        self._changes += 1
         self._wake.set()
 
     def _slot_freed(self, run_id: str) -> str | None:
         """``run_id`` no longer holds its slot; the executor it held one on, if any."""
-        held = self.active.pop(run_id, None)
+        held: tuple[str, str] | None = self.active.pop(run_id, None)
         if held is None:
             return None
         self._freed.add(held[0])
@@ -464,12 +492,28 @@ class RunService:
     # -- events --------------------------------------------------------------
     async def record_events(self, run_id: str, src: str, events: Sequence[Event]) -> int:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
+        return await self.record_wire(run_id, src, [ev.to_wire() for ev in events])
+
+    async def record_wire(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+        """:meth:`record_events` of events in the recorders' form (``kind``, ``data``, ``at``, ``src_seq``),
+        as an agent's ``events`` message carries them once checked: not made into ``Event`` objects and back."""
         # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut
         # where born. The store measures them as it encodes them.
         limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
+        if src != CP and _status_only(events):
+            # A run's usual message (running, its ending, its logs): the statuses' changes of the run's row
+            # are made in the transaction that stores the events, one writer round trip instead of one
+            # more per status; what follows on the loop (the ending's slot, listeners, watchers) is as below.
+            stored, acked, ended = await self.store.append_status_events(run_id, src, events, self.clock.time(),
+                                                                          max_bytes=limit)
+            for ev, now_ended in zip(stored, ended, strict=True):
+                if now_ended is not None:
+                    await self._ended(run_id, ev["data"]["status"], now_ended, [])
+                for q in list(self.subscribers.get(run_id, ())):
+                    q.put_nowait(ev)
+            return acked
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, [ev.to_wire() for ev in events],
-                                                       assign=(src == CP), max_bytes=limit)
+        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit)
         watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
             if ev["kind"] in APPLIED:
@@ -633,6 +677,12 @@ class RunService:
         event = self._cp_event(run_id, "status", {"status": status, "error": error}) if record else None
         ended, stored = await self.store.finish_run(run_id, status, error, now, CP,
                                                     event.to_wire() if event is not None else None)
+        await self._ended(run_id, status, ended, stored)
+
+    async def _ended(self, run_id: str, status: str, ended: bool, stored: list[dict[str, Any]]) -> None:
+        """What follows on the loop once a run's ending was written (``ended``: it ended now, not before;
+        ``stored``: the final status event stored with it, if any): its slot, secrets and queue entry go,
+        the listeners hear of it, the dispatch loop is woken."""
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
@@ -651,7 +701,7 @@ class RunService:
             self.wake(freed)
         else:
             self.wake()
-        if not self._closing and not self.store.full:
+        if not self._closing and not self.store.full and (self.config["CODEFYUI_RUN_RETENTION_KEEP_LAST"] or 0) > 0:
             self.spawn(self._apply_retention())
 
     # -- the port for executors' owners (the worker manager) ---------------------
@@ -684,9 +734,11 @@ class RunService:
         (a reconnect may have attached a newer one under the same name)."""
         if executor is None or self.executors.get(name) is executor:
             self.executors.pop(name, None)
+            self._free.discard(name)  # the free list holds executors that exist only
             self._executors_changed()
 
     def _executors_changed(self) -> None:
+        self._changes += 1
         self._skips = None
         self._slot_table.clear()
 
@@ -732,6 +784,7 @@ class RunService:
             # test that steps a fake clock sees the pass without waking the loop itself).
             if not await wait_event(self.clock, self._wake, DISPATCH_EVERY_S):
                 self._ask_all = True  # the periodic pass asks every executor, whatever it was told
+                self._changes += 1  # and works out every waiting reason again (a worker's labels may have changed)
             self._wake.clear()
             if self._closing:
                 return
@@ -758,29 +811,37 @@ class RunService:
         if not self.queue.lanes:
             return
         t0 = time.perf_counter()
-        used = devicesets.slots_used(self.active.values())  # a set holds a slot of each member
-        used_mb = self.devicebook.used_mb(self.active)
-        blocked: set[tuple[str, str]] = set()
+        used = dict(self.active.used)  # counted as runs come and go, not again per pass (HeldSlots)
+        # The memory held on devices shared by memory: only where some device is shared (else no run's
+        # placement reads it, and counting it over thousands of running runs would cost every pass).
+        used_mb = self.devicebook.used_mb(self.active) if self.devicebook.shared else {}
+        self.devicebook.forget_ended(self.active)
+        blocked = Blocked(executors=self.executors)
         if self._skips is None:
             self._skips = any_skips(self.executors)
         skips = self._skips
         # Asking every executor costs a pass as much as hundreds of placements: unless something else changed
-        # (wake without an executor), only those free after the last pass and those a run left since.
+        # (wake without an executor), only those a run left since (or that were drained, or undrained) are
+        # asked; those free after the last pass stay in the list, in its order, without being asked again
+        # (with a thousand idle workers, asking each again made every pass of a submit cost milliseconds).
+        # place() checks every executor it tries, so one that is no longer free is passed over, never used.
+        # Each executor asked again is taken out and put back at its place (a binary search each), so a pass
+        # costs the executors that changed, not the length of the list (thousands of idle workers).
+        free = self._free
         if self._ask_all:
-            asked: Iterable[str] = self.executors
+            free.reset(n for n, ex in self.executors.items() if self._has_free_slot(ex, used))
         else:
-            asked = dict.fromkeys([*self._still_free, *self._freed])
+            for n in self._freed:
+                free.discard(n)
+                ex = self.executors.get(n)
+                if ex is not None and self._has_free_slot(ex, used):
+                    free.add(n)
         self._ask_all = False
-        self._freed.clear()
-        free = self.queue.free_order([n for n in asked if (ex := self.executors.get(n)) is not None
-                                      and self._has_free_slot(ex, used)])
-        try:
-            await self._place_heads(t0, used, used_mb, blocked, skips, free)
-        finally:
-            self._still_free = free
+        self._freed = set()
+        await self._place_heads(t0, used, used_mb, blocked, skips, free)
 
     async def _place_heads(self, t0: float, used: dict[tuple[str, str], int], used_mb: dict[tuple[str, str], int],
-                           blocked: set[tuple[str, str]], skips: dict[str, str], free: list[str]) -> None:
+                           blocked: Blocked, skips: dict[str, str], free: FreeOrder) -> None:
         heads = [(lane.head_order(), key) for key, lane in self.queue.lanes.items() if lane.runs]
         heapq.heapify(heads)
         placed = 0
@@ -806,12 +867,13 @@ class RunService:
                 devicesets.take(used, decision.executor, decision.device)
                 self.devicebook.took(used_mb, decision.executor, decision.device, devicesets.memory_need(run.options))
                 self.queue.remove(run.id)
+                was_free = decision.executor in free
+                free.discard(decision.executor)  # from its place, before it moves to the back of the order
                 self.queue.used(decision.executor)
-                if decision.executor in free:
-                    free.remove(decision.executor)
+                if was_free:
                     placed_on = self.executors.get(decision.executor)
                     if placed_on is not None and self._has_free_slot(placed_on, used):
-                        free.append(decision.executor)  # least recently used is now the last
+                        free.add(decision.executor)  # least recently used is now the last
                 # The slot is held from now on, and the start (its claim, a writer round trip) runs on
                 # its own: the pass does not wait for one run's write before placing the next.
                 self.active[run.id] = (decision.executor, decision.device)
@@ -820,18 +882,23 @@ class RunService:
                 if lane.runs:
                     heapq.heappush(heads, (lane.head_order(), key))
             else:
-                reason: str | Callable[[], str] = decision
                 if isinstance(run.target, AnyWorker) and len(free) < len(self.executors):
                     # The refusal came from the free executors only: why over all of them is worked out
-                    # when someone reads it (it reads every executor), from this pass's state.
-                    reason = functools.partial(self._waiting_reason, run, dict(used), set(blocked), dict(used_mb))
-                kind = device_kind(run.options.get("device"))
-                for name in candidates(run.target, self.executors, skips=skips):
-                    blocked.add((name, kind))
-                lane.reason = reason
+                    # when someone reads it (it reads every executor), from this pass's state. A pass
+                    # whose state is the last one's, with nothing told in between (a submit behind busy
+                    # workers), keeps the reason as it is, worked out once rather than at every read.
+                    state = (self._changes, dict(used), set(blocked), dict(blocked.any_kinds), dict(used_mb))
+                    if lane.reason_state != state:
+                        lane.reason = functools.partial(self._waiting_reason, run, state[1], blocked.copy(), state[4])
+                        lane.reason_state = state
+                else:
+                    lane.reason, lane.reason_state = decision, None
+                # Later runs of its device kind do not overtake it on any executor it may use (for `any`:
+                # one mark, not one per worker).
+                block(blocked, run.target, device_kind(run.options.get("device")), self.executors, skips)
 
     def place(self, run: Run, used: dict[tuple[str, str], int], blocked: set[tuple[str, str]],
-              order: list[str] | None, used_mb: dict[tuple[str, str], int] | None = None,
+              order: Collection[str] | None, used_mb: dict[tuple[str, str], int] | None = None,
               skips: dict[str, str] | None = None) -> Placement | str:
         """Where ``run`` goes now, or why it waits: the one decision of a dispatch pass
         (``order``: the executors ``any`` tries, least recently used first; None: all)."""
@@ -866,36 +933,57 @@ class RunService:
                                                  "when the server restarted before it started; submit it again")
             return
         # Claim it atomically: a Stop that landed since the queue was read wins. The graph is read here, once.
-        graph = await self.store.claim_queued_graph(run_id, where.executor, where.device, self.clock.time())
+        # An executor that can say what its start changes in the run's facts has that made in the same
+        # transaction (one writer round trip less per run); not with a storage backend, whose own facts
+        # are added between the claim and the start.
+        claimer = self.executors.get(where.executor)
+        claim_facts = getattr(claimer, "claim_facts", None)  # a ClaimsFacts (not isinstance: it is slow per run)
+        facts = claim_facts() if claim_facts is not None and self.storage is None else None
+        graph = await self.store.claim_queued_graph(run_id, where.executor, where.device, self.clock.time(), facts)
         if graph is None:
             if self.active.get(run_id) == (where.executor, where.device):
                 self._slot_freed(run_id)  # the slot the pass held for it
                 self.wake(where.executor)
             return
-        run = replace(run, graph=graph)
         self.active[run_id] = (where.executor, where.device)
         self.devicebook.hold(run_id, run.options)
-        job = self.build_job(run, where)
+        if facts is not None:
+            # Built for the claimer's machine at once (another machine's job carries none of this one's paths).
+            job = self.build_job(run, where, graph, local_paths=cast(ClaimsFacts, claimer).local_paths())
+        else:
+            run = replace(run, graph=graph)
+            job = self.build_job(run, where)
         try:
             if self.storage is not None:  # before it is sent: a run without bucket credentials fails here
                 job = await self.storage.prepare(run, job, self.executors[where.executor])
-            await self.executors[where.executor].start(run, job)
+            executor = self.executors[where.executor]
+            if facts is not None and executor is claimer:
+                await cast(ClaimsFacts, executor).start_claimed(run, job)
+            else:
+                await executor.start(run, job)
             if run_id in self.stop_pending:  # Stop pressed while it was being handed over
                 self.executors[where.executor].stop(run_id, self.stop_grace)
         except Exception as exc:
             log.exception("could not start run %s on %s", run_id, where.executor)
             await self._finish(run_id, "failed", f"could not start the run on {where.executor}: {exc}")
 
-    def build_job(self, run: Run, where: Placement) -> Job:
-        """The run's one job, built here once; executors and agents derive theirs from it."""
+    def build_job(self, run: Run, where: Placement, graph: dict[str, Any] | None = None,
+                  local_paths: bool = True) -> Job:
+        """The run's one job, built here once; executors and agents derive theirs from it. ``graph``: the
+        run's, where ``run`` was read without it; ``local_paths``: False for another machine's job, which
+        carries none of this machine's folders (what :meth:`Job.without_local_paths` makes)."""
         files = JobFiles(where.backend, tuple(FilePlan.from_json(run.options.get("files")).inputs),
                          self.config["CODEFYUI_MOUNT_LABEL"])
-        if run.graph is None:
+        graph = run.graph if graph is None else graph
+        if graph is None:
             raise ValueError(f"run {run.id} was read without its graph; a job needs it")
-        return Job(run_id=run.id, graph=run.graph, options=dict(run.options), slot_device=where.device,
+        secrets = tuple((tuple(p), v) for p, v in self.secrets.get(run.id, []))
+        if not local_paths:
+            return Job(run_id=run.id, graph=graph, options=dict(run.options), slot_device=where.device, layout=None,
+                       custom_nodes_dir=None, plugins_dir=None, files=files, secrets=secrets)
+        return Job(run_id=run.id, graph=graph, options=dict(run.options), slot_device=where.device,
                    layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
-                   plugins_dir=str(self.config.plugins_dir), files=files,
-                   secrets=tuple((tuple(p), v) for p, v in self.secrets.get(run.id, [])))
+                   plugins_dir=str(self.config.plugins_dir), files=files, secrets=secrets)
 
     # -- stop / delete --------------------------------------------------------
     async def stop(self, run_id: str) -> dict[str, Any]:
@@ -965,24 +1053,8 @@ class RunService:
 
     # -- reading -------------------------------------------------------------
     def to_api(self, run: Run) -> dict[str, Any]:
-        out = {
-            "id": run.id, "name": run.name, "status": run.status, "target": target_json(run.target),
-            "device": run.slot_device, "options": run.options,
-            "worker_id": run.worker_id, "worker_status": None,
-            "queue_reason": (self.queue.reason(run.id) or run.queue_reason) if run.status == "queued" else None,
-            "error": run.error, "late_result": run.late_result,
-            "execution_facts": run.execution_facts or {},
-            "stop_requested": bool(run.stop_requested),
-            "last_seq": run.last_seq,
-            "created_at": iso(run.created_at), "started_at": iso(run.started_at),
-            "finished_at": iso(run.finished_at),
-        }
-        if run.disconnected_at and run.status == "disconnected":
-            since = self.clock.time() - run.disconnected_at
-            out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
-                                    "disconnected_s": round(since, 1),
-                                    "text": f"worker disconnected {since:.0f} s ago"}
-        return out
+        reason = self.queue.reason(run.id) if run.status == "queued" else None
+        return api_form(run, reason, self.clock.time())
 
     async def get(self, run_id: str) -> dict[str, Any]:
         run = await self.store.get_run(run_id)
@@ -990,8 +1062,35 @@ class RunService:
             raise NotFound("run", run_id, hint="list runs with GET /api/runs")
         return self.to_api(run)
 
-    async def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        return [self.to_api(r) for r in await self.store.list_runs(status, limit)]
+    async def list(self, status: str | None = None, limit: int = 200,
+                   where: RunFilter | None = None) -> list[dict[str, Any]]:
+        return [self.to_api(r) for r in await self.store.list_runs(status, limit, where)]
+
+    async def set_labels(self, run_id: str, body: Any) -> dict[str, Any]:
+        """``PATCH /api/runs/{id}``: replace the run's tags and/or its note (any status; nothing else
+        about the run changes)."""
+        tags, note, set_note = labels_from(body)
+        if not await self.store.set_labels(run_id, tags, note, set_note):
+            raise NotFound("run", run_id, hint="list runs with GET /api/runs")
+        return await self.get(run_id)
+
+    async def list_json(self, status: str | None = None, limit: int = 200, where: RunFilter | None = None) -> bytes:
+        """``GET /api/runs``'s body: what :meth:`list` answers, as JSON (byte for byte what
+        ``json.dumps`` makes of it). Built off the event loop from each run's encoded form, kept while
+        the run's row (and its queue reason) is unchanged: a listing of 200 runs is about 134 KB, which
+        took the event loop tens of milliseconds to build and encode under a dispatch backlog. Read and
+        encoded in one hop to a thread: under a backlog each return to the busy event loop waits behind
+        what it has to do, and a read, then an encoding, waited twice."""
+        # What only the event loop may work out: each lane's waiting reason (from the dispatch state). The
+        # thread finds a listed run's lane itself (RunQueue.lane_key).
+        reasons = self.queue.lane_reasons()
+        now = self.clock.time()
+
+        def listing() -> bytes:
+            runs = self.store.list_runs_sync(status, limit, where)
+            of = {r.id: reasons.get(self.queue.lane_key(r.id) or "") for r in runs if r.status == "queued"}
+            return self._rows.encode(runs, of, now)
+        return await asyncio.to_thread(listing)
 
     def subscribe(self, run_id: str) -> Subscription:
         q = Subscription()  # bounded: a slow watcher reads what it missed from the store
@@ -1006,8 +1105,122 @@ class RunService:
                 self.subscribers.pop(run_id, None)
 
 
+def api_form(run: Run, queue_reason: str | None, now: float) -> dict[str, Any]:
+    """A run as the API shows it (``queue_reason``: the queue's own, for a queued run; ``now``: for how
+    long a disconnected run's worker has been away)."""
+    out = {
+        "id": run.id, "name": run.name, "status": run.status, "target": target_json(run.target),
+        "device": run.slot_device, "options": run.options,
+        "worker_id": run.worker_id, "worker_status": None,
+        "queue_reason": (queue_reason or run.queue_reason) if run.status == "queued" else None,
+        "error": run.error, "late_result": run.late_result,
+        "execution_facts": run.execution_facts or {},
+        "stop_requested": bool(run.stop_requested),
+        "last_seq": run.last_seq,
+        "created_at": iso(run.created_at), "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "tags": list(run.tags), "note": run.note,
+    }
+    if run.options.get("canvas"):
+        out["canvas"] = run.options["canvas"]  # a canvas Run's tab (cdui/plane/canvas.py)
+    if run.disconnected_at and run.status == "disconnected":
+        since = now - run.disconnected_at
+        out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),
+                                "disconnected_s": round(since, 1),
+                                "text": f"worker disconnected {since:.0f} s ago"}
+    return out
+
+
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]{0,63}")
+MAX_TAGS = 32         # tags on one run
+MAX_NOTE = 10_000     # characters of a run's note
+
+
+def check_tag(tag: Any, where: str = "tag") -> str:
+    """A tag as stored (1-64 of letters, digits and ``_.:+/-``, starting with a letter or digit), or a
+    ``400 bad_tag`` naming it."""
+    if not isinstance(tag, str) or not TAG.fullmatch(tag):
+        shown = repr(tag)[:80]
+        raise CduiError("bad_tag", f"{where} {shown} is not valid: a tag is 1 to 64 letters, digits or _ . : + / -, "
+                                   f"starting with a letter or digit", hint='e.g. "lr-sweep" or "baseline:v2"')
+    return tag
+
+
+def labels_from(body: Any) -> tuple[list[str] | None, str | None, bool]:
+    """(tags or None, note, whether the note is given) from a ``PATCH /api/runs/{id}`` body."""
+    if not isinstance(body, dict) or not body or set(body) - {"tags", "note"}:
+        extra = sorted(set(body) - {"tags", "note"}) if isinstance(body, dict) else None
+        raise CduiError("bad_request", "the body is an object with \"tags\" (a list of tags), \"note\" (text or "
+                                       "null) or both" + (f"; unknown keys: {', '.join(map(repr, extra))}"
+                                                          if extra else ""),
+                        hint='e.g. {"tags": ["baseline"], "note": "lr 0.01, 400 epochs"}')
+    tags = None
+    if "tags" in body:
+        raw = body["tags"]
+        if not isinstance(raw, list):
+            raise CduiError("bad_tag", f"\"tags\" is a list of tags, not {type(raw).__name__}",
+                            hint='e.g. {"tags": ["baseline"]}; [] removes every tag')
+        if len(raw) > MAX_TAGS:
+            raise CduiError("too_many_tags", f"{len(raw)} tags given; a run holds at most {MAX_TAGS}")
+        tags = list(dict.fromkeys(check_tag(t) for t in raw))  # repeated ones once, in their order
+    note = body.get("note")
+    if note is not None and not isinstance(note, str):
+        raise CduiError("bad_request", f"\"note\" is text or null, not {type(note).__name__}")
+    if note is not None and len(note) > MAX_NOTE:
+        raise CduiError("note_too_long", f"the note is {len(note):,} characters; at most {MAX_NOTE:,}",
+                        hint="keep longer text in a file and name it in the note")
+    return tags, (note or None), "note" in body
+
+
+class EncodedRows:
+    """Each listed run's API form, encoded, kept while its row and queue reason stay the same.
+
+    A run's form depends on its row, its queue reason (queued runs) and the time (a disconnected run's
+    ``worker_status``): a row read again equal to the kept one, with the same reason, reuses the kept
+    bytes; a disconnected run is encoded every time. At most ``keep`` runs are kept (the oldest
+    listed go first). Used from a worker thread, one listing at a time or several: a lost race encodes
+    a run twice, never a wrong one."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self.keep = keep
+        self._kept: dict[str, tuple[Run, str | None, bytes]] = {}
+
+    def encode(self, runs: Sequence[Run], reasons: dict[str, str | None], now: float) -> bytes:
+        parts: list[bytes] = []
+        kept = self._kept
+        for run in runs:
+            reason = reasons.get(run.id)
+            old = kept.get(run.id)
+            if old is not None and old[1] == reason and old[0] == run:
+                parts.append(old[2])
+                continue
+            data = json.dumps(api_form(run, reason, now)).encode()
+            if run.status != "disconnected":
+                kept.pop(run.id, None)
+                kept[run.id] = (run, reason, data)
+            parts.append(data)
+        while len(kept) > self.keep:
+            kept.pop(next(iter(kept)), None)
+        return b"[" + b", ".join(parts) + b"]"
+
+
 # The run service in the control plane's app (cdui.plane.server.build_app makes it).
 RUNS: web.AppKey[RunService] = web.AppKey("runs")
+
+
+def _status_only(events: list[dict[str, Any]]) -> bool:
+    """Whether of the events' kinds that change more than the log (APPLIED) there are statuses only, each
+    with an error that is text or null (as a run's own ending has): such a message is stored with its
+    statuses' changes of the run's row in one transaction (RunService.record_wire)."""
+    for e in events:
+        kind = e.get("kind")
+        if kind == "status":
+            data = e.get("data")
+            if not isinstance(data, dict) or not isinstance(data.get("error"), (str, type(None))):
+                return False
+        elif kind in APPLIED:
+            return False
+    return True
 
 
 def _text(v: Any, limit: int = 4096) -> str | None:

@@ -30,7 +30,9 @@ the log.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
+import itertools
 import json
 import logging
 import os
@@ -42,7 +44,8 @@ import signal
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -55,11 +58,14 @@ from cdui.core.layout import WEB_DIR
 from cdui.core.netaddr import is_loopback
 from cdui.core.peercred import peer_uid
 from cdui.core.private import private_dir, restrict_umask
+from cdui.core.session_token import fixed_session_token
 from cdui.nodes.registry import build_registry
 from cdui.plane import workers
 from cdui.plane.appkeys import CLOCK, CONFIG, LOOP_LAG, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH
+from cdui.plane.canvas import CANVAS, CanvasManager
 from cdui.plane.files import s3_plane, transfer
 from cdui.plane.http import (
+    api_canvas,
     api_files,
     api_graphs,
     api_outputs,
@@ -77,6 +83,14 @@ from cdui.plane.store import Store
 from cdui.plane.workers import WORKERS
 
 log = logging.getLogger(__name__)
+FULL_COLLECTION_EVERY_S = 60.0  # the cyclic garbage collector's full pass (see quiet_full_collections)
+# A due full pass waits for a quiet event loop (its last QUIET_SAMPLES lag samples, half a second of them,
+# each under QUIET_LAG_MS), looking every QUIET_CHECK_S, for FULL_COLLECTION_WAIT_S at most.
+FULL_COLLECTION_WAIT_S = 60.0
+QUIET_CHECK_S = 0.5
+QUIET_SAMPLES = 10
+QUIET_LAG_MS = 2.0
+SWITCH_INTERVAL_S = 0.001  # how long a thread holding the GIL keeps the event loop waiting, at most (see serve)
 
 # Routes that need no session token. Worker routes check their own credential.
 PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
@@ -292,7 +306,10 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[CONFIG] = config
     app[CLOCK] = clock
     app[HOSTS] = HostCheck(None, config["CODEFYUI_EXTRA_ALLOWED_HOSTS"])
-    app[SESSION_TOKEN] = secrets.token_urlsafe(32)
+    # A new token at every start, unless CODEFYUI_SESSION_TOKEN_FILE fixes it (the one read here: a bad file
+    # stops the start before anything listens).
+    token_file = config["CODEFYUI_SESSION_TOKEN_FILE"]
+    app[SESSION_TOKEN] = fixed_session_token(Path(token_file)) if token_file else secrets.token_urlsafe(32)
     app[TUNNEL_LISTENER] = False
     # Real time, whatever the app's clock: it measures the real event loop (a test's fake clock that
     # jumps days ahead would otherwise make it wake millions of times).
@@ -305,6 +322,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[WORKERS] = manager
     app[WORKER_AUTH] = manager.worker_auth
     runs.add_listener(manager)
+    app[CANVAS] = CanvasManager(runs)
 
     # Startup in this order, cleanup in reverse: the run service stops its runs
     # (the workers' too, through the manager's listener) before the manager lets
@@ -314,6 +332,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_workers_ctx)
     app.cleanup_ctx.append(_runs_ctx)
+    app.cleanup_ctx.append(_canvas_ctx)  # its processes end before the run service's stop
     app.on_shutdown.append(_close_sockets)
     s3_plane.setup(app)  # after the run service's context: the bucket backend's renewal needs it started
 
@@ -332,6 +351,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
     web_session.setup(app)
     api_outputs.setup(app)
+    api_canvas.setup(app)
     return app
 
 
@@ -370,6 +390,12 @@ async def _runs_ctx(app: web.Application) -> AsyncIterator[None]:
     await runs.close()
 
 
+async def _canvas_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[CANVAS].start()
+    yield
+    await app[CANVAS].close()
+
+
 async def _close_sockets(app: web.Application) -> None:
     """aiohttp's shutdown step for long-lived connections: it waits for every
     handler before the cleanups run, and a worker's WebSocket never ends by
@@ -395,19 +421,75 @@ def serve(config: Config, host: str, port: int) -> None:
     """Run the server in the foreground until SIGINT/SIGTERM (graceful stop)."""
     restrict_umask()
     raise_open_files_limit()
+    # The event loop shares the interpreter with the database's writer thread and the reader threads:
+    # whenever one of them holds the GIL, the loop waits for the switch interval (5 ms by default) before
+    # it may run again. Under a dispatch backlog that wait is in every request's answer time.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = build_app(config, SystemClock())
 
     async def on_startup(app: web.Application) -> None:
+        collections.append(quiet_full_collections(app[LOOP_LAG]))
+
+    def listening() -> None:
+        # Only once the port is bound: a server that cannot listen (the port taken) must not have said it
+        # does, nor left a server.json that sends `cdui api` and the tests to whoever holds the port.
         info = {"url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}",
                 "host": host, "port": port, "pid": os.getpid(), "version": __version__}
         write_private(config.user_data / "server.json", json.dumps(info))
         log.info("cdui %s listening on http://%s:%d (user data %s)", __version__, host, port, config.user_data)
 
+    collections: list[asyncio.Task[None]] = []
+
+    async def on_cleanup(app: web.Application) -> None:
+        for task in collections:
+            task.cancel()
+        await asyncio.gather(*collections, return_exceptions=True)
+
     app.on_startup.append(on_startup)
-    asyncio.run(_run_until_signal(app, host, port, config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5))
+    app.on_cleanup.append(on_cleanup)
+    asyncio.run(_run_until_signal(app, host, port, config["CODEFYUI_SHUTDOWN_GRACE_S"] + 5, listening))
 
 
-async def _run_until_signal(app: web.Application, host: str, port: int, shutdown_timeout: float) -> None:
+def quiet_full_collections(lag: LoopLag | None = None) -> asyncio.Task[None]:
+    """Keep the cyclic garbage collector's full passes off the busy event loop as far as they can be.
+
+    A full pass looks at every tracked object and holds the event loop meanwhile: under a dispatch
+    backlog (thousands of queued runs, hundreds of connections) that was 40-90 ms every few seconds,
+    the largest delay any request saw. What exists once the server has started (modules, the node
+    registry, the app) lives as long as the server, so it is frozen out of every later pass; the
+    automatic full passes are replaced by one every ``FULL_COLLECTION_EVERY_S``, made when the loop is
+    quiet (see :func:`full_collections`; the young generations are still collected as usual, so most
+    cyclic garbage goes as soon as before)."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 2 ** 31 - 1)
+    return asyncio.get_running_loop().create_task(full_collections(lag, SystemClock()), name="full-collections")
+
+
+async def full_collections(lag: LoopLag | None, clock: Clock, collect: Callable[[], object] = gc.collect) -> None:
+    """Every ``FULL_COLLECTION_EVERY_S``, a full pass (``collect``), once the event loop is quiet (``lag``'s
+    latest samples, see :func:`loop_quiet`) or ``FULL_COLLECTION_WAIT_S`` later at the latest: a pass holds
+    the loop 50-100 ms under a backlog, and it need not be the moment a request arrives. Python's
+    collector cannot be run in slices; the bound keeps memory from growing behind a loop that is
+    never quiet."""
+    while True:
+        await clock.sleep(FULL_COLLECTION_EVERY_S)
+        waited = 0.0
+        while lag is not None and waited < FULL_COLLECTION_WAIT_S and not loop_quiet(lag):
+            await clock.sleep(QUIET_CHECK_S)
+            waited += QUIET_CHECK_S
+        collect()
+
+
+def loop_quiet(lag: LoopLag) -> bool:
+    """Whether the loop's latest QUIET_SAMPLES lag samples (half a second) were each under QUIET_LAG_MS."""
+    latest = list(itertools.islice(reversed(lag.samples), QUIET_SAMPLES))
+    return len(latest) == QUIET_SAMPLES and max(latest) < QUIET_LAG_MS
+
+
+async def _run_until_signal(app: web.Application, host: str, port: int, shutdown_timeout: float,
+                            listening: Callable[[], None] = lambda: None) -> None:
     """Serve until SIGINT/SIGTERM, then stop the runs *before* aiohttp's own shutdown.
 
     aiohttp's runner begins its shutdown by marking every connection closing,
@@ -424,6 +506,7 @@ async def _run_until_signal(app: web.Application, host: str, port: int, shutdown
         loop.add_signal_handler(sig, stop.set)
     try:
         await web.TCPSite(runner, host, port).start()
+        listening()
         await stop.wait()
         log.info("stopping: asking active runs to stop")
         await app[RUNS].close()

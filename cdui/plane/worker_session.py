@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -45,19 +47,96 @@ from cdui.wire.job import Job
 from cdui.wire.same_machine import Verdict
 
 log = logging.getLogger("cdui.plane.workers")  # the same logger as before the split, so log filters keep working
+# Checked events messages of one worker that may wait while the one before them is stored (see serve).
+EVENTS_AHEAD = 4
 HELLO_TIMEOUT_S = 30.0
+# How a heartbeat's text begins as agents write it (protocol.Heartbeat.to_json): only such a text is kept
+# to be recognised when it comes again (see WorkerSession._heard_again).
+BEAT_PREFIX = '{"type": "heartbeat"'
+# aiohttp hands over every message that one read of a socket brought, and a message that is handed over
+# is handled without the event loop serving anything else: a burst of one agent's messages (a reconnect's
+# replay, a flood) kept every request waiting until its last. A session that has handled BURST_S of
+# messages back to back lets the loop serve the sockets that became ready first. A receive that took
+# longer than WAITED_S waited for its message (the loop ran meanwhile): a new burst starts there.
+BURST_S = 0.002
+WAITED_S = 0.0001
+CLOSED_TYPES = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED)
+
+
+async def behind_ready_sockets() -> None:
+    """Go on once the event loop has served the sockets that are ready now: a callback due at once (a
+    timer) runs after those the loop's next look at its sockets finds, where ``asyncio.sleep(0)`` would
+    run before them."""
+    loop = asyncio.get_running_loop()
+    turn: asyncio.Future[None] = loop.create_future()
+
+    def go_on() -> None:
+        if not turn.done():  # cancelled meanwhile: the connection ended
+            turn.set_result(None)
+    loop.call_at(loop.time(), go_on)
+    await turn
+
+
+class InOrder:
+    """One connection's events messages, handled one after another, in the order read, by a task that
+    exists only while some wait (slots: one per connected agent). A connected agent that runs nothing
+    holds no task, no queue and no frame for them: a waiting task and an ``asyncio.Queue`` were about
+    4 KiB per connection, a fifth of what a connection costs the control plane.
+
+    :meth:`put` waits while EVENTS_AHEAD messages wait their turn (the one being handled not counted),
+    as ``asyncio.Queue(EVENTS_AHEAD).put`` did, so reading the socket waits in turn."""
+
+    __slots__ = ("handle", "waiting", "task", "room")
+
+    def __init__(self, handle: Callable[[protocol.Events], Awaitable[None]]) -> None:
+        self.handle = handle
+        self.waiting: list[protocol.Events] = []
+        self.task: asyncio.Task[None] | None = None
+        self.room: asyncio.Future[None] | None = None  # what put() waits on while EVENTS_AHEAD wait
+
+    async def put(self, m: protocol.Events) -> None:
+        while len(self.waiting) >= EVENTS_AHEAD:
+            if self.room is None or self.room.done():
+                self.room = asyncio.get_running_loop().create_future()
+            await self.room
+        self.waiting.append(m)
+        if self.task is None:
+            self.task = asyncio.create_task(self._in_order())
+
+    async def _in_order(self) -> None:
+        try:
+            while self.waiting:
+                m = self.waiting.pop(0)
+                if self.room is not None:
+                    if not self.room.done():
+                        self.room.set_result(None)
+                    self.room = None
+                await self.handle(m)
+        finally:
+            # Nothing waits (no await since the check): the next put() starts a task of its own.
+            self.task = None
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def drained(self) -> None:
+        """Once every message put has been handled."""
+        while (task := self.task) is not None:
+            await task
 
 
 class PendingOutputs:
-    """The outputs requests on one connection that wait for their answers
-    (:func:`cdui.plane.http.api_outputs.ask` adds them; the session answers them)."""
+    """The outputs and raw tensor requests on one connection that wait for their answers
+    (:mod:`cdui.plane.http.api_outputs` adds them; the session answers them). An answer whose
+    request id nobody waits for is dropped."""
 
     __slots__ = ("waiting",)
 
     def __init__(self) -> None:
-        self.waiting: dict[str, asyncio.Future[protocol.OutputsAnswer]] = {}
+        self.waiting: dict[str, asyncio.Future[Any]] = {}
 
-    def answered(self, msg: protocol.OutputsAnswer) -> None:
+    def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer) -> None:
         fut = self.waiting.pop(msg.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
@@ -92,6 +171,10 @@ class Conn:
     same_machine: bool = False
     # A pinned agent's {pin it matched, next pin it holds}, from its hello and heartbeats (key rotation).
     tls: dict[str, str | None] | None = None
+    # Each CUDA card's use as its agent last reported it (heartbeat.gpu), and when (wall time); none on a
+    # machine without CUDA cards.
+    gpu: list[dict[str, Any]] | None = None
+    gpu_at: float | None = None
     outputs: PendingOutputs = field(default_factory=PendingOutputs)
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
@@ -151,7 +234,10 @@ class Manager(Protocol):
 
 
 class RemoteExecutor:
-    """A connected worker, as the run queue sees it."""
+    """A connected worker, as the run queue sees it (slots: thousands of them are held at once)."""
+
+    __slots__ = ("manager", "conn", "name", "drained", "disabled", "credential", "one_shot", "taken", "reserved",
+                 "catalog")
 
     def __init__(self, manager: Manager, conn: Conn) -> None:
         self.manager = manager
@@ -203,7 +289,29 @@ class RemoteExecutor:
         # added its own (the bucket of an s3 run) since. Changed inside one writer job (no read first).
         fingerprint = self.conn.hello.fingerprint
         await self.manager.store.change_execution_facts(run.id, lambda facts: catalog.start_facts(facts, fingerprint))
-        if not await self.conn.send(protocol.Assign(run.id, job)):
+        await self._send(run.id, job)
+
+    def claim_facts(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """The change of a run's facts that :meth:`start` makes, for the run service to make in the
+        transaction that claims the run (one writer round trip less per run), then :meth:`start_claimed`
+        instead of :meth:`start`; None where something between the claim and that change may refuse the
+        run or write first (a one-shot agent takes its run with a write; a degraded catalog's check)."""
+        if self.one_shot or (self.catalog is not None and self.catalog.reported and self.catalog.degraded):
+            return None
+        fingerprint = self.conn.hello.fingerprint
+        return lambda facts: catalog.start_facts(facts, fingerprint)
+
+    def local_paths(self) -> bool:
+        """Only an agent on this machine resolves this machine's paths; another resolves its own."""
+        return self.conn.same_machine
+
+    async def start_claimed(self, run: Run, job: Job) -> None:
+        """:meth:`start` of a run whose claim made the change :meth:`claim_facts` gave, its job built as
+        :meth:`local_paths` says: nothing is left that may refuse it (see there) or write, so it is sent."""
+        await self._send(run.id, job)
+
+    async def _send(self, run_id: str, job: Job) -> None:
+        if not await self.conn.send(protocol.Assign(run_id, job)):
             raise RuntimeError(f"worker {self.name} disconnected before the run could be sent")
 
     def stop(self, run_id: str, grace: float) -> bool:
@@ -212,7 +320,9 @@ class RemoteExecutor:
 
 
 class WorkerSession:
-    """One agent's connection: handshake → welcome → serve → gone."""
+    """One agent's connection: handshake → welcome → serve → gone (slots: one per connected agent)."""
+
+    __slots__ = ("m", "request", "ws", "client", "address", "conn", "beat_text", "_text")
 
     def __init__(self, manager: Manager, request: web.Request) -> None:
         self.m = manager
@@ -222,6 +332,9 @@ class WorkerSession:
         self.client = proxies.client_of(request)
         self.address = self.client.address
         self.conn: Conn | None = None  # set once admitted
+        # The text of the last heartbeat handled whole (see _heard_again), and of the message being handled.
+        self.beat_text: str | None = None
+        self._text: str | None = None
 
     async def run(self) -> web.WebSocketResponse:
         """The whole connection; the route handler of ``/ws/worker``."""
@@ -232,13 +345,17 @@ class WorkerSession:
             return ws
         conn = self.conn
         assert conn is not None  # handshake admitted it
+        # What the connection needs of the worker's row, and not the row: this frame lasts as long as the
+        # connection (a row is about 1.6 KiB, held for each of thousands of agents).
+        name, drained, disabled = row["name"], bool(row["drained"]), bool(row["disabled"])
+        del row
         executor = RemoteExecutor(self.m, conn)
         try:
-            await self.m.runs.oneshot.connected(self.m, executor, row["name"])
+            await self.m.runs.oneshot.connected(self.m, executor, name)
             await self.welcome()
             # The row was read before the welcome; a drain or undrain since then is in drain_flags.
-            executor.drained = self.m.drain_flags.get(row["name"], bool(row["drained"]))
-            executor.disabled = bool(row["disabled"])
+            executor.drained = self.m.drain_flags.get(name, drained)
+            executor.disabled = disabled
             self.m.runs.attach_executor(executor)
             await self.m.runs.oneshot.start_wanted(self.m, executor)
             # Its liveness (three missed heartbeats) is checked by the manager, for all connections at once.
@@ -425,14 +542,55 @@ class WorkerSession:
 
     # -- 3. serve ---------------------------------------------------------------------------
     async def serve(self) -> None:
+        # A worker's events messages are handled in order by a task of their own, so that the next
+        # message is read, decoded and checked while the previous one's events are being committed
+        # (a flood's messages come back to back). Up to EVENTS_AHEAD wait their turn, then reading
+        # waits too, and the agent's sends wait in turn, as when each message was handled where read.
+        inbox = InOrder(self._events_one)
+        try:
+            await self._read_messages(inbox)
+        except BaseException:
+            inbox.cancel()
+            raise
+        # The connection ended: the messages already read are still stored, in order (those it could not
+        # acknowledge any more the agent sends again after reconnecting, and they are stored once).
+        await inbox.drained()
+
+    async def _events_one(self, m: protocol.Events) -> None:
         conn = self.conn
         assert conn is not None
-        clock = self.m.clock
-        async for msg in conn.ws:
+        try:
+            await self.events(m)
+        except DiskFull:
+            pass  # the store reported the full disk once; the agent keeps the events in its spool
+        except Exception:  # one bad message must not end the connection
+            log.exception("handling an events message from worker %s failed", conn.name)
+            await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
+
+    async def _read_messages(self, inbox: InOrder) -> None:
+        conn = self.conn
+        assert conn is not None
+        clock, ws = self.m.clock, conn.ws
+        burst = time.perf_counter()
+        while True:
+            asked = time.perf_counter()
+            msg = await ws.receive()
+            now = time.perf_counter()
+            if now - asked > WAITED_S:
+                burst = now  # it waited for this one: the messages from here on are a new burst
+            elif now - burst > BURST_S:
+                # Handed over with the ones before it, and those took the loop BURST_S: what became ready
+                # meanwhile (a request, another agent's message) is served before this one is handled.
+                await behind_ready_sockets()
+                burst = time.perf_counter()
+            if msg.type in CLOSED_TYPES:  # what ends `async for` over the socket
+                return
             conn.last_seen = clock.time()
             conn.alive_at = clock.monotonic()
+            if self._heard_again(msg):
+                continue  # its last heartbeat again, word for word: nothing changed but the last contact
             if msg.type != WSMsgType.TEXT:
-                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                if msg.type == WSMsgType.ERROR:
                     return
                 await conn.send(protocol.Error("binary frames are not part of the protocol"))
                 continue
@@ -444,10 +602,10 @@ class WorkerSession:
                 continue
             try:
                 if isinstance(m, protocol.Events):
-                    await self.events(m)
+                    await inbox.put(m)
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
-                elif isinstance(m, protocol.OutputsAnswer):
+                elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer)):
                     conn.outputs.answered(m)
                 else:
                     await conn.send(protocol.Error("hello was already received"))
@@ -457,27 +615,58 @@ class WorkerSession:
                 log.exception("handling a message from worker %s failed", conn.name)
                 await conn.send(protocol.Error("the control plane failed to handle that message; see its log"))
 
+    def _heard_again(self, msg: Any) -> bool:
+        """Whether ``msg`` is the text of the last heartbeat this session handled, and was noted as one.
+
+        An agent sends the same heartbeat every interval while nothing changes (its running runs, its
+        labels, its key pins). The same text decodes to the same message, whose handling changes
+        nothing this time (its labels and pins are the connection's already) but the last contact, so
+        it is not decoded and checked again: a comparison of a hundred characters instead of a JSON
+        decode and the protocol's checks, thousands of times an interval. Anything else is handled whole."""
+        text = msg.data if msg.type == WSMsgType.TEXT else None
+        if text is None or not text.startswith(BEAT_PREFIX):
+            self._text = None  # not a heartbeat as agents write them (an events message is not kept)
+            return False
+        if text == self.beat_text:
+            assert self.conn is not None
+            self.m.seen(self.conn)
+            return True
+        self._text = text  # kept by heartbeat() once handled whole
+        return False
+
     async def heartbeat(self, m: protocol.Heartbeat) -> None:
         conn = self.conn
         assert conn is not None
+        text, self._text = self._text, None
         if m.tls is not None:
             conn.tls = m.tls
+        if m.gpu is not None:
+            conn.gpu, conn.gpu_at = m.gpu, conn.last_seen
         if m.labels is not None:
             labels = self._with_mount(conn, dict(m.labels))
             if labels != conn.labels:
                 # Rare (a mount or read root changed): stored at once, as the hello's are.
                 conn.labels = labels
                 await self.m.store.workers.seen(conn.name, conn.last_seen, labels)
+                self.beat_text = text  # stored: the same text again changes nothing
                 return
         # The usual heartbeat changes nothing but the last contact: noted, and written with the
         # other workers' in one statement a heartbeat interval (WorkerManager._watch).
         self.m.seen(conn)
+        self.beat_text = text
 
     async def events(self, m: protocol.Events) -> None:
         conn = self.conn
         assert conn is not None
-        events = [Event.from_wire(e) for e in m.events]  # protocol checked each: src_seq >= 1, kind, data
         store = self.m.store
+        held = self.m.runs.active.get(m.run_id)
+        if held is not None and held[0] == conn.name:
+            # It holds a slot on this worker: it is this worker's and has not ended (its ending frees
+            # the slot), so its row need not be read for every message of a flood. The events go to the
+            # store as the message carries them (protocol checked each: src_seq >= 1, kind, data, at).
+            await self._record(conn, m.run_id, m.events)
+            return
+        events = [Event.from_wire(e) for e in m.events]
         run = await store.get_run(m.run_id)
         if run is None or run.worker_id != conn.name:
             await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
@@ -499,18 +688,23 @@ class WorkerSession:
                     run = replace(run, late_result=late)
             await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
             return
+        await self._record(conn, m.run_id, m.events)
+
+    async def _record(self, conn: Conn, run_id: str, events: list[dict[str, Any]]) -> None:
+        """Store events of a run this worker holds (as its message carries them), and acknowledge them
+        once stored."""
         try:
-            acked = await self.m.runs.record_events(m.run_id, f"worker:{conn.name}", events)
+            acked = await self.m.runs.record_wire(run_id, f"worker:{conn.name}", events)
         except DiskFull as err:
             # No ack: the agent keeps the events in its spool. Once there is room the
             # connection is renewed (see WorkerManager.on_disk_recovered) and it replays them.
             if conn.name not in self.m.unstored:
-                log.error("worker %s: events of run %s not stored: %s", conn.name, m.run_id, err.message)
+                log.error("worker %s: events of run %s not stored: %s", conn.name, run_id, err.message)
                 await conn.send(protocol.Error(f"{err.message}; your events are not acknowledged: keep them in the "
                                                f"spool, they are asked for again once there is room"))
             self.m.unstored.add(conn.name)
             return
-        await conn.send(protocol.Ack(m.run_id, acked))
+        await conn.send(protocol.Ack(run_id, acked))
 
     async def _ended_by(self, run_id: str, name: str) -> bool:
         """Whether the stored log holds a final status of the run from worker ``name``."""

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import queue
 import re
 import shutil
@@ -41,16 +42,18 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cdui.core.atomic import atomic_write
+from cdui.core.units import size_text
 from cdui.wire.node_outputs import (
     MAX_NODE_ID,
     MAX_NODES,
     MAX_NOTE,
     MAX_OUTPUTS,
+    MAX_PREVIEW,
     MAX_SHAPE,
     MAX_THUMB_B64,
     PNG_MAGIC,
@@ -136,6 +139,21 @@ def thumbnail(t: Any) -> str | None:
     return base64.b64encode(png(tw, th, c, bytes(pixels.flatten().tolist()))).decode()
 
 
+def preview(t: Any) -> list[list[float | None]] | None:
+    """The values the Inspector shows: the top-left MAX_PREVIEW x MAX_PREVIEW block of the last two
+    dimensions at index 0 of the others (a 1-D tensor is one row). Two tensors of one shape give
+    blocks of the same elements, so the page can colour their difference. Not finite: None."""
+    torch = sys.modules["torch"]
+    if t.is_complex() or t.numel() == 0:
+        return None
+    while t.dim() > 2:
+        t = t[0]
+    block = t.reshape(1, 1) if t.dim() == 0 else t[:MAX_PREVIEW].reshape(1, -1) if t.dim() == 1 \
+        else t[:MAX_PREVIEW, :MAX_PREVIEW]
+    f = block.to("cpu", torch.float64)
+    return [[v if math.isfinite(v) else None for v in row] for row in f.tolist()]
+
+
 def summarize(port: str, value: Any) -> dict[str, Any]:
     """One output's summary: what the Inspector shows."""
     torch = sys.modules.get("torch")
@@ -152,6 +170,9 @@ def summarize(port: str, value: Any) -> dict[str, Any]:
                            mean=_finite(float(finite.mean())))
             if finite.numel() != f.numel():
                 out["nonfinite"] = int(f.numel() - finite.numel())
+        values = preview(t)
+        if values is not None:
+            out["preview"] = values
         thumb = thumbnail(t)
         if thumb is not None and len(thumb) <= MAX_THUMB_B64:
             out["thumbnail"] = thumb
@@ -359,6 +380,84 @@ def read_node(root: Path, run_id: str, node_id: str) -> dict[str, Any] | None:
         return None
     summary = _read_json(path, MAX_SUMMARY_BYTES)
     return summary if isinstance(summary, dict) and summary.get("node_id") == node_id else None
+
+
+RAW_SERVE_MAX_BYTES = RAW_MAX_BYTES + 1024 * 1024  # a raw file as kept: the tensor and torch.save's wrapping
+
+
+class RawNotKept(LookupError):
+    """Why a recorded output has no raw tensor to download here (the message says it)."""
+
+
+def find_raw(root: Path, run_id: str, node_id: str, port: str) -> Path:
+    """The file of a recorded output's raw tensor in this machine's store.
+
+    The path is built from our own names only (the run id checked, sha256 of the node id, the
+    output's index in the summary), never taken from the index or a request. Raises RawNotKept."""
+    folder = run_folder(root, run_id)
+    summary = read_node(root, run_id, node_id) if folder is not None else None
+    if folder is None or summary is None:
+        raise RawNotKept(f"node {node_id!r} of run {run_id} has no recorded outputs here")
+    ports = [str(o.get("port")) for o in summary.get("outputs", []) if isinstance(o, dict)]
+    if port not in ports:
+        raise RawNotKept(f"node {node_id!r} has no output {port!r}; its outputs are {', '.join(ports) or 'none'}")
+    index = ports.index(port)
+    kept: list[Any] = []
+    with contextlib.suppress(OSError, ValueError):
+        entry = next((n for n in _read_json(folder / "index.json", 8 * 1024 * 1024).get("nodes", [])
+                      if isinstance(n, dict) and n.get("node_id") == node_id), None)
+        kept = list(entry.get("raw") or []) if entry else []
+    path = folder / f"{node_file(node_id)}.{index}.pt"
+    if index not in kept or path.is_symlink() or not path.is_file():
+        kind = next((o.get("kind") for o in summary["outputs"] if o.get("port") == port), "value")
+        why = "it is not a tensor" if kind != "tensor" else (
+            f"it was over {RAW_MAX_BYTES // (1024 * 1024)} MiB or the store's bound (CODEFYUI_RUN_OUTPUT_STORE_MAX_MB)")
+        raise RawNotKept(f"output {port!r} of node {node_id!r} has no raw tensor kept: {why}")
+    return path
+
+
+class RawTooLarge(ValueError):
+    """A kept raw file over RAW_SERVE_MAX_BYTES (the message says its size and the bound)."""
+
+    def __init__(self, port: str, node_id: str, size: int) -> None:
+        super().__init__(f"the raw tensor of output {port!r} of node {node_id!r} is {size_text(size)}, over the "
+                         f"download bound of {size_text(RAW_SERVE_MAX_BYTES)}")
+        self.size = size
+
+
+class RawChunkOutOfRange(ValueError):
+    """A chunk past the file's end was asked for."""
+
+
+@dataclass(frozen=True)
+class RawChunk:
+    size: int  # of the whole file
+    sha256: str  # of the whole file, for chunk 0 only ("" otherwise)
+    data: bytes
+
+
+def read_raw_chunk(root: Path, run_id: str, node_id: str, port: str, chunk: int, chunk_bytes: int) -> RawChunk:
+    """Chunk ``chunk`` of a recorded output's raw tensor file in this machine's store (a worker
+    answering the control plane's ``raw_request``). The file is found by :func:`find_raw` from our own
+    names, opened without following a link, and refused whole when it is over the download bound.
+    Raises RawNotKept, RawTooLarge, RawChunkOutOfRange or OSError."""
+    path = find_raw(root, run_id, node_id, port)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > RAW_SERVE_MAX_BYTES:
+            raise RawTooLarge(port, node_id, size)
+        chunks = max(1, -(-size // chunk_bytes))
+        if not 0 <= chunk < chunks:
+            raise RawChunkOutOfRange(f"chunk {chunk} is past the end of a {size}-byte file ({chunks} chunks)")
+        digest = ""
+        if chunk == 0:
+            h = hashlib.sha256()
+            while block := f.read(1 << 20):
+                h.update(block)
+            digest = h.hexdigest()
+        f.seek(chunk * chunk_bytes)
+        return RawChunk(size, digest, f.read(chunk_bytes))
 
 
 def forget_run(root: Path, run_id: str) -> None:

@@ -53,6 +53,9 @@ WRITE_MARGIN_S = 5.0  # past the write timeout, so the run's own bound ends the 
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[list[dict[str, Any]]], Awaitable[None]]
+# A sink that also takes each event's JSON text as an ``events`` message carries it (``{"src_seq", "kind",
+# "data", "at"}``, strict JSON), where the run's own line gave it: ``None`` where it must be encoded.
+TextSink = Callable[[list[dict[str, Any]], list[str | None]], Awaitable[None]]
 STOP_GRACE_S = 10.0
 MAX_LOG_LINE = 4000
 READ_CHUNK = 1 << 16  # bytes of event lines read at once
@@ -152,9 +155,12 @@ def prime_spare(spares: SparePool) -> None:
 
 class RunHandle:
     def __init__(self, run_id: str, on_events: EventSink, log_path: Path | None,
-                 secrets: list[Any], first_seq: int = 1) -> None:
+                 secrets: list[Any], first_seq: int = 1, on_texts: TextSink | None = None) -> None:
         self.run_id = run_id
         self.on_events = on_events
+        # Given, events are delivered here instead, each with its JSON text where the run's line gave it
+        # (an agent spools and sends that text as is instead of encoding the event again).
+        self.on_texts = on_texts
         self.log_path = log_path
         # The run's own secrets and this machine's API keys (a node reads them from the environment
         # it inherits): both are masked in everything the run reports.
@@ -173,6 +179,7 @@ class RunHandle:
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
         self._pending: list[dict[str, Any]] = []  # recorded, not yet delivered
+        self._texts: list[str | None] = []  # with on_texts: each pending event's text, or None
         self._more = asyncio.Event()  # something was recorded (or the recorder closed) since the last look
         self._closed = False  # nothing is recorded after what is pending
         self._done = asyncio.Event()
@@ -193,6 +200,8 @@ class RunHandle:
             data = event_size.bound_event(kind, data, self.event_max_bytes)
         self._pending.append({"src_seq": self.next_seq, "kind": kind, "data": data,
                               "at": at if at is not None else time.time()})
+        if self.on_texts is not None:
+            self._texts.append(None)  # encoded by the sink (the lines that are an event's text: _plain_lines)
         self.next_seq += 1
         self._more.set()
 
@@ -206,7 +215,12 @@ class RunHandle:
                 batch = self._pending[:DELIVER_BATCH]
                 del self._pending[:DELIVER_BATCH]
                 try:
-                    await self.on_events(batch)
+                    if self.on_texts is not None:
+                        texts = self._texts[:DELIVER_BATCH]
+                        del self._texts[:DELIVER_BATCH]
+                        await self.on_texts(batch, texts)
+                    else:
+                        await self.on_events(batch)
                 except Exception:  # the sink must not kill the recorder; it logs its own failures
                     log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
             if self._closed:
@@ -249,19 +263,67 @@ class RunHandle:
         # One decode for all the chunk's lines; a line that is not one JSON value (a node that
         # wrote fd 1 itself) makes them decode one by one, so it alone becomes a warning. The
         # separator holds a newline, which no JSON string may: no string runs across two lines.
-        if len(lines) > 1:
+        # A chunk of one line (a run that logs now and then) goes the same way, to be its event's text.
+        if lines:
             joined = b"[" + b"\n,".join(lines) + b"]"
             try:
                 decoded = json.loads(joined)
             except ValueError:
                 decoded = None
             if isinstance(decoded, list) and len(decoded) == len(lines):
+                if self._plain(joined):
+                    self._plain_lines(lines, decoded, len(joined), self.on_texts is not None and joined.isascii())
+                    return
                 for line, ev in zip(lines, decoded, strict=True):
                     # Sized by the whole chunk: no event in it can be larger than that allows.
                     self._event_line(line, ev, size=len(joined))
                 return
         for line in lines:
             self._event_line(line, _NOT_DECODED)
+
+    def _plain(self, joined: bytes) -> bool:
+        """Whether nothing in the chunk's lines is cut or masked: it is within an eighth of the bound on
+        one event (see :meth:`record`), and no secret of the run is in it. With a secret known, not even
+        an escape: without one, each string in the text is its value as written, so that a secret in a
+        value is in the text."""
+        if len(joined) * 8 > self.event_max_bytes:
+            return False
+        if self.secrets:
+            if not joined.isascii():
+                return False
+            text = joined.decode("ascii")
+            return "\\" not in text and redact_text(text, self.secrets) is text
+        return True
+
+    def _plain_lines(self, lines: list[bytes], decoded: list[Any], size: int, as_text: bool) -> None:
+        """:meth:`_event_line` of a chunk's decoded lines that :meth:`_plain` found nothing to cut or mask
+        in: the usual event recorded here directly (a flood's hundreds of thousands a second), anything
+        else there. ``as_text``: the chunk is ASCII, so that a line may be the event's text (see below)."""
+        pending, texts = self._pending, self._texts
+        on_texts = self.on_texts is not None
+        seq = self.next_seq
+        for line, ev in zip(lines, decoded, strict=True):
+            kind = ev.get("kind") if type(ev) is dict else None
+            if type(kind) is not str or kind == "result" or kind == OUTPUTS_WRITING:
+                self.next_seq = seq
+                self._event_line(line, ev, size=size)
+                seq = self.next_seq
+                continue
+            raw, at = ev.get("data"), ev.get("at")
+            pending.append({"src_seq": seq, "kind": kind, "data": raw or {},
+                            "at": at if at is not None else time.time()})
+            if on_texts:
+                # The line as the event's text, its number put in front of its keys: an object of exactly
+                # these three keys (a line with one more, say its own src_seq, is encoded anew), whose
+                # values are what an event's text holds in strict JSON (no NaN or infinity, which a line
+                # may hold as NaN or 1e999: x - x is 0 for a finite float only).
+                texts.append('{"src_seq": ' + str(seq) + ", " + line[1:].decode("ascii")
+                             if as_text and len(ev) == 3 and type(at) is float and at > 0 and at - at == 0
+                             and type(raw) is dict and _strict_flat(raw) and line[:1] == b"{"
+                             and line[-1:] == b"}" else None)
+            seq += 1
+        self.next_seq = seq
+        self._more.set()
 
     def _event_line(self, line: bytes, ev: Any, ended: bool = True, size: int | None = None) -> None:
         try:
@@ -430,6 +492,18 @@ class RunHandle:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _strict_flat(data: dict[str, Any]) -> bool:
+    """Whether ``data`` holds strings, numbers, booleans and nulls only, and no NaN or infinity (which a
+    line may hold as ``NaN`` or ``1e999`` but strict JSON, what an events message is, may not):
+    ``x - x`` is 0 for a finite float only."""
+    for x in data.values():
+        t = type(x)
+        if t is str or t is int or x is None or t is bool or (t is float and x - x == 0):
+            continue
+        return False
+    return True
 
 
 def _write_timeout(job: Job) -> float:

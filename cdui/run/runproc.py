@@ -37,7 +37,6 @@ included) before it is encoded, so escaping cannot hide a secret from the mask.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import sys
@@ -56,10 +55,11 @@ from cdui.graph.secrets import environment_secrets, fill_secrets, redact_text, r
 from cdui.graph.validate import validate_graph
 from cdui.nodes.base import forget_package_lookups
 from cdui.nodes.registry import Registry, build_registry
-from cdui.run import outputs, zygote
+from cdui.run import canvas_proc, outputs, zygote
 from cdui.run.catalog import installation_commit, node_catalog, run_facts
 from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
+from cdui.wire.event import event_json, event_json_strict
 from cdui.wire.job import Job, JobError
 
 # Event lines are written in batches while a run logs flat out (see _EventPipe).
@@ -100,6 +100,9 @@ def _run() -> int:
     first = sys.stdin.readline()
     if not first:
         return 2
+    if first.startswith(canvas_proc.HELLO):
+        # A canvas process: one job after another, keeping its execution cache and weights between them.
+        return canvas_proc.serve(first, emit, secrets, _run_job, _kill_own_group)
     try:
         job = Job.from_json(first)
     except JobError as exc:
@@ -122,8 +125,15 @@ def _run() -> int:
 
     threading.Thread(target=watch_stdin, daemon=True, name="stdin-watch").start()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
+    emit("result", _run_job(job, emit, stop))
+    return 0
 
 
+def _run_job(job: Job, emit: Any, stop: threading.Event,
+             make_cache: canvas_proc.MakeCache | None = None) -> dict[str, Any]:
+    """Run one job's graph, emitting its events; its result (``{"status", "error"}``, and the failed
+    node's ``node_id``). ``make_cache``: a canvas process's cache for this run (cdui/run/canvas_proc.py)."""
+    secrets = job.secret_pairs()
     # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
     # own number (cuda:1) may not exist here; process_device is what does.
     slot = job.slot_device or "cpu"
@@ -141,27 +151,23 @@ def _run() -> int:
                                       layout=layout)
         if plan is None:
             msg = "; ".join(e["message"] for e in errors[:5])
-            emit("result", {"status": "failed", "error": f"graph is not valid on this machine: {msg}"})
-            return 0
+            return {"status": "failed", "error": f"graph is not valid on this machine: {msg}"}
         ctx = RunContext(job.run_id, layout, emit, device=device, stop_event=stop)
         ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
+        cache = make_cache(job, layout, device, emit) if make_cache is not None else None
         with outputs.recording(job, emit) as on_outputs:
-            Executor(registry, ctx, on_outputs).run(plan)
+            Executor(registry, ctx, on_outputs, cache).run(plan)
     except RunStopped:
-        emit("result", {"status": "cancelled", "error": "stopped on request"})
-        return 0
+        return {"status": "cancelled", "error": "stopped on request"}
     except NodeFailed as exc:
         emit("log", {"message": redact_text(exc.tb, secrets), "level": "error", "node_id": exc.node_id})
-        emit("result", {**_failed(stop, str(exc)), "node_id": exc.node_id})
-        return 0
+        return {**_failed(stop, str(exc)), "node_id": exc.node_id}
     except Exception as exc:  # anything else is a bug of ours; keep the traceback in the log
         emit("log", {"message": redact_text(traceback.format_exc(), secrets), "level": "error"})
-        emit("result", _failed(stop, f"{type(exc).__name__}: {exc}"))
-        return 0
-    emit("result", {"status": "succeeded", "error": None})
-    return 0
+        return _failed(stop, f"{type(exc).__name__}: {exc}")
+    return {"status": "succeeded", "error": None}
 
 
 class _EventPipe:
@@ -268,9 +274,10 @@ def _encode_event(kind: str, data: dict[str, Any]) -> str:
         return _encode(event) + "\n"
 
 
-# One encoder each: json.dumps(default=...) builds a new encoder per call.
-_encode_strict = json.JSONEncoder(default=str, allow_nan=False).encode
-_encode = json.JSONEncoder(default=str).encode
+# One C encoder each, made once (cdui/wire/event.py): json.dumps(default=...) builds a new encoder per
+# call, which cost more than encoding a small event.
+_encode_strict = event_json_strict
+_encode = event_json
 
 
 def _json_safe(obj: Any) -> Any:

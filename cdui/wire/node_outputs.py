@@ -17,6 +17,7 @@ MAX_SHAPE = 16                     # dimensions of a shape
 MAX_NODE_ID = 256                  # characters of a node id on the wire
 MAX_NOTE = 500                     # characters of a note or a value's text
 MAX_THUMB_B64 = 64 * 1024          # characters of one thumbnail, base64
+MAX_PREVIEW = 16                   # rows, and values in a row, of a tensor's values preview
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -71,6 +72,8 @@ def clean_summary(raw: Any, node_id: str) -> dict[str, Any]:
             c["nonfinite"] = n
         if "note" in o:
             c["note"] = _text(o["note"], MAX_NOTE)
+        if "preview" in o:
+            c["preview"] = clean_preview(o["preview"])
         if "thumbnail" in o:
             thumb = _text(o["thumbnail"], MAX_THUMB_B64)
             try:
@@ -82,6 +85,19 @@ def clean_summary(raw: Any, node_id: str) -> dict[str, Any]:
             c["thumbnail"] = thumb
         clean.append(c)
     return {"node_id": node_id, "type": _text(raw.get("type", ""), 128), "outputs": clean}
+
+
+def clean_preview(raw: Any) -> list[list[float | None]]:
+    """A values preview: at most MAX_PREVIEW rows of at most MAX_PREVIEW numbers (null: not finite)."""
+    if not isinstance(raw, list) or len(raw) > MAX_PREVIEW or not all(
+            isinstance(row, list) and len(row) <= MAX_PREVIEW for row in raw):
+        raise ValueError(f"a preview must be at most {MAX_PREVIEW} rows of at most {MAX_PREVIEW} values")
+    out: list[list[float | None]] = []
+    for row in raw:
+        if not all(v is None or _num(v) is not None for v in row):
+            raise ValueError("a preview holds finite numbers or null")
+        out.append([None if v is None else float(v) for v in row])
+    return out
 
 
 def clean_nodes(raw: Any) -> list[dict[str, str]]:

@@ -15,6 +15,7 @@ agent -> control plane
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
   heartbeat  {runs: [run ids still running], labels, tls}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.run.outputs)
+  raw_answer {request_id, chunk, size, sha256, data, error, code}  (one chunk of a recorded raw tensor file)
   probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
 control plane -> agent
   probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
@@ -31,6 +32,7 @@ control plane -> agent
   revoked    {message}  (the worker was removed or its credential superseded; exit 2)
   error      {message}  (a malformed message; the connection stays up)
   outputs_request {request_id, run_id, node_id}  (node_id null: which nodes have recorded outputs)
+  raw_request {request_id, run_id, node_id, port, chunk}  (chunk k of a recorded output's raw tensor file)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -48,6 +50,7 @@ from typing import Any, ClassVar
 
 from cdui.wire import node_outputs
 from cdui.wire.devicesets import MAX_MEMORY_DEVICES, MAX_MEMORY_MB
+from cdui.wire.event import event_json_strict
 from cdui.wire.job import Job, JobError
 from cdui.wire.s3 import S3Credentials
 
@@ -227,6 +230,9 @@ class Heartbeat:
     runs: list[str]
     labels: dict[str, str] | None = None
     tls: dict[str, str | None] | None = None  # as in the hello: its next pin may have changed since
+    # Each CUDA card's use now, [{device, util, used_mb, total_mb}] (cdui/agent/gpu_usage.py); sent at a
+    # bounded rate, absent in between (the last one stands) and always on a machine without CUDA cards.
+    gpu: list[dict[str, Any]] | None = None
     type: ClassVar[str] = "heartbeat"
 
     def to_json(self) -> str:
@@ -235,7 +241,36 @@ class Heartbeat:
             d["labels"] = self.labels
         if self.tls is not None:
             d["tls"] = self.tls
+        if self.gpu is not None:
+            d["gpu"] = self.gpu
         return json.dumps(d)
+
+
+_CARD = re.compile(r"cuda:\d{1,3}")
+MAX_GPU_MB = 1 << 24  # 16 TiB in MiB: no card has more
+
+
+def _gpu(v: Any, where: str) -> list[dict[str, Any]] | None:
+    """``[{device, util, used_mb, total_mb}]``: a CUDA card, its utilisation (0-100 %) and its memory in use
+    and in all (whole MiB); a figure the agent could not read is null. At most 64 cards."""
+    if v is None:
+        return None
+    cards = _list(v, where, 64)
+    out = []
+    for i, c in enumerate(cards):
+        if not isinstance(c, dict):
+            raise ProtocolError(f"{where}[{i}] must be an object, got {type(c).__name__}")
+        dev = c.get("device")
+        if not (isinstance(dev, str) and _CARD.fullmatch(dev)):
+            raise ProtocolError(f"{where}[{i}].device is not a CUDA card (cuda:N): {str(dev)[:40]!r}")
+        row: dict[str, Any] = {"device": dev}
+        for key, high in (("util", 100), ("used_mb", MAX_GPU_MB), ("total_mb", MAX_GPU_MB)):
+            x = c.get(key)
+            if x is not None and not (isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= high):
+                raise ProtocolError(f"{where}[{i}].{key} is not a whole number from 0 to {high}: {str(x)[:40]!r}")
+            row[key] = x
+        out.append(row)
+    return out
 
 
 _PIN = re.compile(r"sha256:[0-9a-f]{64}")
@@ -295,7 +330,7 @@ def _events(evs: list[Any]) -> None:
             s, k, data, at = e.get("src_seq"), e.get("kind"), e.get("data"), e.get("at")
             if (type(s) is int and 1 <= s <= MAX_SEQ and type(k) is str and len(k) <= MAX_NAME
                     and type(data) is dict and (type(at) is float and MIN_AT <= at <= MAX_AT or at is None)
-                    and all(type(v) in _FLAT for v in data.values())):
+                    and _FLAT.issuperset(map(type, data.values()))):
                 continue
         _event(e, f"events[{i}]")
 
@@ -405,9 +440,11 @@ def parse_agent_message(raw: str) -> AgentMessage:
                                                               "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
         return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"),
-                         _tls(d.get("tls"), "heartbeat.tls"))
+                         _tls(d.get("tls"), "heartbeat.tls"), _gpu(d.get("gpu"), "heartbeat.gpu"))
     if t == "outputs_answer":
         return _outputs_answer(d)
+    if t == "raw_answer":
+        return _raw_answer(d)
     if t == "probe_answer":
         nonce = _opt(d, "nonce", str, None, "probe_answer")
         cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
@@ -434,30 +471,41 @@ def _safe(obj: Any) -> Any:
     return obj
 
 
-_encode_strict = json.JSONEncoder(default=str, allow_nan=False).encode
+def event_text(ev: dict[str, Any]) -> str:
+    """One event as strict JSON, as an ``events`` message carries it (and the agent's spool keeps it)."""
+    try:
+        return event_json_strict(ev)
+    except (ValueError, TypeError):  # NaN, infinity or a key that is not a string: the rare event is walked
+        return json.dumps(_safe(ev), default=str, allow_nan=False)
 
 
-def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> list[str]:
+def encode_events(run_id: str, events: list[dict[str, Any]], limit: int = MAX_MESSAGE,
+                  encoded: list[str] | None = None) -> list[str]:
     """``events`` messages for the agent to send, each within ``limit`` bytes and MAX_EVENTS events.
 
     Split by encoded size, in order. An event too big for any message on its own is
     replaced by a ``run_warning`` with the same src_seq saying so, so that the
-    sequence stays gapless and the control plane can acknowledge past it."""
+    sequence stays gapless and the control plane can acknowledge past it.
+    ``encoded``: each event's :func:`event_text` already made (the spool's lines), not made again."""
     head = len(json.dumps({"type": "events", "run_id": run_id, "events": []}))
+    if encoded is not None and 0 < len(encoded) <= MAX_EVENTS:
+        # The usual batch fits one message whole: sized at once (the loop below would measure each
+        # event); the same message, since each event that fits with all the others fits alone.
+        body = ",".join(encoded)
+        if head + (len(body) if body.isascii() else len(body.encode())) + 1 <= limit:
+            return [f'{{"type": "events", "run_id": {json.dumps(run_id)}, "events": [{body}]}}']
     out: list[str] = []
     batch: list[str] = []
     size = head
-    for ev in events:
-        try:
-            text = _encode_strict(ev)
-        except (ValueError, TypeError):  # NaN, infinity or a key that is not a string: the rare event is walked
-            text = json.dumps(_safe(ev), default=str, allow_nan=False)
-        if head + len(text.encode()) + 1 > limit:
+    for i, ev in enumerate(events):
+        text = encoded[i] if encoded is not None else event_text(ev)
+        # Its size in bytes: the length of the str, unless it holds something other than ASCII.
+        if head + (len(text) if text.isascii() else len(text.encode())) + 1 > limit:
             text = json.dumps({"src_seq": ev.get("src_seq"), "kind": "run_warning", "at": ev.get("at"),
                                "data": {"kind": "event_too_large",
                                         "message": f"a {str(ev.get('kind'))[:64]} event of {len(text)} bytes was "
                                                    f"too large to send and was dropped"}})
-        n = len(text.encode()) + 1
+        n = (len(text) if text.isascii() else len(text.encode())) + 1
         if batch and (size + n > limit or len(batch) >= MAX_EVENTS):
             out.append(_events_text(run_id, batch))
             batch, size = [], head
@@ -627,9 +675,62 @@ def _outputs_answer(d: dict[str, Any]) -> OutputsAnswer:
                          None if error is None else _str(error, f"{w}.error", MAX_TEXT))
 
 
+# A recorded raw tensor file travels from a worker in chunks of this many bytes, each asked for on its
+# own, so one large file never holds the connection's other messages for longer than one chunk.
+RAW_CHUNK_BYTES = 1024 * 1024
+MAX_RAW_DATA = 4 * ((RAW_CHUNK_BYTES + 2) // 3)  # one chunk's base64 text
+RAW_CODES = ("not_kept", "too_large", "bad_chunk", "failed")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class RawRequest(_Flat):
+    """Chunk ``chunk`` (from 0) of a recorded output's raw tensor file: the worker finds the file from
+    the run id, node id and port itself (cdui.run.outputs.find_raw), never from a path."""
+
+    request_id: str
+    run_id: str
+    node_id: str
+    port: str
+    chunk: int
+    type: ClassVar[str] = "raw_request"
+
+
+@dataclass(frozen=True)
+class RawAnswer(_Flat):
+    """One chunk of the file (``data``: base64 of at most RAW_CHUNK_BYTES bytes), with the whole file's
+    ``size``, and for chunk 0 its ``sha256``; or ``error`` with its ``code`` (one of RAW_CODES)."""
+
+    request_id: str
+    chunk: int
+    size: int = 0
+    sha256: str = ""
+    data: str = ""
+    error: str | None = None
+    code: str | None = None
+    type: ClassVar[str] = "raw_answer"
+
+
+def _raw_answer(d: dict[str, Any]) -> RawAnswer:
+    w = "raw_answer"
+    data = _opt(d, "data", str, "", w)
+    if len(data) > MAX_RAW_DATA:
+        raise ProtocolError(f"{w}.data has {len(data)} characters, over the {MAX_RAW_DATA} of one chunk")
+    sha = _opt(d, "sha256", str, "", w)
+    if sha and not _SHA256.fullmatch(sha):
+        raise ProtocolError(f"{w}.sha256={sha[:80]!r} is not 64 lowercase hex digits")
+    error = _opt(d, "error", str, None, w)
+    code = _opt(d, "code", str, None, w)
+    if (error is None) != (code is None) or (code is not None and code not in RAW_CODES):
+        raise ProtocolError(f"{w}: an error needs a code, one of {', '.join(RAW_CODES)} (got {str(code)[:40]!r})")
+    return RawAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                     _int(_req(d, "chunk", int, w), f"{w}.chunk"), _int(_opt(d, "size", int, 0, w), f"{w}.size"),
+                     sha, data, None if error is None else _str(error, f"{w}.error", MAX_TEXT), code)
+
+
 ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-                 | Probe)
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer
+                 | Probe | RawRequest)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -710,6 +811,13 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
         return OutputsRequest(_str(_req(d, "request_id", str, "outputs_request"), "outputs_request.request_id"),
                               _str(_req(d, "run_id", str, "outputs_request"), "outputs_request.run_id"),
                               None if node is None else _str(node, "outputs_request.node_id", 256))
+    if t == "raw_request":
+        w = "raw_request"
+        return RawRequest(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                          _str(_req(d, "run_id", str, w), f"{w}.run_id"),
+                          _str(_req(d, "node_id", str, w), f"{w}.node_id", 256),
+                          _str(_req(d, "port", str, w), f"{w}.port", 128),
+                          _int(_req(d, "chunk", int, w), f"{w}.chunk", 0, 1 << 20))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 

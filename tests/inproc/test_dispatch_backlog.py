@@ -150,3 +150,73 @@ async def test_a_pass_places_a_run_even_when_reading_the_slots_took_its_whole_bu
                 await cp.wait_status(run_id, "succeeded")
         finally:
             await w1.close()
+
+
+async def test_the_waiting_reason_behind_busy_workers_follows_a_drain_and_the_listing_matches_each_run(tmp_path):
+    """Behind busy workers a pass keeps a waiting reason it already worked out while nothing changes (a
+    submit changes nothing): a drain changes it at once, and GET /api/runs lists each run exactly as
+    GET /api/runs/ID shows it (the listing is encoded apart, from kept rows)."""
+    async with _plane(tmp_path) as cp:
+        agents = await _agents(cp, ["w1", "w2"])
+        w1, w2 = agents
+        try:
+            for a in agents:
+                await cp.call("POST", f"/api/workers/{a.name}/undrain")
+            first = [(await cp.submit({"target": "any", "device": "cpu"}))["id"] for _ in range(2)]
+            held = {(await w1.assignment())["run_id"]: "w1", (await w2.assignment())["run_id"]: "w2"}
+            assert sorted(held) == sorted(first)
+            waiting = (await cp.submit({"target": "any", "device": "cpu"}))["id"]
+            busy = "waiting for a free cpu slot: slots in use on 3 (w1, w2, local)"
+            assert (await cp.run(waiting))["queue_reason"] == busy
+            later = (await cp.submit({"target": "any", "device": "cpu"}))["id"]
+            assert [(await cp.run(r))["queue_reason"] for r in (waiting, later)] == [busy, busy]
+            await cp.call("POST", "/api/workers/w2/drain")
+            drained = "waiting for a free cpu slot: slots in use on 2 (w1, local); unavailable on 1 (w2)"
+            await eventually(lambda: _reason_is(cp, waiting, drained), "the reason to say w2 is draining",
+                             detail=lambda: cp.runs.queue.reason(waiting))
+            listed = {r["id"]: r for r in await cp.call("GET", "/api/runs")}
+            for run_id in [*first, waiting, later]:
+                assert listed[run_id] == await cp.run(run_id)
+            w1_run = next(r for r, name in held.items() if name == "w1")
+            await w1.status(w1_run, "running", pid=1)
+            await w1.status(w1_run, "succeeded")
+            assert (await w1.assignment())["run_id"] == waiting  # first come, first served on the freed slot
+        finally:
+            for a in agents:
+                await a.close()
+
+
+async def _reason_is(cp: Plane, run_id: str, text: str) -> bool:
+    return (await cp.run(run_id))["queue_reason"] == text
+
+
+async def test_a_runs_running_and_ending_in_one_message_end_it_once_in_order_and_free_its_slot(tmp_path):
+    """The usual message of a worker's run (running, a log line, the ending) is stored with the run row's
+    changes in one transaction: a watcher sees the statuses in order, the run ends once (a second ending
+    changes nothing), it keeps the start facts its claim wrote, and its slot goes to the next run."""
+    async with _plane(tmp_path) as cp:
+        (w1,) = await _agents(cp, ["w1"])
+        try:
+            first, second = [(await cp.submit({"target": "any", "device": "cpu"}))["id"] for _ in range(2)]
+            await cp.call("POST", "/api/workers/w1/undrain")
+            assert (await w1.assignment())["run_id"] == first
+            watcher = cp.runs.subscribe(first)
+            try:
+                await w1.send_batch(first, [("status", {"status": "running", "pid": 1}),
+                                            ("log", {"message": "hi", "stream": "stdout"}),
+                                            ("status", {"status": "succeeded", "error": None})])
+                done = await cp.wait_status(first, "succeeded")
+                seen = [watcher.get_nowait() for _ in range(watcher.qsize())]
+            finally:
+                cp.runs.unsubscribe(first, watcher)
+            assert [(e["kind"], e["data"].get("status")) for e in seen] == \
+                [("status", "running"), ("log", None), ("status", "succeeded")]
+            assert [e["seq"] for e in seen] == [2, 3, 4]  # after the control plane's `queued`
+            assert done["error"] is None and done["finished_at"] and done["worker_id"] == "w1"
+            assert done["execution_facts"]["fingerprint_source"] == "worker"
+            assert (await w1.assignment())["run_id"] == second  # the one slot was freed by the ending
+            await w1.status(first, "failed", error="late")  # a second ending of the first run changes nothing
+            again = await cp.run(first)
+            assert (again["status"], again["error"], again["finished_at"]) == ("succeeded", None, done["finished_at"])
+        finally:
+            await w1.close()

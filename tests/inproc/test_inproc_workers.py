@@ -15,6 +15,7 @@ from harness import FakeAgent, Plane, eventually
 
 from cdui.plane.runs import iso
 from cdui.plane.workers import WORKERS
+from cdui.wire import protocol
 
 GRACE = "30"
 
@@ -365,5 +366,74 @@ async def test_labels_changed_by_a_heartbeat_are_stored_at_once(tmp_path):
             await agent.close()
 
 
+async def test_a_heartbeat_sent_again_word_for_word_is_a_contact_and_any_other_is_read_whole(tmp_path):
+    """An agent sends the same heartbeat every interval while nothing changes: the same text again is the
+    worker's last contact (its liveness too), and a heartbeat that differs in anything is read whole, so
+    labels that change back and forth are stored each time."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
+        agent = FakeAgent(cp)
+        manager = cp.app[WORKERS]  # type: ignore[index]
+
+        async def beat(labels: dict[str, str]) -> None:
+            """Send a heartbeat with ``labels`` and wait until the control plane has read it."""
+            assert agent.ws is not None
+            await agent.ws.send_str(json.dumps({"type": "heartbeat", "runs": [], "labels": labels}))
+            await eventually(lambda: manager.conns["w1"].alive_at == cp.clock.monotonic(), "the heartbeat read")
+
+        async def stored(labels: dict[str, str]) -> bool:
+            row = await manager.store.workers.get("w1")
+            return row is not None and json.loads(row["labels"]) == labels
+        try:
+            await agent.enroll()
+            await agent.connect()
+            for step, labels in enumerate([{"mount": "/mnt/x"}, {"mount": "/mnt/x"}, {"mount": "/mnt/y"},
+                                           {"mount": "/mnt/y"}, {"mount": "/mnt/x"}, {"mount": "/mnt/x"}]):
+                await cp.elapse(2)  # each heartbeat at a time of its own
+                beat_at = cp.clock.time()
+                await beat(labels)
+                assert (await cp.worker("w1"))["last_seen"] == iso(beat_at), step
+                assert manager.conns["w1"].labels == labels, step
+                await eventually(lambda labels=labels: stored(labels), f"the labels of heartbeat {step} stored")
+            # The last one was the one before word for word: its time is the last contact written with the
+            # others', and the connection, silent since, is alive.
+            await cp.elapse(5)
+            await eventually(lambda: _is(_stored_last_seen(cp, "w1"), beat_at), "the last contact to be written")
+            assert not manager.conns["w1"].ws.closed
+        finally:
+            await agent.close()
+
+
 async def _is(value: Any, expected: Any) -> bool:
     return await value == expected
+
+
+async def test_events_messages_back_to_back_are_stored_once_in_order_across_a_disconnect(tmp_path):
+    """A flood's messages come without waiting for acknowledgements: the control plane reads the next
+    while it stores the one before, and stores each in the order sent. Messages sent right before the
+    connection ends are stored or, unacknowledged, sent again after the reconnect: every event once."""
+    async with _plane(tmp_path) as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run_id = await _start_run(cp, agent, 0)
+            for i in range(1, 61):  # one message each, none waiting for its ack
+                agent.spool_event(run_id, "progress", tick=i)
+                assert agent.ws is not None
+                await agent.ws.send_str(protocol.encode_events(run_id, agent.spool[run_id][-1:])[0])
+            await agent.wait_acked(run_id, agent.spool[run_id][-1]["src_seq"])
+            assert _ticks(await cp.events(run_id)) == list(range(1, 61))
+            for i in range(61, 121):
+                agent.spool_event(run_id, "progress", tick=i)
+                await agent.ws.send_str(protocol.encode_events(run_id, agent.spool[run_id][-1:])[0])
+            await agent.drop()
+            await cp.wait_status(run_id, "disconnected")
+            welcome = await agent.connect(held=[run_id])
+            assert welcome["runs"][run_id]["action"] == "continue"
+            await agent.flush(run_id)
+            await agent.status(run_id, "succeeded")
+            evs = await cp.events(run_id)
+            assert _ticks(evs) == list(range(1, 121))
+            assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+        finally:
+            await agent.close()

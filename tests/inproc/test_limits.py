@@ -134,7 +134,7 @@ def test_enroll_refuses_a_huge_body_without_reading_it(cp):
                             {"Content-Type": "application/json", "Content-Length": str(500 * 1000 * 1000)},
                             [b'{"token": "' + b"a" * MB] * 4)
     assert status == 413 and body["error"]["code"] == "too_large", body
-    assert "16384 bytes" in body["error"]["message"], body
+    assert "over this route's limit of 16 KiB" in body["error"]["message"], body
     chunk = b'{"token": "' + b"a" * (64 * 1024)
     status, body = raw_post(cp, "/api/workers/enroll",
                             {"Content-Type": "application/json", "Transfer-Encoding": "chunked"},

@@ -203,11 +203,11 @@ async def test_a_local_run_records_into_the_control_planes_own_store(tmp_path):
         thumb = img["outputs"][0].pop("thumbnail")
         assert img == {"run_id": rid, "worker": None, "node_id": "img", "type": "TensorCreate", "outputs": [
             {"port": "tensor", "kind": "tensor", "shape": [1, 3, 8, 8], "dtype": "float32",
-             "min": 0.5, "max": 0.5, "mean": 0.5}]}
+             "min": 0.5, "max": 0.5, "mean": 0.5, "preview": [[0.5] * 8] * 8}]}
         assert base64.b64decode(thumb)[16:24] == (8).to_bytes(4, "big") * 2  # the PNG's own width and height
         seq = await plane.call("GET", f"/api/runs/{rid}/outputs/seq")
         assert seq["outputs"] == [{"port": "tensor", "kind": "tensor", "shape": [5], "dtype": "float32",
-                                   "min": 0.0, "max": 4.0, "mean": 2.0}]
+                                   "min": 0.0, "max": 4.0, "mean": 2.0, "preview": [[0.0, 1.0, 2.0, 3.0, 4.0]]}]
         # The capture is in this control plane's user data folder, raw tensors included.
         store = plane.config.user_data / "outputs"
         assert sorted(p.name for p in store.iterdir()) == [rid]

@@ -46,6 +46,7 @@ def _conv_params(in_default: int, out_default: int, kernel: int, stride: int, pa
 
 class Conv2dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Conv2d", "CNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "2-D convolution over (N, C, H, W)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = _conv_params(1, 32, 3, 1, 1)
@@ -62,6 +63,7 @@ class Conv2dNode(DeclaredNode):
 
 class Conv1dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Conv1d", "CNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "1-D convolution over (N, C, L)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = _conv_params(1, 32, 3, 1, 1)
@@ -77,6 +79,7 @@ class Conv1dNode(DeclaredNode):
 
 class ConvTranspose2dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "ConvTranspose2d", "CNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Learned 2-D upsampling (transposed convolution)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (*_conv_params(64, 32, 2, 2, 0), I("output_padding", 0, "Extra size added to one side of the output"))
@@ -134,6 +137,7 @@ class AdaptiveAvgPool2dNode(DeclaredNode):
 
 class DropoutNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Dropout", "CNN"
+    CACHEABLE = False  # draws from the process's random generator
     DESCRIPTION = "Zero elements with probability p and rescale the rest (always active, as in CodefyUI)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (F("p", 0.5, "Probability of zeroing an element", lo=0.0, hi=1.0),)
@@ -171,9 +175,10 @@ class Conv2dKernelNode(DeclaredNode):
     OUTPUTS = (T("tensor", "Kernel (k, k)"),)
     PARAMS = (Param("preset", "select", "EdgeDetection3x3", "A built-in 3x3 filter, or Custom",
                     options=[*KERNELS_3X3, CUSTOM]),
-              I("kernel_size", 3, "Side of the Custom kernel", lo=1, hi=15),
+              Param("kernel_size", "int", 3, "Side of the Custom kernel", min_value=1, max_value=15,
+                    visible_when={"preset": CUSTOM}),
               Param("weights", "tensor_grid", [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
-                    "The Custom kernel's values"))
+                    "The Custom kernel's values", visible_when={"preset": CUSTOM}))
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch
@@ -232,6 +237,7 @@ def depthwise_weight(kernel: Any, c: int) -> Any:
 
 class BatchNorm2dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "BatchNorm2d", "CNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Batch normalization over (N, C, H, W), with batch statistics"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (I("num_features", 32, "Channels C"),)
@@ -245,6 +251,7 @@ class BatchNorm2dNode(DeclaredNode):
 
 class BatchNorm1dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "BatchNorm1d", "Normalization"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Batch normalization over (N, C) or (N, C, L), with batch statistics"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (I("num_features", 128, "Features C"),)
@@ -258,6 +265,7 @@ class BatchNorm1dNode(DeclaredNode):
 
 class GroupNormNode(DeclaredNode):
     NODE_NAME, CATEGORY = "GroupNorm", "Normalization"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Group normalization"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (I("num_groups", 32, "Groups the channels are split into"), I("num_channels", 256, "Channels C"))
@@ -274,6 +282,7 @@ class GroupNormNode(DeclaredNode):
 
 class InstanceNorm2dNode(DeclaredNode):
     NODE_NAME, CATEGORY = "InstanceNorm2d", "Normalization"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Instance normalization over (N, C, H, W)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (I("num_features", 64, "Channels C"), B("affine", False, "Learnable scale and shift"))
@@ -287,6 +296,7 @@ class InstanceNorm2dNode(DeclaredNode):
 
 class LayerNormNode(DeclaredNode):
     NODE_NAME, CATEGORY = "LayerNorm", "Normalization"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Layer normalization over the last dimension(s)"
     INPUTS, OUTPUTS = IN, OUT
     PARAMS = (Param("normalized_shape", "string", "512", "Shape of the normalized trailing dims, comma-separated"),

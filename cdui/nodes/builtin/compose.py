@@ -25,6 +25,7 @@ FIRST_PORT = ""
 
 class MapNode(Node):
     NODE_NAME = "Map"
+    CACHEABLE = False  # its point is a side effect
     CATEGORY = "Data Flow"
     DESCRIPTION = ("Apply a preset (subgraph) to each element in a list. Returns a list of "
                    "results. Functional-style batch processing.")

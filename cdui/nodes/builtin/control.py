@@ -44,6 +44,7 @@ def format_value(value: Any) -> str:
 
 class PrintNode(Node):
     NODE_NAME = "Print"
+    CACHEABLE = False  # its point is a side effect
     CATEGORY = "Utility"
     DESCRIPTION = "Print a value to the run log and pass it through"
 

@@ -43,6 +43,7 @@ def parse_shape(node: str, text: Any) -> tuple[int, ...]:
 
 class GaussianNoiseNode(DeclaredNode):
     NODE_NAME, CATEGORY = "GaussianNoise", DIFFUSION
+    CACHEABLE = False  # draws from the process's random generator
     DESCRIPTION = "Seeded normal noise N(mean, std^2), shaped like shape_ref or by the shape param"
     INPUTS = (T("shape_ref", "Tensor whose shape and device the noise takes; the shape param is then ignored",
                 optional=True),)

@@ -35,6 +35,7 @@ BATCH_PROGRESS_INTERVAL_S = 1.0
 
 class DiffusionTrainingLoopNode(DeclaredNode):
     NODE_NAME, CATEGORY = "DiffusionTrainingLoop", "Diffusion"
+    CACHEABLE = False  # training: changes the weights it is given, emits metrics
     DESCRIPTION = ("Train a denoising model (e.g. DiffusionUNet) to predict the noise added at random timesteps "
                    "(DDPM); use the same schedule in DDPMSampler")
     INPUTS = (Port("model", MODEL, "Noise predictor: forward(x, t) returns the predicted noise"),

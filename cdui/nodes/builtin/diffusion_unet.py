@@ -144,6 +144,7 @@ def build_unet(in_channels: int, base: int, mult: tuple[int, ...], temb: int, gr
 
 class DiffusionUNetNode(DeclaredNode):
     NODE_NAME, CATEGORY = "DiffusionUNet", DIFFUSION
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "A seeded, time-conditioned toy U-Net: model(x, t) predicts noise shaped like x"
     OUTPUTS = (Port("model", MODEL, "nn.Module taking (x, t)"),)
     PARAMS = (I("in_channels", 3, "Channels of the input", lo=1),
@@ -177,6 +178,7 @@ def ddpm_betas(schedule: str, steps: int, beta_start: float, beta_end: float) ->
 
 class DDPMSamplerNode(DeclaredNode):
     NODE_NAME, CATEGORY = "DDPMSampler", DIFFUSION
+    CACHEABLE = False  # draws from the process's random generator
     DESCRIPTION = "The reverse DDPM loop: from noise x_T to x_0, one model call per step"
     INPUTS = (Port("model", MODEL, "Noise-predicting model(x, t)"), T("noise", "Starting x_T, [N, C, H, W]"),
               T("condition", "Reserved; unused", optional=True))

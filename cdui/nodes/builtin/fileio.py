@@ -136,6 +136,7 @@ def load_weights(model: Any, state: Any, ctx: RunContext, where: str, strict: bo
 
 class ModelLoaderNode(Node):
     NODE_NAME = "ModelLoader"
+    CACHEABLE = False  # a live object training changes in place
     CATEGORY = "IO"
     DESCRIPTION = "Load model weights from a .pt/.pth file into a model, or load a full saved model"
 
@@ -255,6 +256,7 @@ class CheckpointSaverNode(Node):
 
 class CheckpointLoaderNode(Node):
     NODE_NAME = "CheckpointLoader"
+    CACHEABLE = False  # a live object training changes in place
     CATEGORY = "IO"
     DESCRIPTION = "Load a training checkpoint to resume training (restores model + optimizer + epoch)"
 

@@ -207,6 +207,7 @@ class RowSelectorNode(DeclaredNode):
 
 class BackwardOnceNode(DeclaredNode):
     NODE_NAME, CATEGORY = "BackwardOnce", "Training"
+    CACHEABLE = False  # draws from the process's random generator
     DESCRIPTION = "Identity; marks the tensor CodefyUI's backward inspector differentiates"
     INPUTS = (T("tensor", "Any tensor"),)
     OUTPUTS = (T("tensor", "The same tensor"),)

@@ -23,6 +23,7 @@ ACTIVATIONS = ["relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "
 
 class LinearNode(Node):
     NODE_NAME = "Linear"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     CATEGORY = "Utility"
     DESCRIPTION = "Fully-connected (dense) layer: y = xW^T + b. Wraps nn.Linear(in_features, out_features)."
 
@@ -143,6 +144,7 @@ DEFAULT_LAYERS = (
 
 class SequentialModelNode(Node):
     NODE_NAME = "SequentialModel"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     CATEGORY = "Training"
     DESCRIPTION = ("Build a model from a layer graph (the `layers` param). Outputs a MODEL "
                    "that can be connected to Optimizer and TrainingLoop.")

@@ -220,6 +220,7 @@ def answer_text(provider: str, reply: Any) -> tuple[str, dict[str, int]]:
 
 class LLMChatNode(DeclaredNode):
     NODE_NAME, CATEGORY = "LLMChat", "LLM"
+    CACHEABLE = False  # reads the network
     DESCRIPTION = "Send a prompt (with text, image or array inputs) to a chat model and output its answer"
     INPUTS = (Port("text", STRING, "Text appended to the prompt", optional=True),
               Port("image", IMAGE, "Image sent with the prompt", optional=True),
@@ -229,9 +230,12 @@ class LLMChatNode(DeclaredNode):
               Param("model", "string", "gpt-5.2", "Model id (e.g. gpt-5.2, claude-sonnet-4-6, llama3.2)"),
               Param("prompt", "string", "Summarize the provided input.", "User prompt; inputs are appended"),
               Param("system_prompt", "string", "You are a helpful assistant.", "System instruction"),
-              Param("openai_api_key", "secret", "", "OpenAI API key (never saved or logged)"),
-              Param("anthropic_api_key", "secret", "", "Anthropic API key (never saved or logged)"),
-              Param("ollama_base_url", "string", "http://127.0.0.1:11434/v1", "Ollama's OpenAI-compatible URL"),
+              Param("openai_api_key", "secret", "", "OpenAI API key (never saved or logged)",
+                    visible_when={"provider": "ChatGPT API"}),
+              Param("anthropic_api_key", "secret", "", "Anthropic API key (never saved or logged)",
+                    visible_when={"provider": "Claude API"}),
+              Param("ollama_base_url", "string", "http://127.0.0.1:11434/v1", "Ollama's OpenAI-compatible URL",
+                    visible_when={"provider": "Ollama"}),
               I("max_tokens", 1024, "Most tokens in the answer", lo=1, hi=200000),
               F("temperature", 0.7, "Sampling temperature", lo=0.0, hi=2.0),
               Param("openai_base_url", "string", "https://api.openai.com/v1",

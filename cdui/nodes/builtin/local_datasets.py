@@ -125,6 +125,7 @@ class HFImages:
 
 class HuggingFaceDatasetNode(DeclaredNode):
     NODE_NAME, CATEGORY = "HuggingFaceDataset", "Data"
+    CACHEABLE = False  # reads the network
     DESCRIPTION = "An image-classification dataset from the local Hugging Face datasets cache (never downloaded)"
     NEEDS: ClassVar[tuple[str, ...]] = ("datasets", "PIL")
     EXTRA: ClassVar[str | None] = "hf"
@@ -212,6 +213,7 @@ def kaggle_root(layout: Layout, params: dict[str, Any]) -> tuple[Path, str | Non
 
 class KaggleDatasetNode(DeclaredNode):
     NODE_NAME, CATEGORY = "KaggleDataset", "Data"
+    CACHEABLE = False  # reads the network
     DESCRIPTION = "An image-folder dataset from the local kagglehub cache (never downloaded)"
     NEEDS: ClassVar[tuple[str, ...]] = ("PIL",)
     EXTRA: ClassVar[str | None] = "vision"

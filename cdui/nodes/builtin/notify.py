@@ -47,6 +47,7 @@ def build_request(url: str, payload: dict[str, Any], api_key: str, header: str, 
 
 class WebhookNode(Node):
     NODE_NAME = "Webhook"
+    CACHEABLE = False  # reads the network
     CATEGORY = "Notify"
     DESCRIPTION = "POST a JSON notification (with an optional API key header) to a URL"
 

@@ -82,6 +82,7 @@ def build_reward_head(input_dim: int, hidden_dim: int, seed: int) -> Any:
 
 class RewardModelNode(DeclaredNode):
     NODE_NAME, CATEGORY = "RewardModel", RL
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Seeded MLP reward head: one scalar per item of [B, H] (or the last step of [B, T, H])"
     INPUTS = (T("hidden_states", "Hidden states [B, H] or [B, T, H]; rewards is empty without them",
                 optional=True),)

@@ -39,6 +39,7 @@ def _width(params: dict[str, Any], name: str, default: int) -> int:
 
 class DQNNode(DeclaredNode):
     NODE_NAME, CATEGORY = "DQN", RL
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "A Q-network Linear-ReLU-Linear-ReLU-Linear, and Q-values for the state when given"
     INPUTS = (T("state", "States [B, state_dim]", optional=True),)
     OUTPUTS = (Port("model", MODEL, "The Q-network (keys 0.*, 2.*, 4.*)"),
@@ -84,6 +85,7 @@ def build_actor_critic(s: int, a: int, h: int) -> Any:
 
 class PPONode(DeclaredNode):
     NODE_NAME, CATEGORY = "PPO", RL
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "An actor-critic network (shared Tanh MLP, softmax policy, value head)"
     INPUTS = (T("state", "States [B, state_dim]", optional=True),)
     OUTPUTS = (Port("model", MODEL, "The actor-critic (keys shared.*, actor.*, critic.*)"),
@@ -118,6 +120,7 @@ def simulator_needed(env_name: str) -> tuple[str, str, str] | None:
 
 class EnvWrapperNode(DeclaredNode):
     NODE_NAME, CATEGORY = "EnvWrapper", RL
+    CACHEABLE = False  # a live object training changes in place
     DESCRIPTION = "Makes a gymnasium environment and resets it: the env and its first observation"
     NEEDS, EXTRA = ("gymnasium",), "rl"
     OUTPUTS = (Port("env", ANY, "The environment object"), T("observation", "First observation (float32)"))

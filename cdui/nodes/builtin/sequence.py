@@ -39,6 +39,7 @@ def _rnn(node: DeclaredNode, cls: Any, inputs: dict[str, Any], params: dict[str,
 
 class LSTMNode(DeclaredNode):
     NODE_NAME, CATEGORY = "LSTM", "RNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Long short-term memory layer"
     INPUTS, OUTPUTS, PARAMS = (T("tensor", "Sequence"),), _RNN_OUT, _RNN_PARAMS
 
@@ -51,6 +52,7 @@ class LSTMNode(DeclaredNode):
 
 class GRUNode(DeclaredNode):
     NODE_NAME, CATEGORY = "GRU", "RNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Gated recurrent unit layer"
     INPUTS, OUTPUTS, PARAMS = (T("tensor", "Sequence"),), _RNN_OUT, _RNN_PARAMS
 
@@ -80,6 +82,7 @@ def seeded_rnn_cell(input_size: int, hidden_size: int, nonlinearity: str, seed: 
 
 class RNNCellNode(DeclaredNode):
     NODE_NAME, CATEGORY = "RNNCell", "RNN"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "One step of a plain recurrent cell: h' = f(W_ih x + W_hh h + b)"
     INPUTS = (T("tensor", "Input at this step (N, input_size)"),
               T("hidden", "Previous hidden state (N, hidden_size); zeros when absent", optional=True))
@@ -106,6 +109,7 @@ class RNNCellNode(DeclaredNode):
 
 class MultiHeadAttentionNode(DeclaredNode):
     NODE_NAME, CATEGORY = "MultiHeadAttention", "Transformer"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Multi-head attention over sequence-first (L, N, E) query, key and value"
     INPUTS = (T("query", "Query (L, N, E)"), T("key", "Key (S, N, E)"), T("value", "Value (S, N, E)"))
     OUTPUTS = (T("output", "Attended output (L, N, E)"), T("weights", "Weights averaged over heads (N, L, S)"))
@@ -140,6 +144,7 @@ def _stack_sizes(node: DeclaredNode, params: dict[str, Any]) -> tuple[int, int, 
 
 class TransformerEncoderNode(DeclaredNode):
     NODE_NAME, CATEGORY = "TransformerEncoder", "Transformer"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "A stack of transformer encoder layers over sequence-first (L, N, d_model)"
     INPUTS, OUTPUTS = (T("tensor", "Sequence (L, N, d_model)"),), (T("tensor", "Encoded sequence"),)
     PARAMS = _STACK_PARAMS
@@ -158,6 +163,7 @@ class TransformerEncoderNode(DeclaredNode):
 
 class TransformerDecoderNode(DeclaredNode):
     NODE_NAME, CATEGORY = "TransformerDecoder", "Transformer"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "A stack of transformer decoder layers: decode tensor against memory (sequence-first)"
     INPUTS = (T("tensor", "Target sequence (T, N, d_model)"), T("memory", "Encoder output (S, N, d_model)"))
     OUTPUTS, PARAMS = (T("tensor", "Decoded sequence"),), _STACK_PARAMS
@@ -176,6 +182,7 @@ class TransformerDecoderNode(DeclaredNode):
 
 class EmbeddingNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Embedding", "Utility"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Look up a learned vector per integer index"
     INPUTS, OUTPUTS = (T("tensor", "Indices (any shape, integers)"),), (T("tensor", "Vectors (..., embedding_dim)"),)
     PARAMS = (I("num_embeddings", 10000, "Vocabulary size"), I("embedding_dim", 256, "Vector size"),
@@ -246,6 +253,7 @@ def build_moe(num_experts: int, top_k: int, hidden: int, inner: int, seed: int) 
 
 class MoELayerNode(DeclaredNode):
     NODE_NAME, CATEGORY = "MoELayer", "Transformer"
+    CACHEABLE = False  # owns weights: new ones each run, trained in place
     DESCRIPTION = "Mixture of experts: each token goes to its top-k experts, outputs weighted and summed"
     INPUTS = (T("x", "Hidden states (B, T, H) or (T, H)"),)
     OUTPUTS = (T("output", "Same shape as the input"), T("routing_weights", "Weights of the chosen experts (B, T, k)"),

@@ -109,6 +109,7 @@ class LossNode(Node):
 
 class OptimizerNode(Node):
     NODE_NAME = "Optimizer"
+    CACHEABLE = False  # a live object training changes in place
     CATEGORY = "Training"
     DESCRIPTION = "Create an optimizer for model parameters"
 
@@ -199,6 +200,7 @@ class OptimizerNode(Node):
 
 class InferenceNode(Node):
     NODE_NAME = "Inference"
+    CACHEABLE = False  # a live object training changes in place
     CATEGORY = "IO"
     DESCRIPTION = ("Run inference (forward pass) on a trained model. Sets model to eval mode "
                    "and disables gradients.")

@@ -17,6 +17,7 @@ SCHEDULERS = ["StepLR", "CosineAnnealingLR", "ExponentialLR", "ReduceLROnPlateau
 
 class LRSchedulerNode(DeclaredNode):
     NODE_NAME, CATEGORY = "LRScheduler", "Training"
+    CACHEABLE = False  # a live object training changes in place
     DESCRIPTION = "A torch learning-rate scheduler on the optimizer"
     INPUTS = (Port("optimizer", OPTIMIZER, "The optimizer whose learning rate it steers"),)
     OUTPUTS = (Port("scheduler", ANY, "The torch.optim.lr_scheduler object"),)
@@ -52,6 +53,7 @@ class LRSchedulerNode(DeclaredNode):
 
 class EvaluateModelNode(DeclaredNode):
     NODE_NAME, CATEGORY = "EvaluateModel", "Training"
+    CACHEABLE = False  # training: changes the weights it is given, emits metrics
     DESCRIPTION = "Accuracy of a classifier over a whole dataset (argmax over dim 1 against the labels)"
     INPUTS = (Port("model", MODEL, "The classifier"), Port("dataset", DATASET, "(input, label) pairs"))
     OUTPUTS = (Port("accuracy", SCALAR, "correct / total"), Port("correct", SCALAR, "Right answers"),

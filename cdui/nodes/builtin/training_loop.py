@@ -233,9 +233,21 @@ def _validate(model: Any, val_loader: Any, loss_fn: Any, policy: AmpPolicy, devi
     return v_total / max(v_count, 1), (correct / seen if classification and seen else None)
 
 
+AUTO_LOG_LINES = 20  # log_every_epochs=0: about this many "Epoch N/M" lines in a run, whatever its epochs
+
+
+def epoch_log_every(setting: int, epochs: int) -> int:
+    """Every how many epochs the "Epoch N/M" line is logged: ``setting``, or for 0 (auto) every epoch up to
+    20 epochs and then about 20 lines in all (400 epochs: every 20th)."""
+    if setting > 0:
+        return setting
+    return max(1, -(-epochs // AUTO_LOG_LINES))
+
+
 def _report_epoch(ctx: RunContext, log: ScalarLog | None, step_no: int, epochs: int, avg: float, lr: float,
-                  val_loss: float | None, val_acc: float | None, early: dict[str, Any]) -> None:
-    """An epoch's metrics (and TensorBoard scalars), progress event and log line."""
+                  val_loss: float | None, val_acc: float | None, early: dict[str, Any], line: bool = True) -> None:
+    """An epoch's metrics (and TensorBoard scalars), progress event and, when ``line``, log line (the metrics
+    and progress of every epoch are recorded whatever the log interval)."""
     series: dict[str, Any] = {"train_loss": avg, "lr": lr}
     if val_loss is not None:
         series["val_loss"] = val_loss
@@ -253,6 +265,8 @@ def _report_epoch(ctx: RunContext, log: ScalarLog | None, step_no: int, epochs: 
     if val_acc is not None:
         progress["val_accuracy"] = round(val_acc, 6)
     ctx.progress(**progress)
+    if not line:
+        return
     ctx.log(f"Epoch {step_no}/{epochs} - loss {avg:.4f}"
             + (f" - val_loss {val_loss:.4f}" if val_loss is not None else "")
             + (f" - val_acc {val_acc:.3f}" if val_acc is not None else ""))
@@ -271,6 +285,7 @@ class _LoopSettings:
     max_steps: int
     batch_metrics: bool
     log_interval: int
+    log_every_epochs: int
     deterministic: bool
     monitor: str
 
@@ -285,6 +300,8 @@ class _LoopSettings:
                    max_steps=int(params.get("max_steps") or 0),
                    batch_metrics=as_bool(params.get("batch_metrics"), False),
                    log_interval=max(1, int(params.get("log_interval") or 1)),
+                   log_every_epochs=epoch_log_every(max(0, int(params.get("log_every_epochs") or 0)),
+                                                    int(params.get("epochs", 5))),
                    deterministic=as_bool(params.get("deterministic"), False),
                    monitor=str(params.get("monitor") or "val_loss"))
 
@@ -304,6 +321,7 @@ def _monitoring(loss_fn: Any, val_loader: Any, cfg: _LoopSettings, ctx: RunConte
 
 class TrainingLoopNode(Node):
     NODE_NAME = "TrainingLoop"
+    CACHEABLE = False  # training: changes the weights it is given, emits metrics
     CATEGORY = "Training"
     DESCRIPTION = ("Run a training loop with optional validation, early stopping, learning "
                    "rate scheduling, and gradient clipping.")
@@ -357,6 +375,9 @@ class TrainingLoopNode(Node):
                   min_value=0, advanced=True),
             Param("log_interval", "int", 1, "Record every Nth batch when batch metrics are on",
                   min_value=1, advanced=True),
+            Param("log_every_epochs", "int", 0, "Log the 'Epoch N/M' line every N epochs (0 = auto: every "
+                  "epoch up to 20, then about 20 lines; the first, last and stopping epochs are always "
+                  "logged, and every epoch's metrics are recorded)", min_value=0, advanced=True),
             Param("deterministic", "bool", False, "Ask torch for deterministic kernels", advanced=True),
             Param("tensorboard", "bool", False, "Also write the metrics for TensorBoard into the run "
                   "folder (listed as a run artifact)", advanced=True, writes=True),
@@ -528,8 +549,10 @@ class TrainingLoopNode(Node):
                 stopped_early = bad_epochs >= patience
 
             step_no = epoch + 1
+            line = (step_no % cfg.log_every_epochs == 0 or step_no in (start + 1, epochs) or stopped_early
+                    or budget_spent)
             _report_epoch(ctx, log, step_no, epochs, avg, lr, val_loss, val_acc,
-                          {"patience_counter": bad_epochs, "best_epoch": best_epoch} if patience > 0 else {})
+                          {"patience_counter": bad_epochs, "best_epoch": best_epoch} if patience > 0 else {}, line)
 
             if every_epochs and step_no % every_epochs == 0 and (dist is None or dist.main):
                 save(f"epoch-{step_no}.pt", step_no)

@@ -16,7 +16,7 @@ from cdui.core.errors import CduiError
 from cdui.core.paths import safe_join
 from cdui.nodes.base import DATASET, Param, Port
 from cdui.nodes.builtin._declared import DeclaredNode, I, T, int_param
-from cdui.nodes.offline_datasets import DATASETS_FOLDER, NAMES, DatasetMissing, load, missing_message
+from cdui.nodes.offline_datasets import DATASETS_FOLDER, NAMES, DatasetMissing, load, missing_message, spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.core.layout import Layout
@@ -54,6 +54,14 @@ class DatasetNode(DeclaredNode):
             return [("bad_param", f"data_dir: {exc.message}")]
         problem = missing_message(root, name, split)
         return [("missing_dataset", problem)] if problem else []
+
+    @classmethod
+    def reads_outside(cls, params: dict[str, Any], layout: Layout) -> list[Path]:
+        """The dataset's own folder (MNIST/, cifar-10-batches-py/), not the whole data folder."""
+        name = str(params.get("name") or "MNIST")
+        if name not in NAMES:
+            return []
+        return [data_root(layout, params.get("data_dir")) / spec(name).folder]
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         name, split = str(params.get("name") or "MNIST"), str(params.get("split") or "train")

@@ -34,6 +34,7 @@ from aiohttp import BodyPartReader, web
 from cdui.core.errors import CduiError, PathRefused
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
+from cdui.core.units import size_text
 from cdui.plane.appkeys import CONFIG
 from cdui.plane.files.receive import receive, refuse_temporary_name
 from cdui.plane.runs import RUNS
@@ -147,9 +148,9 @@ async def upload_handler(request: web.Request) -> web.Response:
     def over_quota(size: int) -> CduiError:
         log.warning("refused upload %s from worker %s for run %s: over the run's upload quota (%d + %d > %d bytes)",
                     target.name, worker, run_id, used, size, quota)
-        return CduiError("upload_quota", f"{target.name} (at least {size} bytes) would take run {run_id}'s "
-                         f"uploads to {used + size} bytes or more, over its quota of {quota} bytes "
-                         f"(CODEFYUI_RUN_UPLOAD_QUOTA); {used} bytes are stored already",
+        return CduiError("upload_quota", f"{target.name} (at least {size_text(size)}) would take run {run_id}'s "
+                         f"uploads to {size_text(used + size)} or more, over its quota of {size_text(quota)} "
+                         f"(CODEFYUI_RUN_UPLOAD_QUOTA); {size_text(used)} are stored already",
                          hint="it stays on the worker; raise CODEFYUI_RUN_UPLOAD_QUOTA on the control plane "
                               "(0: no quota), or write fewer or smaller files", status=413)
     if quota and used + announced > quota:
@@ -158,7 +159,7 @@ async def upload_handler(request: web.Request) -> web.Response:
     def too_large(size: int) -> CduiError:
         if quota and used + size > quota and quota - used < limit:
             return over_quota(size)
-        return CduiError("too_large", f"{target.name} is over the upload limit of {limit} bytes "
+        return CduiError("too_large", f"{target.name} is over the upload limit of {size_text(limit)} "
                                       f"(CODEFYUI_MAX_UPLOAD_SIZE)", hint="it stays on the worker", status=413)
     cap = min(limit, max(quota - used, 0)) if quota else limit
     got = await receive(file_part, target.parent, cap, too_large)

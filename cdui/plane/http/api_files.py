@@ -16,6 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import check_name, safe_join
+from cdui.core.units import size_text
 from cdui.plane.appkeys import CONFIG
 from cdui.plane.files.receive import TEMP_PREFIX, receive, refuse_temporary_name, sweep_stale
 from cdui.plane.files.transfer import worker_may_download
@@ -90,7 +91,7 @@ def _plain_name(filename: str) -> str:
 
 def _too_large(limit: int, size: int) -> CduiError:
     return CduiError("too_large",
-                     f"upload of {size} bytes is over the limit of {limit} bytes (CODEFYUI_MAX_UPLOAD_SIZE)",
+                     f"upload of {size_text(size)} is over the limit of {size_text(limit)} (CODEFYUI_MAX_UPLOAD_SIZE)",
                      hint="raise CODEFYUI_MAX_UPLOAD_SIZE on the server, or upload a smaller file", status=413)
 
 

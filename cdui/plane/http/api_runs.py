@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import mimetypes
 import os
 import tempfile
@@ -12,11 +14,14 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from cdui.core.errors import CduiError, NotFound
+from cdui.graph.secrets import split_secrets
+from cdui.nodes.layer_types import layer_types
 from cdui.plane.files.artifact_files import KEPT_BACKENDS, MAX_HASH_BYTES, ArtifactRefused, confine
 from cdui.plane.files.s3_plane import backend_of
 from cdui.plane.http.httpjson import read_json
-from cdui.plane.runs import RUNS, iso
-from cdui.plane.store import TERMINAL
+from cdui.plane.runs import RUNS, check_tag, iso
+from cdui.plane.store import TERMINAL, RunFilter
+from cdui.wire.target import parse_target, target_json
 
 
 def _runs(request: web.Request):
@@ -45,10 +50,48 @@ async def submit(request: web.Request) -> web.Response:
 MAX_INT64 = 2 ** 63 - 1
 
 
+MAX_SEARCH = 200  # characters of ?search=
+
+
 async def list_runs(request: web.Request) -> web.Response:
     # Not below 0: sqlite reads LIMIT -1 as "no limit".
     limit = _int_query(request, "limit", 200, 0, MAX_INT64, "e.g. ?limit=200 for the newest 200 runs")
-    return web.json_response(await _runs(request).list(request.query.get("status"), limit))
+    q = request.query
+    target = None
+    if "target" in q:
+        try:
+            target = json.dumps(target_json(parse_target(q["target"])))
+        except CduiError as exc:
+            raise CduiError("bad_query", f"target={q['target'][:80]!r}: {exc.message}",
+                            hint="target=local, any, one-shot or a worker's name") from None
+    tag = check_tag(q["tag"], "tag=") if "tag" in q else None
+    search = q.get("search") or None
+    if search is not None and len(search) > MAX_SEARCH:
+        raise CduiError("bad_query", f"search= is {len(search)} characters; at most {MAX_SEARCH}")
+    after = q.get("after") or None
+    runs = _runs(request)
+    if after is not None and await runs.store.get_run(after) is None:
+        raise CduiError("bad_query", f"after={after[:80]!r}: no such run to list the runs after",
+                        hint="after= takes the id of the last run of the page before")
+    where = RunFilter(status=q.get("status") or None, target=target, worker=q.get("worker") or None, tag=tag,
+                      search=search, after=after)
+    body = await runs.list_json(None, limit, where)
+    return web.Response(body=body, content_type="application/json", charset="utf-8")  # as json_response says it
+
+
+async def run_graph(request: web.Request) -> web.Response:
+    """The run's graph as it was stored at submit: what a clone starts from. Its secrets were never
+    stored (they live in memory for the run only), so a clone gives them again."""
+    run_id = request.match_info["run_id"]
+    run = await _runs(request).store.get_run(run_id, with_graph=True)
+    if run is None:
+        raise NotFound("run", run_id, hint="list runs with GET /api/runs")
+    return web.json_response({"run_id": run.id, "graph": run.graph})
+
+
+async def patch_run(request: web.Request) -> web.Response:
+    body = await read_json(request, 64 * 1024)
+    return web.json_response(await _runs(request).set_labels(request.match_info["run_id"], body))
 
 
 async def count_runs(request: web.Request) -> web.Response:
@@ -101,6 +144,99 @@ async def events(request: web.Request) -> web.Response:
         headers["X-CodefyUI-Next-After"] = str(nxt)
         headers["Link"] = f'<{request.path}?after={nxt}&limit={limit}>; rel="next"'
     return web.json_response([_event_out(e) for e in evs], headers=headers)
+
+
+# A run's metric series (GET /api/runs/{id}/metrics): at most this many series, each thinned to at
+# most ?points= values (default and bound below), so a run of a million batches answers in a few KiB.
+MAX_METRIC_SERIES = 64
+METRIC_POINTS, MAX_METRIC_POINTS = 1000, 10000
+MAX_METRIC_NAME = 128
+
+
+class _Series:
+    """One metric of one node, thinned as it grows: every ``stride``-th value is kept, and when twice
+    ``cap`` are held every other one is dropped and the stride doubles (memory stays under 2 x cap).
+    The last value, the count and the finite min/max are of every value, thinned or not."""
+
+    def __init__(self, name: str, node_id: str | None, cap: int) -> None:
+        self.name, self.node_id, self.cap = name, node_id, cap
+        self.steps: list[float] = []
+        self.values: list[float | None] = []
+        self.stride, self.count = 1, 0
+        self.last: tuple[float, float | None] | None = None
+        self.low: float | None = None
+        self.high: float | None = None
+
+    def add(self, step: float, value: float | None) -> None:
+        if value is not None:
+            self.low = value if self.low is None else min(self.low, value)
+            self.high = value if self.high is None else max(self.high, value)
+        if self.count % self.stride == 0:
+            self.steps.append(step)
+            self.values.append(value)
+            if len(self.steps) >= 2 * self.cap:
+                self.steps, self.values, self.stride = self.steps[::2], self.values[::2], self.stride * 2
+        self.count += 1
+        self.last = (step, value)
+
+    def out(self) -> dict[str, Any]:
+        steps, values = self.steps, self.values
+        if self.last is not None and (not steps or steps[-1] != self.last[0]):
+            steps, values = [*steps, self.last[0]], [*values, self.last[1]]
+        if len(steps) > self.cap:  # evenly picked, the last one always kept
+            pick = [round(i * (len(steps) - 1) / (self.cap - 1)) for i in range(self.cap)] if self.cap > 1 \
+                else [len(steps) - 1]
+            steps, values = [steps[i] for i in pick], [values[i] for i in pick]
+        return {"name": self.name, "node_id": self.node_id, "count": self.count, "steps": steps, "values": values,
+                "last": None if self.last is None else {"step": self.last[0], "value": self.last[1]},
+                "min": self.low, "max": self.high}
+
+
+def _number(raw: Any) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        return None
+    value = float(raw)
+    return value if math.isfinite(value) else None
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """A run's ``metric`` events as series (one per metric name and node), read from its stored
+    events a page at a time and thinned to ``?points=``: what the run view's charts and the
+    comparison page draw without replaying every event."""
+    run_id = request.match_info["run_id"]
+    run = await _runs(request).get(run_id)
+    cap = _int_query(request, "points", METRIC_POINTS, 2, MAX_METRIC_POINTS,
+                     f"e.g. ?points={METRIC_POINTS}: values kept per series, from 2 to {MAX_METRIC_POINTS}")
+    series: dict[tuple[str, str | None], _Series] = {}
+    dropped: set[tuple[str, str | None]] = set()
+    after = 0
+    store = _runs(request).store
+    while True:
+        evs = await store.events(run_id, after, EVENTS_PAGE)
+        for ev in evs:
+            d = ev["data"]
+            after = ev["seq"]
+            if ev["kind"] != "metric" or not isinstance(d, dict) or not isinstance(d.get("name"), str):
+                continue
+            raw = d.get("value")
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) and raw is not None:
+                continue
+            node = d.get("node_id") if isinstance(d.get("node_id"), str) else None
+            key = (d["name"][:MAX_METRIC_NAME], node)
+            s = series.get(key)
+            if s is None:
+                if len(series) >= MAX_METRIC_SERIES:
+                    dropped.add(key)
+                    continue
+                s = series[key] = _Series(key[0], node, cap)
+            step = _number(d.get("step"))
+            s.add(step if step is not None else float(s.count + 1), _number(raw))
+        if len(evs) < EVENTS_PAGE:
+            break
+    # last_seq: the last event read; the live stream continues after it (/ws/runs/{id}?after=last_seq).
+    return web.json_response({"run_id": run_id, "status": run.get("status"), "last_seq": after,
+                              "points": cap, "series": [s.out() for s in series.values()],
+                              "series_left_out": len(dropped)})
 
 
 async def stream(request: web.Request) -> web.WebSocketResponse:
@@ -338,7 +474,43 @@ async def _zip_dir(request: web.Request, folder: Path, name: str) -> web.StreamR
 
 async def nodes(request: web.Request) -> web.Response:
     reg = _runs(request).registry
-    return web.json_response({"nodes": reg.catalog(), "load_errors": reg.load_errors})
+    return web.json_response({"nodes": reg.catalog(), "load_errors": reg.load_errors,
+                              "layer_types": layer_types()})
+
+
+def _ports(raw: Any) -> list[dict[str, Any]]:
+    out = []
+    for p in raw if isinstance(raw, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("name"), str):
+            out.append({"name": p["name"], "type": str(p.get("data_type") or "ANY"),
+                        "description": str(p.get("description") or "")})
+    return out
+
+
+# What of a preset's file the canvas's preset sub-canvas draws (web/canvas/presets.js).
+PRESET_DEFINITION_KEYS = ("nodes", "edges", "exposed_inputs", "exposed_outputs", "exposed_params")
+
+
+def _definitions(runs: Any, lib: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each preset's inner graph, with every value a secret param of an inner node would get blanked
+    (a preset saved in data/presets/ may hold an API key: the page never gets it back)."""
+    own = [{**{k: p.get(k) for k in PRESET_DEFINITION_KEYS if isinstance(p.get(k), list)}, "name": name}
+           for name, p in lib.items()]
+    blanked, _ = split_secrets({"nodes": [], "edges": [], "presets": own}, runs.registry, None)
+    return {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in blanked["presets"]}
+
+
+async def presets(request: web.Request) -> web.Response:
+    """The installed presets as the canvas palette shows them: a node of type ``preset:NAME``
+    whose ports are the preset's exposed inputs and outputs, and its inner graph."""
+    runs = _runs(request)
+    lib = await asyncio.to_thread(runs.preset_library)
+    defs = await asyncio.to_thread(_definitions, runs, lib)
+    return web.json_response({"presets": [
+        {"name": name, "category": str(p.get("category") or ""), "description": str(p.get("description") or ""),
+         "inputs": _ports(p.get("exposed_inputs")), "outputs": _ports(p.get("exposed_outputs")),
+         "nodes": len(p.get("nodes") or []), "definition": defs[name]}
+        for name, p in sorted(lib.items())]})
 
 
 # Refusals that stay HTTP errors on both routes (documented so in docs/api.md): the graph is too big
@@ -381,7 +553,11 @@ def setup(app: web.Application) -> None:
     r.add_get("/ws/runs/{run_id}", stream)
     r.add_post("/api/runs/{run_id}/stop", stop)
     r.add_delete("/api/runs/{run_id}", delete)
+    r.add_patch("/api/runs/{run_id}", patch_run)
+    r.add_get("/api/runs/{run_id}/graph", run_graph)
+    r.add_get("/api/runs/{run_id}/metrics", metrics)
     r.add_get("/api/runs/{run_id}/artifacts", artifacts)
     r.add_get("/api/runs/{run_id}/artifacts/{artifact_id}/download", download_artifact)
     r.add_get("/api/nodes", nodes)
+    r.add_get("/api/presets", presets)
     r.add_post("/api/graphs/validate", validate)

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from cdui.core.errors import CduiError
+from cdui.core.units import size_text
 from cdui.wire.protocol import loads  # the same strict JSON as the worker protocol
 
 # The server's logger, where an unhandled error was always logged (cdui.log names it).
@@ -45,11 +46,11 @@ _MISSING = object()
 
 
 def too_large(limit: int, setting: str | None, got: int | None = None) -> CduiError:
-    size = f"of {got} bytes " if got is not None else ""
+    size = f"of {size_text(got)} " if got is not None else ""
     where = f" ({setting})" if setting else ""
     hint = (f"send a smaller body, or raise {setting} on the server" if setting
             else "this route takes small JSON bodies only; files go to the upload routes")
-    return CduiError("too_large", f"the request body {size}is over this route's limit of {limit} bytes{where}",
+    return CduiError("too_large", f"the request body {size}is over this route's limit of {size_text(limit)}{where}",
                      hint=hint, status=413)
 
 

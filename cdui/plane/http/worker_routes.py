@@ -67,6 +67,10 @@ class WorkerRoutes:
                 # and the next pin it holds (a proxy key rotation, docs/deploy-behind-proxy.md).
                 "tls_pin": (conn.tls or {}).get("pin") if conn is not None else None,
                 "tls_next_pin": (conn.tls or {}).get("next") if conn is not None else None,
+                # Each CUDA card's utilisation and memory, as its agent last reported them (none: a machine
+                # without CUDA cards, or offline).
+                "gpu": conn.gpu if conn is not None else None,
+                "gpu_at": iso(conn.gpu_at) if conn is not None and conn.gpu_at is not None else None,
                 # Proven by the agent's answer to the same-machine probe, never by the id it claims.
                 "same_machine": self.m.same_machine.get(r["name"], NOT_PROVEN).same,
                 "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,
@@ -78,7 +82,10 @@ class WorkerRoutes:
                                               self.m.runs.caps),
             })
         await ssh_workers.annotate(request.app, out)
-        return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"])})
+        # The control plane's own devices too: `cdui run --device` checks a device exists somewhere before it queues.
+        local = self.m.runs.executors.get("local")
+        return web.json_response({"workers": out, "rejected": sorted(self.m.rejected.values(), key=lambda x: x["at"]),
+                                  "local": {"devices": local.devices() if local is not None else []}})
 
     def _sync_card(self, name: str, conn: Any) -> dict[str, Any]:
         """The sync fields of a worker's card: none while it is not connected."""

@@ -136,6 +136,13 @@ class DeviceBook:
             self.took(used, ex, slot, self.needs.get(rid, DEFAULT_MEMORY_MB))
         return used
 
+    def forget_ended(self, active: Mapping[str, tuple[str, str]]) -> None:
+        """Forget the needs of runs that no longer hold a slot, now and then: often enough that they
+        stay about as many as the running runs, rarely enough that it costs a pass nothing on average."""
+        if len(self.needs) > 2 * len(active) + 256:
+            for rid in [r for r in self.needs if r not in active]:
+                del self.needs[rid]
+
     @staticmethod
     def took(used_mb: dict[Key, int], executor: str, slot: str, need: int) -> None:
         for d in members(slot):

@@ -15,7 +15,7 @@ Pure functions only; :mod:`cdui.plane.runs` calls them from its dispatch loop.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -138,7 +138,54 @@ def place_pool(wanted: str | None, executors: Mapping[str, ExecutorView], used: 
             + (f" that may read {reads[0]} (CODEFYUI_READ_ROOTS)" if reads else ""))
 
 
-def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Sequence[str] | None = None,
+class Blocked(set[tuple[str, str]]):
+    """The (executor, device kind) pairs on which an earlier run waits: later runs of that kind do not
+    overtake it there (first come, first served per device kind).
+
+    A waiting ``any`` run blocks every executor ``any`` may use; :meth:`block_any` marks that in one
+    entry per device kind instead of one per executor, so a run that must wait behind thousands of
+    busy workers costs a dispatch pass nothing more than a run behind one. Membership reads the mark
+    exactly as :func:`candidates` lists ``any``'s executors (this server, and every worker that is
+    neither skipped for its catalog nor one-shot)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = (), executors: Mapping[str, ExecutorView] | None = None
+                 ) -> None:
+        super().__init__(pairs)
+        self.executors: Mapping[str, ExecutorView] = executors if executors is not None else {}
+        self.any_kinds: dict[str, Mapping[str, str]] = {}  # device kind -> the skips of the `any` run blocking it
+
+    def block_any(self, kind: str, skips: Mapping[str, str]) -> None:
+        self.any_kinds.setdefault(kind, skips)
+
+    def __contains__(self, pair: object) -> bool:
+        if set.__contains__(self, pair):
+            return True
+        if not self.any_kinds or not isinstance(pair, tuple) or len(pair) != 2:
+            return False
+        name, kind = pair
+        skips = self.any_kinds.get(kind)
+        if skips is None or name not in self.executors:
+            return False
+        return name == "local" or (name not in skips and not is_one_shot(self.executors[name]))
+
+    def copy(self) -> Blocked:
+        out = Blocked(self, self.executors)
+        out.any_kinds = dict(self.any_kinds)
+        return out
+
+
+def block(blocked: set[tuple[str, str]], target: Target, kind: str, executors: Mapping[str, ExecutorView],
+          skips: Mapping[str, str]) -> None:
+    """A run for ``target`` and device kind ``kind`` must wait: every executor it may use is blocked for
+    that kind (for ``any``, one mark whatever the number of workers, where ``blocked`` is a :class:`Blocked`)."""
+    if isinstance(target, AnyWorker) and isinstance(blocked, Blocked):
+        blocked.block_any(kind, skips)
+        return
+    for name in candidates(target, executors, skips=skips):
+        blocked.add((name, kind))
+
+
+def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Iterable[str] | None = None,
                skips: Mapping[str, str] | None = None) -> list[str]:
     """The executors a target may use, in the order they are tried. ``order``: the
     executors to try for ``any`` (the caller's least recently used first; by
@@ -159,9 +206,25 @@ def candidates(target: Target, executors: Mapping[str, ExecutorView], order: Seq
             return []  # the pool is placed by its own rule (place_pool)
 
 
+def _any_in_order(executors: Mapping[str, ExecutorView], order: Iterable[str] | None,
+                  skips: Mapping[str, str]) -> Iterator[str]:
+    """What :func:`candidates` lists for ``any``, one at a time: placing a run stops at the first
+    executor that takes it, so a placement costs the same with five hundred free workers as with one."""
+    local = False
+    for name in sorted(executors) if order is None else order:
+        if name not in executors:
+            continue
+        if name == "local":
+            local = True
+        elif name not in skips and not is_one_shot(executors[name]):
+            yield name
+    if local:
+        yield "local"
+
+
 def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorView],
           used: dict[tuple[str, str], int], caps: Caps, running_total: int,
-          blocked: set[tuple[str, str]], needs: str = "none", order: Sequence[str] | None = None,
+          blocked: set[tuple[str, str]], needs: str = "none", order: Iterable[str] | None = None,
           ask: device_fit.Ask | None = None, reads: Sequence[str] = (),
           skips: Mapping[str, str] | None = None) -> Placement | str:
     """Where a queued run goes now, or the reason it waits.
@@ -181,16 +244,22 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
         case Worker(name=name) if name not in executors:
             return f"waiting for worker {name} to connect (it is offline)"
     skips = (any_skips(executors) if skips is None else skips) if isinstance(target, AnyWorker) else {}
-    names = candidates(target, executors, order, skips)
-    if needs != "none":
-        names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
+    names: Iterable[str]
+    if isinstance(target, AnyWorker) and needs == "none":
+        names = _any_in_order(executors, order, skips)
+    else:
+        names = candidates(target, executors, order, skips)
+        if needs != "none":
+            names.sort(key=lambda n: not executors[n].mounted())  # stable: mounted workers first
     if caps.total is not None and running_total >= caps.total:
         return (f"waiting: {running_total} runs are running, the limit is {caps.total} "
                 "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)")
     # `any` never goes to a one-shot worker, so its catalog is no reason for the wait.
     reasons: list[tuple[str, str, str]] = [  # (cause, executor, text)
         ("no node catalog match", n, why) for n, why in skips.items() if not_one_shot([n], executors)]
+    tried = 0
     for name in names:
+        tried += 1
         ex = executors[name]
         why = ex.unavailable_reason()
         if why:
@@ -218,7 +287,7 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
         busy = [d for d in ex.devices() if device_matches(wanted, d)]
         reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
                         else device_fit.busy_text(name, wanted, ask, ex.devices())))
-    if not names:
+    if not tried:
         return "waiting for a worker to connect" if isinstance(target, AnyWorker) else "no executor for this target"
     if len(reasons) <= 2:
         return "waiting: " + "; ".join(text for _, _, text in reasons)

@@ -4,20 +4,27 @@ Invariants (see docs/architecture.md):
 
 - **One writer.** Every write goes through :meth:`Store.write`, which hands a
   function to the single writer thread. The writer takes every job waiting in
-  its queue, runs each in its own SAVEPOINT inside one ``BEGIN IMMEDIATE``
-  transaction (group commit), commits once, then resolves the callers'
-  futures: an event batch is acknowledged only after the commit that holds
-  it. A transaction takes at most ``BATCH_JOBS`` jobs and stops taking more
-  once they carry ``BATCH_EVENTS`` events, so a run logging flat out delays
-  other runs' events by one bounded transaction at most. A failing job
-  rolls back only itself. The event loop never blocks on sqlite; request
+  its queue (``BATCH_JOBS`` at most), runs each in its own SAVEPOINT inside a
+  ``BEGIN IMMEDIATE`` transaction (group commit), commits, then resolves the
+  callers' futures: an event batch is acknowledged only after the commit that
+  holds it. A transaction stops taking jobs once they carry ``BATCH_EVENTS``
+  events, and a run's few events (``LIGHT_JOB``) that wait only behind other
+  runs' big batches get a transaction before them, so a run logging flat out
+  delays other runs' events by the one transaction in progress at most; each
+  run's writes, and every job that names no run, keep their order. A failing
+  job rolls back only itself. The event loop never blocks on sqlite; request
   handlers never write directly.
+- **Checkpoints** (copying the WAL into the database) are a thread's of their
+  own, with their own connection, every ``CHECKPOINT_ROWS`` rows written: never
+  inside a commit, unless the WAL outgrew ``WAL_CAP_BYTES``.
 - **Reads** run on worker threads, each with its own connection.
 - **Events** are stored with a gapless per-run ``seq`` assigned here, and the
   pair ``(src, src_seq)`` given by the recorder that produced them. An event
   is accepted only as the next ``src_seq`` of its source; a repeat is a no-op
   and a gap is refused. :meth:`append_events` returns the highest contiguous
-  ``src_seq`` stored, which is what gets acknowledged (after the commit).
+  ``src_seq`` stored, which is what gets acknowledged (after the commit). An
+  append's accepted events are one row of ``run_event_chunks`` (or a few, see
+  :mod:`~cdui.plane.store.event_chunks`), not a row each.
 - Schema changes are numbered migrations applied in order; ``PRAGMA
   user_version`` holds the number applied.
 - **A full disk** (see :mod:`cdui.core.diskfull`) fails the batch's jobs with
@@ -36,18 +43,21 @@ import queue
 import sqlite3
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
-from cdui.core.event_size import bound_event
 from cdui.core.private import make_private, private_dir
+from cdui.plane.store import event_chunks
 from cdui.plane.store.migrations import migrate
 from cdui.plane.store.ssh import SshWorkerRows
 from cdui.plane.store.tokens import TokenRows
 from cdui.plane.store.workers import WorkerRows
+from cdui.wire.event import event_json
 from cdui.wire.target import Target, parse_target, target_json
 
 log = logging.getLogger(__name__)
@@ -82,6 +92,8 @@ class Run:
     adopted_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    tags: tuple[str, ...] = ()
+    note: str | None = None
 
     def without_graph(self) -> Run:
         return replace(self, graph=None)
@@ -90,8 +102,28 @@ class Run:
 # A read of runs without their graphs (they can be large): every column but ``graph``.
 _SELECT_NO_GRAPH = ("SELECT id, name, status, target, options, worker_id, slot_device, queue_reason, error, "
                     "late_result, execution_facts, stop_requested, last_seq, disconnected_at, adopted_at, "
-                    "created_at, started_at, finished_at FROM runs")
-_JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts")
+                    "created_at, started_at, finished_at, tags, note FROM runs")
+_JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts", "tags")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a runs listing keeps (every field optional; all given ones must hold).
+
+    ``target`` is the stored target text (``target_json``'s JSON), ``search`` a piece of text found
+    in the run's id, name, error, note or tags (case-insensitive for ASCII letters), ``after`` a run id:
+    only runs listed after it (older), for the next page."""
+    status: str | None = None
+    target: str | None = None
+    worker: str | None = None
+    tag: str | None = None
+    search: str | None = None
+    after: str | None = None
+
+
+def _like(text: str) -> str:
+    """``text`` as a LIKE pattern that matches it anywhere, its own % and _ taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 
@@ -109,6 +141,15 @@ def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
     return dict(r) if r is not None else None
 
 
+# The WAL is copied into the database by a thread of its own, with its own connection, once the
+# writer has committed about this many rows since the last copy: sqlite's own automatic checkpoint
+# ran inside whichever commit crossed its threshold, and that commit's writer then spent tens of
+# milliseconds copying and syncing megabytes while every run's events waited behind it.
+CHECKPOINT_ROWS = 4000
+# ... unless the WAL has grown past this (the copier cannot keep up, or a long read holds it back):
+# then the writer copies what it can itself, between two transactions, as sqlite would have.
+WAL_CAP_BYTES = 64 * 1024 * 1024
+
 # One transaction takes at most this many jobs, and stops taking more once its jobs carry this many
 # events: a run logging flat out queues batches of up to a thousand events, and a transaction of many
 # such batches would hold back every other run's events (and everyone's acknowledgements) behind it.
@@ -116,16 +157,55 @@ BATCH_JOBS = 500
 BATCH_EVENTS = 4000
 
 
+# A job of at most this many rows that waits behind bigger jobs of other runs only (a run's event or
+# two while another floods) is committed in a transaction of its own before them: its run's watchers
+# see it without waiting for thousands of another run's events to be stored first.
+LIGHT_JOB = 16
+
+
 class _Job:
-    __slots__ = ("fn", "future", "loop", "essential", "weight")
+    __slots__ = ("fn", "future", "loop", "essential", "weight", "run_id")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None,
-                 loop: asyncio.AbstractEventLoop | None, essential: bool = False, weight: int = 1) -> None:
+                 loop: asyncio.AbstractEventLoop | None, essential: bool = False, weight: int = 1,
+                 run_id: str | None = None) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
         self.essential = essential
         self.weight = weight  # rows it writes, roughly: what bounds a transaction (BATCH_EVENTS)
+        self.run_id = run_id  # the one run whose rows it writes; None: any (it keeps its place)
+
+
+def _light_first(jobs: list[_Job]) -> tuple[list[_Job], list[_Job]]:
+    """(the light jobs to commit first, the rest in their order): a light job goes first when only
+    big jobs of other runs are before it, so each run's writes keep their order; a job of no one
+    run (``run_id`` None) may concern any, so it and every job after it keep their places."""
+    first: list[_Job] = []
+    rest: list[_Job] = []
+    held: set[str] = set()  # the runs of the jobs that stay behind
+    for i, j in enumerate(jobs):
+        if j.run_id is None:
+            return first, rest + jobs[i:]
+        if j.weight <= LIGHT_JOB and j.run_id not in held:
+            first.append(j)
+        else:
+            held.add(j.run_id)
+            rest.append(j)
+    return first, rest
+
+
+def _by_weight(jobs: list[_Job]) -> list[list[_Job]]:
+    """Consecutive transactions of ``jobs``, each taking no more jobs once it carries BATCH_EVENTS rows."""
+    out: list[list[_Job]] = []
+    weight = BATCH_EVENTS
+    for j in jobs:
+        if weight >= BATCH_EVENTS:
+            out.append([])
+            weight = 0
+        out[-1].append(j)
+        weight += j.weight
+    return out
 
 
 class Store:
@@ -141,6 +221,13 @@ class Store:
         self.full: dict[str, Any] | None = None
         self.on_disk_state: list[Callable[[dict[str, Any] | None], object]] = []  # results are ignored
         self._last_probe = 0.0
+        self._checkpoint_wanted = threading.Event()
+        self._checkpointer: threading.Thread | None = None
+        self._closing = False
+        self._rows_since_checkpoint = 0
+        # Each waiting event loop's resolver of finished jobs (only the writer thread reads or adds to it).
+        self._resolvers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Resolver] = weakref.WeakKeyDictionary()
+        self.checkpoints = 0  # copies of the WAL into the database, by the checkpointer or (capped) the writer
         # The tables whose statements live in their own modules; runs, events, artifacts and
         # uploads are this class's own methods below.
         self.workers = WorkerRows(self)
@@ -160,7 +247,14 @@ class Store:
                 make_private(p)
         conn = _connect(self.path)
         migrate(conn)
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it (CHECKPOINT_ROWS)
+        # A WAL that a flood made large is cut back to this when it starts over, so that its size
+        # says how much is waiting to be copied (WAL_CAP_BYTES).
+        conn.execute("PRAGMA journal_size_limit=16777216")  # 16 MiB, a quarter of WAL_CAP_BYTES
         self._writer_conn = conn
+        self._closing = False
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True)
+        self._checkpointer.start()
         if not self.reserve.make():
             log.warning("could not set aside %d bytes next to %s: the disk is (nearly) full", self.reserve.size,
                         self.path)
@@ -172,6 +266,49 @@ class Store:
             self._q.put(None)
             self._thread.join(timeout=10)
             self._thread = None
+        if self._checkpointer:
+            self._closing = True
+            self._checkpoint_wanted.set()
+            self._checkpointer.join(timeout=10)
+            self._checkpointer = None
+
+    # -- the checkpointer ----------------------------------------------------
+    def _checkpoint_loop(self) -> None:
+        """Copy the WAL into the database whenever the writer asks (PASSIVE: never waits for the
+        writer or for readers, and the writer never waits for it; the WAL starts over at the next
+        transaction after a copy that caught up)."""
+        conn = _connect(self.path)
+        try:
+            while True:
+                self._checkpoint_wanted.wait()
+                self._checkpoint_wanted.clear()
+                if self._closing:
+                    return
+                self._checkpoint(conn)
+        finally:
+            conn.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self.checkpoints += 1
+        except sqlite3.Error as exc:  # a full disk, a busy lock: the next one tries again
+            log.warning("copying the WAL into %s failed: %s", self.path, exc)
+
+    def _after_commit(self, conn: sqlite3.Connection, rows: int) -> None:
+        """Ask for a checkpoint every CHECKPOINT_ROWS rows; past WAL_CAP_BYTES, make one here."""
+        self._rows_since_checkpoint += rows
+        if self._rows_since_checkpoint < CHECKPOINT_ROWS:
+            return
+        self._rows_since_checkpoint = 0
+        try:
+            wal = Path(str(self.path) + "-wal").stat().st_size
+        except OSError:
+            wal = 0
+        if wal > WAL_CAP_BYTES:
+            self._checkpoint(conn)
+        else:
+            self._checkpoint_wanted.set()
 
     # -- the writer --------------------------------------------------------
     def _writer(self) -> None:
@@ -186,9 +323,8 @@ class Store:
                 conn.close()
                 return
             jobs = [job]
-            weight = job.weight
             stop = False
-            while len(jobs) < BATCH_JOBS and weight < BATCH_EVENTS:
+            while len(jobs) < BATCH_JOBS:
                 try:
                     nxt = self._q.get_nowait()
                 except queue.Empty:
@@ -197,8 +333,12 @@ class Store:
                     stop = True
                     break
                 jobs.append(nxt)
-                weight += nxt.weight
-            self._run_jobs(conn, jobs)
+            # What waits is written in transactions of up to BATCH_EVENTS rows, in order, except that
+            # a run's few events go first when only other runs' big batches are ahead of them.
+            first, rest = _light_first(jobs)
+            for part in (first, rest):
+                for txn in _by_weight(part):
+                    self._run_jobs(conn, txn)
             if stop:
                 conn.close()
                 return
@@ -239,7 +379,10 @@ class Store:
             if j.future is not None and j.loop is not None:
                 by_loop.setdefault(j.loop, []).append((j.future, res, e))
         for loop, done in by_loop.items():
-            loop.call_soon_threadsafe(_resolve_all, done)
+            resolver = self._resolvers.get(loop)
+            if resolver is None:
+                resolver = self._resolvers[loop] = _Resolver(loop)
+            loop.call_soon_threadsafe(resolver.add, done)
 
     def _batch(self, conn: sqlite3.Connection, jobs: list[_Job]
                ) -> tuple[list[tuple[_Job, Any, BaseException | None]], BaseException | None]:
@@ -261,6 +404,7 @@ class Store:
                     results.append((j, None, exc))
             conn.execute("COMMIT")
             self.commits += 1
+            self._after_commit(conn, sum(j.weight for j in jobs))
             return results, None
         except BaseException as exc:  # the commit failed (sqlite rolled back, or we do): every job failed
             if conn.in_transaction:
@@ -311,13 +455,16 @@ class Store:
                                                  f"whose events could not be stored ended failed",
                  "hint": err.hint}]
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False, weight: int = 1) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False, weight: int = 1,
+                    run_id: str | None = None) -> T:
         """Run ``fn`` in the writer's next transaction. ``essential``: tried even while the
         disk is full, with the reserve given up if needed (for a run's final status).
-        ``weight``: about how many rows it writes (a batch of events: their number)."""
+        ``weight``: about how many rows it writes (a batch of events: their number).
+        ``run_id``: it writes rows of that run only (a light job of it may then be committed
+        before big jobs of other runs queued ahead of it, see LIGHT_JOB)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put(_Job(fn, fut, loop, essential, max(1, weight)))
+        self._q.put(_Job(fn, fut, loop, essential, max(1, weight), run_id))
         return await fut
 
     def _reader(self) -> sqlite3.Connection:
@@ -367,8 +514,7 @@ class Store:
 
     async def mark_running(self, run_id: str) -> None:
         """Its executor reported it running: no longer waiting for anything."""
-        await self.write(lambda c: c.execute("UPDATE runs SET status='running', queue_reason=NULL WHERE id=?",
-                                             (run_id,)))
+        await self.write(lambda c: c.execute(_MARK_RUNNING, (run_id,)))
 
     async def mark_disconnected(self, run_id: str, at: float, adopted: bool = False) -> None:
         """Its worker is away (``adopted``: this server restarted while the run was on it)."""
@@ -387,18 +533,24 @@ class Store:
     async def request_stop(self, run_id: str) -> None:
         await self.write(lambda c: c.execute("UPDATE runs SET stop_requested=1 WHERE id=?", (run_id,)))
 
-    async def claim_queued_graph(self, run_id: str, worker_id: str, slot_device: str,
-                                 started_at: float) -> dict[str, Any] | None:
+    async def claim_queued_graph(self, run_id: str, worker_id: str, slot_device: str, started_at: float,
+                                 facts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                                 ) -> dict[str, Any] | None:
         """queued -> running on ``worker_id``'s ``slot_device``, unless a stop was asked for
         meanwhile, and the run's graph read in the same transaction (the graph is read once,
-        when the run starts); None if the claim failed."""
+        when the run starts); None if the claim failed. ``facts``: a change of the run's facts
+        (as :meth:`change_execution_facts` makes) made in the same transaction if the claim succeeds."""
         def fn(c: sqlite3.Connection) -> str | None:
             cur = c.execute("UPDATE runs SET status='running', queue_reason=NULL, worker_id=?, slot_device=?, "
                             "started_at=? WHERE id=? AND status='queued' AND stop_requested=0",
                             (worker_id, slot_device, started_at, run_id))
             if cur.rowcount != 1:
                 return None
-            return str(c.execute("SELECT graph FROM runs WHERE id=?", (run_id,)).fetchone()[0])
+            graph, old = c.execute("SELECT graph, execution_facts FROM runs WHERE id=?", (run_id,)).fetchone()
+            if facts is not None:
+                changed = json.dumps(facts(json.loads(old) if old else {}))
+                c.execute("UPDATE runs SET execution_facts=? WHERE id=?", (changed, run_id))
+            return str(graph)
         text = await self.write(fn)
         return None if text is None else dict(json.loads(text))
 
@@ -431,6 +583,7 @@ class Store:
         d["target"] = parse_target(d["target"])
         d["stop_requested"] = bool(d.get("stop_requested"))
         d["execution_facts"] = d.get("execution_facts") or {}
+        d["tags"] = tuple(d.get("tags") or ())
         return Run(**d)
 
     async def get_run(self, run_id: str, with_graph: bool = False) -> Run | None:
@@ -442,16 +595,58 @@ class Store:
             return None if r is None else self._run_from_row(r, with_graph)
         return await self.read(fn)
 
-    async def list_runs(self, status: str | None = None, limit: int = 200) -> list[Run]:
-        def fn(c: sqlite3.Connection) -> list[Run]:
-            if status:
-                rows = c.execute(_SELECT_NO_GRAPH + " WHERE status=? ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                                 (status, limit)).fetchall()
-            else:
-                rows = c.execute(_SELECT_NO_GRAPH + " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                                 (limit,)).fetchall()
-            return [self._run_from_row(r, with_graph=False) for r in rows]
-        return await self.read(fn)
+    async def list_runs(self, status: str | None = None, limit: int = 200,
+                        where: RunFilter | None = None) -> list[Run]:
+        return await asyncio.to_thread(self.list_runs_sync, status, limit, where)
+
+    def list_runs_sync(self, status: str | None = None, limit: int = 200,
+                       where: RunFilter | None = None) -> list[Run]:
+        """The newest ``limit`` runs (newest first) that ``where`` keeps (``status`` alone: that status),
+        without their graphs; in the calling thread (never the event loop's: :meth:`list_runs` is that)."""
+        f = where or RunFilter(status=status)
+        if status and not f.status:
+            f = replace(f, status=status)
+        conds: list[str] = []
+        args: list[Any] = []
+        if f.status:
+            conds.append("status=?")
+            args.append(f.status)
+        if f.target is not None:
+            conds.append("target=?")
+            args.append(f.target)
+        if f.worker is not None:
+            conds.append("worker_id=?")
+            args.append(f.worker)
+        if f.tag is not None:
+            conds.append("tags IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value=?)")
+            args.append(f.tag)
+        if f.search:
+            pattern = _like(f.search)
+            conds.append("(id LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\' OR error LIKE ? ESCAPE '\\' "
+                         "OR note LIKE ? ESCAPE '\\' OR tags LIKE ? ESCAPE '\\')")
+            args += [pattern] * 5
+        if f.after is not None:
+            # Keyset paging: the runs listed after that one (older, or as old and inserted earlier).
+            conds.append("(created_at, rowid) < (SELECT created_at, rowid FROM runs WHERE id=?)")
+            args.append(f.after)
+        q = _SELECT_NO_GRAPH + (" WHERE " + " AND ".join(conds) if conds else "") + \
+            " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        rows = self._reader().execute(q, (*args, limit)).fetchall()
+        return [self._run_from_row(r, with_graph=False) for r in rows]
+
+    async def set_labels(self, run_id: str, tags: list[str] | None, note: str | None,
+                         set_note: bool) -> bool:
+        """Replace a run's tags (unless None) and its note (when ``set_note``); False if no such run."""
+        def fn(c: sqlite3.Connection) -> bool:
+            n = 0
+            if tags is not None:
+                n = c.execute("UPDATE runs SET tags=? WHERE id=?", (json.dumps(tags), run_id)).rowcount
+            if set_note:
+                n = c.execute("UPDATE runs SET note=? WHERE id=?", (note, run_id)).rowcount
+            if tags is None and not set_note:
+                n = c.execute("SELECT COUNT(*) FROM runs WHERE id=?", (run_id,)).fetchone()[0]
+            return n > 0
+        return bool(await self.write(fn))
 
     async def count_runs(self) -> dict[str, int]:
         """How many runs are in each status (every run, not a page of them)."""
@@ -488,7 +683,33 @@ class Store:
         ``max_bytes``: no event's data is stored whole past it (:func:`cdui.core.event_size.bound_event`);
         the events returned are as stored."""
         return await self.write(lambda c: _append(c, run_id, src, events, assign, max_bytes), essential,
-                                len(events))
+                                len(events), run_id)
+
+    async def append_status_events(self, run_id: str, src: str, events: list[dict[str, Any]], at: float,
+                                   max_bytes: int = 0) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
+        """:meth:`append_events` of a run's own events (not the control plane's), and in the same
+        transaction what each stored ``status`` event changes in the run's row, in the events' order:
+        ``running`` what :meth:`mark_running` changes, a final status what :meth:`finish_run` changes
+        (finished at ``at``; the first ending stored wins). One writer round trip where a run's usual
+        message (running, then its ending) took three. Returns (stored events, acked src_seq, and for
+        each stored event whether its final status ended the run now: None for any other event)."""
+        def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
+            stored, acked = _append(c, run_id, src, events, False, max_bytes)
+            ended: list[bool | None] = []
+            for ev in stored:
+                data = ev["data"]
+                status = data.get("status") if ev["kind"] == "status" and isinstance(data, dict) else None
+                if not isinstance(status, str):
+                    ended.append(None)  # not a status a run's row follows (a worker may send anything)
+                    continue
+                if status == "running":
+                    c.execute(_MARK_RUNNING, (run_id,))
+                elif status in TERMINAL:
+                    ended.append(c.execute(_FINISH, (status, data.get("error"), at, run_id)).rowcount == 1)
+                    continue
+                ended.append(None)
+            return stored, acked, ended
+        return await self.write(fn, weight=len(events), run_id=run_id)
 
     async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
                          event: dict[str, Any] | None) -> tuple[bool, list[dict[str, Any]]]:
@@ -496,12 +717,11 @@ class Store:
         event from ``src``, in one essential transaction. Returns (ended now, stored events);
         a run that had already ended keeps its ending and gets no second final event."""
         def fn(c: sqlite3.Connection) -> tuple[bool, list[dict[str, Any]]]:
-            cur = c.execute("UPDATE runs SET status=?, error=?, finished_at=?, queue_reason=NULL "
-                            "WHERE id=? AND finished_at IS NULL", (status, error, at, run_id))
+            cur = c.execute(_FINISH, (status, error, at, run_id))
             if cur.rowcount != 1:
                 return False, []
             return True, (_append(c, run_id, src, [event], True)[0] if event is not None else [])
-        return await self.write(fn, essential=True)
+        return await self.write(fn, essential=True, run_id=run_id)
 
     async def source_acked(self, run_id: str, src: str) -> int:
         def fn(c: sqlite3.Connection) -> int:
@@ -511,18 +731,12 @@ class Store:
 
     async def has_final_status_from(self, run_id: str, src: str) -> bool:
         """Whether the stored log holds a final status of the run from ``src``."""
-        def fn(c: sqlite3.Connection) -> bool:
-            return c.execute("SELECT 1 FROM run_events WHERE run_id=? AND src=? AND kind='status' AND "
-                             "json_extract(data, '$.status') IN ('succeeded', 'failed', 'cancelled', 'interrupted') "
-                             "LIMIT 1", (run_id, src)).fetchone() is not None
-        return await self.read(fn)
+        return await self.read(lambda c: event_chunks.has_final(c, run_id, src))
 
     async def events(self, run_id: str, after: int = 0, limit: int = 10000) -> list[dict[str, Any]]:
-        def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = c.execute("SELECT seq, kind, data, at FROM run_events WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
-                             (run_id, after, limit)).fetchall()
-            return [{"seq": r[0], "kind": r[1], "data": json.loads(r[2]), "at": r[3]} for r in rows]
-        return await self.read(fn)
+        """The run's events after ``after`` in ``seq`` order, at most ``limit``: each as
+        ``{"seq", "kind", "data", "at"}``."""
+        return await self.read(lambda c: event_chunks.read_events(c, run_id, after, limit))
 
     # -- artifacts ----------------------------------------------------------
     async def add_artifact(self, a: dict[str, Any]) -> int:
@@ -581,15 +795,10 @@ class Store:
         return await self.read(fn)
 
 
-# One encoder for every event: json.dumps(default=...) builds a new encoder per call.
-_encode = json.JSONEncoder(default=str).encode
-# A batch of events goes in as few statements of many rows each: sqlite3's executemany binds and
-# steps each row from Python, and gives up the GIL at every step, so a busy event loop stalls the
-# writer row by row. Chunks of 2**k rows keep the statements few (each cached once) and their
-# parameters under sqlite's oldest limit of 999.
-_CHUNKS = (128, 64, 32, 16, 8, 4, 2, 1)
-_INSERT_ROWS = {n: "INSERT INTO run_events (run_id, seq, src, src_seq, kind, data, at) VALUES " +
-                   ",".join(["(?,?,?,?,?,?,?)"] * n) for n in _CHUNKS}
+_encode = event_json
+# A run's row as its executor reported it running, and as it ends (once: the first ending stored wins).
+_MARK_RUNNING = "UPDATE runs SET status='running', queue_reason=NULL WHERE id=?"
+_FINISH = "UPDATE runs SET status=?, error=?, finished_at=?, queue_reason=NULL WHERE id=? AND finished_at IS NULL"
 
 
 def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
@@ -603,67 +812,86 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
     a = c.execute("SELECT acked FROM run_sources WHERE run_id=? AND src=?", (run_id, src)).fetchone()
     acked = a[0] if a else 0
     batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
-    rows, in_turn = _accepted(batch, last, acked, True)
-    if not in_turn:  # a replay, a gap or disorder in it: in src_seq order, as a sender's order is not trusted
-        rows, _ = _accepted(sorted(batch, key=lambda e: e["src_seq"]), last, acked, False)
-    if rows:
-        last, acked = rows[-1][0], rows[-1][1]
-        rows = _insert_events(c, run_id, src, rows, max_bytes)
-        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last, run_id))
+    now = time.time()
+    # The usual batch is exactly the source's next numbers, in turn: taken a column at a time.
+    if [int(e["src_seq"]) for e in batch] == list(range(acked + 1, acked + len(batch) + 1)):
+        kinds = [str(e["kind"]) for e in batch]
+        datas = [e.get("data") or {} for e in batch]
+        ats = [float(e.get("at") or now) for e in batch]
+    else:  # a replay, a gap or disorder in it: in src_seq order, as a sender's order is not trusted
+        kinds, datas, ats = _accepted(sorted(batch, key=lambda e: int(e["src_seq"])), acked, now)
+    first = last + 1
+    if kinds:
+        datas = event_chunks.insert(c, run_id, src, first, acked + 1, kinds, datas, ats, max_bytes)
+        c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last + len(kinds), run_id))
+        acked += len(kinds)
     c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
               "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
-    return [{"seq": seq, "kind": kind, "data": data, "at": at} for seq, _s, kind, data, at in rows], acked
+    return [{"seq": first + i, "kind": k, "data": d, "at": t}
+            for i, (k, d, t) in enumerate(zip(kinds, datas, ats, strict=True))], acked
 
 
-_Row = tuple[int, int, str, Any, float]
-
-
-def _accepted(batch: list[dict[str, Any]], last: int, acked: int, in_turn: bool) -> tuple[list[_Row], bool]:
-    """(seq, src_seq, kind, data, at) of the events that come next after ``acked``, numbered after
-    ``last``, from a batch in ``src_seq`` order. ``in_turn``: expect exactly those, in turn, and
-    answer False at anything else (a replay, a gap, disorder)."""
-    rows: list[_Row] = []
-    now = time.time()
+def _accepted(batch: list[dict[str, Any]], acked: int, now: float) -> tuple[list[str], list[Any], list[float]]:
+    """(kinds, data, times) of the events that come next after ``acked``, from a batch in
+    ``src_seq`` order: repeats of stored ones are skipped, a gap refuses the rest (the sender
+    replays from ``acked + 1``)."""
+    kinds: list[str] = []
+    datas: list[Any] = []
+    ats: list[float] = []
     for ev in batch:
         s = int(ev["src_seq"])
-        if s != acked + 1 and in_turn:
-            return rows, False
         if s <= acked:
             continue  # a replay of something already stored
         if s != acked + 1:
-            break  # a gap: refuse the rest; the sender replays from acked + 1
-        last += 1
+            break  # a gap
         acked = s
-        rows.append((last, s, str(ev["kind"]), ev.get("data") or {}, float(ev.get("at") or now)))
-    return rows, True
+        kinds.append(str(ev["kind"]))
+        datas.append(ev.get("data") or {})
+        ats.append(float(ev.get("at") or now))
+    return kinds, datas, ats
 
 
-def _insert_events(c: sqlite3.Connection, run_id: str, src: str, rows: list[_Row], max_bytes: int) -> list[_Row]:
-    """Insert (seq, src_seq, kind, data, at) rows of one run and source; the rows as stored (data
-    over ``max_bytes`` cut, see :mod:`cdui.core.event_size`)."""
-    params: list[Any] = []
-    for i, (seq, s, kind, data, at) in enumerate(rows):
-        text = _encode(data)
-        # ASCII JSON is at least as long as the same data as UTF-8: within the bound, it fits.
-        if 0 < max_bytes < len(text):
-            data = bound_event(kind, data, max_bytes)
-            rows[i] = (seq, s, kind, data, at)
-            text = _encode(data)
-        params += (run_id, seq, src, s, kind, text, at)
-    done = 0
-    for n in _CHUNKS:
-        while len(rows) - done >= n:
-            c.execute(_INSERT_ROWS[n], params[done * 7:(done + n) * 7])
-            done += n
-    return rows
+# How many finished jobs' callers are woken in one turn of the event loop. Each then goes on with its
+# own work (a run's claim builds and sends its job; its events' writer acknowledges them), all in the
+# loop's next iteration: a transaction of 500 jobs woke 500 callers at once, and a request that arrived
+# meanwhile waited behind all of them. The rest are woken in later turns, behind the sockets that are
+# ready by then (see _Resolver).
+RESOLVE_PER_TURN = 32
+
+_Done = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 
-def _resolve_all(done: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    """Resolve a transaction's futures in the order their jobs ran (on the loop that waits for them)."""
-    for fut, res, exc in done:
-        if fut.done():
-            continue
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(res)
+class _Resolver:
+    """Resolves one event loop's futures of finished jobs in the order their jobs ran, at most
+    RESOLVE_PER_TURN in one turn of the loop; what is left is resolved by a callback due at once, which
+    the loop runs only after the callbacks of the sockets it found ready (a timer's callback follows
+    those; a ``call_soon`` would come before them). Used on that loop only (the writer thread hands
+    each transaction's results over with ``call_soon_threadsafe(add, ...)``)."""
+
+    __slots__ = ("loop", "pending", "scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: deque[_Done] = deque()
+        self.scheduled = False
+
+    def add(self, done: list[_Done]) -> None:
+        self.pending.extend(done)
+        if not self.scheduled:
+            self.resolve()
+
+    def resolve(self) -> None:
+        self.scheduled = False
+        pending, n = self.pending, RESOLVE_PER_TURN
+        while pending and n:
+            fut, res, exc = pending.popleft()
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(res)
+            n -= 1
+        if pending and not self.loop.is_closed():
+            self.scheduled = True
+            self.loop.call_at(self.loop.time(), self.resolve)

@@ -3,13 +3,17 @@
 Each entry of :data:`MIGRATIONS` is applied once, in order, in its own
 ``BEGIN IMMEDIATE`` transaction; ``PRAGMA user_version`` holds how many are
 applied. An entry is never changed once released (a database made by an older
-cdui must open unchanged): a schema change is a new entry at the end.
+cdui must open unchanged): a schema change is a new entry at the end. An entry
+is SQL statements, or a function of the connection where rows are converted.
 """
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
-MIGRATIONS: list[str] = [
+from cdui.plane.store import event_chunks
+
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: runs, events, artifacts, uploads
     """
     CREATE TABLE runs (
@@ -156,6 +160,39 @@ MIGRATIONS: list[str] = [
         started_at REAL NOT NULL
     );
     """,
+    # 8: run_events without its UNIQUE (run_id, src, src_seq) index: every event row paid a third B-tree
+    # insert for it (about a third of sqlite's own work per row), yet no write relies on it: the store
+    # accepts only each source's next src_seq (run_sources.acked, checked in the same transaction), so a
+    # source's number is never stored twice. The one read that looked a source's events up (whether a
+    # worker's final status is stored) gets a partial index of the status rows alone instead.
+    """
+    CREATE TABLE run_events_8 (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        src TEXT NOT NULL,
+        src_seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    INSERT INTO run_events_8 (run_id, seq, src, src_seq, kind, data, at)
+        SELECT run_id, seq, src, src_seq, kind, data, at FROM run_events ORDER BY run_id, seq;
+    DROP TABLE run_events;
+    ALTER TABLE run_events_8 RENAME TO run_events;
+    CREATE INDEX run_events_status ON run_events(run_id, src) WHERE kind = 'status';
+    """,
+    # 9: a run's tags (a JSON list of short words, set by its owner, searched by the runs listing) and
+    # its note (free text). Two columns added: no table is copied.
+    """
+    ALTER TABLE runs ADD COLUMN tags TEXT;
+    ALTER TABLE runs ADD COLUMN note TEXT;
+    """,
+    # 10: a run's events in chunks (run_event_chunks: one row per append of a source's events, see
+    # cdui/plane/store/event_chunks.py) instead of a row each: a row per event capped a flood at
+    # sqlite's own insert rate. Every stored event is converted, with its numbers, kind, time and data,
+    # and run_events is dropped.
+    event_chunks.convert,
 ]
 
 
@@ -166,9 +203,13 @@ def migrate(conn: sqlite3.Connection) -> int:
                            f"({len(MIGRATIONS)}); upgrade cdui or use another CODEFYUI_USER_DATA_DIR")
     for i in range(version, len(MIGRATIONS)):
         conn.execute("BEGIN IMMEDIATE")
-        for stmt in MIGRATIONS[i].split(";"):
-            if stmt.strip():
-                conn.execute(stmt)
+        step = MIGRATIONS[i]
+        if callable(step):
+            step(conn)
+        else:
+            for stmt in step.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
         conn.execute(f"PRAGMA user_version={i + 1}")
         conn.execute("COMMIT")
     return len(MIGRATIONS)

@@ -1,14 +1,27 @@
 // cdui web page: runs, run detail with live events, submit, uploads; the Workers panel is workers.js.
 import { api, ApiError, bootstrap, bootstrapRefusal, getToken, onTokenNeeded, setToken, upload } from "./api.js";
 import { $, badge, fill, h, num, size, target, time, TERMINAL } from "./dom.js";
+import { describe, progressParts } from "./events.js";
+import { ChartSet } from "./charts.js";
 import * as graphView from "./graphview.js";
+import { artifactUrl, imageButton, isImageArtifact } from "./images.js";
 import * as workersPanel from "./workers.js";
+import * as clone from "./clone.js";
+import { compareUrl, fitText, MAX_COMPARE, MIN_COMPARE, parseTags, runsQuery } from "./runlist.js";
 
 const state = {
   runs: [], runsKey: "", selected: null, run: null,
   lastSeq: 0, finalStatus: null, stream: null, streamGen: 0, backoff: 1000, retry: null,
-  workersAt: 0, pendingEvents: [], frame: 0, nodes: new Map(), losses: [], chartFrame: 0,
+  workersAt: 0, pendingEvents: [], frame: 0, nodes: new Map(),
+  // The runs list: the filters, how many runs are shown (a page more per "More runs"), whether older
+  // runs follow, the ticked runs for comparison (in the order ticked), and a generation that a change
+  // of filter bumps so an answer to the old filter is dropped.
+  filters: { search: "", status: "", target: "", worker: "", tag: "" }, shown: 0, more: false,
+  listGen: 0, checked: [], tagsFor: null,
+  // The log's last row and what it says: a repeat of it only counts up its "× N".
+  lastRow: null, lastKey: "", lastCount: 0,
 };
+const PAGE = 50; // runs per page of the list
 
 // -- errors and token --------------------------------------------------------
 function showError(err) {
@@ -37,7 +50,8 @@ function askToken(message) {
   $("token-error").textContent = message || "";
   setStatus("needs the session token", "warn");
 }
-onTokenNeeded((hadToken) => askToken(hadToken ? "The server did not accept that token." : ""));
+onTokenNeeded((hadToken) => askToken(hadToken ? "The server did not accept that token: it is from before the server's last "
+  + "restart (a new token is drawn at each start) or from another server. Paste the one `cdui token` prints now." : ""));
 
 $("token-form").addEventListener("submit", async (e) => {
   e.preventDefault();
@@ -80,33 +94,53 @@ function runInfo(r) {
 }
 
 function runRow(r) {
+  const checked = state.checked.includes(r.id);
   return h("tr", { class: r.id === state.selected ? "selected" : "", dataset: { runId: r.id },
-    onclick: (e) => { if (!e.target.closest("button") || e.target.closest("button").dataset.show) select(r.id); } },
+    onclick: (e) => {
+      if (e.target.closest("input, label, a")) return;
+      if (!e.target.closest("button") || e.target.closest("button").dataset.show) select(r.id);
+    } },
+  h("td", { class: "pick" }, h("input", { type: "checkbox", class: "pick-run", checked, "aria-label": `Select run ${r.id} for comparison`,
+    onchange: (e) => toggleChecked(r.id, e.target.checked) })),
   h("td", {}, h("button", { type: "button", class: "link mono", dataset: { show: "1" }, "aria-label": `Show run ${r.id}` }, r.id),
-    r.name ? h("div", { class: "small muted" }, r.name) : null),
+    r.name ? h("div", { class: "small muted" }, r.name) : null,
+    (r.tags || []).length ? h("div", { class: "tags" }, r.tags.map((t) => h("button", { type: "button", class: "tag",
+      "aria-label": `Show only runs tagged ${t}`, onclick: () => setFilter("tag", t) }, t))) : null,
+    r.note ? h("div", { class: "note small muted", title: r.note }, r.note.length > 80 ? `${r.note.slice(0, 79)}…` : r.note) : null),
   h("td", {}, badge(r.status)),
   h("td", {}, target(r.target)),
   h("td", {}, r.worker_id || ""),
-  h("td", {}, r.device || (r.options && r.options.device !== "auto" ? r.options.device : "") || ""),
-  h("td", { class: "info" }, runInfo(r)),
+  h("td", { class: "opt" }, r.device || (r.options && r.options.device !== "auto" ? r.options.device : "") || ""),
+  h("td", { class: "info" }, h("div", { class: "clamp", title: runInfo(r) }, fitText(runInfo(r), h, copyText))),
   h("td", { class: "nowrap" }, time(r.created_at)),
-  h("td", { class: "nowrap" }, time(r.finished_at)));
+  h("td", { class: "nowrap opt" }, time(r.finished_at)));
 }
 
 /** Rows are updated by run id: an unchanged run keeps its row (and the focus in it). */
 function renderRuns() {
-  $("runs-empty").hidden = state.runs.length > 0;
+  const filtered = Object.values(state.filters).some(Boolean);
+  $("runs-empty").hidden = state.runs.length > 0 || filtered;
+  $("runs-none").hidden = state.runs.length > 0 || !filtered;
+  $("btn-more").hidden = !state.more;
+  $("runs-count").textContent = state.runs.length ?
+    `${state.runs.length} run${state.runs.length === 1 ? "" : "s"} shown${state.more ? ", older ones follow" : ""}` : "";
+  const tags = [...new Set(state.runs.flatMap((r) => r.tags || []))].sort();
+  const opts = $("tag-options");
+  if (opts.dataset.sig !== tags.join(" ")) {
+    opts.dataset.sig = tags.join(" ");
+    fill(opts, tags.map((t) => h("option", { value: t })));
+  }
   const body = $("runs-body");
   const old = new Map([...body.children].map((el) => [el.dataset.runId, el]));
   let prev = null;
   for (const r of state.runs) {
-    const sig = JSON.stringify(r) + (r.id === state.selected) + runInfo(r);
+    const sig = JSON.stringify(r) + (r.id === state.selected) + runInfo(r) + state.checked.includes(r.id);
     let el = old.get(r.id);
     if (el && el.dataset.sig !== sig) {
       const fresh = runRow(r);
       const focused = el.contains(document.activeElement);
       el.replaceWith(fresh);
-      if (focused) fresh.querySelector("button").focus();
+      if (focused) fresh.querySelector("button.link").focus();
       el = fresh;
     } else if (!el) el = runRow(r);
     el.dataset.sig = sig;
@@ -118,19 +152,112 @@ function renderRuns() {
   for (const el of old.values()) el.remove();
 }
 
+function copyText(text) {
+  if (navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {});
+}
+
+function toggleChecked(id, on) {
+  state.checked = state.checked.filter((x) => x !== id);
+  if (on) state.checked.push(id);
+  renderCompare();
+  renderRuns();
+}
+
+function renderCompare() {
+  const n = state.checked.length;
+  const btn = $("btn-compare");
+  btn.disabled = n < MIN_COMPARE || n > MAX_COMPARE;
+  btn.textContent = n ? `Compare (${n})` : "Compare";
+  btn.title = n > MAX_COMPARE ? `At most ${MAX_COMPARE} runs compare at once: untick ${n - MAX_COMPARE}` :
+    n < MIN_COMPARE ? `Tick ${MIN_COMPARE} to ${MAX_COMPARE} runs to compare them` : `Compare runs ${state.checked.join(", ")}`;
+}
+$("btn-compare").addEventListener("click", () => {
+  if (state.checked.length >= MIN_COMPARE && state.checked.length <= MAX_COMPARE) location.assign(compareUrl(state.checked));
+});
+
+/** A changed search or filter lists the newest page of what matches. */
+function setFilter(key, value) {
+  const ids = { search: "runs-search", status: "filter-status", target: "filter-target", worker: "filter-worker", tag: "filter-tag" };
+  if ($(ids[key]).value !== value) $(ids[key]).value = value;
+  if (state.filters[key] === value) return;
+  state.filters[key] = value;
+  state.listGen++;
+  state.shown = 0;
+  tick(true);
+}
+let searchTimer = 0;
+$("runs-search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => setFilter("search", $("runs-search").value.trim()), 250);
+});
+$("filter-tag").addEventListener("change", () => setFilter("tag", $("filter-tag").value.trim()));
+for (const [key, id] of [["status", "filter-status"], ["target", "filter-target"], ["worker", "filter-worker"]]) {
+  $(id).addEventListener("change", () => setFilter(key, $(id).value));
+}
+$("runs-filter").addEventListener("submit", (e) => {
+  e.preventDefault();
+  clearTimeout(searchTimer);
+  setFilter("search", $("runs-search").value.trim());
+  setFilter("tag", $("filter-tag").value.trim());
+});
+function clearFilters() {
+  $("runs-filter").reset();
+  for (const key of Object.keys(state.filters)) setFilter(key, "");
+}
+$("runs-filter").addEventListener("reset", (e) => { e.preventDefault(); clearFilters(); });
+$("btn-filter-clear2").addEventListener("click", clearFilters);
+
+/** The worker filter's and target filter's choices: the fixed ones, then each worker (the chosen one kept). */
+function renderWorkerFilters(workers) {
+  const names = workers.map((w) => w.name);
+  for (const [id, fixed] of [["filter-worker", [["", "Any worker"], ["local", "local"]]],
+    ["filter-target", [["", "Any target"], ["local", "local"], ["any", "any"], ["one-shot", "one-shot"]]]]) {
+    const sel = $(id);
+    const want = [...fixed, ...names.map((n) => [n, n])];
+    if (sel.value && !want.some(([v]) => v === sel.value)) want.push([sel.value, sel.value]);
+    if (JSON.stringify([...sel.options].map((o) => o.value)) !== JSON.stringify(want.map(([v]) => v))) {
+      const keep = sel.value;
+      fill(sel, want.map(([v, label]) => h("option", { value: v }, label)));
+      sel.value = keep;
+    }
+  }
+}
+
+/** The next page: the runs after the last one shown (?after=), as the server orders them. */
+$("btn-more").addEventListener("click", () => act(async () => {
+  if (ticking) await ticking;
+  const last = state.runs[state.runs.length - 1];
+  if (!last) return;
+  const gen = state.listGen;
+  const page = await api("GET", `/api/runs?${runsQuery(state.filters, { after: last.id, limit: PAGE + 1 })}`);
+  if (gen !== state.listGen) return;
+  state.listGen++; // a poll sent before this page came asked for fewer runs: its answer is dropped
+  const have = new Set(state.runs.map((r) => r.id));
+  state.runs = state.runs.concat(page.slice(0, PAGE).filter((r) => !have.has(r.id)));
+  state.more = page.length > PAGE;
+  state.shown = state.runs.length;
+  renderRuns();
+}));
+
 // -- run detail ------------------------------------------------------------------
-function select(id) {
-  if (state.selected === id) return;
+/** ``push``: a new history entry (a click), so Back returns to the run before; off for Back/Forward themselves. */
+function select(id, push = true) {
+  if (state.selected === id) { if (id) revealDetail(); return; }
   closeStream();
   Object.assign(state, { selected: id, run: state.runs.find((r) => r.id === id) || null, lastSeq: 0, finalStatus: null });
-  history.replaceState(null, "", id ? `#run=${encodeURIComponent(id)}` : location.pathname + location.search);
+  const url = id ? `#run=${encodeURIComponent(id)}` : location.pathname + location.search;
+  if (push && hashRun() !== id) history.pushState(null, "", url);
   fill($("log"));
   resetLive();
   $("progress").hidden = true;
+  $("detail").hidden = !id;
   $("detail-body").hidden = !id;
   $("detail-empty").hidden = !!id;
+  state.tagsFor = null;
+  clone.close();
   renderRuns();
   if (!id) { graphView.showRun(null); return; }
+  revealDetail();
   if (state.run) renderDetail();
   else tick();
   graphView.showRun(id).then(() => graphView.setStatuses(state.nodes)).then(() => {
@@ -139,6 +266,32 @@ function select(id) {
   openStream(id);
   loadArtifacts();
 }
+
+/** The run view in sight: the side column scrolled to its top (wide screens), or the page to it (narrow). */
+function revealDetail() {
+  const side = $("side");
+  if (getComputedStyle(side).position === "sticky") side.scrollTop = 0;
+  const box = $("detail").getBoundingClientRect();
+  if (box.top < 0 || box.top > innerHeight - 80) $("detail").scrollIntoView({ block: "start" });
+}
+
+/** The run a ``#run=ID`` address names, or null. */
+function hashRun() {
+  const m = /^#run=(.+)$/.exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+addEventListener("popstate", () => select(hashRun(), false));
+addEventListener("hashchange", () => select(hashRun(), false));
+$("btn-detail-close").addEventListener("click", () => select(null));
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && state.selected && !document.querySelector("dialog[open]") &&
+      !e.target.closest("input, textarea, select")) select(null);
+});
+$("btn-copy-link").addEventListener("click", () => {
+  copyText(`${location.origin}${location.pathname}#run=${encodeURIComponent(state.selected)}`);
+  $("tags-result").textContent = "Link copied.";
+  $("tags-result").className = "small ok-text";
+});
 
 function fact(label, value, cls) {
   if (value == null || value === "") return [];
@@ -162,7 +315,43 @@ function renderDetail() {
     fact("Created", time(r.created_at)), fact("Started", time(r.started_at)), fact("Finished", time(r.finished_at)));
   $("btn-stop").disabled = TERMINAL.has(r.status);
   $("btn-delete").disabled = !TERMINAL.has(r.status);
+  // The tags and note fields show the stored ones when the run opens; later polls leave what is typed.
+  if (state.tagsFor !== r.id) {
+    state.tagsFor = r.id;
+    $("run-tags").value = (r.tags || []).join(" ");
+    $("run-note").value = r.note || "";
+    $("tags-result").textContent = "";
+  }
 }
+
+$("tags-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const id = state.selected;
+  const out = $("tags-result");
+  const tags = parseTags($("run-tags").value);
+  const btn = $("btn-save-tags");
+  btn.disabled = true;
+  api("PATCH", `/api/runs/${encodeURIComponent(id)}`, { tags, note: $("run-note").value })
+    .then((run) => {
+      if (id !== state.selected) return;
+      state.run = run;
+      state.runs = state.runs.map((r) => r.id === run.id ? run : r);
+      $("run-tags").value = (run.tags || []).join(" ");
+      out.className = "small ok-text";
+      out.textContent = run.tags.length ? `Saved: tags ${run.tags.join(", ")}.` : "Saved: no tags.";
+      renderRuns();
+    })
+    .catch((err) => {
+      out.className = "small error-text";
+      out.textContent = err instanceof ApiError ? `${err.message}${err.hint ? ` (${err.hint})` : ""}` : String(err);
+    })
+    .finally(() => { btn.disabled = false; });
+});
+
+$("btn-clone").addEventListener("click", () => {
+  if (!$("clone").hidden) { clone.close(); return; }
+  clone.open(state.run, { targets: $("target"), onQueued: async (run) => { await tick(); select(run.id); } });
+});
 
 $("btn-stop").addEventListener("click", () => act(async () => {
   state.run = await api("POST", `/api/runs/${encodeURIComponent(state.selected)}/stop`);
@@ -187,6 +376,9 @@ $("btn-delete").addEventListener("click", () => act(async () => {
 }));
 
 // -- live events ---------------------------------------------------------------
+// The run's metric charts (charts.js), fed by the run's `metric` events as they stream in.
+const charts = new ChartSet($("charts"));
+
 function runFinished() {
   const r = state.run;
   return TERMINAL.has(state.finalStatus) || (r && TERMINAL.has(r.status) && (r.last_seq || 0) <= state.lastSeq);
@@ -222,39 +414,18 @@ function openStream(id) {
   };
 }
 
-function describe(ev) {
-  const d = ev.data || {};
-  const node = d.node_id ? `${d.node_id}${d.type ? ` (${d.type})` : ""}` : "";
-  switch (ev.kind) {
-    case "status":
-      return `status → ${d.status}${d.device ? ` on ${d.device}` : ""}${d.error ? `: ${d.error}` : ""}`;
-    case "node_status":
-      return `node ${node} ${d.status}` + (d.seconds != null ? ` in ${d.seconds} s` : "") + (d.error ? `: ${d.error}` : "");
-    case "progress":
-      return `progress${d.node_id ? ` ${d.node_id}` : ""}${d.event ? ` [${d.event}]` : ""}: ${progressParts(d, true).join(", ")}`;
-    case "log":
-      return (d.node_id ? `[${d.node_id}] ` : "") + (d.message ?? "");
-    case "metric":
-      return `metric ${d.name} = ${num(d.value)}${d.step != null ? ` (step ${d.step})` : ""}`;
-    case "run_warning":
-      return `warning [${d.kind || "warning"}]: ${d.message ?? ""}`;
-    case "artifact":
-      return `artifact ${d.kind || ""}: ${d.name || ""}${d.path ? ` (${d.path})` : ""}`;
-    default:
-      return `${ev.kind}: ${JSON.stringify(d)}`;
-  }
-}
-
 const WARNINGS = new Set(["worker_disconnected", "worker_reconnected", "transfer_progress", "transfer_failed",
   "storage_fallback"]);
 
 function resetLive() {
   state.pendingEvents = [];
+  state.lastRow = null;
+  state.lastKey = "";
+  state.lastCount = 0;
   state.nodes = new Map();
-  state.losses = [];
+  charts.clear();
   fill($("nodes"));
   fill($("warnings"));
-  fill($("loss-chart"));
   $("warnings").hidden = true;
   $("nodes-wrap").hidden = true;
   $("chart-wrap").hidden = true;
@@ -287,17 +458,35 @@ function flushEvents() {
   const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
   const frag = document.createDocumentFragment();
   const warns = document.createDocumentFragment();
-  let progress = null, artifacts = false, finished = false, nodesChanged = false, lossChanged = false;
+  let progress = null, artifacts = false, finished = false, nodesChanged = false, metrics = false;
   for (const ev of batch) {
     const d = ev.data || {};
     const warn = warningKind(ev);
     const level = ev.kind === "log" ? d.level || "info" : ev.kind === "node_status" ? d.status : "";
-    frag.append(h("li", { class: `ev ev-${ev.kind} ${level ? `lvl-${level}` : ""} ${warn ? `ev-warning warn-${warn}` : ""}`,
-      dataset: { seq: ev.seq } },
-    h("span", { class: "seq" }, ev.seq),
-    h("time", { datetime: ev.at || "" }, ev.at ? new Date(ev.at).toLocaleTimeString() : ""),
-    h("span", { class: "kind" }, warn ? `⚠ ${warn}` : ev.kind),
-    h("span", { class: "msg" }, describe(ev))));
+    const text = describe(ev);
+    const key = `${ev.kind}\u0000${level}\u0000${warn || ""}\u0000${text}`;
+    if (key === state.lastKey && state.lastRow && ev.kind !== "status") {
+      // The same line again: one row says how many times ("× 37") and when the last one came.
+      state.lastCount++;
+      const row = state.lastRow;
+      row.dataset.lastSeq = ev.seq;
+      row.dataset.repeats = state.lastCount;
+      row.querySelector(".repeat").textContent = `× ${state.lastCount}`;
+      row.querySelector(".repeat").hidden = false;
+      const t = row.querySelector("time");
+      t.setAttribute("datetime", ev.at || "");
+      t.textContent = ev.at ? new Date(ev.at).toLocaleTimeString() : "";
+    } else {
+      state.lastKey = key;
+      state.lastCount = 1;
+      state.lastRow = h("li", { class: `ev ev-${ev.kind} ${level ? `lvl-${level}` : ""} ${warn ? `ev-warning warn-${warn}` : ""}`,
+        dataset: { seq: ev.seq } },
+      h("span", { class: "seq" }, ev.seq),
+      h("time", { datetime: ev.at || "" }, ev.at ? new Date(ev.at).toLocaleTimeString() : ""),
+      h("span", { class: "kind" }, warn ? `⚠ ${warn}` : ev.kind),
+      h("span", { class: "msg" }, text, h("span", { class: "repeat", hidden: true, title: "This line came this many times in a row" })));
+      frag.append(state.lastRow);
+    }
     if (warn) {
       warns.append(h("li", { class: `warning warn-${warn}`, dataset: { seq: ev.seq } },
         h("strong", {}, `⚠ ${warn}`), " ", d.message || describe(ev)));
@@ -306,10 +495,9 @@ function flushEvents() {
       state.nodes.set(d.node_id, { status: d.status, type: d.type, seconds: d.seconds, error: d.error });
       nodesChanged = true;
     }
-    const loss = ev.kind === "progress" ? d.loss : ev.kind === "metric" && /loss/i.test(d.name || "") ? d.value : null;
-    if (typeof loss === "number" && isFinite(loss)) {
-      state.losses.push(loss);
-      lossChanged = true;
+    if (ev.kind === "metric" && typeof d.name === "string") {
+      charts.addPoint(d.name, d.node_id, d.step, d.value);
+      metrics = true;
     }
     if (ev.kind === "progress") progress = d;
     if (ev.kind === "artifact") artifacts = true;
@@ -317,14 +505,17 @@ function flushEvents() {
   }
   log.append(frag);
   let extra = log.childElementCount - 5000;
-  while (extra-- > 0) log.firstElementChild.remove();
+  while (extra-- > 0) {
+    if (log.firstElementChild === state.lastRow) state.lastRow = null;
+    log.firstElementChild.remove();
+  }
   if (stick) log.scrollTop = log.scrollHeight;
   if (warns.childElementCount) {
     $("warnings").append(warns);
     $("warnings").hidden = false;
   }
   if (nodesChanged) { renderNodes(); graphView.setStatuses(state.nodes); }
-  if (lossChanged) renderChart();
+  if (metrics) $("chart-wrap").hidden = false;
   if (progress) renderProgress(progress);
   if (artifacts || finished) loadArtifacts();
   if (finished) tick().then(() => graphView.loadRecorded(state.run, showError));
@@ -336,40 +527,6 @@ function renderNodes() {
     h("span", { class: "mono" }, id), n.type ? h("span", { class: "small muted" }, ` ${n.type}`) : null, " ",
     badge(n.status, "node"), n.seconds != null ? h("span", { class: "small muted" }, ` ${num(n.seconds)} s`) : null,
     n.error ? h("div", { class: "error-text small" }, n.error) : null)));
-}
-
-/** A plain SVG line of the loss values; at most 2000 points are drawn (evenly picked). */
-function renderChart() {
-  const all = state.losses;
-  $("chart-wrap").hidden = all.length === 0;
-  const step = Math.max(1, Math.ceil(all.length / 2000));
-  const pts = all.filter((_, i) => i % step === 0 || i === all.length - 1);
-  const lo = Math.min(...pts), hi = Math.max(...pts);
-  const span = hi - lo || 1;
-  const W = 600, H = 160, pad = 6;
-  const xy = pts.map((v, i) => `${(pad + (i / Math.max(1, pts.length - 1)) * (W - 2 * pad)).toFixed(1)},` +
-    `${(H - pad - ((v - lo) / span) * (H - 2 * pad)).toFixed(1)}`);
-  const svg = $("loss-chart");
-  const ns = "http://www.w3.org/2000/svg";
-  const line = document.createElementNS(ns, "polyline");
-  line.setAttribute("points", xy.join(" "));
-  line.setAttribute("class", "loss-line");
-  svg.replaceChildren(line);
-  $("chart-caption").textContent = `${all.length} values · last ${num(all[all.length - 1])} · min ${num(lo)} · max ${num(hi)}`;
-}
-
-/** "epoch 3/10", "loss 0.41", then the other values of a progress event. */
-function progressParts(d, all) {
-  const parts = [];
-  if (d.epoch != null) parts.push(`epoch ${d.epoch}${d.epochs != null ? `/${d.epochs}` : ""}`);
-  if (d.step != null) parts.push(`step ${d.step}${d.steps != null ? `/${d.steps}` : ""}`);
-  if (d.loss != null) parts.push(`loss ${num(d.loss)}`);
-  for (const [k, v] of Object.entries(d)) {
-    if (["node_id", "event", "epoch", "epochs", "step", "steps", "loss"].includes(k)) continue;
-    if (typeof v !== "object" || v === null) parts.push(`${k} ${num(v)}`);
-    else if (all) parts.push(`${k} ${JSON.stringify(v)}`);
-  }
-  return parts;
 }
 
 function renderProgress(d) {
@@ -385,9 +542,16 @@ async function loadArtifacts() {
   const list = await act(() => api("GET", `/api/runs/${encodeURIComponent(id)}/artifacts`));
   if (!list || id !== state.selected) return;
   $("artifacts-empty").hidden = list.length > 0;
+  // Image files the run produced (plots, ImageWriter) are shown as pictures; a click enlarges one.
+  const pictures = list.filter(isImageArtifact);
+  $("artifact-images").hidden = pictures.length === 0;
+  fill($("artifact-images"), pictures.map((a) => h("figure", { class: "image-item", dataset: { artifact: a.id } },
+    imageButton(artifactUrl(id, a), `${a.kind} ${a.name}`),
+    h("figcaption", { class: "small muted" }, a.name))));
   fill($("artifacts-body"), list.map((a) => h("tr", {},
     h("td", {}, a.kind), h("td", {}, a.name), h("td", {}, a.backend),
-    h("td", { class: "mono path" }, artifactPath(a) || (a.relative_path ? `(not here) ${a.relative_path}` : "")),
+    h("td", { class: "mono path", title: artifactPath(a) || a.relative_path || "" },
+      artifactPath(a) || (a.relative_path ? `(not here) ${a.relative_path}` : "")),
     h("td", { class: "nowrap" }, size(a.size)),
     h("td", { class: "mono", title: a.sha256 || "" }, a.sha256 ? a.sha256.slice(0, 12) : ""),
     h("td", { class: "nowrap" }, a.path || a.backend === "s3" ? h("a", {
@@ -503,15 +667,43 @@ $("upload-form").addEventListener("submit", (e) => {
 });
 
 // -- workers ---------------------------------------------------------------------
-workersPanel.init({ act, select, onWorkers: renderTargets });
+workersPanel.init({ act, select, onWorkers: (workers) => { renderTargets(workers); renderWorkerFilters(workers); } });
+// The Workers panel opens in the side column: bring it into sight when a run view is above it.
+$("btn-workers").addEventListener("click", () => {
+  if (!$("workers").hidden) requestAnimationFrame(() => $("workers").scrollIntoView({ block: "nearest" }));
+});
 
 // -- polling ---------------------------------------------------------------------
 let ticking = null;
-async function tick() {
-  if (ticking) return ticking;
+let tickAgain = false;
+/** One poll: the runs shown (the first pages, as many as are shown, under the filters), the open run,
+ *  the workers now and then. ``fresh``: a filter changed, so a poll in flight is followed by another. */
+async function tick(fresh = false) {
+  if (ticking) {
+    if (fresh) tickAgain = true;
+    return ticking;
+  }
   ticking = (async () => {
     try {
-      state.runs = await api("GET", "/api/runs");
+      const gen = state.listGen;
+      const limit = Math.max(PAGE, state.shown);
+      const filterError = $("filter-error");
+      let runs;
+      try {
+        runs = await api("GET", `/api/runs?${runsQuery(state.filters, { limit: limit + 1 })}`);
+        filterError.hidden = true;
+      } catch (err) {
+        // A search or tag the server refuses (a bad tag, too long a search) is said by the filters.
+        if (!(err instanceof ApiError) || err.status !== 400) throw err;
+        filterError.textContent = `${err.message}${err.hint ? ` (${err.hint})` : ""}`;
+        filterError.hidden = false;
+        runs = [];
+      }
+      if (gen === state.listGen) {
+        state.more = runs.length > limit;
+        state.runs = runs.slice(0, limit);
+        state.shown = state.runs.length;
+      }
       setStatus("connected", "ok");
       if (state.selected) {
         state.run = state.runs.find((r) => r.id === state.selected) ||
@@ -531,6 +723,7 @@ async function tick() {
       else if (err.status !== 401) showError(err);
     } finally {
       ticking = null;
+      if (tickAgain) { tickAgain = false; tick(); }
     }
   })();
   return ticking;
@@ -547,9 +740,9 @@ async function start() {
   api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
   if (!getToken() && !(await bootstrap())) askToken(bootstrapRefusal);
   else if (getToken()) await sessionCookie();
-  const m = /^#run=(.+)$/.exec(location.hash);
+  renderCompare();
   await tick();
-  if (m) select(decodeURIComponent(m[1]));
+  if (hashRun()) select(hashRun(), false);
   // No polling in a hidden tab; coming back refreshes at once.
   const loop = async () => { if (!document.hidden) await tick(); setTimeout(loop, 2000); };
   setTimeout(loop, 2000);

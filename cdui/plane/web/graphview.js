@@ -3,6 +3,7 @@
 // (click or Enter) that shows the summary of each output: shape, dtype, min/max/mean, a thumbnail.
 import { api, ApiError } from "./api.js";
 import { $, fill, h, num } from "./dom.js";
+import { artifactUrl, base64Image, imageButton, isImageArtifact } from "./images.js";
 
 const NS = "http://www.w3.org/2000/svg";
 const BOX_W = 150, BOX_H = 40, PAD = 12;
@@ -137,6 +138,14 @@ async function showOutputs(nodeId) {
   }
   if (runId !== view.runId) return;
   view.shown = nodeId;
+  // A plot node's `image` output is the base64 text of a PNG: its picture is the PNG file the node
+  // kept as the run's artifact (named after the node), served by the control plane from its own copy.
+  let pictures = [];
+  if (s.outputs.some((o) => o.kind === "text" && base64Image(o.note))) {
+    const arts = await api("GET", `/api/runs/${encodeURIComponent(runId)}/artifacts`).catch(() => []);
+    if (runId !== view.runId) return;
+    pictures = arts.filter((a) => isImageArtifact(a) && a.name.replace(/\.[^.]+$/, "") === nodeId);
+  }
   fill(panel,
     h("h4", { id: "node-output-title" }, `Outputs of ${s.node_id}`, s.type ? h("span", { class: "small muted" }, ` ${s.type}`) : null),
     h("table", { class: "outputs-table", "aria-labelledby": "node-output-title" },
@@ -147,6 +156,20 @@ async function showOutputs(nodeId) {
         h("td", { class: "mono" }, o.shape ? `[${o.shape.join(", ")}]` : ""), h("td", { class: "mono" }, o.dtype || ""),
         h("td", {}, o.min != null ? num(o.min) : ""), h("td", {}, o.max != null ? num(o.max) : ""),
         h("td", {}, o.mean != null ? num(o.mean) : ""),
-        h("td", {}, o.thumbnail ? h("img", { class: "thumb", src: `data:image/png;base64,${o.thumbnail}`,
-          alt: `Thumbnail of output ${o.port}` }) : o.note || (o.nonfinite ? `${o.nonfinite} values not finite` : "")))))));
+        h("td", {}, cell(runId, o, pictures)))))));
+}
+
+/** The last cell of an output's row: its thumbnail (click to enlarge), its picture for a base64
+ *  image, else its note. */
+function cell(runId, o, pictures) {
+  if (o.thumbnail) {
+    return imageButton(`data:image/png;base64,${o.thumbnail}`, `Thumbnail of output ${o.port}`, { cls: "thumb", pixelated: true });
+  }
+  const kind = o.kind === "text" ? base64Image(o.note) : null;
+  if (kind) {
+    return pictures.length
+      ? pictures.map((a) => imageButton(artifactUrl(runId, a), `Output ${o.port}: ${a.name}`, { cls: "output-image" }))
+      : h("span", { class: "muted" }, `a ${kind} image as base64 text (its file is not on this server)`);
+  }
+  return o.note || (o.nonfinite ? `${o.nonfinite} values not finite` : "");
 }

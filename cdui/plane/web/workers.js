@@ -250,6 +250,28 @@ function deviceText(d) {
   return `${d.device} (${d.in_use ?? 0}/${d.slots ?? "?"} in use)`;
 }
 
+// Each CUDA card's use as its agent last reported it (w.gpu, at most every 15 s): a utilisation bar and a
+// memory bar per card. None at all for a worker without CUDA cards (nothing is drawn, nothing invented).
+export function gpuBars(w) {
+  const cards = Array.isArray(w && w.gpu) ? w.gpu.filter((c) => c && typeof c.device === "string") : [];
+  if (!cards.length) return null;
+  const gib = (mb) => (mb / 1024).toFixed(1);
+  return h("div", { class: "gpu-bars", "aria-label": `GPU use on worker ${w.name}` },
+    cards.map((c) => {
+      const util = Number.isInteger(c.util) ? c.util : null;
+      const mem = Number.isInteger(c.used_mb) && Number.isInteger(c.total_mb) && c.total_mb > 0;
+      return h("div", { class: "gpu-card", dataset: { device: c.device } },
+        h("span", { class: "gpu-device mono" }, c.device),
+        util == null ? h("span", { class: "gpu-none" }, "utilisation not reported")
+          : [h("meter", { class: "gpu-util", min: 0, max: 100, value: util, "aria-label": `${c.device} utilisation` }),
+            h("span", { class: "gpu-figure" }, `${util}%`)],
+        !mem ? h("span", { class: "gpu-none" }, "memory not reported")
+          : [h("meter", { class: "gpu-mem", min: 0, max: c.total_mb, value: c.used_mb, high: 0.9 * c.total_mb,
+              "aria-label": `${c.device} memory in use` }),
+            h("span", { class: "gpu-figure" }, `${gib(c.used_mb)} of ${gib(c.total_mb)} GiB`)]);
+    }));
+}
+
 // The worker's "Share by memory" setting, for every device of it at once.
 function shareToggle(w, shared) {
   return h("label", { class: "share-by-memory" },
@@ -280,6 +302,7 @@ function workerCard(w) {
       fact("Environment", fp), catalogFacts(w),
       fact("Runs", runs.length ? runs.map((id) => h("button", {
         type: "button", class: "link mono", "aria-label": `Show run ${id}`, onclick: () => ctx.select(id) }, id)) : "")),
+    gpuBars(w),
     w.ssh ? tunnelRow(w.ssh, w) : null,
     // The one-shot run and the instances under this credential (oneshot.js, from #13).
     oneShotBlock(w, { openRun: ctx.select, removeInstance: (n) => ctx.act(async () => {

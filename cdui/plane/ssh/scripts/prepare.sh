@@ -1,5 +1,5 @@
-# The short preparatory ssh: the state folder (0700, its parent too), no stale socket, the full
-# path reported; the slot's old credential forgotten on its first use (FORGET=1); an agent of the
+# The short preparatory ssh: the state folder (0700, its parent too), no stale socket, the log's
+# offset marked, the full path reported; the slot's old credential forgotten on its first use (FORGET=1); an agent of the
 # legacy layout stopped when nothing is connected to it.
 # Parameters: MARK STATE_ROOT SLOT_DIR URL CDUI FORGET SLOT SLOT_HEX.
 
@@ -7,6 +7,11 @@ r="$HOME/$STATE_ROOT"
 d="$HOME/$SLOT_DIR"
 mkdir -p "$r" && chmod 700 "$r" && mkdir -p "$d" && chmod 700 "$d" || exit 1
 rm -f "$d/sock"
+# Where the agent's log stands now that no socket is there: a running agent can connect again only
+# through the next long-lived ssh's forward, so every "connected" line after this offset is through
+# that one. The tunnel script follows the log from here when it attaches, so that a reconnection
+# logged before its follower started is not missed.
+touch "$d/agent.log" && echo $(($(wc -c <"$d/agent.log"))) >"$d/log.mark"
 
 if [ -n "$FORGET" ]; then
     set_launcher "$CDUI"

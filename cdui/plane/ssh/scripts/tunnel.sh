@@ -67,7 +67,13 @@ else
 fi
 
 if [ -n "$a" ]; then
-    tail -n 0 -f --pid="$p" "$d/agent.log" &
+    # From the preparation's mark: the agent may have reconnected through this ssh's forward (and
+    # logged it) before this follower starts.
+    m=$(cat "$d/log.mark" 2>/dev/null)
+    case $m in
+        '' | *[!0-9]*) tail -n 0 -f --pid="$p" "$d/agent.log" & ;;
+        *) tail -c +$((m + 1)) -f --pid="$p" "$d/agent.log" & ;;
+    esac
 else
     tail -c +$((off + 1)) -f --pid="$p" "$d/agent.log" &
 fi
