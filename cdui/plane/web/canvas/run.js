@@ -142,6 +142,9 @@ export function initRun({ toolbar, results, tabs }) {
 
   function closeStream(st) {
     st.gen++;
+    st.inbox.length = 0;
+    if (st.pumping) cancelAnimationFrame(st.pumping);
+    st.pumping = 0;
     clearTimeout(st.retry);
     st.retry = 0;
     if (st.ws) st.ws.close();
@@ -159,7 +162,8 @@ export function initRun({ toolbar, results, tabs }) {
   function attach(tabId, editor, run) {
     const old = perTab.get(tabId);
     if (old) closeStream(old);
-    const st = { view: new RunView(run), editor, gen: 0, ws: null, retry: 0, backoff: 1000, lastSeq: 0, misses: 0 };
+    const st = { view: new RunView(run), editor, gen: 0, ws: null, retry: 0, backoff: 1000, lastSeq: 0, misses: 0,
+      inbox: [], pumping: 0 };
     perTab.set(tabId, st);
     try {
       localStorage.setItem(KEEP + tabId, JSON.stringify(run));
@@ -184,10 +188,14 @@ export function initRun({ toolbar, results, tabs }) {
       if (gen !== st.gen) return;
       got = true;
       st.misses = 0;
-      onEvents(tabId, st, [JSON.parse(m.data)]);
+      // Only kept here: the events are read and drawn a frame's budget at a time (pump), so a run
+      // that logs thousands of lines a second never holds the page between two frames.
+      st.inbox.push(m.data);
+      pump(tabId, st);
     };
     ws.onclose = () => {
       if (gen !== st.gen) return;
+      drain(tabId, st, Infinity); // what arrived before the close, the final status among it
       st.ws = null;
       if (TERMINAL.has(st.view.status)) return;
       if (!got && ++st.misses >= 2) { checkGone(tabId, st); return; }
@@ -216,6 +224,36 @@ export function initRun({ toolbar, results, tabs }) {
         showControls();
       }
     }
+  }
+
+  // -- the events' inbox ---------------------------------------------------------------------------
+  // Milliseconds of each animation frame given to reading events: the rest is the page's own (the log,
+  // the editor, the browser's paint), so the canvas keeps its frame rate while a run floods it.
+  const FRAME_BUDGET_MS = 6;
+
+  /** Read the tab's waiting events at the next frame (at once on a hidden page, which draws no frames). */
+  function pump(tabId, st) {
+    if (document.hidden) { drain(tabId, st, Infinity); return; }
+    if (st.pumping) return;
+    st.pumping = requestAnimationFrame(() => {
+      st.pumping = 0;
+      if (perTab.get(tabId) !== st) { st.inbox.length = 0; return; }
+      drain(tabId, st, FRAME_BUDGET_MS);
+      if (st.inbox.length) pump(tabId, st);
+    });
+  }
+
+  /** Read waiting events for at most ``budgetMs`` (at least one), oldest first. */
+  function drain(tabId, st, budgetMs) {
+    if (!st.inbox.length) return;
+    const t0 = performance.now();
+    let i = 0;
+    do {
+      const batch = st.inbox.slice(i, i + 32).map((m) => JSON.parse(m));
+      i += batch.length;
+      onEvents(tabId, st, batch);
+    } while (i < st.inbox.length && performance.now() - t0 < budgetMs);
+    st.inbox.splice(0, i);
   }
 
   function onEvents(tabId, st, events) {
