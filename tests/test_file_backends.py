@@ -531,7 +531,7 @@ class TestTransfer(MovingContract):
             plan = (job.files.inputs[0] | {"size": 1 << 20},)
             files = far.backend(JobFiles(job.files.backend, plan, job.files.label, job.files.s3))
             folder = run_folder(files.job_for_this_machine(job, far.cfg))
-            with pytest.raises(RuntimeError, match="larger than the 1048576 bytes"):
+            with pytest.raises(RuntimeError, match="larger than the 1 MiB"):
                 await files.fetch_inputs()
             assert files_under(far.cfg.user_data / "agent-cache") == set()
             assert files_under(folder / "files") == set()

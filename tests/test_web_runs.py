@@ -307,6 +307,35 @@ def test_clone_with_edited_params_queues_the_edited_graph(server, runs, page):
         server.call("POST", f"/api/runs/{rid}/stop")
 
 
+def test_the_clone_form_shows_a_param_only_when_its_visible_when_holds(server, runs, page):
+    """Conv2dKernel's kernel_size and weights apply to its Custom preset only: the form hides them for a
+    preset filter, shows them once Custom is picked, and a clone with Custom queues the edited values."""
+    g = graph([node("start", "Start"), node("k", "Conv2dKernel", preset="Sharpen3x3")], [trig("start", "k")],
+              name="kernel")
+    orig = server.submit(g, {"target": "local", "device": "cpu"})["id"]
+    wait_run(server, orig, {"succeeded"})
+    page.goto(f"{server.url}/#run={orig}")
+    page.wait_for_selector(f"#detail-title:has-text('Run {orig}')")
+    page.click("#btn-clone")
+    page.wait_for_selector("#clone-form [data-param='k.preset']")
+    shown = "sel => !document.querySelector(sel).closest('.clone-field').hidden"
+    assert page.evaluate(shown, "#clone-form [data-param='k.preset']") is True
+    for name in ("kernel_size", "weights"):
+        assert page.evaluate(shown, f"#clone-form [data-param='k.{name}']") is False, name
+    page.select_option("#clone-form [data-param='k.preset']", "Custom")
+    for name in ("kernel_size", "weights"):
+        assert page.evaluate(shown, f"#clone-form [data-param='k.{name}']") is True, name
+    page.fill("#clone-form [data-param='k.kernel_size']", "2")
+    page.fill("#clone-form [data-param='k.weights']", "[[1, 0], [0, 1]]")
+    page.select_option("#clone-target", "local")
+    page.click("#btn-clone-submit")
+    page.wait_for_function("orig => /^#run=/.test(location.hash) && location.hash !== '#run=' + orig", arg=orig)
+    new = page.evaluate("() => decodeURIComponent(location.hash.slice(5))")
+    stored = {n["id"]: n for n in server.call("GET", f"/api/runs/{new}/graph")["graph"]["nodes"]}
+    assert stored["k"]["data"]["params"] == {"preset": "Custom", "kernel_size": 2, "weights": [[1, 0], [0, 1]]}
+    assert wait_run(server, new, {"succeeded", "failed"})["status"] == "succeeded"
+
+
 def test_repeated_log_lines_collapse(server, runs, page):
     alpha = runs["alpha"]
     page.goto(f"{server.url}/#run={alpha}")

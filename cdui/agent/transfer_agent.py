@@ -43,6 +43,7 @@ from cdui.core.errors import human_size
 from cdui.core.hashed_write import HashedWriter
 from cdui.core.layout import Layout
 from cdui.core.paths import safe_join, sha256_file
+from cdui.core.units import size_text
 from cdui.nodes.offline_datasets import DATASETS_FOLDER
 from cdui.wire.file_backend import OUTPUT_FOLDERS, StopCount
 from cdui.wire.job import Job
@@ -384,7 +385,7 @@ class TransferFiles(Files):
                         if size is not None and out.size + len(piece) > size:
                             # A file that grew on the control plane would fail its sha256 anyway: stop before
                             # it fills this disk.
-                            raise RuntimeError(f"{folder}/{name} arrived larger than the {size} bytes it had "
+                            raise RuntimeError(f"{folder}/{name} arrived larger than the {size_text(size)} it had "
                                                f"when the run was queued: the file changed on the control plane")
                         await out.write(piece)
                         if progress is not None:

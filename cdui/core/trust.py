@@ -51,6 +51,7 @@ from cdui.core.atomic import write_private
 from cdui.core.config import MAX_CONTROL_URL
 from cdui.core.errors import CduiError
 from cdui.core.netaddr import is_loopback_host
+from cdui.core.units import size_text
 
 log = logging.getLogger("cdui.core.trust")
 
@@ -429,7 +430,7 @@ class ServerCert:
         self.reads += 1
         try:
             if size > MAX_PEM_FILE:
-                raise CertificateError(f"{size} bytes is over {MAX_PEM_FILE}; is it the certificate?")
+                raise CertificateError(f"{size_text(size)} is over {size_text(MAX_PEM_FILE)}; is it the certificate?")
             with open(self.path, encoding="ascii", errors="replace") as fh:
                 text = fh.read(MAX_PEM_FILE)
             return spki_fingerprint(pem_leaf_der(text))

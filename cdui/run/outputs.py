@@ -355,7 +355,7 @@ def _read_json(path: Path, limit: int) -> Any:
     with open(path, "rb") as fh:
         raw = fh.read(limit + 1)
     if len(raw) > limit:
-        raise ValueError(f"{path.name} is over {limit} bytes")
+        raise ValueError(f"{path.name} is over {size_text(limit)}")
     return json.loads(raw)
 
 

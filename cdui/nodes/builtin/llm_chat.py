@@ -34,6 +34,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from cdui.core.units import size_text
 from cdui.graph.secrets import ANTHROPIC_ENV, OPENAI_ENV
 from cdui.nodes.base import IMAGE, LIST, STRING, Param, Port
 from cdui.nodes.builtin import _netguard
@@ -264,7 +265,7 @@ class LLMChatNode(DeclaredNode):
             raise RuntimeError(f"LLMChat: could not reach {where}: {type(reason).__name__}: {reason}; check "
                                f"that the server runs and the base URL is right") from None
         if len(raw) > MAX_RESPONSE_BYTES:
-            raise RuntimeError(f"LLMChat: the answer from {where} is larger than {MAX_RESPONSE_BYTES} bytes")
+            raise RuntimeError(f"LLMChat: the answer from {where} is larger than {size_text(MAX_RESPONSE_BYTES)}")
         try:
             reply = json.loads(raw)
         except ValueError:

@@ -93,7 +93,7 @@ async def _read_meta(part: Any) -> Any:
     while chunk := await part.read_chunk(8192):
         raw += chunk
         if len(raw) > META_LIMIT:
-            raise CduiError("too_large", f"the upload's meta part is over {META_LIMIT} bytes",
+            raise CduiError("too_large", f"the upload's meta part is over {size_text(META_LIMIT)}",
                             hint="meta is a small JSON object; the file goes in the 'file' part", status=413)
     return loads(bytes(raw))
 

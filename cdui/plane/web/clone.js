@@ -3,6 +3,7 @@
 // and POST /api/runs with the changed values; what `cdui runs clone ID --param NODE.PARAM=VALUE` does.
 import { api, ApiError } from "./api.js";
 import { $, fill, h, target as targetText } from "./dom.js";
+import { isVisible } from "./params.js";
 
 let catalog = null; // {type: [param declarations]}, fetched once a page
 let current = null; // {run, graph, fields: [...], options}
@@ -151,12 +152,28 @@ export async function open(run, ctx) {
     for (const decl of list) {
       if (decl.type === "secret") { secrets.push(`${node.id}.${decl.name}`); continue; }
       const f = field(String(node.id), decl, params, n++);
+      f.decl = decl;
       fields.push(f);
-      mine.push(f.wrap);
+      mine.push(f);
     }
     if (mine.length) {
-      groups.push(h("fieldset", { class: "clone-node", dataset: { node: node.id } },
-        h("legend", {}, h("span", { class: "mono" }, node.id), h("span", { class: "muted small" }, ` ${node.type}`)), mine));
+      // A param shown only for some values of another (visible_when, e.g. momentum for SGD only) is
+      // shown as the canvas shows it: with the values the form holds now.
+      const relevel = () => {
+        const now = { ...params };
+        for (const f of mine) {
+          const r = f.read();
+          if (!r.error && r.value !== undefined) now[f.name] = r.value;
+        }
+        for (const f of mine) f.wrap.hidden = !isVisible(f.decl, now, list);
+      };
+      relevel();
+      const set = h("fieldset", { class: "clone-node", dataset: { node: node.id } },
+        h("legend", {}, h("span", { class: "mono" }, node.id), h("span", { class: "muted small" }, ` ${node.type}`)),
+        mine.map((f) => f.wrap));
+      set.addEventListener("input", relevel);
+      set.addEventListener("change", relevel);
+      groups.push(set);
     }
   }
   const opts = run.options || {};

@@ -4,6 +4,9 @@
 import { api, upload } from "../api.js";
 import { h, fill } from "../dom.js";
 import { catalogIndex, keepKeys, useStyles } from "./files.js";
+import { isVisible, valueOf } from "../params.js";
+
+export { isVisible, valueOf };
 
 // File params and the data folder their picker lists (cdui/nodes/base.py UPLOAD_FOLDERS).
 export const UPLOAD_FOLDERS = { data_file: "files", image_file: "images", model_file: "models" };
@@ -15,24 +18,6 @@ const JSON_STRING_PARAMS = { SequentialModel: ["layers"] };
 const ANNOTATIONS = new Set(["note", "group", "comment", "frame"]);
 
 const isObj = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
-
-/** The value a node runs with for one declared param: its own, or the declaration's default. */
-export function valueOf(decl, params) {
-  return params && Object.prototype.hasOwnProperty.call(params, decl.name) ? params[decl.name] : decl.default;
-}
-
-/** Whether a declaration's visible_when ({param: value or [values]}) holds for these params. */
-export function isVisible(decl, params, decls) {
-  const cond = decl.visible_when;
-  if (!isObj(cond)) return true;
-  for (const [name, want] of Object.entries(cond)) {
-    const other = decls.find((d) => d.name === name);
-    const have = other ? valueOf(other, params) : params?.[name];
-    const wanted = Array.isArray(want) ? want : [want];
-    if (!wanted.some((w) => w === have || String(w) === String(have))) return false;
-  }
-  return true;
-}
 
 function rangeProblem(decl, n) {
   if (decl.min != null && n < decl.min) return `${n} is below the minimum ${decl.min}`;
