@@ -402,6 +402,7 @@ export class Editor {
   setParam(nodeId, name, value) {
     const n = this._byId(nodeId);
     if (!n) throw new Error(`setParam: no node ${JSON.stringify(nodeId)} in this graph`);
+    this._commit(); // a mouse edit not yet recorded is its own step, before this one
     if (n.cd.params === undefined) n.cd.params = {};
     if (value === undefined) delete n.cd.params[name];
     else n.cd.params[name] = clone(value);
@@ -421,6 +422,7 @@ export class Editor {
     const n = this._byId(nodeId);
     if (!n) throw new Error(`setNodeData: no node ${JSON.stringify(nodeId)} in this graph`);
     if (name === "params") throw new Error("setNodeData: a node's params change with setParam");
+    this._commit();
     if (!n.cd.raw.data || typeof n.cd.raw.data !== "object") n.cd.raw.data = {};
     if (value === undefined) delete n.cd.raw.data[name];
     else n.cd.raw.data[name] = clone(value);
@@ -429,6 +431,7 @@ export class Editor {
 
   /** Adds a node of a catalog type (or "preset:NAME") at graph coordinates; returns its id. */
   addNode(type, pos) {
+    this._commit();
     const def = this.catalog.get(type);
     const params = {};
     if (def) for (const p of def.params || []) if (p.default !== undefined && p.default !== null) params[p.name] = clone(p.default);
@@ -449,6 +452,7 @@ export class Editor {
   deleteSelection() {
     const sel = Object.values(this.canvas.selected_nodes || {});
     if (!sel.length) return;
+    this._commit();
     for (const n of sel) this.graph.remove(n);
     this.canvas.deselectAllNodes();
     this._commit();
@@ -477,6 +481,7 @@ export class Editor {
 
   paste() {
     if (!clipboard || !clipboard.nodes.length) return [];
+    this._commit();
     const taken = new Set(this.graph._nodes.map((n) => n.cd.id));
     const rename = new Map();
     for (const n of clipboard.nodes) {
@@ -518,6 +523,10 @@ export class Editor {
   }
 
   // ---- undo ------------------------------------------------------------
+  // A mouse gesture is recorded a task after its pointerup (litegraph finishes it first), and a busy
+  // browser runs input before timers: a key pressed meanwhile (Delete, Ctrl+Z) would otherwise record
+  // its edit on top of the state before the gesture, and undo would lose the gesture. So every edit
+  // first records whatever changed since the last one, as its own step.
   /** Records an edit when the graph JSON changed since the last one; fires "change". */
   _commit() {
     const now = JSON.stringify(this.toJSON());
@@ -551,6 +560,7 @@ export class Editor {
   }
 
   redo() {
+    this._commit(); // an edit not yet recorded ends what there was to redo
     if (!this._redo.length) return false;
     this._undo.push(this._last);
     this._restore(this._redo.pop());
@@ -609,6 +619,7 @@ export class Editor {
 
   /** Auto layout (layered, left to right) of the whole graph: an edit, undoable. */
   layout() {
+    this._commit();
     this._applyLayout();
     this._commit();
     this.fit();
