@@ -115,6 +115,11 @@ class SweepService:
                 run_id = await self.runs.enqueue(graph, admitted, extra, (sweep_id, idx))
                 if run_id is not None:
                     self._run_sweep[run_id] = sweep_id
+                    # A stop can end it while the queueing above awaited, before this service knew it as the
+                    # sweep's: its ending is then taken here, so the next variants are not held back.
+                    status = await self.store.sweeps.run_status(run_id)
+                    if status in TERMINAL:
+                        await self.on_terminal(run_id, str(status))
                     await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
                         f"variant {idx} of sweep {sweep_id}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))})
 
