@@ -170,7 +170,9 @@ class SweepService:
             raise CduiError("invalid_sweep", f"{len(errors)} error(s) in the sweep's variants; nothing was stored",
                             hint="fix every error listed in details and submit again", details=errors)
         sweep_id = uuid.uuid4().hex[:12]
-        await self.store.sweeps.create(sweep_id, "sweep", name or graph.get("name") or None, spec.to_json(),
+        if not name and isinstance(graph.get("name"), str):
+            name = graph["name"][:MAX_NAME]
+        await self.store.sweeps.create(sweep_id, "sweep", name or None, spec.to_json(),
                                        options, graph, spec.max_running, variants, self.runs.clock.time())
         await self.release(sweep_id)
         return await self.get(sweep_id)
