@@ -7,11 +7,13 @@ itself, its type and bounds, is the graph validation's, :mod:`cdui.graph.validat
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdui.nodes.registry import Registry
+from cdui.wire.sweepspec import text_value
+
+__all__ = ["ParamError", "declared_of", "set_param", "split_key", "text_value"]
 
 
 class ParamError(Exception):
@@ -28,14 +30,6 @@ def split_key(key: str) -> tuple[str, str]:
     if not dot or not node_id or not param:
         raise ParamError(f"{key!r} is not NODE.PARAM", "e.g. train.lr (the node's id, a dot, the param's name)")
     return node_id, param
-
-
-def text_value(text: str) -> Any:
-    """A value typed as text: JSON where it parses (numbers, true/false, lists, quoted text), else the text."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def declared_of(registry: Registry, graph: Any) -> dict[str, list[str]]:

@@ -225,7 +225,8 @@ def expand(spec: SweepSpec) -> list[dict[str, Any]]:
 _DIST = re.compile(r"(uniform|loguniform|randint)\((.*)\)")
 
 
-def _text_value(text: str) -> Any:
+def text_value(text: str) -> Any:
+    """A value typed as text: JSON where it parses (numbers, true/false, lists, quoted text), else the text."""
     try:
         return json.loads(text)
     except ValueError:
@@ -243,11 +244,11 @@ def axis_from_text(text: str) -> tuple[str, Any]:
     raw = raw.strip()
     m = _DIST.fullmatch(raw)
     if m:
-        ends = [_text_value(p.strip()) for p in m.group(2).split(",")]
+        ends = [text_value(p.strip()) for p in m.group(2).split(",")]
         return key, {m.group(1): ends}
     parts = raw.split(":")
     if len(parts) == 3:
-        nums = [_text_value(p) for p in parts]
+        nums = [text_value(p) for p in parts]
         if all(_num(n) for n in nums):
             return key, {"range": nums}
-    return key, {"values": [_text_value(p) for p in raw.split(",")]}
+    return key, {"values": [text_value(p) for p in raw.split(",")]}
