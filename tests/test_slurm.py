@@ -9,6 +9,7 @@ array on a real cluster does. Skipped with the reason when the binaries are miss
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -198,6 +199,53 @@ def test_an_array_of_4_runs_4_pool_runs_one_per_instance_with_one_token_use(clus
         card = next(w for w in cp.call("GET", "/api/workers")["workers"] if w["name"] == "slurm")
         assert sorted(d["name"] for d in card["instances"]["departed"]) == [f"slurm.{job}-{i}" for i in range(4)]
         assert list((home / ".codefyui-agent" / "agent-instances").glob("*-*")) == []  # each removed its folder
+    finally:
+        cp.stop()
+
+
+def test_a_sweep_for_the_pool_and_the_array_it_emits_run_one_variant_per_task(cluster: Cluster, tmp_path: Path):
+    """#27: `cdui sweep --target one-shot --emit-sbatch` queues the sweep and prints the shipped script with
+    its array sized to the variants; submitted as printed, 4 tasks take 4 variants, one each."""
+    cp = ServerProc(tmp_path, extra_env={"CODEFYUI_WORKER_HEARTBEAT_S": "1"}).start()
+    try:
+        graph = tmp_path / "csv-print.json"
+        graph.write_text(json.dumps(csv_print_graph()))
+        labels = ["a", "b", "c", "d"]
+        r = subprocess.run([str(REPO_ROOT / "bin" / "cdui"), "sweep", str(graph), "--param",
+                            f"print.label={','.join(labels)}", "--target", "one-shot", "--device", "cpu",
+                            "--emit-sbatch"], env=cp.env, capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        assert "#SBATCH --array=0-3%4" in r.stdout.splitlines(), r.stdout
+        sweep_id = r.stderr.split()[1].rstrip(":")
+        script = tmp_path / "sweep.sbatch"
+        script.write_text(r.stdout)
+        tok = cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+        home = tmp_path / "home"
+        home.mkdir()
+        env = _job_env(cluster, cp, home, tmp_path / "agent-data", tok)
+        # The array as printed; the command line lowers the CPUs and puts the logs here.
+        out = subprocess.run(["sbatch", "--parsable", "--cpus-per-task=1", f"--output={tmp_path}/codefyui-%A_%a.log",
+                              f"--chdir={tmp_path}", str(script)], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip().split(";")[0]
+
+        def ended() -> list[dict[str, str]] | None:
+            tasks = cluster.job_tasks(job)
+            done = [t for t in tasks if t.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+            return tasks if len(tasks) == 4 and len(done) == 4 else None
+        tasks = wait_for(ended, 600, 1.0, f"the 4 tasks of job {job} to end", detail=lambda: _logs(tmp_path))
+        assert sorted((t["ArrayTaskId"], t["JobState"]) for t in tasks) == [(str(i), "COMPLETED") for i in range(4)]
+        sweep = wait_for(lambda: (lambda s: s if s["status"] == "finished" else None)(
+            cp.call("GET", f"/api/sweeps/{sweep_id}")), 120, 0.5, f"sweep {sweep_id} to finish")
+        assert sweep["counts"] == {"succeeded": 4}, sweep
+        assert [v["params"] for v in sweep["variants"]] == [{"print.label": x} for x in labels]
+        # One variant per task: four one-shot instances, each ran exactly one of them.
+        assert sorted(v["worker_id"] for v in sweep["variants"]) == [f"slurm.{job}-{i}" for i in range(4)]
+        for v in sweep["variants"]:
+            params = {n["id"]: n["data"]["params"] for n in cp.call("GET", f"/api/runs/{v['run_id']}/graph")["graph"]
+                      ["nodes"]}
+            assert params["print"]["label"] == v["params"]["print.label"]
     finally:
         cp.stop()
 

@@ -11,7 +11,6 @@ params, queued again), ``outputs`` (recorded node outputs) and ``tag``/``note``.
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ from urllib.parse import urlencode
 from cdui.cli import cli_devices, cli_workers
 from cdui.cli.cli_util import CONTROL_HELP, _die
 from cdui.core.errors import CduiError
+from cdui.graph.params import ParamError, set_param, split_key, text_value
 from cdui.plane.store import TERMINAL
 from cdui.wire.target import parse_target, target_json
 
@@ -437,48 +437,25 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 # -- clone ---------------------------------------------------------------------------------
-def _value(text: str) -> Any:
-    """A --param value: JSON where it parses (numbers, true/false, lists, quoted text), else the text."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def apply_params(graph: dict[str, Any], changes: list[str], declared: dict[str, list[str]]) -> list[str]:
     """Set each ``NODE.PARAM=VALUE`` in ``graph`` (in place); the lines saying what changed. Refuses an
     unknown node or a param the node's type does not declare, naming what there is."""
-    nodes = {str(n.get("id")): n for n in graph.get("nodes") or [] if isinstance(n, dict)}
     said = []
     for change in changes:
         key, eq, raw = change.partition("=")
-        node_id, dot, param = key.rpartition(".")
-        if not eq or not dot or not node_id or not param:
+        if not eq:
             raise CduiError("bad_param", f"--param {change!r} is not NODE.PARAM=VALUE",
                             hint="e.g. --param train.lr=0.01 (the node's id, a dot, the param's name)")
-        node = nodes.get(node_id)
-        if node is None:
-            close = difflib.get_close_matches(node_id, list(nodes), 3)
-            raise CduiError("bad_param", f"--param {change!r}: the graph has no node {node_id!r}"
-                            + (f"; did you mean {', '.join(close)}?" if close else ""),
-                            hint=f"its nodes: {', '.join(list(nodes)[:30])}")
-        names = declared.get(str(node.get("type")), [])
-        if names and param not in names:
-            close = difflib.get_close_matches(param, names, 3)
-            raise CduiError("bad_param", f"--param {change!r}: node {node_id} ({node.get('type')}) has no param "
-                                         f"{param!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
-                            hint=f"its params: {', '.join(names)}")
-        # CodefyUI keeps a node's params under data.params (a bare params object is read too).
-        data = node.get("data")
-        params = data.setdefault("params", {}) if isinstance(data, dict) else node.get("params")
-        if params is None:
-            params = node.setdefault("data", {}).setdefault("params", {})
-        if not isinstance(params, dict):
-            raise CduiError("bad_param", f"node {node_id}'s params are not an object in the stored graph")
-        old = params.get(param, "(default)")
-        params[param] = _value(raw)
-        said.append(f"{node_id}.{param}: {json.dumps(old) if old != '(default)' else old} -> "
-                    f"{json.dumps(params[param])}")
+        value = text_value(raw)
+        try:
+            old = set_param(graph, key, value, declared)
+        except ParamError as exc:
+            if "is not NODE.PARAM" in exc.message:
+                raise CduiError("bad_param", f"--param {change!r} is not NODE.PARAM=VALUE",
+                                hint="e.g. --param train.lr=0.01 (the node's id, a dot, the param's name)") from None
+            raise CduiError("bad_param", f"--param {change!r}: {exc.message}", hint=exc.hint) from None
+        node_id, param = split_key(key)
+        said.append(f"{node_id}.{param}: {json.dumps(old) if old != '(default)' else old} -> {json.dumps(value)}")
     return said
 
 

@@ -393,19 +393,31 @@ class RunService:
             err = self.store.disk_full_error()
             raise CduiError("disk_full", f"run refused: {err.message}", hint=err.hint, status=507)
         a = await self.admit(graph, options)
+        run_id = await self.enqueue(graph, a)
+        assert run_id is not None
+        return await self.get(run_id)
+
+    async def enqueue(self, graph: Any, a: Admitted, extra: dict[str, Any] | None = None,
+                      variant: tuple[str, int] | None = None) -> str | None:
+        """Store and queue a run of an admitted graph; its id. ``extra``: more keys of its options (a sweep
+        variant's ``sweep``); ``variant``: the sweep variant it is, claimed in the same write (None returned,
+        nothing stored, when that variant is no longer waiting)."""
         now = self.clock.time()
         run_id = uuid.uuid4().hex[:12]
         opts = a.options.stored(a.files.to_json(), bool(a.secrets), self.config["CODEFYUI_GRAPH_MAX_NODES"])
+        if extra:
+            opts.update(extra)
         run = Run(id=run_id, name=(graph.get("name") if isinstance(graph, dict) else None),
                   status="queued", target=a.options.target, options=opts, graph=a.stored_graph,
                   created_at=now, queue_reason="waiting for the scheduler")
-        await self.store.create_run(run)
+        if not await self.store.create_run(run, variant):
+            return None
         if a.secrets:
             self.secrets[run_id] = a.secrets
         self.queue.add(run.without_graph())
         await self.record_events(run_id, CP, [self._cp_event(run_id, "status", {"status": "queued"})])
         self._wake.set()  # a new run frees no slot: the pass asks only the executors free after the last one
-        return await self.get(run_id)
+        return run_id
 
     async def admit(self, graph: Any, options: Any) -> Admitted:
         """Every check a submit makes of a graph and its options (target, device, the graph on that
@@ -1123,6 +1135,8 @@ def api_form(run: Run, queue_reason: str | None, now: float) -> dict[str, Any]:
     }
     if run.options.get("canvas"):
         out["canvas"] = run.options["canvas"]  # a canvas Run's tab (cdui/plane/canvas.py)
+    if run.options.get("sweep"):
+        out["sweep"] = run.options["sweep"]  # a sweep variant's sweep id, index and params (cdui/plane/sweeps.py)
     if run.disconnected_at and run.status == "disconnected":
         since = now - run.disconnected_at
         out["worker_status"] = {"state": "disconnected", "since": iso(run.disconnected_at),

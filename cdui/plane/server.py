@@ -70,6 +70,7 @@ from cdui.plane.http import (
     api_graphs,
     api_outputs,
     api_runs,
+    api_sweeps,
     proxies,
     share_memory,
     web_session,
@@ -80,6 +81,7 @@ from cdui.plane.looplag import LoopLag
 from cdui.plane.runs import RUNS, RunService
 from cdui.plane.ssh import ssh_workers
 from cdui.plane.store import Store
+from cdui.plane.sweeps import SWEEPS, SweepService
 from cdui.plane.workers import WORKERS
 
 log = logging.getLogger(__name__)
@@ -322,6 +324,8 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[WORKERS] = manager
     app[WORKER_AUTH] = manager.worker_auth
     runs.add_listener(manager)
+    app[SWEEPS] = SweepService(runs)
+    runs.add_listener(app[SWEEPS])  # after the manager: a sweep's next runs are released once a slot is freed
     app[CANVAS] = CanvasManager(runs)
 
     # Startup in this order, cleanup in reverse: the run service stops its runs
@@ -346,6 +350,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     share_memory.setup(app)
     transfer.setup(app)
     api_runs.setup(app)
+    api_sweeps.setup(app)
     api_files.setup(app)
     api_graphs.setup(app)
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served

@@ -55,6 +55,7 @@ from cdui.core.private import make_private, private_dir
 from cdui.plane.store import event_chunks
 from cdui.plane.store.migrations import migrate
 from cdui.plane.store.ssh import SshWorkerRows
+from cdui.plane.store.sweeps import SweepRows, claim_variant
 from cdui.plane.store.tokens import TokenRows
 from cdui.plane.store.workers import WorkerRows
 from cdui.wire.event import event_json
@@ -233,6 +234,7 @@ class Store:
         self.workers = WorkerRows(self)
         self.tokens = TokenRows(self)
         self.ssh = SshWorkerRows(self)
+        self.sweeps = SweepRows(self)
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -483,14 +485,19 @@ class Store:
     # -- runs ---------------------------------------------------------------
     # Each change of a run is its own statement: which columns a write touches is
     # read here, never assembled from a caller's keyword names.
-    async def create_run(self, run: Run) -> None:
+    async def create_run(self, run: Run, variant: tuple[str, int] | None = None) -> bool:
+        """Store a new run. ``variant``: (sweep id, index) of the sweep variant it is, marked as this run in
+        the same transaction; False (nothing stored) if that variant is no longer waiting."""
         vals = (run.id, run.name, run.status, json.dumps(target_json(run.target)), json.dumps(run.options),
                 json.dumps(run.graph), run.queue_reason, run.created_at)
 
-        def fn(c: sqlite3.Connection) -> None:
+        def fn(c: sqlite3.Connection) -> bool:
+            if variant is not None and not claim_variant(c, variant[0], variant[1], run.id):
+                return False
             c.execute("INSERT INTO runs (id, name, status, target, options, graph, queue_reason, created_at) "
                       "VALUES (?,?,?,?,?,?,?,?)", vals)
-        await self.write(fn)
+            return True
+        return await self.write(fn)
 
     async def set_execution_facts(self, run_id: str, facts: dict[str, Any]) -> None:
         text = json.dumps(facts)

@@ -193,6 +193,37 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # sqlite's own insert rate. Every stored event is converted, with its numbers, kind, time and data,
     # and run_events is dropped.
     event_chunks.convert,
+    # 11: sweeps (cdui/plane/sweeps.py): a sweep's request and graph, and each variant with its params, the
+    # run it became and that run's last known status and final metrics. ``kind`` leaves room for studies
+    # (a sweep whose next variants a search chooses). A run names its sweep in its options, not a column.
+    """
+    CREATE TABLE sweeps (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL DEFAULT 'sweep',
+        name TEXT,
+        state TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        options TEXT NOT NULL,
+        graph TEXT NOT NULL,
+        max_running INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        stopped_at REAL
+    );
+    CREATE INDEX sweeps_created ON sweeps(created_at);
+    CREATE TABLE sweep_variants (
+        sweep_id TEXT NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        params TEXT NOT NULL,
+        run_id TEXT,
+        status TEXT NOT NULL,
+        error TEXT,
+        metrics TEXT,
+        previous_runs TEXT NOT NULL DEFAULT '[]',
+        PRIMARY KEY (sweep_id, idx)
+    );
+    CREATE INDEX sweep_variants_run ON sweep_variants(run_id);
+    CREATE INDEX sweep_variants_status ON sweep_variants(sweep_id, status);
+    """,
 ]
 
 
