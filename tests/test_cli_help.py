@@ -43,7 +43,7 @@ def test_every_command_has_help() -> None:
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["strat"], "cdui: error: argument COMMAND: invalid choice: 'strat' (choose from 'start', 'stop', 'status', "
-                "'token', 'run', 'api', 'install', 'test', 'wheelhouse', 'workers', 'agent', 'runs', 'datasets'); "
+                "'token', 'run', 'api', 'install', 'test', 'wheelhouse', 'workers', 'agent', 'runs', 'sweep', 'datasets'); "
                 "did you mean start? (see `cdui --help`)"),
     (["runs", "lsit"], "cdui: error: argument SUBCOMMAND: invalid choice: 'lsit' (choose from 'list', 'show', 'logs', "
                        "'stop', 'delete', 'download', 'clone', 'outputs', 'tag', 'note'); did you mean list? (see "
