@@ -60,3 +60,27 @@ def test_a_turn_with_share_left_lets_pieces_go_on_at_once() -> None:
         return waited
 
     assert asyncio.run(main()) == 0
+
+
+def test_after_a_long_piece_the_cheap_ones_behind_it_are_let_go_more_at_a_time() -> None:
+    """One message that took five turns' shares leaves the next let go one at a time; as those take
+    nothing of their turn, twice as many are let go each time (a clock of the test's own, stepped by
+    the pieces), so 200 cheap messages do not take 200 turns."""
+    async def main() -> tuple[list[int], int]:
+        t = [0.0]
+        turns = Turns(budget=1.0, now=lambda: t[0])
+        done: list[int] = []
+        fits: list[int] = []
+
+        async def piece(i: int) -> None:
+            await turns.take()
+            t[0] += 5.0 if i == 0 else 0.0
+            done.append(i)
+            fits.append(turns.fit)
+
+        await asyncio.gather(*(piece(i) for i in range(200)))
+        return done, max(fits)
+
+    done, most = asyncio.run(main())
+    assert done == list(range(200))
+    assert most >= 64

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 
 BUDGET_S = 0.003  # of one turn of the loop, for the pieces that ask (see Turns)
 MAX_FIT = 512  # pieces let go in one turn, at most
@@ -23,10 +24,11 @@ MAX_FIT = 512  # pieces let go in one turn, at most
 class Turns:
     """One event loop's budget per turn (a :class:`Turns` is used from that loop only)."""
 
-    __slots__ = ("budget", "until", "ran", "fit", "waiting", "scheduled", "let_go")
+    __slots__ = ("budget", "now", "until", "ran", "fit", "waiting", "scheduled", "let_go")
 
-    def __init__(self, budget: float = BUDGET_S) -> None:
+    def __init__(self, budget: float = BUDGET_S, now: Callable[[], float] = time.perf_counter) -> None:
         self.budget = budget
+        self.now = now  # the clock the share is measured on (a test steps one of its own)
         self.until: float | None = None  # when this turn's share ends; None: no piece has run in this turn yet
         self.ran = 0  # pieces that went on in this turn
         self.fit = 8  # how many waiting pieces are let go in one turn (see _let_go)
@@ -38,7 +40,7 @@ class Turns:
         """Go on now if this turn's share is not used up and nothing waits before; else wait for a
         later turn, in order."""
         if not self.waiting:
-            now = time.perf_counter()
+            now = self.now()
             if self.until is None:
                 self._start_turn(now)
                 return
@@ -53,7 +55,7 @@ class Turns:
         await fut  # let go by _let_go (a cancelled wait is passed over)
         # Counted in this turn's share, so that the next _let_go knows how long the pieces it let go took.
         if self.until is None:
-            self._start_turn(time.perf_counter())
+            self._start_turn(self.now())
         else:
             self.ran += 1
 
@@ -79,7 +81,7 @@ class Turns:
         twice as many if they stayed within the share, fewer in proportion if they went over it."""
         self.scheduled = False
         if self.let_go and self.until is not None:
-            spent = time.perf_counter() - (self.until - self.budget)
+            spent = self.now() - (self.until - self.budget)
             if spent <= self.budget:
                 self.fit = min(MAX_FIT, self.fit * 2)
             else:
