@@ -78,7 +78,7 @@ APPLIED = frozenset({"artifact", "execution_facts", "status"})  # event kinds th
 DISPATCH_EVERY_S = 5.0  # a dispatch pass at least this often, woken or not
 PASS_PAUSE_FROM_S = 0.0005  # a pass that took longer is followed by a pause as long (see _dispatch_loop)
 PASS_PAUSE_MAX_S = 0.05
-PASS_BUDGET_S = 0.005  # a pass stops after this long, and the next goes on (see dispatch_once)
+PASS_BUDGET_S = 0.002  # a pass stops after this long, and the next goes on (see dispatch_once; requests wait as long)
 
 
 def iso(ts: float | None) -> str | None:

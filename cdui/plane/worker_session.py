@@ -40,6 +40,7 @@ from cdui.plane.runs import RunService, iso
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched import worker_admission as admission
 from cdui.plane.store import TERMINAL, Run, Store, WorkerRow
+from cdui.plane.turns import Turns
 from cdui.run import catalog
 from cdui.wire import protocol, same_machine
 from cdui.wire.event import Event
@@ -215,6 +216,8 @@ class Manager(Protocol):
     def closing(self) -> bool: ...
     @property
     def machine_id(self) -> str: ...
+    @property
+    def turns(self) -> Turns: ...
 
     def register(self, conn: Conn) -> None: ...
 
@@ -570,7 +573,7 @@ class WorkerSession:
     async def _read_messages(self, inbox: InOrder) -> None:
         conn = self.conn
         assert conn is not None
-        clock, ws = self.m.clock, conn.ws
+        clock, ws, turns = self.m.clock, conn.ws, self.m.turns
         burst = time.perf_counter()
         while True:
             asked = time.perf_counter()
@@ -589,6 +592,7 @@ class WorkerSession:
             conn.alive_at = clock.monotonic()
             if self._heard_again(msg):
                 continue  # its last heartbeat again, word for word: nothing changed but the last contact
+            await turns.take()  # with every agent's other messages, a share of the loop's turn at most
             if msg.type != WSMsgType.TEXT:
                 if msg.type == WSMsgType.ERROR:
                     return
@@ -658,6 +662,7 @@ class WorkerSession:
     async def events(self, m: protocol.Events) -> None:
         conn = self.conn
         assert conn is not None
+        await self.m.turns.take()  # handled in a share of the loop's turn with every agent's other messages
         store = self.m.store
         held = self.m.runs.active.get(m.run_id)
         if held is not None and held[0] == conn.name:

@@ -40,6 +40,7 @@ from cdui.plane.runs import RUNS, STOPPED_KILLED, RunService, iso
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched.placement import no_mount_message, read_roots_message, unreadable
 from cdui.plane.store import ACTIVE, WorkerRow
+from cdui.plane.turns import Turns
 from cdui.plane.worker_session import Conn, RemoteExecutor, WorkerSession
 from cdui.run import catalog
 from cdui.wire import protocol
@@ -67,6 +68,8 @@ class WorkerManager:
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
         self.heartbeat = float(self.config["CODEFYUI_WORKER_HEARTBEAT_S"])
         self.machine_id = machine_id()
+        # Every agent's messages share one budget per turn of the event loop (see cdui/plane/turns.py).
+        self.turns = Turns()
         # Each worker's last same-machine verdict (cdui/wire/same_machine.py), from its last connection.
         self.same_machine: dict[str, Verdict] = {}
         self.own_catalog = catalog.node_catalog(self.runs.registry)
