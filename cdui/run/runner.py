@@ -350,9 +350,9 @@ class RunHandle:
                 seq = self.next_seq
                 continue
             raw, at = ev.get("data"), ev.get("at")
-            timed = type(at) is float
-            pending.append({"src_seq": seq, "kind": kind, "data": raw or {}, "at": at if timed else time.time()})
-            texts.append(line if timed and type(raw) is dict else None)
+            pending.append({"src_seq": seq, "kind": kind, "data": raw or {},
+                            "at": at if at is not None else time.time()})
+            texts.append(line if type(at) is float and type(raw) is dict else None)
             seq += 1
         self.next_seq = seq
         self._more.set()
