@@ -180,10 +180,15 @@ def read_events(c: sqlite3.Connection, run_id: str, after: int, limit: int) -> l
             row = cur.fetchone()
             if row is None:
                 break
-            first = row[0]
-            kinds, ats, datas = _columns(json.loads(row[1]))
-            for i in range(max(0, start - first), len(kinds)):
-                out.append({"seq": first + i, "kind": kinds[i], "data": datas[i], "at": ats[i]})
+            first, b = row[0], json.loads(row[1])
+            skip = max(0, start - first)
+            if "e" in b:  # the events' own texts: each already an object, read as it is
+                out += [{"seq": seq, "kind": e["kind"], "data": e["data"], "at": e["at"]}
+                        for seq, e in enumerate(b["e"][skip:], first + skip)]
+            else:
+                kinds, ats, datas = b["k"], b["a"], b["d"]
+                for i in range(skip, len(kinds)):
+                    out.append({"seq": first + i, "kind": kinds[i], "data": datas[i], "at": ats[i]})
             if 0 < limit <= len(out):
                 del out[limit:]
                 break
