@@ -217,9 +217,8 @@ class Events:
     run_id: str
     events: list[dict[str, Any]]
     # Each event's own JSON text as the message carried it, where the message is laid out as agents
-    # write it (see _events_as_written) and the event is one the store may keep as that text (a text
-    # kind, an object of data and a time): None for the others, and None as a whole for a message laid
-    # out otherwise. Not sent: the texts are the message.
+    # write it and every event is one the store may keep as its text (see _texts_as_written); None
+    # for any other message. Not sent: the texts are the message.
     texts: list[str | None] | None = field(default=None, compare=False, repr=False)
     type: ClassVar[str] = "events"
 
