@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from cdui.core import event_size
 from cdui.core.layout import Layout
 from cdui.plane.store import Run, Store
 from cdui.plane.store.event_chunks import event_rows
-from cdui.run import runner
+from cdui.run import runner, runproc
 from cdui.wire import protocol
 from cdui.wire.job import Job
 from cdui.wire.target import Local
@@ -259,3 +260,50 @@ def test_a_batch_is_checked_as_each_event_would_be(event: Any) -> None:
         with pytest.raises(protocol.ProtocolError) as exc:
             protocol.parse_agent_message(raw)
         assert str(exc.value) == why.replace("events[0]", "events[2]")
+
+
+class _Pipe:
+    """A pipe's writing end for the run process's event writer: what reached the pipe, and which of
+    its flushes were made by the writing thread itself (a line written at once) rather than by the
+    writer's flusher thread."""
+
+    def __init__(self) -> None:
+        self.caller = threading.get_ident()
+        self.buffer: list[str] = []
+        self.at_once = 0
+
+    def write(self, text: str) -> None:
+        self.buffer.append(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() == self.caller:
+            self.at_once += 1
+
+
+def test_a_flood_s_lines_wait_for_the_batch_and_a_quiet_run_s_go_at_once() -> None:
+    """The first BURST lines of a window go to the pipe at once (a run that logs now and then loses
+    none of them if it then crashes); in a window that follows a full one at once (a flood) every line
+    waits for the batch, so the launcher reads batches, not a line at a time; after a quiet spell a line
+    goes at once again. The result line always goes at once."""
+    now = [1000.0]
+    pipe = _Pipe()
+    out = runproc._EventPipe(pipe, clock=lambda: now[0])
+    burst, window = runproc.BURST, runproc.FLUSH_EVERY_S
+    for i in range(burst + 4):
+        out.write(f"line {i}\n")
+    assert pipe.at_once == burst
+    for step in range(1, 4):  # windows that follow a full one at once: all of a flood's lines wait
+        now[0] += window * 1.01
+        for i in range(burst * 2):
+            out.write(f"flood {step} {i}\n")
+    assert pipe.at_once == burst
+    out.write("result\n", now=True)
+    assert pipe.at_once == burst + 1
+    now[0] += window * 3  # quiet for a while: a line goes at once again
+    out.write("later\n")
+    assert pipe.at_once == burst + 2
+    now[0] += window * 1.01  # a window that follows one that was not full: at once too
+    out.write("later still\n")
+    assert pipe.at_once == burst + 3
+    out.flush()
+    assert len(pipe.buffer) == burst + 4 + 3 * 2 * burst + 3

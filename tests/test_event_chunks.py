@@ -235,3 +235,50 @@ def test_paging_through_a_flood_returns_each_event_once(store: Store, limit: int
             last = page[-1]["seq"]
         assert seen == list(range(1, n + 1))
     run(go())
+
+
+def bodies(store: Store, run_id: str) -> list[str]:
+    return store.read_sync(lambda c: [r[0] for r in c.execute(
+        "SELECT body FROM run_event_chunks WHERE run_id=? ORDER BY first_seq", (run_id,)).fetchall()])
+
+
+def test_events_stored_as_their_own_texts_read_back_as_encoded_ones(store: Store) -> None:
+    """A batch given with each event's own text (a run's line, a worker's message as received) is
+    stored as those texts joined, not encoded again; every page reads what the same events encoded
+    read, across the chunks' edges and beside encoded chunks; a part with an event that has no text,
+    or whose texts pass the bound on one event, is encoded as before (and cut to the bound)."""
+    n = 2 * CHUNK_EVENTS + 40
+
+    def line(e: dict[str, Any]) -> str:
+        return json.dumps({"kind": e["kind"], "data": e["data"], "at": e["at"]})  # as a run writes it
+
+    async def go() -> None:
+        await store.create_run(new_run("t", status="running"))
+        await store.create_run(new_run("e", status="running"))
+        batch = [ev(s, message=f"event {s}", loss=s / 7, ok=s % 2 == 0, none=None) for s in range(1, n + 1)]
+        batch[5]["data"] = {"loss": math.nan, "inf": math.inf}  # a run's line may hold them: read back as they were
+        texts: list[str | None] = [line(e) for e in batch]
+        texts[CHUNK_EVENTS + 3] = None  # its part (the second chunk) is encoded
+        await store.append_events("t", "local", batch, texts=texts)
+        await store.append_events("e", "local", batch)
+        kinds = [b[:6] for b in bodies(store, "t")]
+        assert kinds == ['{"e":[', '{"k":[', '{"e":['], kinds
+        assert all(b.startswith('{"k":') for b in bodies(store, "e"))
+        assert chunks(store, "t") == chunks(store, "e")
+        for after in (0, 1, CHUNK_EVENTS - 1, CHUNK_EVENTS, CHUNK_EVENTS + 1, 2 * CHUNK_EVENTS, n - 1, n):
+            for limit in (1, 3, CHUNK_EVENTS + 1, -1):
+                got, want = await store.events("t", after, limit), await store.events("e", after, limit)
+                assert len(got) == len(want) and same(got, want), (after, limit)
+        assert same([r[1:] for r in store.read_sync(lambda c: event_rows(c, "t"))],
+                    [r[1:] for r in store.read_sync(lambda c: event_rows(c, "e"))])
+        # Over the bound on one event (the texts are measured as a whole): encoded, and cut, as before.
+        big = [ev(n + 1, message="z" * 5000), ev(n + 2)]
+        stored, acked = await store.append_events("t", "local", big, max_bytes=2000, texts=[line(e) for e in big])
+        assert acked == n + 2 and bodies(store, "t")[-1].startswith('{"k":')
+        assert len(event_json(stored[0]["data"])) <= 2000 and stored[1]["data"] == big[1]["data"]
+        # A replay given with texts: what is stored already is skipped, the rest encoded (taken one by one).
+        again = [ev(n + 2), ev(n + 3)]
+        stored, acked = await store.append_events("t", "local", again, texts=[line(e) for e in again])
+        assert acked == n + 3 and [e["seq"] for e in stored] == [n + 3]
+        assert (await store.events("t", n + 2, 5))[0]["data"] == again[1]["data"]
+    run(go())

@@ -18,6 +18,7 @@ from cdui.core.layout import Layout
 from cdui.run import runner
 from cdui.run.runproc import _encode_event
 from cdui.wire import protocol
+from cdui.wire.event import event_json
 from cdui.wire.job import Job
 
 SECRET = "hunter2-very-secret"
@@ -181,3 +182,40 @@ def test_a_real_run_s_flood_comes_with_its_texts_as_an_agent_sends_them(tmp_path
     assert metric[0][0]["data"] == {"name": "loss", "value": 0.5, "step": 1, "node_id": "f"}
     statuses = [t for e, t in got if e["kind"] == "status"]
     assert statuses == [None, None]  # running and succeeded: the launcher's own
+
+
+def test_the_control_plane_s_own_runs_keep_each_line_as_its_text() -> None:
+    """For a store that keeps texts as they are (a run of the control plane's own), an event's text is
+    the run's line itself: it decodes to the event's kind, data and time (NaN and overflowing numbers
+    read back as they were, a key of the line's own is not read). A line without an object of data or a
+    time in seconds, and any chunk with a secret in it, give no text."""
+    got: list[tuple[dict[str, Any], str | None]] = []
+
+    async def sink(events: list[dict[str, Any]], texts: list[str | None] | None = None) -> None:
+        assert texts is not None
+        got.extend(zip(events, texts, strict=True))
+
+    def handle(secrets: list[Any] | None = None) -> runner.RunHandle:
+        got.clear()
+        return runner.RunHandle("r1", sink, None, secrets or [], on_texts=sink, line_texts=True)
+
+    kept = [b'{"kind": "log", "data": {"message": "ok"}, "at": 1764694000.5}',
+            b'{"kind": "log", "data": {"loss": NaN, "big": 1e999}, "at": 1764694000.5}',
+            b'{"kind": "log", "data": {"message": "m"}, "at": 1764694000.5, "src_seq": 7}',
+            b'{"kind": "metric", "data": {"nested": {"a": [1, 2]}}, "at": 1764694000.5} ']
+    odd = [b'{"kind": "log", "data": null, "at": 1764694000.5}',
+           b'{"kind": "log", "data": {"message": "m"}}',
+           b'{"kind": "log", "data": {"message": "m"}, "at": 1764694000}']
+    events = read(handle(), [*kept, *odd], got)
+    assert [t for _, t in events] == [line.decode() for line in kept] + [None] * len(odd)
+    assert [e["src_seq"] for e, _ in events] == list(range(1, len(kept) + len(odd) + 1))
+    assert events[-1][0]["at"] == 1764694000 and events[-3][0]["data"] == {}  # recorded as ever
+    for ev, text in events[:len(kept)]:
+        assert text is not None
+        back = json.loads(text)
+        assert (back["kind"], event_json(back["data"]), back["at"]) == (ev["kind"], event_json(ev["data"]), ev["at"])
+    # A secret of the run in the chunk: masked, and no line kept.
+    secret = [(("nodes", 0, "data", "params", "token"), SECRET)]
+    leaky = json.dumps({"kind": "log", "data": {"message": f"token={SECRET}"}, "at": 1764694000.5}).encode()
+    events = read(handle(secret), [kept[0], leaky], got)
+    assert [t for _, t in events] == [None, None] and events[1][0]["data"]["message"] == "token=***"

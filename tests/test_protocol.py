@@ -204,3 +204,50 @@ def test_malformed_jobs_are_refused_with_the_reason(text: str, why: str) -> None
     with pytest.raises(JobError) as err:
         Job.from_json(text)
     assert why in str(err.value)
+
+
+# -- an events message's texts ---------------------------------------------------------------------
+def _flood(n: int = 5, **data: Any) -> list[dict[str, Any]]:
+    return [{"src_seq": i, "kind": "log", "data": {"message": f"event {i}", "v": i / 3, **data}, "at": 1764694000.5 + i}
+            for i in range(1, n + 1)]
+
+
+def test_an_events_message_as_agents_write_it_carries_each_event_s_text() -> None:
+    """Each text is exactly the slice its event was decoded from: what the control plane stores as is."""
+    evs = _flood()
+    raw = protocol.encode_events("r_1", evs, encoded=[protocol.event_text(e) for e in evs])[0]
+    m = protocol.parse_agent_message(raw)
+    assert isinstance(m, protocol.Events) and m.events == evs
+    assert m.texts == [protocol.event_text(e) for e in evs]
+    assert all(t is not None and t in raw and json.loads(t) == e for t, e in zip(m.texts, evs, strict=True))
+    # Without encoded lines the agent's messages are laid out the same way.
+    assert protocol.parse_agent_message(protocol.encode_events("r_1", evs)[0]).texts == m.texts
+
+
+def test_an_events_message_laid_out_otherwise_carries_no_texts_and_is_still_taken() -> None:
+    """A layout the counts cannot vouch for gives no texts (its events are encoded again), whatever a
+    worker does to make a text say something other than its event; the events are checked as ever."""
+    evs = _flood(3)
+    texts = [protocol.event_text(e) for e in evs]
+    head = '{"type": "events", "run_id": "r_1", "events": ['
+    body = ",".join(texts)
+    other = {
+        "a brace in a string": protocol.encode_events("r_1", _flood(3, note="{x}"))[0],
+        "a space between events": head + ", ".join(texts) + "]}",
+        "the list given twice": head + texts[0] + '], "events": [' + body + "]}",
+        "an empty list first": head + '], "events": [' + body + "]}",
+        "a key after the list": head + body + '], "x": [{}]}',
+        "a key after the list, no object": head + body + '], "x": ["}"]}',
+        "another run id after": head + body + '], "run_id": "r_2", "events": [' + body + "]}",
+        "text other than ASCII": protocol.encode_events("r_1", _flood(3, note="é"))[0].replace("\\u00e9", "é"),
+        "an event without a time": head + body.replace(', "at": 1764694001.5', "", 1) + "]}",
+        "nested data": head + texts[0][:-1] + ', "data": {"a": {"src_seq": 9}}}' + "," + ",".join(texts[1:]) + "]}",
+        "spaces around the list": head + " " + body + " ]}",
+    }
+    for what, raw in other.items():
+        m = protocol.parse_agent_message(raw)
+        assert isinstance(m, protocol.Events), what
+        assert m.texts is None, what
+    # A text is never given for what was not decoded into its event.
+    m = protocol.parse_agent_message(other["another run id after"])
+    assert isinstance(m, protocol.Events) and m.run_id == "r_2"

@@ -183,20 +183,22 @@ class LocalExecutor:
     async def start(self, run: Run, job: Job) -> None:
         run_id = run.id
 
-        async def sink(events: list[dict[str, Any]]) -> None:
+        async def sink(events: list[dict[str, Any]], texts: list[str | None] | None = None) -> None:
             if run_id in self.service.abandoned:
                 return  # it already ended failed: what it says while stopping is not stored
             try:
                 # The launcher's events are already in the recorders' form (numbered, redacted,
                 # sized): stored as they are, as a worker's checked events are, not made into
-                # ``Event`` objects and back (about 1.2 µs an event).
-                await self.service.record_wire(run_id, "local", events)
+                # ``Event`` objects and back (about 1.2 µs an event); with the run's own line of each
+                # where it was kept, stored as that text instead of encoded again.
+                await self.service.record_wire(run_id, "local", events, texts)
             except DiskFull as err:
                 await self.service.fail_for_full_disk(run_id, err)
 
         log_path = self.service.config.user_data / "logs" / "runs" / f"{run_id}.log"
         job = outputs.for_this_machine(job, self.service.config.user_data, self.service.config)
-        handle = await runner.launch(job, sink, log_path, spares=self.service.spares)
+        handle = await runner.launch(job, sink, log_path, spares=self.service.spares, on_texts=sink,
+                                     line_texts=True)
         self.handles[run_id] = handle
 
         async def forget() -> None:
@@ -506,9 +508,12 @@ class RunService:
         """Store, apply and broadcast events of one source. Returns the acked src_seq."""
         return await self.record_wire(run_id, src, [ev.to_wire() for ev in events])
 
-    async def record_wire(self, run_id: str, src: str, events: list[dict[str, Any]]) -> int:
+    async def record_wire(self, run_id: str, src: str, events: list[dict[str, Any]],
+                          texts: list[str | None] | None = None) -> int:
         """:meth:`record_events` of events in the recorders' form (``kind``, ``data``, ``at``, ``src_seq``),
-        as an agent's ``events`` message carries them once checked: not made into ``Event`` objects and back."""
+        as an agent's ``events`` message carries them once checked: not made into ``Event`` objects and back.
+        ``texts``: each event's own JSON text where its recorder's line was kept (the launcher's, or an
+        agent's as its message carried it, see ``protocol.Events.texts``), stored as it is."""
         # No event is stored whole past the bound (core/event_size.py): a worker's may not have been cut
         # where born. The store measures them as it encodes them.
         limit = self.config["CODEFYUI_RUN_EVENT_MAX_BYTES"]
@@ -517,7 +522,7 @@ class RunService:
             # are made in the transaction that stores the events, one writer round trip instead of one
             # more per status; what follows on the loop (the ending's slot, listeners, watchers) is as below.
             stored, acked, ended = await self.store.append_status_events(run_id, src, events, self.clock.time(),
-                                                                          max_bytes=limit)
+                                                                          max_bytes=limit, texts=texts)
             for ev, now_ended in zip(stored, ended, strict=True):
                 if now_ended is not None:
                     await self._ended(run_id, ev["data"]["status"], now_ended, [])
@@ -525,7 +530,8 @@ class RunService:
                     q.put_nowait(ev)
             return acked
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit)
+        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit,
+                                                       texts=None if src == CP else texts)
         watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
             if ev["kind"] in APPLIED:

@@ -668,8 +668,9 @@ class WorkerSession:
         if held is not None and held[0] == conn.name:
             # It holds a slot on this worker: it is this worker's and has not ended (its ending frees
             # the slot), so its row need not be read for every message of a flood. The events go to the
-            # store as the message carries them (protocol checked each: src_seq >= 1, kind, data, at).
-            await self._record(conn, m.run_id, m.events)
+            # store as the message carries them (protocol checked each: src_seq >= 1, kind, data, at),
+            # each with its text where the message was laid out as agents write it.
+            await self._record(conn, m.run_id, m.events, m.texts)
             return
         events = [Event.from_wire(e) for e in m.events]
         run = await store.get_run(m.run_id)
@@ -693,13 +694,14 @@ class WorkerSession:
                     run = replace(run, late_result=late)
             await conn.send(protocol.Ack(m.run_id, max((e.src_seq or 0 for e in events), default=0)))
             return
-        await self._record(conn, m.run_id, m.events)
+        await self._record(conn, m.run_id, m.events, m.texts)
 
-    async def _record(self, conn: Conn, run_id: str, events: list[dict[str, Any]]) -> None:
-        """Store events of a run this worker holds (as its message carries them), and acknowledge them
-        once stored."""
+    async def _record(self, conn: Conn, run_id: str, events: list[dict[str, Any]],
+                      texts: list[str | None] | None = None) -> None:
+        """Store events of a run this worker holds (as its message carries them, each with its text where
+        kept), and acknowledge them once stored."""
         try:
-            acked = await self.m.runs.record_wire(run_id, f"worker:{conn.name}", events)
+            acked = await self.m.runs.record_wire(run_id, f"worker:{conn.name}", events, texts)
         except DiskFull as err:
             # No ack: the agent keeps the events in its spool. Once there is room the
             # connection is renewed (see WorkerManager.on_disk_recovered) and it replays them.

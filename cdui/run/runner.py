@@ -155,12 +155,16 @@ def prime_spare(spares: SparePool) -> None:
 
 class RunHandle:
     def __init__(self, run_id: str, on_events: EventSink, log_path: Path | None,
-                 secrets: list[Any], first_seq: int = 1, on_texts: TextSink | None = None) -> None:
+                 secrets: list[Any], first_seq: int = 1, on_texts: TextSink | None = None,
+                 line_texts: bool = False) -> None:
         self.run_id = run_id
         self.on_events = on_events
         # Given, events are delivered here instead, each with its JSON text where the run's line gave it
         # (an agent spools and sends that text as is instead of encoding the event again).
         self.on_texts = on_texts
+        # With on_texts: the texts are for a store that keeps them as they are (the control plane's own
+        # runs), so each is the run's line itself, not numbered nor held to strict JSON (see _line_texts).
+        self.line_texts = line_texts
         self.log_path = log_path
         # The run's own secrets and this machine's API keys (a node reads them from the environment
         # it inherits): both are masked in everything the run reports.
@@ -272,7 +276,12 @@ class RunHandle:
                 decoded = None
             if isinstance(decoded, list) and len(decoded) == len(lines):
                 if self._plain(joined):
-                    self._plain_lines(lines, decoded, len(joined), self.on_texts is not None and joined.isascii())
+                    as_text = self.on_texts is not None and joined.isascii()
+                    if as_text and self.line_texts:
+                        # The lines as text, cut from the chunk's in one go (a JSON line holds no newline).
+                        self._line_texts(decoded, joined[1:-1].decode("ascii").split("\n,"))
+                    else:
+                        self._plain_lines(lines, decoded, len(joined), as_text)
                     return
                 for line, ev in zip(lines, decoded, strict=True):
                     # Sized by the whole chunk: no event in it can be larger than that allows.
@@ -321,6 +330,29 @@ class RunHandle:
                              if as_text and len(ev) == 3 and type(at) is float and at > 0 and at - at == 0
                              and type(raw) is dict and _strict_flat(raw) and line[:1] == b"{"
                              and line[-1:] == b"}" else None)
+            seq += 1
+        self.next_seq = seq
+        self._more.set()
+
+    def _line_texts(self, decoded: list[Any], lines: list[str]) -> None:
+        """:meth:`_plain_lines` for a sink that stores each event's line as it is (``line_texts``): the
+        text of an event read from a line is the line itself, wherever its data is an object and its
+        time a number of seconds: the line decodes to that kind, data and time (whatever else it holds
+        is not read), which is all a store needs. Not held to strict JSON, which only a message needs
+        (a ``NaN`` in it reads back as the ``NaN`` it was)."""
+        pending, texts = self._pending, self._texts
+        seq = self.next_seq
+        for line, ev in zip(lines, decoded, strict=True):
+            kind = ev.get("kind") if type(ev) is dict else None
+            if type(kind) is not str or kind == "result" or kind == OUTPUTS_WRITING:
+                self.next_seq = seq
+                self._event_line(line.encode("ascii"), ev, size=len(line))  # within an eighth, as its chunk
+                seq = self.next_seq
+                continue
+            raw, at = ev.get("data"), ev.get("at")
+            pending.append({"src_seq": seq, "kind": kind, "data": raw or {},
+                            "at": at if at is not None else time.time()})
+            texts.append(line if type(at) is float and type(raw) is dict else None)
             seq += 1
         self.next_seq = seq
         self._more.set()
@@ -514,7 +546,8 @@ def _write_timeout(job: Job) -> float:
 
 
 async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
-                 first_seq: int = 1, spares: SparePool | None = None) -> RunHandle:
-    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq)
+                 first_seq: int = 1, spares: SparePool | None = None,
+                 on_texts: TextSink | None = None, line_texts: bool = False) -> RunHandle:
+    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq, on_texts, line_texts)
     await handle.start(job, spares=spares)
     return handle

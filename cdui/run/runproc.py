@@ -44,6 +44,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,13 +175,15 @@ class _EventPipe:
     """The event lines on their way to the launcher, written in batches while a run logs flat out.
 
     A line goes to the pipe at once unless this window of FLUSH_EVERY_S already had BURST such
-    writes: a run that logs now and then (a node that logs, then crashes the process) leaves
-    every line on the pipe as it is written. In a flood the rest of each window's lines wait in
-    the buffer for the window's end, or for the flusher thread, which gets the interpreter at
-    once when the run goes quiet and within the switch interval (a few ms) while it does not."""
+    writes, or follows at once a window that had: a run that logs now and then (a node that logs,
+    then crashes the process) leaves every line on the pipe as it is written. In a flood the rest
+    of each window's lines wait in the buffer for the window's end, or for the flusher thread,
+    which gets the interpreter at once when the run goes quiet and within the switch interval (a
+    few ms) while it does not."""
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self.out = out
+        self.clock = clock
         self.lock = threading.Lock()
         self.window = 0.0  # when this window began (monotonic)
         self.writes = 0  # lines flushed one by one in this window
@@ -190,9 +193,13 @@ class _EventPipe:
     def write(self, line: str, now: bool = False) -> None:
         with self.lock:
             self.out.write(line)
-            t = time.monotonic()
+            t = self.clock()
             if t - self.window >= FLUSH_EVERY_S:
-                self.window, self.writes = t, 0
+                # A window that follows a full one at once is part of a flood: its lines wait in the
+                # buffer from the first (written one by one, each was a read and a store job of its own
+                # for the launcher). The first line after a quiet window is written at once again.
+                flood = self.writes >= BURST and t - self.window < 2 * FLUSH_EVERY_S
+                self.window, self.writes = t, BURST if flood else 0
             if now or self.writes < BURST:
                 self.writes += 1
                 self.out.flush()

@@ -216,6 +216,10 @@ class Hello:
 class Events:
     run_id: str
     events: list[dict[str, Any]]
+    # Each event's own JSON text as the message carried it, where the message is laid out as agents
+    # write it and every event is one the store may keep as its text (see _texts_as_written); None
+    # for any other message. Not sent: the texts are the message.
+    texts: list[str | None] | None = field(default=None, compare=False, repr=False)
     type: ClassVar[str] = "events"
 
     def to_json(self) -> str:
@@ -321,18 +325,24 @@ def _event(e: Any, where: str) -> dict[str, Any]:
     return e
 
 
-def _events(evs: list[Any]) -> None:
+def _events(evs: list[Any]) -> bool:
     """Check a batch of events as :func:`_event` does, in one pass: the usual event (an object with
     an int src_seq, a short kind, a flat data object and a time) costs a few type checks; anything
-    else is checked by :func:`_event`, which says what is wrong with it."""
+    else is checked by :func:`_event`, which says what is wrong with it. Returns whether every event
+    was the usual one with its time given (a float): what the store needs to keep an event's text."""
+    timed = True
     for i, e in enumerate(evs):
         if type(e) is dict:
             s, k, data, at = e.get("src_seq"), e.get("kind"), e.get("data"), e.get("at")
             if (type(s) is int and 1 <= s <= MAX_SEQ and type(k) is str and len(k) <= MAX_NAME
                     and type(data) is dict and (type(at) is float and MIN_AT <= at <= MAX_AT or at is None)
                     and _FLAT.issuperset(map(type, data.values()))):
+                if at is None:
+                    timed = False
                 continue
         _event(e, f"events[{i}]")
+        timed = False
+    return timed
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
@@ -394,6 +404,39 @@ def parse_memory_report(v: Any, where: str = "hello.device_memory") -> dict[str,
     return out
 
 
+# Between two events of a message as agents write it (encode_events): how an event's text starts.
+_EVENT_START = '{"src_seq": '
+_NEXT_EVENT = "," + _EVENT_START
+
+
+def _texts_as_written(raw: str, run_id: str, evs: list[dict[str, Any]]) -> list[str | None] | None:
+    """Each event's own text in an events message ``raw`` already decoded and checked (``evs``, of
+    ``run_id``), where the message is laid out as agents write it, or None.
+
+    The control plane stores those texts as they are instead of encoding each event's data again
+    (cdui/plane/store/event_chunks.py), so a text must be exactly the text its event was decoded from,
+    whatever a worker sends. Taken only where that follows from a few counts over the text: the message
+    starts with the agents' head and ends with the events list and the object; it is ASCII (a text's
+    length is then its size in bytes, which the store bounds); each event is an object with an object
+    of data (what the check of ``evs`` found), and the text between head and end holds exactly two
+    ``{`` per event: those two, none in a string, no other object anywhere. So every ``{`` that
+    follows a comma starts an event, and where there are exactly as many ``,{"src_seq": `` as events
+    less one, the text splits there into the events' texts (a later key after the list, or the list
+    given twice, would hold an object: one ``{`` too many). A log line holding a ``{`` makes its
+    message fall back to its events encoded again, as before."""
+    head = '{"type": "events", "run_id": ' + json.dumps(run_id) + ', "events": ['
+    if not (raw.isascii() and raw.startswith(head) and raw.endswith("}]}")):
+        return None
+    body = raw[len(head):-2]
+    n = len(evs)
+    if not body.startswith(_EVENT_START) or body.count("{") != 2 * n:
+        return None
+    parts = body.split(_NEXT_EVENT)
+    if len(parts) != n:
+        return None
+    return [parts[0], *[_EVENT_START + t for t in parts[1:]]]
+
+
 def parse_agent_message(raw: str) -> AgentMessage:
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE} byte limit")
@@ -433,8 +476,9 @@ def parse_agent_message(raw: str) -> AgentMessage:
                      _tls(d.get("tls"), "hello.tls"))
     if t == "events":
         evs = _list(_req(d, "events", list, "events"), "events.events", MAX_EVENTS)
-        _events(evs)
-        return Events(_str(_req(d, "run_id", str, "events"), "events.run_id"), evs)
+        timed = _events(evs)
+        run_id = _str(_req(d, "run_id", str, "events"), "events.run_id")
+        return Events(run_id, evs, _texts_as_written(raw, run_id, evs) if timed and evs else None)
     if t == "heartbeat":
         running = [_str(r, "heartbeat.runs[]") for r in _list(_opt(d, "runs", list, [], "heartbeat"),
                                                               "heartbeat.runs", MAX_ITEMS)]

@@ -683,17 +683,20 @@ class Store:
     # -- events -----------------------------------------------------------
     async def append_events(self, run_id: str, src: str, events: list[dict[str, Any]],
                             assign: bool = False, essential: bool = False,
-                            max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
+                            max_bytes: int = 0,
+                            texts: list[str | None] | None = None) -> tuple[list[dict[str, Any]], int]:
         """Store events in ``src_seq`` order; return (newly stored events, acked src_seq).
 
         ``assign``: the events are born here; number them after what is stored.
         ``max_bytes``: no event's data is stored whole past it (:func:`cdui.core.event_size.bound_event`);
-        the events returned are as stored."""
-        return await self.write(lambda c: _append(c, run_id, src, events, assign, max_bytes), essential,
+        the events returned are as stored. ``texts``: each event's own JSON text where kept, stored as it
+        is (:func:`event_chunks.insert`)."""
+        return await self.write(lambda c: _append(c, run_id, src, events, assign, max_bytes, texts), essential,
                                 len(events), run_id)
 
     async def append_status_events(self, run_id: str, src: str, events: list[dict[str, Any]], at: float,
-                                   max_bytes: int = 0) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
+                                   max_bytes: int = 0, texts: list[str | None] | None = None
+                                   ) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
         """:meth:`append_events` of a run's own events (not the control plane's), and in the same
         transaction what each stored ``status`` event changes in the run's row, in the events' order:
         ``running`` what :meth:`mark_running` changes, a final status what :meth:`finish_run` changes
@@ -701,7 +704,7 @@ class Store:
         message (running, then its ending) took three. Returns (stored events, acked src_seq, and for
         each stored event whether its final status ended the run now: None for any other event)."""
         def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
-            stored, acked = _append(c, run_id, src, events, False, max_bytes)
+            stored, acked = _append(c, run_id, src, events, False, max_bytes, texts)
             ended: list[bool | None] = []
             for ev in stored:
                 data = ev["data"]
@@ -809,9 +812,12 @@ _FINISH = "UPDATE runs SET status=?, error=?, finished_at=?, queue_reason=NULL W
 
 
 def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
-            assign: bool, max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
+            assign: bool, max_bytes: int = 0,
+            texts: list[str | None] | None = None) -> tuple[list[dict[str, Any]], int]:
     """The events part of a write job: accept each source's next ``src_seq`` only,
-    give each accepted event the run's next ``seq``; no event's data stored over ``max_bytes``."""
+    give each accepted event the run's next ``seq``; no event's data stored over ``max_bytes``.
+    ``texts``: each event's own JSON text where kept (see :func:`event_chunks.insert`), used when the
+    batch is exactly the source's next numbers in turn (a replay or disorder is taken event by event)."""
     r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
     if r is None:
         raise KeyError(run_id)
@@ -827,9 +833,11 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
         ats = [float(e.get("at") or now) for e in batch]
     else:  # a replay, a gap or disorder in it: in src_seq order, as a sender's order is not trusted
         kinds, datas, ats = _accepted(sorted(batch, key=lambda e: int(e["src_seq"])), acked, now)
+        texts = None
     first = last + 1
     if kinds:
-        datas = event_chunks.insert(c, run_id, src, first, acked + 1, kinds, datas, ats, max_bytes)
+        datas = event_chunks.insert(c, run_id, src, first, acked + 1, kinds, datas, ats, max_bytes,
+                                    None if assign else texts)
         c.execute("UPDATE runs SET last_seq=? WHERE id=?", (last + len(kinds), run_id))
         acked += len(kinds)
     c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
