@@ -6,7 +6,9 @@ parallel-coordinates view a line per variant. A bad value shows the server's lis
 and stores nothing."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,10 @@ from procs import ServerProc, load_example, wait_run
 pytestmark = pytest.mark.e2e
 
 server, browser = module_fixtures("web-sweeps")
+
+# The docs' screenshot: CDUI_WRITE_SCREENSHOTS=1 writes it into docs/img/, otherwise into /tmp.
+SHOTS = Path(__file__).resolve().parent.parent / "docs" / "img" if os.environ.get("CDUI_WRITE_SCREENSHOTS") == "1" \
+    else Path("/tmp/cdui-web-shots")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +124,8 @@ def test_new_sweep_opens_its_view_with_table_and_plots(server, seed, page):
     assert page.eval_on_selector_all("#variants tbody tr", "rs => rs.map(r => r.dataset.variant)") == order[::-1]
     # A finished sweep: nothing to stop, nothing to retry.
     assert page.is_disabled("#btn-sweep-stop") and page.is_disabled("#btn-sweep-retry")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "sweep.png"), full_page=True)
     # The list of sweeps links to it, and a variant's run links back to its sweep.
     page.goto(f"{server.url}/web/sweep.html")
     page.wait_for_selector(f"#sweeps-body tr[data-sweep='{sweep_id}']")

@@ -156,8 +156,8 @@ function scatter(key, points, yScale, best) {
 function parallel(keys, done, metric, best) {
   const axes = [...keys.map((k) => ({ label: k, scale: scaleOf(done.map((v) => v.params[k])), get: (v) => v.params[k] })),
     { label: metric, scale: scaleOf(done.map((v) => v.objective)), get: (v) => v.objective }];
-  const width = Math.max(420, 150 * axes.length), height = 260, top = 20, bottom = 36;
-  const X = (i) => 50 + i * ((width - 100) / Math.max(1, axes.length - 1));
+  const width = Math.max(460, 170 * axes.length), height = 260, top = 20, bottom = 36, side = 100; // room for a label
+  const X = (i) => side + i * ((width - 2 * side) / Math.max(1, axes.length - 1));
   const Y = (a, v) => top + (1 - a.scale.pos(v)) * (height - top - bottom);
   const order = [...done].sort((a, b) => (a.index === best) - (b.index === best)); // the best drawn last, on top
   return s("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "parallel",
