@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from canvas_page import LONG, module_fixtures
-from procs import ServerProc, load_example, wait_run
+from procs import ServerProc, load_example, long_training_graph, wait_run
 
 pytestmark = pytest.mark.e2e
 
@@ -135,3 +135,35 @@ def test_new_sweep_opens_its_view_with_table_and_plots(server, seed, page):
     assert page.get_attribute("#run-sweep-link", "href") == f"/web/sweep.html?id={sweep_id}"
     page.click("#run-sweep-link")
     page.wait_for_selector("body[data-sweep-status='finished']")
+
+
+def test_the_view_polls_only_while_running_and_visible_and_stops_and_retries(server, page):
+    """A sweep of a graph that trains (practically) for ever, one variant at a time: it keeps running."""
+    g = long_training_graph()
+    sweep = server.call("POST", "/api/sweeps", {"graph": g, "axes": {"optimizer.lr": [0.1, 0.01]},
+                                                "options": {"target": "local"}, "max_running": 1}, expect=201)
+    assert sweep["status"] == "running", sweep
+    page.goto(f"{server.url}/web/sweep.html#sweep={sweep['id']}")
+    page.wait_for_selector("body[data-sweep-status='running'][data-polling='1']")
+    statuses = page.eval_on_selector_all("#variants tbody tr", "rs => rs.map(r => r.dataset.status)")
+    assert sorted(statuses)[1] == "waiting" and sorted(statuses)[0] in ("queued", "running"), statuses
+    assert page.is_enabled("#btn-sweep-stop") and page.is_disabled("#btn-sweep-retry")
+    # A hidden page reads nothing; shown again, it reads the sweep and goes on.
+    page.evaluate("() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
+                  " document.dispatchEvent(new Event('visibilitychange')); }")
+    page.wait_for_selector("body[data-polling='0']")
+    page.evaluate("() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+                  " document.dispatchEvent(new Event('visibilitychange')); }")
+    page.wait_for_selector("body[data-polling='1']")
+    # Stop: the waiting variant is cancelled and the run stopped; the page follows the sweep until it
+    # has stopped, then reads nothing more.
+    page.click("#btn-sweep-stop")
+    page.wait_for_selector("body[data-sweep-status='stopped'][data-polling='0']")
+    statuses = page.eval_on_selector_all("#variants tbody tr", "rs => rs.map(r => r.dataset.status)")
+    assert "cancelled" in statuses and not {"queued", "running", "waiting"} & set(statuses), statuses
+    assert server.call("GET", f"/api/sweeps/{sweep['id']}")["status"] == "stopped"
+    # Retry: the variants wait again (as new runs), the sweep runs and the page polls it again.
+    page.click("#btn-sweep-retry")
+    page.wait_for_selector("body[data-sweep-status='running'][data-polling='1']")
+    assert "Retrying 2 variant(s)" in page.text_content("#sweep-action")
+    server.call("POST", f"/api/sweeps/{sweep['id']}/stop")

@@ -219,8 +219,8 @@ async function load() {
 function schedule() {
   clearTimeout(state.timer);
   state.timer = null;
-  if (document.hidden || !state.sweep || !LIVE.has(state.sweep.status)) return;
-  state.timer = setTimeout(load, POLL_MS);
+  if (!document.hidden && state.sweep && LIVE.has(state.sweep.status)) state.timer = setTimeout(load, POLL_MS);
+  document.body.dataset.polling = state.timer ? "1" : "0"; // what the page does now, for a reader or a test
 }
 
 async function act(what) {
@@ -278,7 +278,7 @@ async function main() {
     $("btn-sweep-stop").addEventListener("click", () => act("stop"));
     $("btn-sweep-retry").addEventListener("click", () => act("retry"));
     document.addEventListener("visibilitychange", () => {
-      if (document.hidden) { clearTimeout(state.timer); state.timer = null; } else if (!state.timer) load();
+      if (document.hidden) schedule(); else if (!state.timer) load();
     });
     await load();
   } catch (err) {
