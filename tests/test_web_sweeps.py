@@ -167,3 +167,21 @@ def test_the_view_polls_only_while_running_and_visible_and_stops_and_retries(ser
     page.wait_for_selector("body[data-sweep-status='running'][data-polling='1']")
     assert "Retrying 2 variant(s)" in page.text_content("#sweep-action")
     server.call("POST", f"/api/sweeps/{sweep['id']}/stop")
+
+
+def test_a_big_sweep_shows_a_bounded_table(server, page):
+    """1,056 variants (32 × 33) waiting for a one-shot agent that never comes: the table shows its first
+    1,000 rows and says so."""
+    g = load_example()
+    g["name"] = "iris-big"
+    sweep = server.call("POST", "/api/sweeps", {"graph": g, "axes": {"train.epochs": {"range": [1, 32, 1]},
+                                                                     "train-loader.batch_size": {"range": [8, 40, 1]}},
+                                                "options": {"target": "one-shot"}, "max_running": 1}, expect=201)
+    assert sweep["total"] == 32 * 33, sweep["total"]
+    try:
+        page.goto(f"{server.url}/web/sweep.html?id={sweep['id']}")
+        page.wait_for_selector("#variants-more:not([hidden])")
+        assert len(page.query_selector_all("#variants tbody tr")) == 1000
+        assert "The first 1000 of 1056 variants" in page.text_content("#variants-more")
+    finally:
+        server.call("POST", f"/api/sweeps/{sweep['id']}/stop")

@@ -7,6 +7,9 @@ import { api, ApiError, bootstrap, bootstrapRefusal, getToken } from "./api.js";
 import { $, badge, fill, h, num, target, time } from "./dom.js";
 
 const POLL_MS = 3000;
+// A sweep may have 10,000 variants: the table shows this many rows (in the order chosen) and the plots
+// this many variants (the best always among them), so a redraw every few seconds stays cheap.
+const MAX_ROWS = 1000, MAX_PLOTTED = 2000;
 const SWEEP_ID = /^[A-Za-z0-9_-]{1,64}$/;
 const LIVE = new Set(["running", "stopping"]);
 const SVG = "http://www.w3.org/2000/svg";
@@ -79,6 +82,10 @@ function renderTable(sweep) {
     const c = missing ? compare(a, b) : state.sort.dir * compare(a, b);
     return c || x.index - y.index;
   });
+  const more = rows.length - MAX_ROWS;
+  if (more > 0) rows.length = MAX_ROWS;
+  $("variants-more").hidden = more <= 0;
+  $("variants-more").textContent = more > 0 ? `The first ${MAX_ROWS} of ${sweep.variants.length} variants in this order; sort by another column to see others, or \`cdui sweep show ${sweep.id}\` for all.` : "";
   fill($("variants"),
     h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col", dataset: { col: c.id },
       "aria-sort": c.id === col.id ? (state.sort.dir > 0 ? "ascending" : "descending") : "none" },
@@ -175,7 +182,10 @@ function renderPlots(sweep) {
   $("sweep-plots").hidden = false;
   const none = $("sweep-plots-none");
   const keys = paramKeys(sweep);
-  const done = (sweep.variants || []).filter((v) => typeof v.objective === "number" && isFinite(v.objective));
+  const all = (sweep.variants || []).filter((v) => typeof v.objective === "number" && isFinite(v.objective));
+  const done = all.length > MAX_PLOTTED ? all.filter((v, i) => i < MAX_PLOTTED - 1 || v.best) : all;
+  $("sweep-plots-more").hidden = all.length === done.length;
+  $("sweep-plots-more").textContent = `${done.length} of the ${all.length} variants with an objective are drawn (the best among them).`;
   const why = !sweep.objective ? "This sweep has no objective: give one (a metric its graph emits) to plot the variants."
     : !done.length ? `No variant has reported ${sweep.objective.metric} yet.` : "";
   none.hidden = !why;
