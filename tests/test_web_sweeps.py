@@ -81,6 +81,34 @@ def test_a_bad_value_shows_the_servers_errors_and_stores_nothing(server, seed, p
     page.select_option("#sweep-mode", "list")
     axis(page, "train.epochs", "1")
     assert "every axis has as many values" in page.text_content("#sweep-count")
+    # A distribution is for random mode, which draws as many variants as asked.
+    axis(page, "optimizer.lr", "loguniform(0.001,0.1)")
+    assert "is for random mode" in page.text_content("#sweep-count")
+    page.select_option("#sweep-mode", "random")
+    page.fill("#sweep-draws", "5")
+    page.fill("#sweep-seed", "7")
+    assert page.text_content("#sweep-count") == "5 variants"
+
+
+def test_a_random_sweep_from_the_form_draws_its_variants(server, seed, page):
+    """Aimed at the one-shot pool, which has no agent here: the variants wait, and the sweep is stopped."""
+    open_form(page, server, seed)
+    axis(page, "optimizer.lr", "loguniform(0.001,0.1)")
+    axis(page, "train.epochs", "1,2,3")
+    page.select_option("#sweep-mode", "random")
+    page.fill("#sweep-draws", "6")
+    page.fill("#sweep-seed", "3")
+    page.select_option("#sweep-target", "one-shot")
+    assert page.text_content("#sweep-count") == "6 variants"
+    page.click("#btn-sweep-submit")
+    page.wait_for_url("**/web/sweep.html?id=*")
+    sweep_id = page.evaluate("() => new URLSearchParams(location.search).get('id')")
+    sweep = server.call("POST", f"/api/sweeps/{sweep_id}/stop")
+    assert (sweep["mode"], sweep["seed"], sweep["total"]) == ("random", 3, 6), sweep
+    for v in sweep["variants"]:
+        assert 0.001 <= v["params"]["optimizer.lr"] <= 0.1 and v["params"]["train.epochs"] in (1, 2, 3), v
+    page.wait_for_selector("#variants tbody tr")
+    assert len(page.query_selector_all("#variants tbody tr")) == 6
 
 
 def test_new_sweep_opens_its_view_with_table_and_plots(server, seed, page):

@@ -1,12 +1,14 @@
 // New sweep from a run: its stored graph (GET /api/runs/{id}/graph), the params its nodes declare
-// (GET /api/nodes: type, bounds, options), one axis per param ticked (a comma list of values, or a
-// range START:STOP:STEP with the stop included), a mode, max running, an objective and a target as the
-// clone form takes it; POST /api/sweeps, then the sweep's page. What `cdui sweep GRAPH --param ...` does.
+// (GET /api/nodes: type, bounds, options), one axis per param ticked (a comma list of values, a
+// range START:STOP:STEP with the stop included, or in random mode a distribution), a mode, max
+// running, an objective and a target as the clone form takes it; POST /api/sweeps, then the sweep's
+// page. What `cdui sweep GRAPH --param ...` does.
 import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
 
 const MAX_VARIANTS = 10000; // the server's bound on a sweep's variants (docs/sweeps.md)
 const RANGE = /^\s*([-+]?[\d.eE+-]+)\s*:\s*([-+]?[\d.eE+-]+)\s*:\s*([-+]?[\d.eE+-]+)\s*$/;
+const DIST = /^\s*(uniform|loguniform|randint)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$/;
 const METRICS = ["val_loss", "val_accuracy", "train_loss", "train_accuracy"];
 
 let catalog = null; // {type: [param declarations]}, fetched once a page
@@ -41,6 +43,13 @@ function oneValue(text) {
 export function parseAxis(key, text) {
   const t = String(text || "").trim();
   if (!t) return { error: `${key}: no values; give a comma list (0.1,0.01) or a range START:STOP:STEP (32:128:32)` };
+  const d = DIST.exec(t);
+  if (d) {
+    const [lo, hi] = [Number(d[2]), Number(d[3])];
+    if (!isFinite(lo) || !isFinite(hi)) return { error: `${key}: "${t}" needs two numbers, e.g. ${d[1]}(0.0001,0.1)` };
+    if (hi < lo) return { error: `${key}: "${t}" has its high end below its low one` };
+    return { axis: { [d[1]]: [lo, hi] }, count: null }; // a distribution: drawn from in random mode only
+  }
   const m = RANGE.exec(t);
   if (m) {
     const [start, stop, step] = [Number(m[1]), Number(m[2]), Number(m[3])];
@@ -56,8 +65,13 @@ export function parseAxis(key, text) {
 }
 
 /** The variants a set of axis counts gives in a mode: {count} or {error}. */
-export function variantCount(mode, counts) {
+export function variantCount(mode, counts, draws) {
   if (!counts.length) return { error: "Tick at least one param to sweep." };
+  if (mode === "random") {
+    if (!Number.isInteger(draws) || draws < 1 || draws > MAX_VARIANTS) return { error: `Random mode draws a count of variants: give a whole number from 1 to ${MAX_VARIANTS}.` };
+    return { count: draws };
+  }
+  if (counts.includes(null)) return { error: "A distribution (uniform, loguniform, randint) is for random mode; give values or a range, or choose random." };
   if (mode === "list") {
     if (new Set(counts).size > 1) return { error: `In list mode every axis has as many values; these have ${counts.join(", ")}.` };
     return { count: counts[0] };
@@ -129,7 +143,14 @@ export async function open(run, ctx) {
     }
   }
   const mode = h("select", { id: "sweep-mode" }, h("option", { value: "grid" }, "grid (every combination)"),
-    h("option", { value: "list" }, "list (the i-th values together)"));
+    h("option", { value: "list" }, "list (the i-th values together)"),
+    h("option", { value: "random" }, "random (draws, with a seed)"));
+  const draws = h("input", { id: "sweep-draws", type: "number", min: 1, max: MAX_VARIANTS, value: 8, class: "num" });
+  const seed = h("input", { id: "sweep-seed", type: "number", min: 0, value: 0, class: "num" });
+  const randomOnly = h("div", { class: "row", hidden: true },
+    h("div", {}, h("label", { for: "sweep-draws" }, "Variants to draw"), draws),
+    h("div", {}, h("label", { for: "sweep-seed" }, "Seed"), seed),
+    h("p", { class: "small muted" }, "Each ticked param is drawn from its values, its range or a distribution: uniform(lo,hi), loguniform(lo,hi), randint(lo,hi)."));
   const maxRunning = h("input", { id: "sweep-max-running", type: "number", min: 1, max: 1000, value: 4, class: "num" });
   const metric = h("input", { id: "sweep-objective", list: "sweep-metrics", placeholder: "none (e.g. val_loss)", autocomplete: "off" });
   const goal = h("select", { id: "sweep-goal" }, h("option", { value: "min" }, "min"), h("option", { value: "max" }, "max"));
@@ -158,10 +179,11 @@ export async function open(run, ctx) {
       h("div", {}, h("label", { for: "sweep-target" }, "Queue on…"), targetSel),
       h("div", {}, h("label", { for: "sweep-device" }, "Device"), device),
       h("div", {}, h("label", { for: "sweep-name" }, "Name"), name)),
+    randomOnly,
     count,
     h("div", { class: "actions" }, submit, h("button", { type: "button", id: "btn-sweep-cancel", onclick: close }, "Cancel")),
     result);
-  current = { run, graph, rows, ui: { mode, maxRunning, metric, goal, targetSel, device, name, count, result, submit } };
+  current = { run, graph, rows, ui: { mode, draws, seed, randomOnly, maxRunning, metric, goal, targetSel, device, name, count, result, submit } };
   const recount = () => { if (current) read(current, false); };
   form.addEventListener("input", recount);
   form.addEventListener("change", recount);
@@ -183,7 +205,8 @@ function read(cur, mark) {
     counts.push(got.count);
   }
   const ui = cur.ui;
-  const total = errors.length ? { error: errors[0] } : variantCount(ui.mode.value, counts);
+  ui.randomOnly.hidden = ui.mode.value !== "random";
+  const total = errors.length ? { error: errors[0] } : variantCount(ui.mode.value, counts, Number(ui.draws.value));
   ui.count.dataset.count = total.error ? "" : String(total.count);
   ui.count.className = `sweep-count${total.error ? " warn-text" : ""}`;
   ui.count.textContent = total.error ? total.error : `${total.count} variant${total.count === 1 ? "" : "s"}`;
@@ -207,6 +230,7 @@ async function start(cur, ctx) {
   const device = ui.device.value.trim();
   if (device && device !== "auto") options.device = device;
   const body = { graph: cur.graph, axes, mode: ui.mode.value, options, max_running: maxRunning };
+  if (ui.mode.value === "random") { body.count = Number(ui.draws.value); body.seed = Number(ui.seed.value) || 0; }
   const metric = ui.metric.value.trim();
   if (metric) body.objective = { metric, goal: ui.goal.value };
   if (ui.name.value.trim()) body.name = ui.name.value.trim();
