@@ -158,6 +158,8 @@ def test_new_sweep_opens_its_view_with_table_and_plots(server, seed, page):
     page.goto(f"{server.url}/web/sweep.html")
     page.wait_for_selector(f"#sweeps-body tr[data-sweep='{sweep_id}']")
     run_id = sweep["variants"][0]["run_id"]
+    page.goto(f"{server.url}/")
+    page.wait_for_selector(f"#runs-body tr[data-run-id='{run_id}'] a.sweep-link[href='/web/sweep.html?id={sweep_id}']")
     page.goto(f"{server.url}/#run={run_id}")
     page.wait_for_selector("#run-sweep-link")
     assert page.get_attribute("#run-sweep-link", "href") == f"/web/sweep.html?id={sweep_id}"

@@ -105,6 +105,8 @@ function runRow(r) {
     onchange: (e) => toggleChecked(r.id, e.target.checked) })),
   h("td", {}, h("button", { type: "button", class: "link mono", dataset: { show: "1" }, "aria-label": `Show run ${r.id}` }, r.id),
     r.name ? h("div", { class: "small muted" }, r.name) : null,
+    r.sweep && r.sweep.id ? h("a", { class: "small sweep-link", href: `/web/sweep.html?id=${encodeURIComponent(r.sweep.id)}`,
+      "aria-label": `Open sweep ${r.sweep.id}` }, `sweep ${r.sweep.id} #${r.sweep.variant}`) : null,
     (r.tags || []).length ? h("div", { class: "tags" }, r.tags.map((t) => h("button", { type: "button", class: "tag",
       "aria-label": `Show only runs tagged ${t}`, onclick: () => setFilter("tag", t) }, t))) : null,
     r.note ? h("div", { class: "note small muted", title: r.note }, r.note.length > 80 ? `${r.note.slice(0, 79)}…` : r.note) : null),
