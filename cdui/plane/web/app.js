@@ -7,6 +7,7 @@ import * as graphView from "./graphview.js";
 import { artifactUrl, imageButton, isImageArtifact } from "./images.js";
 import * as workersPanel from "./workers.js";
 import * as clone from "./clone.js";
+import * as sweepform from "./sweepform.js";
 import { compareUrl, fitText, MAX_COMPARE, MIN_COMPARE, parseTags, runsQuery } from "./runlist.js";
 
 const state = {
@@ -104,6 +105,8 @@ function runRow(r) {
     onchange: (e) => toggleChecked(r.id, e.target.checked) })),
   h("td", {}, h("button", { type: "button", class: "link mono", dataset: { show: "1" }, "aria-label": `Show run ${r.id}` }, r.id),
     r.name ? h("div", { class: "small muted" }, r.name) : null,
+    r.sweep && r.sweep.id ? h("a", { class: "small sweep-link", href: `/web/sweep.html?id=${encodeURIComponent(r.sweep.id)}`,
+      "aria-label": `Open sweep ${r.sweep.id}` }, `sweep ${r.sweep.id} #${r.sweep.variant}`) : null,
     (r.tags || []).length ? h("div", { class: "tags" }, r.tags.map((t) => h("button", { type: "button", class: "tag",
       "aria-label": `Show only runs tagged ${t}`, onclick: () => setFilter("tag", t) }, t))) : null,
     r.note ? h("div", { class: "note small muted", title: r.note }, r.note.length > 80 ? `${r.note.slice(0, 79)}…` : r.note) : null),
@@ -255,6 +258,7 @@ function select(id, push = true) {
   $("detail-empty").hidden = !!id;
   state.tagsFor = null;
   clone.close();
+  sweepform.close();
   renderRuns();
   if (!id) { graphView.showRun(null); return; }
   revealDetail();
@@ -307,6 +311,8 @@ function renderDetail() {
     fact("Status", badge(r.status)),
     fact("Target", target(r.target)),
     fact("Worker", r.worker_id), fact("Device", r.device),
+    fact("Sweep", r.sweep && r.sweep.id ? h("a", { id: "run-sweep-link", href: `/web/sweep.html?id=${encodeURIComponent(r.sweep.id)}` },
+      `${r.sweep.id} #${r.sweep.variant}`) : ""),
     fact("Queue reason", r.status === "queued" ? r.queue_reason : ""),
     fact("Worker status", r.worker_status ? r.worker_status.text : ""),
     fact("Error", r.error, "error-text pre"),
@@ -346,6 +352,11 @@ $("tags-form").addEventListener("submit", (e) => {
       out.textContent = err instanceof ApiError ? `${err.message}${err.hint ? ` (${err.hint})` : ""}` : String(err);
     })
     .finally(() => { btn.disabled = false; });
+});
+
+$("btn-sweep").addEventListener("click", () => {
+  if (!$("newsweep").hidden) { sweepform.close(); return; }
+  sweepform.open(state.run, { targets: $("target") });
 });
 
 $("btn-clone").addEventListener("click", () => {
