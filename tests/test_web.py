@@ -380,10 +380,15 @@ def test_add_worker_run_on_it_and_download_the_model(tmp_path, browser):
             assert tid not in [t["id"] for t in cp.call("GET", "/api/workers/tokens", expect=200)]
         address.fill(cp.url)
         page.fill("#enroll-ttl", "2")
+        before = page.inner_text("#enroll-token").strip() if choices else ""
         page.get_by_role("button", name="Generate token").click()
-        page.wait_for_selector("#enroll-command")
-        token = page.inner_text("#enroll-token").strip()
-        command = page.inner_text("#enroll-command").strip()
+        # The dialog still shows the first token until the new answer arrives: wait for the new one, then
+        # read the token and the command together (one render writes both).
+        page.wait_for_function("old => { const t = document.querySelector('#enroll-token'); return !!t && "
+                               "t.innerText.trim() !== old && !!document.querySelector('#enroll-command'); }",
+                               arg=before)
+        token, command = page.evaluate("() => [document.querySelector('#enroll-token').innerText.trim(), "
+                                       "document.querySelector('#enroll-command').innerText.trim()]")
         assert command == f"cdui agent start --control {cp.url} --token {token}", command
         [issued] = cp.call("GET", "/api/workers/tokens", expect=200)
         assert issued["uses_total"] == 1 and token.startswith(issued["id"])
