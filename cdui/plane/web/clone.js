@@ -3,27 +3,13 @@
 // and POST /api/runs with the changed values; what `cdui runs clone ID --param NODE.PARAM=VALUE` does.
 import { api, ApiError } from "./api.js";
 import { $, fill, h, target as targetText } from "./dom.js";
-import { isVisible } from "./params.js";
+import { declarations, isVisible, nodeParams } from "./params.js";
 
-let catalog = null; // {type: [param declarations]}, fetched once a page
 let current = null; // {run, graph, fields: [...], options}
 
 const TEXT_LONG = 80; // characters: a longer text param is edited in a text area
 
-async function declarations(types) {
-  if (!catalog || types.some((t) => !(t in catalog))) {
-    const body = await api("GET", "/api/nodes");
-    catalog = {};
-    for (const n of body.nodes || []) if (n && n.type) catalog[n.type] = n.params || [];
-  }
-  return catalog;
-}
 
-function nodeParams(node) {
-  const data = node.data && typeof node.data === "object" ? node.data : null;
-  if (data && data.params && typeof data.params === "object") return data.params;
-  return node.params && typeof node.params === "object" ? node.params : {};
-}
 
 /** The params object to write into (CodefyUI keeps them under data.params; a bare params object is read too). */
 function writableParams(node) {

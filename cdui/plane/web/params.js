@@ -1,5 +1,6 @@
 // A node's declared params (GET /api/nodes) read the same way wherever a page edits them: the canvas's
-// config panel (canvas/panel.js) and the runs page's clone form (clone.js).
+// config panel (canvas/panel.js), the runs page's clone form (clone.js) and its New sweep form (sweepform.js).
+import { api } from "./api.js";
 
 const isObj = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
 
@@ -21,3 +22,22 @@ export function isVisible(decl, params, decls) {
   return true;
 }
 
+
+let catalog = null; // {type: [param declarations]}, fetched once a page (again when a type is new to it)
+
+/** Every node type's param declarations, {type: [declaration]}; fetched again when ``types`` names one it lacks. */
+export async function declarations(types = []) {
+  if (!catalog || types.some((t) => !(t in catalog))) {
+    const body = await api("GET", "/api/nodes");
+    catalog = {};
+    for (const n of body.nodes || []) if (n && n.type) catalog[n.type] = n.params || [];
+  }
+  return catalog;
+}
+
+/** A graph node's params as CodefyUI keeps them (under data.params; a bare params object is read too). */
+export function nodeParams(node) {
+  const data = node.data && typeof node.data === "object" ? node.data : null;
+  if (data && data.params && typeof data.params === "object") return data.params;
+  return node.params && typeof node.params === "object" ? node.params : {};
+}

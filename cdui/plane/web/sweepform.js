@@ -5,29 +5,16 @@
 // page. What `cdui sweep GRAPH --param ...` does.
 import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
+import { declarations, nodeParams } from "./params.js";
 
 const MAX_VARIANTS = 10000; // the server's bound on a sweep's variants (docs/sweeps.md)
 const RANGE = /^\s*([-+]?[\d.eE+-]+)\s*:\s*([-+]?[\d.eE+-]+)\s*:\s*([-+]?[\d.eE+-]+)\s*$/;
 const DIST = /^\s*(uniform|loguniform|randint)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$/;
 const METRICS = ["val_loss", "val_accuracy", "train_loss", "train_accuracy"];
 
-let catalog = null; // {type: [param declarations]}, fetched once a page
 let current = null;
 
-async function declarations() {
-  if (!catalog) {
-    const body = await api("GET", "/api/nodes");
-    catalog = {};
-    for (const n of body.nodes || []) if (n && n.type) catalog[n.type] = n.params || [];
-  }
-  return catalog;
-}
 
-function nodeParams(node) {
-  const data = node.data && typeof node.data === "object" ? node.data : null;
-  if (data && data.params && typeof data.params === "object") return data.params;
-  return node.params && typeof node.params === "object" ? node.params : {};
-}
 
 /** One value as the command line reads it: JSON where it parses, else text. */
 function oneValue(text) {
@@ -127,7 +114,7 @@ export async function open(run, ctx) {
   let graph, decls;
   try {
     graph = (await api("GET", `/api/runs/${encodeURIComponent(run.id)}/graph`)).graph;
-    decls = await declarations();
+    decls = await declarations([...new Set((graph.nodes || []).map((n) => String(n.type)))]);
   } catch (err) {
     fill(box, h("p", { class: "error-text" }, `Cannot sweep run ${run.id}'s graph: ${err.message}${err.hint ? ` (${err.hint})` : ""}`));
     return;
