@@ -50,6 +50,35 @@ def body_centre(page: Any, node_id: str) -> dict[str, float]:
     return got
 
 
+TRACE_JS = """() => { window.cdTrace = [];
+    const e = window.cduiCanvas.editor();
+    const rect = () => { const r = e.el.getBoundingClientRect();
+      return [r.left, r.top, r.width, r.height].map(Math.round); };
+    for (const t of ["pointerdown", "pointerup", "click", "dblclick"]) {
+      document.addEventListener(t, (ev) => window.cdTrace.push([t, String(ev.target.className || ev.target.tagName),
+        Math.round(ev.clientX), Math.round(ev.clientY), ev.detail, rect()]), true);
+    }
+    new ResizeObserver(() => window.cdTrace.push(["resize", rect()])).observe(e.el); }"""
+
+
+def wait_traced(page: Any, condition: str) -> None:
+    """Waits for ``condition`` after a gesture made under TRACE_JS; if it never holds, fails with what the
+    page saw (each pointer event's target, place and click count, the canvas's box at the time, and what is
+    under the last press now), so a failure on a busy CI machine says which step went wrong."""
+    try:
+        page.wait_for_function(condition, timeout=60_000)
+    except Exception as exc:  # playwright's TimeoutError
+        seen = page.evaluate("""() => { const t = window.cdTrace || [];
+            const last = t.filter((x) => x[0] === "pointerdown").pop();
+            const under = last ? document.elementFromPoint(last[2], last[3]) : null;
+            const ed = window.cduiCanvas.editor(); const ds = ed.canvas.ds;
+            return { trace: t, under: under ? String(under.className || under.tagName) : null,
+                     view: [ds.scale, ds.offset[0], ds.offset[1]], nodes: ed.graph._nodes.length,
+                     overlays: [...document.querySelectorAll(".quick-search, .litegraph.dialog, .cd-tip:not([hidden])")]
+                       .map((x) => x.className) }; }""")
+        raise AssertionError(f"{condition} never held after the gesture; the page saw {seen}") from exc
+
+
 def node_ids(page: Any) -> list[str]:
     return [n["id"] for n in graph(page)["nodes"]]
 
@@ -271,8 +300,9 @@ def test_auto_layout_left_to_right(page):
 
 def test_quick_search_on_double_click(page):
     box = page.locator(".cd-canvas").bounding_box()
+    page.evaluate(TRACE_JS)
     page.mouse.dblclick(box["x"] + 400, box["y"] + 300)
-    page.wait_for_selector(".quick-search input:focus")
+    wait_traced(page, "() => !!document.querySelector('.quick-search input:focus')")
     page.keyboard.type("normal")
     page.wait_for_selector(".quick-list li.active[data-type='Normalize']")
     page.keyboard.press("Enter")
@@ -288,8 +318,9 @@ def test_double_click_on_a_node_opens_no_litegraph_panel(page):
     page.evaluate("() => { window.opened = []; "
                   "window.cduiCanvas.editor().on('open', (id) => window.opened.push(id)); }")
     p = body_centre(page, "norm")
+    page.evaluate(TRACE_JS)
     page.mouse.dblclick(p["x"], p["y"])
-    page.wait_for_function("() => window.opened.includes('norm')")
+    wait_traced(page, "() => window.opened.includes('norm')")
     page.wait_for_selector(".cv-panel-node[data-node-id='norm']")
     # litegraph builds its dialog on the second press, before the browser's dblclick that opens ours.
     assert page.locator(".litegraph.dialog").count() == 0
