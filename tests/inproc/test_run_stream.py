@@ -72,3 +72,68 @@ async def test_a_watcher_behind_its_bound_still_gets_every_event_once(tmp_path: 
             assert got[-1]["kind"] == "status" and got[-1]["data"]["status"] == "succeeded"
         finally:
             await agent.close()
+
+
+async def test_a_batched_watcher_gets_the_same_events_as_arrays(tmp_path: Path) -> None:
+    """?batch=1 (what the canvas uses): the events that are ready go out as one JSON array per message.
+    Watched beside an unbatched watcher through a catch-up of 600 stored events and a live flood of 300,
+    the arrays joined are exactly the one-per-message stream and the stored log; no array holds more than
+    BATCH_EVENTS, and some hold many (else nothing was batched and the test proves nothing)."""
+    from cdui.plane.http.api_runs import BATCH_EVENTS
+    async with Plane(tmp_path / "ud", tmp_path / "data") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            run = await cp.submit({"target": {"worker": agent.name}})
+            rid = run["id"]
+            await agent.assignment()
+            await agent.status(rid, "running", pid=4242)
+            for i in range(600):  # stored before anyone watches: the catch-up
+                agent.spool_event(rid, "log", message=f"early {i}", stream="stdout")
+            await agent.flush(rid)
+            token = cp.session.headers["X-CodefyUI-Token"] if cp.session else ""
+            plain: list[dict[str, Any]] = []
+            arrays: list[list[dict[str, Any]]] = []
+            caught = asyncio.Event()
+
+            def seen() -> None:
+                if sum(map(len, arrays)) >= 602 and len(plain) >= 602:
+                    caught.set()
+            async with aiohttp.ClientSession() as browser:
+                bad = await browser.get(f"{cp.url}/ws/runs/{rid}?batch=yes&token={token}")
+                assert bad.status == 400
+                assert (await bad.json())["error"]["message"] == "batch='yes' is not 0 or 1"
+                async with browser.ws_connect(f"{cp.url}/ws/runs/{rid}?after=0&token={token}") as ws1, \
+                        browser.ws_connect(f"{cp.url}/ws/runs/{rid}?after=0&batch=1&token={token}") as ws2:
+                    async def read_plain() -> None:
+                        async for msg in ws1:
+                            if msg.type != aiohttp.WSMsgType.TEXT:
+                                break
+                            plain.append(json.loads(msg.data))
+                            seen()
+
+                    async def read_arrays() -> None:
+                        async for msg in ws2:
+                            if msg.type != aiohttp.WSMsgType.TEXT:
+                                break
+                            got = json.loads(msg.data)
+                            assert isinstance(got, list) and got, msg.data[:200]
+                            arrays.append(got)
+                            seen()
+                    readers = [asyncio.create_task(read_plain()), asyncio.create_task(read_arrays())]
+                    await asyncio.wait_for(caught.wait(), 60)  # both caught up with the stored ones
+                    for i in range(300):
+                        agent.spool_event(rid, "log", message=f"live {i}", stream="stdout")
+                    await agent.flush(rid)
+                    await agent.status(rid, "succeeded")
+                    await asyncio.wait_for(asyncio.gather(*readers), 60)
+            stored = await cp.events(rid)
+            joined = [e for a in arrays for e in a]
+            assert joined == plain
+            assert [e["seq"] for e in joined] == [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+            assert joined[-1]["kind"] == "status" and joined[-1]["data"]["status"] == "succeeded"
+            assert max(map(len, arrays)) <= BATCH_EVENTS
+            assert max(map(len, arrays)) > 1 and len(arrays) < len(joined) // 4, [len(a) for a in arrays]
+        finally:
+            await agent.close()

@@ -143,6 +143,8 @@ export function initRun({ toolbar, results, tabs }) {
   function closeStream(st) {
     st.gen++;
     st.inbox.length = 0;
+    st.parsed = [];
+    st.parsedAt = 0;
     if (st.pumping) cancelAnimationFrame(st.pumping);
     st.pumping = 0;
     clearTimeout(st.retry);
@@ -163,7 +165,7 @@ export function initRun({ toolbar, results, tabs }) {
     const old = perTab.get(tabId);
     if (old) closeStream(old);
     const st = { view: new RunView(run), editor, gen: 0, ws: null, retry: 0, backoff: 1000, lastSeq: 0, misses: 0,
-      inbox: [], pumping: 0 };
+      inbox: [], parsed: [], parsedAt: 0, pumping: 0 };
     perTab.set(tabId, st);
     try {
       localStorage.setItem(KEEP + tabId, JSON.stringify(run));
@@ -180,7 +182,9 @@ export function initRun({ toolbar, results, tabs }) {
     const gen = ++st.gen;
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     // The session cookie authenticates it: no token in the URL.
-    const ws = new WebSocket(`${proto}//${location.host}/ws/runs/${enc(st.view.run.id)}?after=${st.lastSeq}`);
+    // batch=1: the server sends the events that are ready as one array per message (tens of messages a
+    // second, not thousands, during a flood).
+    const ws = new WebSocket(`${proto}//${location.host}/ws/runs/${enc(st.view.run.id)}?after=${st.lastSeq}&batch=1`);
     st.ws = ws;
     let got = false;
     ws.onopen = () => { st.backoff = 1000; };
@@ -237,22 +241,28 @@ export function initRun({ toolbar, results, tabs }) {
     if (st.pumping) return;
     st.pumping = requestAnimationFrame(() => {
       st.pumping = 0;
-      if (perTab.get(tabId) !== st) { st.inbox.length = 0; return; }
+      if (perTab.get(tabId) !== st) { st.inbox.length = 0; st.parsed = []; st.parsedAt = 0; return; }
       drain(tabId, st, FRAME_BUDGET_MS);
-      if (st.inbox.length) pump(tabId, st);
+      if (st.inbox.length || st.parsedAt < st.parsed.length) pump(tabId, st);
     });
   }
 
-  /** Read waiting events for at most ``budgetMs`` (at least one), oldest first. */
+  /** Read waiting events for at most ``budgetMs`` (at least one batch), oldest first. A message is an
+   * array of events (batch=1) or one event; a message's events not read yet wait in ``st.parsed``. */
   function drain(tabId, st, budgetMs) {
-    if (!st.inbox.length) return;
+    if (!st.inbox.length && st.parsedAt >= st.parsed.length) return;
     const t0 = performance.now();
     let i = 0;
     do {
-      const batch = st.inbox.slice(i, i + 32).map((m) => JSON.parse(m));
-      i += batch.length;
+      if (st.parsedAt >= st.parsed.length) {
+        const m = JSON.parse(st.inbox[i++]);
+        st.parsed = Array.isArray(m) ? m : [m];
+        st.parsedAt = 0;
+      }
+      const batch = st.parsed.slice(st.parsedAt, st.parsedAt + 32);
+      st.parsedAt += batch.length;
       onEvents(tabId, st, batch);
-    } while (i < st.inbox.length && performance.now() - t0 < budgetMs);
+    } while ((i < st.inbox.length || st.parsedAt < st.parsed.length) && performance.now() - t0 < budgetMs);
     st.inbox.splice(0, i);
   }
 
