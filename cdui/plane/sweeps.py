@@ -25,12 +25,13 @@ from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.graph.params import ParamError, declared_of, set_param
+from cdui.graph.variants import VariantChecker
 from cdui.plane.runs import RunService, iso
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import TERMINAL
 from cdui.wire.runopts import parse_run_options
 from cdui.wire.sweepspec import expand, parse_spec
-from cdui.wire.target import Target
+from cdui.wire.target import Local, Target
 
 log = logging.getLogger(__name__)
 LIVE = ("queued", "running", "disconnected")
@@ -40,6 +41,7 @@ MAX_METRICS = 64           # metric names kept per variant
 METRICS_PAGE = 2000        # events read at a time for a run's final metrics
 MAX_LISTED = 500
 MAX_ERRORS = 200           # distinct errors a refused sweep lists
+Errors = list[dict[str, Any]]
 
 
 class SweepService:
@@ -178,7 +180,12 @@ class SweepService:
         return await self.get(sweep_id)
 
     async def _check(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every distinct error of every variant (each naming the variants it is found in)."""
+        """Every distinct error of every variant (each naming the variants it is found in).
+
+        The first variant whose keys all name a node and a declared param is checked in full, as a run is;
+        when every swept param is a plain value (:mod:`cdui.graph.variants`), the others are checked only
+        through the checks of the nodes they change, which gives the same errors as checking each in full,
+        in one thread hop for all of them. Otherwise each variant is checked in full."""
         declared = declared_of(self.runs.registry, graph)
         found: dict[tuple[Any, ...], dict[str, Any]] = {}
 
@@ -190,31 +197,84 @@ class SweepService:
                 found[key] = {**error, "variants": []}
             found[key]["variants"].append(idx)
 
-        for idx, params in enumerate(variants):
-            g = copy.deepcopy(graph)
-            bad = False
-            for key, value in params.items():
-                try:
-                    set_param(g, key, value, declared)
-                except ParamError as exc:
-                    add({"node_id": exc.node_id, "code": "bad_param", "param": key,
-                         "message": f"{key}={value!r}: {exc.message}", "hint": exc.hint}, idx)
-                    bad = True
-            if bad:
-                continue
+        # Whether NODE.PARAM names a node and a param its type declares does not depend on the value.
+        keys = list(dict.fromkeys(k for params in variants for k in params))
+        bad_keys: dict[str, ParamError] = {}
+        scratch = copy.deepcopy(graph)
+        for key in keys:
             try:
-                admitted = await self.runs.admit(g, options)
-            except CduiError as exc:
-                if exc.code != "invalid_graph" or not isinstance(exc.details, list):
-                    raise  # the target, the device, a full disk: the same for every variant
-                for e in exc.details:
-                    add(dict(e) if isinstance(e, dict) else {"message": str(e)}, idx)
-                continue
-            if admitted.secrets:
-                raise CduiError("sweep_secrets", "the graph has secret params (API keys); a sweep stores its graph "
-                                "to release variants later, and secrets are never stored",
-                                hint="run such a graph with `cdui run`, or leave the secret param empty")
+                set_param(scratch, key, None, declared)
+            except ParamError as exc:
+                bad_keys[key] = exc
+        good: list[int] = []
+        for idx, params in enumerate(variants):
+            bad = [(k, v) for k, v in params.items() if k in bad_keys]
+            for key, value in bad:
+                why = bad_keys[key]
+                add({"node_id": why.node_id, "code": "bad_param", "param": key,
+                     "message": f"{key}={value!r}: {why.message}", "hint": why.hint}, idx)
+            if not bad:
+                good.append(idx)
+        if not good:
+            return list(found.values())
+        first = good[0]
+        first_errors = await self._admit_errors(self._variant_graph(graph, variants[first], declared), options)
+        for e in first_errors:
+            add(e, first)
+        rest = good[1:]
+        if not rest:
+            return list(found.values())
+        common = await asyncio.to_thread(self._plain_errors, graph, options, variants, first, rest, first_errors)
+        if common is None:  # a swept param the node checks alone do not cover: each variant in full
+            for idx in rest:
+                for e in await self._admit_errors(self._variant_graph(graph, variants[idx], declared), options):
+                    add(e, idx)
+        else:
+            for idx, errors in common:
+                for e in errors:
+                    add(e, idx)
         return list(found.values())
+
+    def _plain_errors(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]], first: int,
+                      rest: list[int], first_errors: list[dict[str, Any]]) -> list[tuple[int, Errors]] | None:
+        """(index, errors) of each variant of ``rest``, from the errors of variant ``first`` (checked in
+        full) with its node-level ones replaced by each variant's; None when that is not the same as
+        checking each in full (see :mod:`cdui.graph.variants`). Runs in a thread."""
+        target = parse_run_options(options).target
+        library = self.runs.preset_library()
+        checker = VariantChecker(graph, dict.fromkeys(k for i in (first, *rest) for k in variants[i]),
+                                 self.runs.registry, library, self.runs.config["CODEFYUI_GRAPH_MAX_NODES"],
+                                 self.runs.layout if isinstance(target, Local) else None)
+        if not checker.fast:
+            return None
+        strip = list(first_errors)
+        for e in checker.node_errors(variants[first]):
+            if e not in strip:
+                return None  # not as the full check found them: leave nothing to chance
+            strip.remove(e)
+        return [(idx, strip + checker.node_errors(variants[idx])) for idx in rest]
+
+    @staticmethod
+    def _variant_graph(graph: dict[str, Any], params: dict[str, Any], declared: dict[str, list[str]]) -> dict[str, Any]:
+        g = copy.deepcopy(graph)
+        for key, value in params.items():
+            set_param(g, key, value, declared)
+        return g
+
+    async def _admit_errors(self, graph: dict[str, Any], options: Any) -> list[dict[str, Any]]:
+        """The graph errors of one variant checked in full (a run's submit checks); raises what is not the
+        variant's own (the target, the device, a full disk) and a graph with secrets."""
+        try:
+            admitted = await self.runs.admit(graph, options)
+        except CduiError as exc:
+            if exc.code != "invalid_graph" or not isinstance(exc.details, list):
+                raise  # the target, the device, a full disk: the same for every variant
+            return [dict(e) if isinstance(e, dict) else {"message": str(e)} for e in exc.details]
+        if admitted.secrets:
+            raise CduiError("sweep_secrets", "the graph has secret params (API keys); a sweep stores its graph "
+                            "to release variants later, and secrets are never stored",
+                            hint="run such a graph with `cdui run`, or leave the secret param empty")
+        return []
 
     async def _sweep(self, sweep_id: str) -> dict[str, Any]:
         sweep = await self.store.sweeps.get(sweep_id)
