@@ -9,13 +9,12 @@ import itertools
 import json
 from typing import Any
 
-from procs import load_example
-
 from cdui.core.layout import INSTALL_ROOT
 from cdui.graph.params import declared_of, set_param
 from cdui.graph.validate import validate_graph
 from cdui.graph.variants import VariantChecker
 from cdui.nodes.registry import build_registry
+from procs import load_example
 
 REGISTRY = build_registry(None, INSTALL_ROOT / "plugins")
 

@@ -19,14 +19,15 @@ import copy
 import logging
 import math
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.graph.params import ParamError, declared_of, set_param
+from cdui.graph.params import ParamError, declared_of, set_param, split_key
 from cdui.graph.variants import VariantChecker
-from cdui.plane.runs import RunService, iso
+from cdui.plane.runs import Admitted, RunService, iso
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import TERMINAL
 from cdui.wire.runopts import parse_run_options
@@ -50,6 +51,14 @@ class SweepService:
         self.store = runs.store
         self._locks: dict[str, asyncio.Lock] = {}
         self._run_sweep: dict[str, str] = {}  # the live runs of sweeps -> their sweep
+        self._releasing: set[str] = set()      # sweeps a release of which runs for their runs' endings
+        self._release_again: set[str] = set()  # ... and that had more endings meanwhile
+        # The live runs of sweeps -> each metric's last value as its events are stored (name -> (seq, value)),
+        # and the seq of the first event seen: a run's final metrics are these and what its events before
+        # that hold, never a read of all its events.
+        self._metrics: dict[str, dict[str, tuple[int, Any]]] = {}
+        self._first_seen: dict[str, int] = {}
+        runs.event_taps.append(self._tap)
 
     # -- the run listener -------------------------------------------------------------------
     async def on_terminal(self, run_id: str, status: str) -> None:
@@ -83,11 +92,34 @@ class SweepService:
 
     async def _ended(self, run_id: str, sweep_id: str, status: str) -> None:
         await self.store.sweeps.ended(run_id, status, await self.final_metrics(run_id))
-        await self.release(sweep_id)
+        await self._release_soon(sweep_id)
 
     # -- releasing variants -----------------------------------------------------------------
+    async def _release_soon(self, sweep_id: str) -> None:
+        """:meth:`release`, once for many endings: while one release of the sweep runs, the endings meanwhile
+        ask for one more after it (100 runs ending at once release their successors in one or two batches,
+        not in 100 passes of one variant each)."""
+        if sweep_id in self._releasing:
+            self._release_again.add(sweep_id)
+            return
+        self._releasing.add(sweep_id)
+        try:
+            while True:
+                self._release_again.discard(sweep_id)
+                await self.release(sweep_id)
+                if sweep_id not in self._release_again:
+                    break
+        finally:
+            self._releasing.discard(sweep_id)
+
     async def release(self, sweep_id: str) -> None:
-        """Turn waiting variants into runs while the sweep has room under its max_running."""
+        """Turn waiting variants into runs while the sweep has room under its max_running.
+
+        The first variant of a batch passes every submit check of a run (:meth:`RunService.admit`: the
+        target, the device, the presets and files as they are now); when every param the sweep varies is a
+        plain value (:mod:`cdui.graph.variants`), the others of the batch pass the checks of the nodes they
+        change and take the rest of the first one's admission (its files, presets, target), which is theirs
+        too, instead of the whole of it again each."""
         lock = self._locks.setdefault(sweep_id, asyncio.Lock())
         async with lock:
             sweep = await self.store.sweeps.get(sweep_id, with_graph=True)
@@ -96,14 +128,31 @@ class SweepService:
             room = int(sweep["max_running"]) - await self.store.sweeps.live_count(sweep_id)
             if room <= 0:
                 return
-            declared = declared_of(self.runs.registry, sweep["graph"])
-            for idx, params in await self.store.sweeps.waiting(sweep_id, room):
-                graph = copy.deepcopy(sweep["graph"])
+            base_graph = sweep["graph"]
+            declared = declared_of(self.runs.registry, base_graph)
+            batch = await self.store.sweeps.waiting(sweep_id, room)
+            first: Admitted | None = None
+            checker: VariantChecker | None = None
+            for idx, params in batch:
                 try:
-                    for key, value in params.items():
-                        set_param(graph, key, value, declared)
-                    graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
-                    admitted = await self.runs.admit(graph, sweep["options"])
+                    if first is not None and checker is not None and checker.fast:
+                        graph = _light_variant(base_graph, params, declared)
+                        graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
+                        errors = checker.node_errors(params)
+                        if errors:
+                            raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was "
+                                            "stored", hint="fix every error listed in details and submit again",
+                                            details=errors)
+                        admitted = replace(first, stored_graph={**graph, "presets": first.stored_graph["presets"]}
+                                           if "presets" in first.stored_graph else graph)
+                    else:
+                        graph = self._variant_graph(base_graph, params, declared)
+                        graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
+                        admitted = await self.runs.admit(graph, sweep["options"])
+                        if first is None and not admitted.secrets and len(batch) > 1:
+                            first = admitted
+                            checker = await asyncio.to_thread(self._checker, base_graph, sweep["options"],
+                                                              [p for _, p in batch])
                 except ParamError as exc:
                     await self.store.sweeps.refuse(sweep_id, idx, f"{exc.message} ({exc.hint})")
                     continue
@@ -125,26 +174,47 @@ class SweepService:
                     await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
                         f"variant {idx} of sweep {sweep_id}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))})
 
+    def _checker(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]]) -> VariantChecker:
+        target = parse_run_options(options).target
+        return VariantChecker(graph, dict.fromkeys(k for params in variants for k in params), self.runs.registry,
+                              self.runs.preset_library(), self.runs.config["CODEFYUI_GRAPH_MAX_NODES"],
+                              self.runs.layout if isinstance(target, Local) else None)
+
+    def _tap(self, run_id: str, events: list[dict[str, Any]]) -> None:
+        if not events or run_id not in self._run_sweep:
+            return
+        first = events[0]["seq"]
+        self._first_seen[run_id] = min(first, self._first_seen.get(run_id, first))
+        seen = self._metrics.setdefault(run_id, {})
+        for ev in events:
+            m = _metric(ev)
+            if m is not None and (m[0] in seen or len(seen) < MAX_METRICS):
+                seen[m[0]] = (ev["seq"], m[1])
+
     async def final_metrics(self, run_id: str) -> dict[str, Any] | None:
-        """The last value of each metric the run emitted (None: it emitted none)."""
-        out: dict[str, Any] = {}
-        after = 0
-        while True:
+        """The last value of each metric the run emitted (None: it emitted none): what this service saw
+        stored while the run was live, and the events stored before the first it saw read back (a few,
+        the run's queued status; all of them for a run that ended while the control plane was down)."""
+        tapped = self._metrics.pop(run_id, {})
+        first = self._first_seen.pop(run_id, None)
+        out: dict[str, tuple[int, Any]] = {}
+        after, done = 0, first is not None and first <= 1
+        while not done:
             evs = await self.store.events(run_id, after, METRICS_PAGE)
+            done = len(evs) < METRICS_PAGE
             for ev in evs:
+                if first is not None and ev["seq"] >= first:
+                    done = True
+                    break
                 after = ev["seq"]
-                d = ev["data"]
-                if ev["kind"] != "metric" or not isinstance(d, dict) or not isinstance(d.get("name"), str):
-                    continue
-                value = d.get("value")
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    continue
-                name = d["name"][:128]
-                if name in out or len(out) < MAX_METRICS:
-                    out[name] = value
-            if len(evs) < METRICS_PAGE:
-                break
-        return out or None
+                m = _metric(ev)
+                if m is not None and (m[0] in out or len(out) < MAX_METRICS):
+                    out[m[0]] = (ev["seq"], m[1])
+        for name, (seq, value) in tapped.items():
+            if name in out or len(out) < MAX_METRICS:
+                if name not in out or out[name][0] < seq:
+                    out[name] = (seq, value)
+        return {name: value for name, (_, value) in out.items()} or None
 
     # -- the API ------------------------------------------------------------------------------
     async def create(self, body: Any) -> dict[str, Any]:
@@ -240,11 +310,7 @@ class SweepService:
         """(index, errors) of each variant of ``rest``, from the errors of variant ``first`` (checked in
         full) with its node-level ones replaced by each variant's; None when that is not the same as
         checking each in full (see :mod:`cdui.graph.variants`). Runs in a thread."""
-        target = parse_run_options(options).target
-        library = self.runs.preset_library()
-        checker = VariantChecker(graph, dict.fromkeys(k for i in (first, *rest) for k in variants[i]),
-                                 self.runs.registry, library, self.runs.config["CODEFYUI_GRAPH_MAX_NODES"],
-                                 self.runs.layout if isinstance(target, Local) else None)
+        checker = self._checker(graph, options, [variants[i] for i in (first, *rest)])
         if not checker.fast:
             return None
         strip = list(first_errors)
@@ -383,6 +449,32 @@ def _summary(sweep: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
             "objective": spec.get("objective"), "max_running": sweep["max_running"], "options": sweep["options"],
             "created_at": iso(sweep["created_at"]), "stopped_at": iso(sweep["stopped_at"]),
             "total": sum(counts.values()), "counts": counts}
+
+
+def _light_variant(graph: dict[str, Any], params: dict[str, Any], declared: dict[str, list[str]]) -> dict[str, Any]:
+    """The variant's graph without a deep copy of the sweep's: the nodes it changes are copied down to their
+    params (each a node with a data object, as the plain params' check requires), the rest shared."""
+    changed = {split_key(key)[0] for key in params}
+    nodes = []
+    for n in graph.get("nodes") or []:
+        if isinstance(n, dict) and str(n.get("id")) in changed and isinstance(n.get("data"), dict):
+            n = {**n, "data": {**n["data"], "params": dict(n["data"].get("params") or {})}}
+        nodes.append(n)
+    g = {**graph, "nodes": nodes}
+    for key, value in params.items():
+        set_param(g, key, value, declared)
+    return g
+
+
+def _metric(ev: dict[str, Any]) -> tuple[str, Any] | None:
+    """(name, value) of a metric event with a finite number (None for any other event)."""
+    d = ev["data"]
+    if ev["kind"] != "metric" or not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        return None
+    value = d.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return d["name"][:128], value
 
 
 def _error_text(exc: CduiError) -> str:
