@@ -33,10 +33,11 @@ class VariantChecker:
 
     def __init__(self, graph: dict[str, Any], keys: Iterable[str], registry: Registry,
                  library: dict[str, dict[str, Any]], max_nodes: int, layout: Layout | None) -> None:
+        self.keys = frozenset(keys)
         self.layout = layout
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self.nodes: dict[str, tuple[type[Node], str, dict[str, Any]]] = {}  # node id -> (class, type, raw params)
-        self.fast = self._plain(graph, list(keys), registry, library, max_nodes)
+        self.fast = self._plain(graph, list(self.keys), registry, library, max_nodes)
 
     def _plain(self, graph: dict[str, Any], keys: list[str], registry: Registry,
                library: dict[str, dict[str, Any]], max_nodes: int) -> bool:

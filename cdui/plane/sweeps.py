@@ -42,6 +42,8 @@ MAX_METRICS = 64           # metric names kept per variant
 METRICS_PAGE = 2000        # events read at a time for a run's final metrics
 MAX_LISTED = 500
 MAX_ERRORS = 200           # distinct errors a refused sweep lists
+READMIT_S = 1.0            # a sweep's released variants pass the full submit check at least this often
+MAX_CACHED = 32            # sweeps whose graph and last admission are kept in memory
 Errors = list[dict[str, Any]]
 
 
@@ -51,6 +53,10 @@ class SweepService:
         self.store = runs.store
         self._locks: dict[str, asyncio.Lock] = {}
         self._run_sweep: dict[str, str] = {}  # the live runs of sweeps -> their sweep
+        # Per sweep: its graph and declared params (parsed once), and its last full admission with the
+        # checker of its plain params (see release).
+        self._graphs: dict[str, tuple[dict[str, Any], dict[str, list[str]]]] = {}
+        self._admitted: dict[str, tuple[float, Admitted, VariantChecker]] = {}
         self._releasing: set[str] = set()      # sweeps a release of which runs for their runs' endings
         self._release_again: set[str] = set()  # ... and that had more endings meanwhile
         # The live runs of sweeps -> each metric's last value as its events are stored (name -> (seq, value)),
@@ -115,24 +121,36 @@ class SweepService:
     async def release(self, sweep_id: str) -> None:
         """Turn waiting variants into runs while the sweep has room under its max_running.
 
-        The first variant of a batch passes every submit check of a run (:meth:`RunService.admit`: the
-        target, the device, the presets and files as they are now); when every param the sweep varies is a
-        plain value (:mod:`cdui.graph.variants`), the others of the batch pass the checks of the nodes they
-        change and take the rest of the first one's admission (its files, presets, target), which is theirs
-        too, instead of the whole of it again each."""
+        A variant passes every submit check of a run (:meth:`RunService.admit`: the target, the device, the
+        presets and files as they are now) at least every :data:`READMIT_S` seconds of a sweep's releases;
+        meanwhile, when every param the sweep varies is a plain value (:mod:`cdui.graph.variants`), the
+        next variants pass the checks of the nodes they change and take the rest of that admission (its
+        files, presets, target), which is theirs too, instead of the whole of it again each. A sweep's
+        graph never changes: it is read and parsed once."""
         lock = self._locks.setdefault(sweep_id, asyncio.Lock())
         async with lock:
-            sweep = await self.store.sweeps.get(sweep_id, with_graph=True)
+            sweep = await self.store.sweeps.get(sweep_id)
             if sweep is None or sweep["state"] != "active" or self.runs.store.full:
                 return
             room = int(sweep["max_running"]) - await self.store.sweeps.live_count(sweep_id)
             if room <= 0:
                 return
-            base_graph = sweep["graph"]
-            declared = declared_of(self.runs.registry, base_graph)
+            known = self._graphs.get(sweep_id)
+            if known is None:
+                full = await self.store.sweeps.get(sweep_id, with_graph=True)
+                if full is None:
+                    return
+                known = self._graphs[sweep_id] = (full["graph"], declared_of(self.runs.registry, full["graph"]))
+                while len(self._graphs) > MAX_CACHED:
+                    self._graphs.pop(next(iter(self._graphs)))
+            base_graph, declared = known
             batch = await self.store.sweeps.waiting(sweep_id, room)
             first: Admitted | None = None
             checker: VariantChecker | None = None
+            keys = {k for _, params in batch for k in params}
+            cached = self._admitted.get(sweep_id)
+            if cached is not None and self.runs.clock.time() - cached[0] < READMIT_S and keys <= cached[2].keys:
+                _, first, checker = cached
             for idx, params in batch:
                 try:
                     if first is not None and checker is not None and checker.fast:
@@ -149,10 +167,13 @@ class SweepService:
                         graph = self._variant_graph(base_graph, params, declared)
                         graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
                         admitted = await self.runs.admit(graph, sweep["options"])
-                        if first is None and not admitted.secrets and len(batch) > 1:
+                        if first is None and not admitted.secrets:
                             first = admitted
                             checker = await asyncio.to_thread(self._checker, base_graph, sweep["options"],
                                                               [p for _, p in batch])
+                            self._admitted[sweep_id] = (self.runs.clock.time(), first, checker)
+                            while len(self._admitted) > MAX_CACHED:
+                                self._admitted.pop(next(iter(self._admitted)))
                 except ParamError as exc:
                     await self.store.sweeps.refuse(sweep_id, idx, f"{exc.message} ({exc.hint})")
                     continue
@@ -416,6 +437,8 @@ class SweepService:
         async with lock:
             run_ids = await self.store.sweeps.delete(sweep_id)
         self._locks.pop(sweep_id, None)
+        self._graphs.pop(sweep_id, None)
+        self._admitted.pop(sweep_id, None)
         if run_ids is None:
             raise NotFound("sweep", sweep_id)
         deleted, warnings = [], []
