@@ -81,6 +81,7 @@ export function initRun({ toolbar, results, tabs }) {
   const sweepBtn = h("button", { type: "button", id: "canvas-sweep", "aria-controls": "canvas-newsweep", "aria-expanded": "false",
     title: "Run the tab's graph many times with different param values (a sweep), on the target chosen in Queue on…" }, "New sweep…");
   const sweepBox = h("div", { id: "canvas-newsweep", class: "clone cr-sweep", role: "dialog", "aria-label": "New sweep", hidden: true });
+  sweepBox.addEventListener("keydown", (e) => { if (e.key === "Escape") { sweepform.close(); sweepBtn.focus(); } });
   document.body.append(sweepBox);
   const validity = h("span", { id: "canvas-validity", class: "small muted", role: "status", "aria-live": "polite" });
   toolbar.append(h("div", { class: "cr-toolbar", role: "group", "aria-label": "Run" },
