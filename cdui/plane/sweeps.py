@@ -43,7 +43,7 @@ METRICS_PAGE = 2000        # events read at a time for a run's final metrics
 MAX_LISTED = 500
 MAX_ERRORS = 200           # distinct errors a refused sweep lists
 READMIT_S = 1.0            # a sweep's released variants pass the full submit check at least this often
-MAX_CACHED = 32            # sweeps whose graph and last admission are kept in memory
+MAX_CACHED = 8             # sweeps whose graph and last admission are kept in memory (the oldest dropped)
 Errors = list[dict[str, Any]]
 
 
@@ -161,6 +161,8 @@ class SweepService:
                             raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was "
                                             "stored", hint="fix every error listed in details and submit again",
                                             details=errors)
+                        # Its own graph with the presets the first embedded (plain params name none); the first's
+                        # plan stays in it unread: a run is stored and queued from the rest.
                         admitted = replace(first, stored_graph={**graph, "presets": first.stored_graph["presets"]}
                                            if "presets" in first.stored_graph else graph)
                     else:
