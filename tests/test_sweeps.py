@@ -170,6 +170,8 @@ def test_a_grid_sweep_on_two_agents_each_variant_its_own_params(lab: Any) -> Non
         assert series["val_loss"]["count"] == v["params"]["train.epochs"], series["val_loss"]
         assert series["lr"]["last"]["value"] == pytest.approx(v["params"]["optimizer.lr"])
         assert v["objective"] == series["val_loss"]["last"]["value"] == v["metrics"]["val_loss"]
+        # Every final metric the variant keeps (followed as the events were stored) is the run's last value.
+        assert v["metrics"] == {name: s["last"]["value"] for name, s in series.items()}, (v["metrics"], series)
     # Spread over both agents, never more than max_running (2) alive at once.
     assert {v["worker_id"] for v in sweep["variants"]} == {"w1", "w2"}, sweep
     assert max_overlap(runs) <= 2, [(r["created_at"], r["finished_at"]) for r in runs]

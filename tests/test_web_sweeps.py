@@ -3,9 +3,11 @@
 grid), starts the sweep and opens its page, where the variants' table fills while they run, the best
 is highlighted, a column's title sorts the table, each param's scatter has a point per variant and the
 parallel-coordinates view a line per variant. A bad value shows the server's list of errors in the form
-and stores nothing."""
+and stores nothing. In list mode the variants are written out and edited as JSON; the canvas's New sweep…
+opens the same form on the tab's graph, its target the one chosen in Queue on…."""
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from canvas_page import LONG, module_fixtures
+from canvas_page import LONG, CanvasPage, module_fixtures
 from procs import ServerProc, load_example, long_training_graph, wait_run
 
 pytestmark = pytest.mark.e2e
@@ -215,3 +217,54 @@ def test_a_big_sweep_shows_a_bounded_table(server, page):
         assert "The first 1000 of 1056 variants" in page.text_content("#variants-more")
     finally:
         server.call("POST", f"/api/sweeps/{sweep['id']}/stop")
+
+
+def test_list_mode_variants_are_written_out_and_edited(server, seed, page):
+    """Aimed at the one-shot pool, which has no agent here: nothing trains; the sweep is stopped."""
+    open_form(page, server, seed)
+    page.select_option("#sweep-mode", "list")
+    axis(page, "optimizer.lr", "0.01,0.02")
+    axis(page, "train.epochs", "1:2:1")
+    assert page.text_content("#sweep-count") == "2 variants"
+    page.click("#btn-sweep-variants-fill")
+    written = json.loads(page.input_value("#sweep-variants"))
+    assert written == [{"optimizer.lr": 0.01, "train.epochs": 1}, {"optimizer.lr": 0.02, "train.epochs": 2}]
+    page.fill("#sweep-variants", "[{")
+    assert "not JSON" in page.text_content("#sweep-count")
+    edited = [*written, {"train.epochs": 3}]  # a variant may set fewer params than the others
+    page.fill("#sweep-variants", json.dumps(edited))
+    assert page.text_content("#sweep-count") == "3 variants (as written)"
+    page.select_option("#sweep-target", "one-shot")
+    page.click("#btn-sweep-submit")
+    page.wait_for_url("**/web/sweep.html?id=*")
+    sweep_id = page.evaluate("() => new URLSearchParams(location.search).get('id')")
+    sweep = server.call("POST", f"/api/sweeps/{sweep_id}/stop")
+    assert sweep["mode"] == "list" and [v["params"] for v in sweep["variants"]] == edited, sweep
+
+
+def test_new_sweep_from_the_canvas_takes_the_tabs_graph_and_its_queue_on_target(server, browser):
+    """The tab's graph as edited there (3 epochs, unsaved), aimed at the one-shot pool chosen in Queue on…
+    (no agent: nothing trains; the sweep is stopped)."""
+    p = CanvasPage(browser, server, height=1000)
+    g = load_example()
+    next(n for n in g["nodes"] if n["id"] == "train")["data"]["params"]["epochs"] = 3
+    p.open(g, "iris tab")
+    p.page.select_option("#canvas-queue-target", "one-shot")
+    p.page.click("#canvas-sweep")
+    p.page.wait_for_selector("#canvas-newsweep #sweep-form")
+    assert p.page.get_attribute("#canvas-sweep", "aria-expanded") == "true"
+    assert p.page.input_value("#sweep-target") == "one-shot"
+    assert "iris tab" in p.page.text_content("#sweep-form h3")
+    axis(p.page, "optimizer.lr", "0.1,0.01")
+    assert p.page.text_content("#sweep-count") == "2 variants"
+    p.page.click("#btn-sweep-submit")
+    p.page.wait_for_selector("#canvas-sweep-link")
+    assert p.page.is_hidden("#canvas-newsweep")
+    sweep_id = (p.page.get_attribute("#canvas-sweep-link", "href") or "").removeprefix("/web/sweep.html?id=")
+    sweep = server.call("POST", f"/api/sweeps/{sweep_id}/stop")
+    assert sweep["options"]["target"] == {"pool": "one-shot"} and sweep["total"] == 2, sweep
+    for v in sweep["variants"]:
+        graph = server.call("GET", f"/api/runs/{v['run_id']}/graph")["graph"]
+        params = {n["id"]: n["data"]["params"] for n in graph["nodes"]}
+        assert params["train"]["epochs"] == 3 and params["optimizer"]["lr"] == v["params"]["optimizer.lr"], params
+    p.close()

@@ -141,6 +141,22 @@ def resolve_params(cls: type[Node], raw: dict[str, Any], node_id: str,
     return out
 
 
+def check_node(cls: type[Node], type_name: str, raw: dict[str, Any], origin: str, errors: list[dict[str, Any]],
+               layout: Layout | None = None) -> dict[str, Any]:
+    """Every check of one node's own params (types, bounds, options, required, the node's own checks across
+    its params, and with ``layout`` what it needs on that machine); its resolved params. A sweep checks its
+    variants' params with this alone once the rest of the graph has passed (cdui/plane/sweeps.py)."""
+    before = len(errors)
+    params = resolve_params(cls, raw, origin, errors)
+    if len(errors) == before:  # a param already refused for its type is not refused again for its value
+        for name, message in cls.check_params(params):
+            errors.append(err(origin, "bad_param", message, param=name, value=params.get(name)))
+    if layout is not None:
+        for code, message in cls.preflight(params, layout):
+            errors.append(err(origin, code, f"{type_name} {origin!r}: {message}"))
+    return params
+
+
 def _reachable(g: Graph) -> set[str]:
     starts = [n.id for n in g.nodes.values() if n.type == START_TYPE]
     fwd: dict[str, list[str]] = defaultdict(list)
@@ -186,15 +202,8 @@ def build_plan(g: Graph, registry: Registry, keep: set[str] | None = None,
             unknown.add(nid)
             errors.append(unknown_type_error(n.origin, n.type, registry.nodes))
             continue
-        before = len(errors)
-        plan_nodes[nid] = PlanNode(nid, n.type, cls, resolve_params(cls, n.params, n.origin, errors), n.origin)
-        if len(errors) == before:  # a param already refused for its type is not refused again for its value
-            for name, message in cls.check_params(plan_nodes[nid].params):
-                errors.append(err(n.origin, "bad_param", message, param=name,
-                                  value=plan_nodes[nid].params.get(name)))
-        if layout is not None:
-            for code, message in cls.preflight(plan_nodes[nid].params, layout):
-                errors.append(err(n.origin, code, f"{n.type} {n.origin!r}: {message}"))
+        plan_nodes[nid] = PlanNode(nid, n.type, cls, check_node(cls, n.type, n.params, n.origin, errors, layout),
+                                   n.origin)
 
     edges = [e for e in g.edges if e.source in keep and e.target in keep]
     # An input fed by an edge from a node of unknown type (or from a preset that

@@ -237,6 +237,9 @@ class RunService:
         self._closing = False
         self._closed: asyncio.Task[None] | None = None
         self.listeners: list[RunListener] = []
+        # Called with each batch of a run's events as stored, before what they change (a run's ending) is
+        # applied: a service that follows some runs' events without reading them back (a sweep's metrics).
+        self.event_taps: list[Callable[[str, list[dict[str, Any]]], None]] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
@@ -523,6 +526,8 @@ class RunService:
             # more per status; what follows on the loop (the ending's slot, listeners, watchers) is as below.
             stored, acked, ended = await self.store.append_status_events(run_id, src, events, self.clock.time(),
                                                                           max_bytes=limit, texts=texts)
+            for tap in self.event_taps:
+                tap(run_id, stored)
             for ev, now_ended in zip(stored, ended, strict=True):
                 if now_ended is not None:
                     await self._ended(run_id, ev["data"]["status"], now_ended, [])
@@ -532,6 +537,8 @@ class RunService:
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
         stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit,
                                                        texts=None if src == CP else texts)
+        for tap in self.event_taps:
+            tap(run_id, stored)
         watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
             if ev["kind"] in APPLIED:

@@ -19,18 +19,20 @@ import copy
 import logging
 import math
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
-from cdui.graph.params import ParamError, declared_of, set_param
-from cdui.plane.runs import RunService, iso
+from cdui.graph.params import ParamError, declared_of, set_param, split_key
+from cdui.graph.variants import VariantChecker
+from cdui.plane.runs import Admitted, RunService, iso
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import TERMINAL
 from cdui.wire.runopts import parse_run_options
 from cdui.wire.sweepspec import expand, parse_spec
-from cdui.wire.target import Target
+from cdui.wire.target import Local, Target
 
 log = logging.getLogger(__name__)
 LIVE = ("queued", "running", "disconnected")
@@ -40,6 +42,9 @@ MAX_METRICS = 64           # metric names kept per variant
 METRICS_PAGE = 2000        # events read at a time for a run's final metrics
 MAX_LISTED = 500
 MAX_ERRORS = 200           # distinct errors a refused sweep lists
+READMIT_S = 1.0            # a sweep's released variants pass the full submit check at least this often
+MAX_CACHED = 8             # sweeps whose graph and last admission are kept in memory (the oldest dropped)
+Errors = list[dict[str, Any]]
 
 
 class SweepService:
@@ -48,6 +53,18 @@ class SweepService:
         self.store = runs.store
         self._locks: dict[str, asyncio.Lock] = {}
         self._run_sweep: dict[str, str] = {}  # the live runs of sweeps -> their sweep
+        # Per sweep: its graph and declared params (parsed once), and its last full admission with the
+        # checker of its plain params (see release).
+        self._graphs: dict[str, tuple[dict[str, Any], dict[str, list[str]]]] = {}
+        self._admitted: dict[str, tuple[float, Admitted, VariantChecker]] = {}
+        self._releasing: set[str] = set()      # sweeps a release of which runs for their runs' endings
+        self._release_again: set[str] = set()  # ... and that had more endings meanwhile
+        # The live runs of sweeps -> each metric's last value as its events are stored (name -> (seq, value)),
+        # and the seq of the first event seen: a run's final metrics are these and what its events before
+        # that hold, never a read of all its events.
+        self._metrics: dict[str, dict[str, tuple[int, Any]]] = {}
+        self._first_seen: dict[str, int] = {}
+        runs.event_taps.append(self._tap)
 
     # -- the run listener -------------------------------------------------------------------
     async def on_terminal(self, run_id: str, status: str) -> None:
@@ -81,27 +98,84 @@ class SweepService:
 
     async def _ended(self, run_id: str, sweep_id: str, status: str) -> None:
         await self.store.sweeps.ended(run_id, status, await self.final_metrics(run_id))
-        await self.release(sweep_id)
+        await self._release_soon(sweep_id)
 
     # -- releasing variants -----------------------------------------------------------------
+    async def _release_soon(self, sweep_id: str) -> None:
+        """:meth:`release`, once for many endings: while one release of the sweep runs, the endings meanwhile
+        ask for one more after it (100 runs ending at once release their successors in one or two batches,
+        not in 100 passes of one variant each)."""
+        if sweep_id in self._releasing:
+            self._release_again.add(sweep_id)
+            return
+        self._releasing.add(sweep_id)
+        try:
+            while True:
+                self._release_again.discard(sweep_id)
+                await self.release(sweep_id)
+                if sweep_id not in self._release_again:
+                    break
+        finally:
+            self._releasing.discard(sweep_id)
+
     async def release(self, sweep_id: str) -> None:
-        """Turn waiting variants into runs while the sweep has room under its max_running."""
+        """Turn waiting variants into runs while the sweep has room under its max_running.
+
+        A variant passes every submit check of a run (:meth:`RunService.admit`: the target, the device, the
+        presets and files as they are now) at least every :data:`READMIT_S` seconds of a sweep's releases;
+        meanwhile, when every param the sweep varies is a plain value (:mod:`cdui.graph.variants`), the
+        next variants pass the checks of the nodes they change and take the rest of that admission (its
+        files, presets, target), which is theirs too, instead of the whole of it again each. A sweep's
+        graph never changes: it is read and parsed once."""
         lock = self._locks.setdefault(sweep_id, asyncio.Lock())
         async with lock:
-            sweep = await self.store.sweeps.get(sweep_id, with_graph=True)
+            sweep = await self.store.sweeps.get(sweep_id)
             if sweep is None or sweep["state"] != "active" or self.runs.store.full:
                 return
             room = int(sweep["max_running"]) - await self.store.sweeps.live_count(sweep_id)
             if room <= 0:
                 return
-            declared = declared_of(self.runs.registry, sweep["graph"])
-            for idx, params in await self.store.sweeps.waiting(sweep_id, room):
-                graph = copy.deepcopy(sweep["graph"])
+            known = self._graphs.get(sweep_id)
+            if known is None:
+                full = await self.store.sweeps.get(sweep_id, with_graph=True)
+                if full is None:
+                    return
+                known = self._graphs[sweep_id] = (full["graph"], declared_of(self.runs.registry, full["graph"]))
+                while len(self._graphs) > MAX_CACHED:
+                    self._graphs.pop(next(iter(self._graphs)))
+            base_graph, declared = known
+            batch = await self.store.sweeps.waiting(sweep_id, room)
+            first: Admitted | None = None
+            checker: VariantChecker | None = None
+            keys = {k for _, params in batch for k in params}
+            cached = self._admitted.get(sweep_id)
+            if cached is not None and self.runs.clock.time() - cached[0] < READMIT_S and keys <= cached[2].keys:
+                _, first, checker = cached
+            for idx, params in batch:
                 try:
-                    for key, value in params.items():
-                        set_param(graph, key, value, declared)
-                    graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
-                    admitted = await self.runs.admit(graph, sweep["options"])
+                    if first is not None and checker is not None and checker.fast:
+                        graph = _light_variant(base_graph, params, declared)
+                        graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
+                        errors = checker.node_errors(params)
+                        if errors:
+                            raise CduiError("invalid_graph", f"the graph has {len(errors)} error(s); nothing was "
+                                            "stored", hint="fix every error listed in details and submit again",
+                                            details=errors)
+                        # Its own graph with the presets the first embedded (plain params name none); the first's
+                        # plan stays in it unread: a run is stored and queued from the rest.
+                        admitted = replace(first, stored_graph={**graph, "presets": first.stored_graph["presets"]}
+                                           if "presets" in first.stored_graph else graph)
+                    else:
+                        graph = self._variant_graph(base_graph, params, declared)
+                        graph["name"] = f"{sweep['name'] or 'sweep ' + sweep_id} #{idx}"
+                        admitted = await self.runs.admit(graph, sweep["options"])
+                        if first is None and not admitted.secrets:
+                            first = admitted
+                            checker = await asyncio.to_thread(self._checker, base_graph, sweep["options"],
+                                                              [p for _, p in batch])
+                            self._admitted[sweep_id] = (self.runs.clock.time(), first, checker)
+                            while len(self._admitted) > MAX_CACHED:
+                                self._admitted.pop(next(iter(self._admitted)))
                 except ParamError as exc:
                     await self.store.sweeps.refuse(sweep_id, idx, f"{exc.message} ({exc.hint})")
                     continue
@@ -123,26 +197,47 @@ class SweepService:
                     await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
                         f"variant {idx} of sweep {sweep_id}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))})
 
+    def _checker(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]]) -> VariantChecker:
+        target = parse_run_options(options).target
+        return VariantChecker(graph, dict.fromkeys(k for params in variants for k in params), self.runs.registry,
+                              self.runs.preset_library(), self.runs.config["CODEFYUI_GRAPH_MAX_NODES"],
+                              self.runs.layout if isinstance(target, Local) else None)
+
+    def _tap(self, run_id: str, events: list[dict[str, Any]]) -> None:
+        if not events or run_id not in self._run_sweep:
+            return
+        first = events[0]["seq"]
+        self._first_seen[run_id] = min(first, self._first_seen.get(run_id, first))
+        seen = self._metrics.setdefault(run_id, {})
+        for ev in events:
+            m = _metric(ev)
+            if m is not None and (m[0] in seen or len(seen) < MAX_METRICS):
+                seen[m[0]] = (ev["seq"], m[1])
+
     async def final_metrics(self, run_id: str) -> dict[str, Any] | None:
-        """The last value of each metric the run emitted (None: it emitted none)."""
-        out: dict[str, Any] = {}
-        after = 0
-        while True:
+        """The last value of each metric the run emitted (None: it emitted none): what this service saw
+        stored while the run was live, and the events stored before the first it saw read back (a few,
+        the run's queued status; all of them for a run that ended while the control plane was down)."""
+        tapped = self._metrics.pop(run_id, {})
+        first = self._first_seen.pop(run_id, None)
+        out: dict[str, tuple[int, Any]] = {}
+        after, done = 0, first is not None and first <= 1
+        while not done:
             evs = await self.store.events(run_id, after, METRICS_PAGE)
+            done = len(evs) < METRICS_PAGE
             for ev in evs:
+                if first is not None and ev["seq"] >= first:
+                    done = True
+                    break
                 after = ev["seq"]
-                d = ev["data"]
-                if ev["kind"] != "metric" or not isinstance(d, dict) or not isinstance(d.get("name"), str):
-                    continue
-                value = d.get("value")
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    continue
-                name = d["name"][:128]
-                if name in out or len(out) < MAX_METRICS:
-                    out[name] = value
-            if len(evs) < METRICS_PAGE:
-                break
-        return out or None
+                m = _metric(ev)
+                if m is not None and (m[0] in out or len(out) < MAX_METRICS):
+                    out[m[0]] = (ev["seq"], m[1])
+        for name, (seq, value) in tapped.items():
+            if name in out or len(out) < MAX_METRICS:
+                if name not in out or out[name][0] < seq:
+                    out[name] = (seq, value)
+        return {name: value for name, (_, value) in out.items()} or None
 
     # -- the API ------------------------------------------------------------------------------
     async def create(self, body: Any) -> dict[str, Any]:
@@ -178,7 +273,12 @@ class SweepService:
         return await self.get(sweep_id)
 
     async def _check(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every distinct error of every variant (each naming the variants it is found in)."""
+        """Every distinct error of every variant (each naming the variants it is found in).
+
+        The first variant whose keys all name a node and a declared param is checked in full, as a run is;
+        when every swept param is a plain value (:mod:`cdui.graph.variants`), the others are checked only
+        through the checks of the nodes they change, which gives the same errors as checking each in full,
+        in one thread hop for all of them. Otherwise each variant is checked in full."""
         declared = declared_of(self.runs.registry, graph)
         found: dict[tuple[Any, ...], dict[str, Any]] = {}
 
@@ -190,31 +290,80 @@ class SweepService:
                 found[key] = {**error, "variants": []}
             found[key]["variants"].append(idx)
 
-        for idx, params in enumerate(variants):
-            g = copy.deepcopy(graph)
-            bad = False
-            for key, value in params.items():
-                try:
-                    set_param(g, key, value, declared)
-                except ParamError as exc:
-                    add({"node_id": exc.node_id, "code": "bad_param", "param": key,
-                         "message": f"{key}={value!r}: {exc.message}", "hint": exc.hint}, idx)
-                    bad = True
-            if bad:
-                continue
+        # Whether NODE.PARAM names a node and a param its type declares does not depend on the value.
+        keys = list(dict.fromkeys(k for params in variants for k in params))
+        bad_keys: dict[str, ParamError] = {}
+        scratch = copy.deepcopy(graph)
+        for key in keys:
             try:
-                admitted = await self.runs.admit(g, options)
-            except CduiError as exc:
-                if exc.code != "invalid_graph" or not isinstance(exc.details, list):
-                    raise  # the target, the device, a full disk: the same for every variant
-                for e in exc.details:
-                    add(dict(e) if isinstance(e, dict) else {"message": str(e)}, idx)
-                continue
-            if admitted.secrets:
-                raise CduiError("sweep_secrets", "the graph has secret params (API keys); a sweep stores its graph "
-                                "to release variants later, and secrets are never stored",
-                                hint="run such a graph with `cdui run`, or leave the secret param empty")
+                set_param(scratch, key, None, declared)
+            except ParamError as exc:
+                bad_keys[key] = exc
+        good: list[int] = []
+        for idx, params in enumerate(variants):
+            bad = [(k, v) for k, v in params.items() if k in bad_keys]
+            for key, value in bad:
+                why = bad_keys[key]
+                add({"node_id": why.node_id, "code": "bad_param", "param": key,
+                     "message": f"{key}={value!r}: {why.message}", "hint": why.hint}, idx)
+            if not bad:
+                good.append(idx)
+        if not good:
+            return list(found.values())
+        first = good[0]
+        first_errors = await self._admit_errors(self._variant_graph(graph, variants[first], declared), options)
+        for e in first_errors:
+            add(e, first)
+        rest = good[1:]
+        if not rest:
+            return list(found.values())
+        common = await asyncio.to_thread(self._plain_errors, graph, options, variants, first, rest, first_errors)
+        if common is None:  # a swept param the node checks alone do not cover: each variant in full
+            for idx in rest:
+                for e in await self._admit_errors(self._variant_graph(graph, variants[idx], declared), options):
+                    add(e, idx)
+        else:
+            for idx, errors in common:
+                for e in errors:
+                    add(e, idx)
         return list(found.values())
+
+    def _plain_errors(self, graph: dict[str, Any], options: Any, variants: list[dict[str, Any]], first: int,
+                      rest: list[int], first_errors: list[dict[str, Any]]) -> list[tuple[int, Errors]] | None:
+        """(index, errors) of each variant of ``rest``, from the errors of variant ``first`` (checked in
+        full) with its node-level ones replaced by each variant's; None when that is not the same as
+        checking each in full (see :mod:`cdui.graph.variants`). Runs in a thread."""
+        checker = self._checker(graph, options, [variants[i] for i in (first, *rest)])
+        if not checker.fast:
+            return None
+        strip = list(first_errors)
+        for e in checker.node_errors(variants[first]):
+            if e not in strip:
+                return None  # not as the full check found them: leave nothing to chance
+            strip.remove(e)
+        return [(idx, strip + checker.node_errors(variants[idx])) for idx in rest]
+
+    @staticmethod
+    def _variant_graph(graph: dict[str, Any], params: dict[str, Any], declared: dict[str, list[str]]) -> dict[str, Any]:
+        g = copy.deepcopy(graph)
+        for key, value in params.items():
+            set_param(g, key, value, declared)
+        return g
+
+    async def _admit_errors(self, graph: dict[str, Any], options: Any) -> list[dict[str, Any]]:
+        """The graph errors of one variant checked in full (a run's submit checks); raises what is not the
+        variant's own (the target, the device, a full disk) and a graph with secrets."""
+        try:
+            admitted = await self.runs.admit(graph, options)
+        except CduiError as exc:
+            if exc.code != "invalid_graph" or not isinstance(exc.details, list):
+                raise  # the target, the device, a full disk: the same for every variant
+            return [dict(e) if isinstance(e, dict) else {"message": str(e)} for e in exc.details]
+        if admitted.secrets:
+            raise CduiError("sweep_secrets", "the graph has secret params (API keys); a sweep stores its graph "
+                            "to release variants later, and secrets are never stored",
+                            hint="run such a graph with `cdui run`, or leave the secret param empty")
+        return []
 
     async def _sweep(self, sweep_id: str) -> dict[str, Any]:
         sweep = await self.store.sweeps.get(sweep_id)
@@ -290,6 +439,8 @@ class SweepService:
         async with lock:
             run_ids = await self.store.sweeps.delete(sweep_id)
         self._locks.pop(sweep_id, None)
+        self._graphs.pop(sweep_id, None)
+        self._admitted.pop(sweep_id, None)
         if run_ids is None:
             raise NotFound("sweep", sweep_id)
         deleted, warnings = [], []
@@ -323,6 +474,32 @@ def _summary(sweep: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
             "objective": spec.get("objective"), "max_running": sweep["max_running"], "options": sweep["options"],
             "created_at": iso(sweep["created_at"]), "stopped_at": iso(sweep["stopped_at"]),
             "total": sum(counts.values()), "counts": counts}
+
+
+def _light_variant(graph: dict[str, Any], params: dict[str, Any], declared: dict[str, list[str]]) -> dict[str, Any]:
+    """The variant's graph without a deep copy of the sweep's: the nodes it changes are copied down to their
+    params (each a node with a data object, as the plain params' check requires), the rest shared."""
+    changed = {split_key(key)[0] for key in params}
+    nodes = []
+    for n in graph.get("nodes") or []:
+        if isinstance(n, dict) and str(n.get("id")) in changed and isinstance(n.get("data"), dict):
+            n = {**n, "data": {**n["data"], "params": dict(n["data"].get("params") or {})}}
+        nodes.append(n)
+    g = {**graph, "nodes": nodes}
+    for key, value in params.items():
+        set_param(g, key, value, declared)
+    return g
+
+
+def _metric(ev: dict[str, Any]) -> tuple[str, Any] | None:
+    """(name, value) of a metric event with a finite number (None for any other event)."""
+    d = ev["data"]
+    if ev["kind"] != "metric" or not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        return None
+    value = d.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return d["name"][:128], value
 
 
 def _error_text(exc: CduiError) -> str:

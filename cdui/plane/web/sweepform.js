@@ -1,8 +1,10 @@
-// New sweep from a run: its stored graph (GET /api/runs/{id}/graph), the params its nodes declare
-// (GET /api/nodes: type, bounds, options), one axis per param ticked (a comma list of values, a
-// range START:STOP:STEP with the stop included, or in random mode a distribution), a mode, max
-// running, an objective and a target as the clone form takes it; POST /api/sweeps, then the sweep's
-// page. What `cdui sweep GRAPH --param ...` does.
+// New sweep from a run (its stored graph, GET /api/runs/{id}/graph) or from a canvas tab (the tab's
+// graph, canvas/run.js): the params its nodes declare (GET /api/nodes: type, bounds, options), one axis
+// per param ticked (a comma list of values, a range START:STOP:STEP with the stop included, or in random
+// mode a distribution), a mode, max running, an objective and a target as Queue on… takes it; in list
+// mode the variants themselves may be written out and edited (a JSON list of {node.param: value}
+// objects, sent as `variants`); POST /api/sweeps, then the sweep's page. What `cdui sweep GRAPH
+// --param ...` does.
 import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { declarations, nodeParams } from "./params.js";
@@ -13,6 +15,7 @@ const DIST = /^\s*(uniform|loguniform|randint)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?
 const METRICS = ["val_loss", "val_accuracy", "train_loss", "train_accuracy"];
 
 let current = null;
+let shown = null; // {box, button} of the open form: the runs page's, or the one a caller (the canvas) gave
 
 
 
@@ -69,10 +72,44 @@ export function variantCount(mode, counts, draws) {
 
 export function close() {
   current = null;
-  const box = $("newsweep");
-  box.hidden = true;
-  fill(box);
-  $("btn-sweep").setAttribute("aria-expanded", "false");
+  const { box, button } = shown || { box: $("newsweep"), button: $("btn-sweep") };
+  shown = null;
+  if (box) { box.hidden = true; fill(box); }
+  if (button) button.setAttribute("aria-expanded", "false");
+}
+
+/** The list mode's variants in zip order from the axes' values (a range's counted out as the server
+ *  does: floats rounded to 12 decimals); null where an axis is a distribution. */
+export function zipVariants(axes) {
+  const lists = {};
+  for (const [key, axis] of Object.entries(axes)) {
+    if (Array.isArray(axis)) { lists[key] = axis; continue; }
+    if (!axis || !Array.isArray(axis.range)) return null;
+    const [start, stop, step] = axis.range;
+    const n = Math.floor((stop - start) / step + 1e-9) + 1;
+    const ints = [start, stop, step].every(Number.isInteger);
+    lists[key] = Array.from({ length: n }, (_, i) => ints ? start + i * step : Number((start + i * step).toFixed(12)));
+  }
+  const n = Math.min(...Object.values(lists).map((l) => l.length));
+  return Array.from({ length: Number.isFinite(n) ? n : 0 }, (_, i) =>
+    Object.fromEntries(Object.entries(lists).map(([k, l]) => [k, l[i]])));
+}
+
+/** The variants written in the form: {variants} or {error}; {variants: null} when left empty. */
+export function parseVariants(text) {
+  const t = String(text || "").trim();
+  if (!t) return { variants: null };
+  let v;
+  try {
+    v = JSON.parse(t);
+  } catch (err) {
+    return { error: `The variants are not JSON (${err.message}); write a list such as [{"train.epochs": 10}, {"train.epochs": 20}]` };
+  }
+  if (!Array.isArray(v) || !v.length) return { error: "The variants must be a list of at least one {\"node.param\": value} object." };
+  if (v.length > MAX_VARIANTS) return { error: `${v.length} variants: a sweep has at most ${MAX_VARIANTS}.` };
+  const bad = v.findIndex((x) => !x || typeof x !== "object" || Array.isArray(x) || !Object.keys(x).length);
+  if (bad >= 0) return { error: `Variant ${bad} is not an object of {"node.param": value}; each variant sets at least one param.` };
+  return { variants: v };
 }
 
 function bounds(decl) {
@@ -105,18 +142,25 @@ function row(nodeId, decl, params, n) {
   return { key, pick, values, err, tr };
 }
 
-/** Open the form for ``run``. ``ctx.targets``: the submit form's Queue on… select (its choices are copied). */
+/** Open the form for ``run``. ``ctx.targets``: a Queue on… select (its choices are copied, its choice
+ *  kept). From elsewhere than the runs page (the canvas): ``ctx.graph`` (the graph itself; ``run`` then
+ *  only names it), ``ctx.box`` and ``ctx.button`` (where the form shows, and the button that opens it),
+ *  ``ctx.title``, ``ctx.device`` and ``ctx.recordOutputs`` (the options already chosen there) and
+ *  ``ctx.onStarted(sweep)``. */
 export async function open(run, ctx) {
-  const box = $("newsweep");
-  $("btn-sweep").setAttribute("aria-expanded", "true");
+  const box = ctx.box || $("newsweep");
+  const button = ctx.button || $("btn-sweep");
+  shown = { box, button };
+  button.setAttribute("aria-expanded", "true");
   box.hidden = false;
-  fill(box, h("p", { class: "muted" }, `Reading run ${run.id}'s graph…`));
+  const what = ctx.graph ? "the graph" : `run ${run.id}'s graph`;
+  fill(box, h("p", { class: "muted" }, `Reading ${what}…`));
   let graph, decls;
   try {
-    graph = (await api("GET", `/api/runs/${encodeURIComponent(run.id)}/graph`)).graph;
+    graph = ctx.graph || (await api("GET", `/api/runs/${encodeURIComponent(run.id)}/graph`)).graph;
     decls = await declarations([...new Set((graph.nodes || []).map((n) => String(n.type)))]);
   } catch (err) {
-    fill(box, h("p", { class: "error-text" }, `Cannot sweep run ${run.id}'s graph: ${err.message}${err.hint ? ` (${err.hint})` : ""}`));
+    fill(box, h("p", { class: "error-text" }, `Cannot sweep ${what}: ${err.message}${err.hint ? ` (${err.hint})` : ""}`));
     return;
   }
   if (box.hidden) return; // closed meanwhile
@@ -143,14 +187,21 @@ export async function open(run, ctx) {
   const goal = h("select", { id: "sweep-goal" }, h("option", { value: "min" }, "min"), h("option", { value: "max" }, "max"));
   const targetSel = h("select", { id: "sweep-target" }, [...ctx.targets.options].map((o) => h("option", { value: o.value }, o.textContent)));
   targetSel.value = ctx.targets.value;
-  const device = h("input", { id: "sweep-device", list: "device-options", placeholder: "auto", autocomplete: "off" });
+  const device = h("input", { id: "sweep-device", list: "device-options", placeholder: "auto", autocomplete: "off",
+    value: ctx.device || "" });
+  const variants = h("textarea", { id: "sweep-variants", class: "mono", rows: 5, spellcheck: "false",
+    placeholder: '[{"train.epochs": 10, "optimizer.lr": 0.1}, {"train.epochs": 20}]', "aria-label": "Variants (JSON)" });
+  const fromAxes = h("button", { type: "button", id: "btn-sweep-variants-fill" }, "Write out the ticked params' variants");
+  const listOnly = h("div", { class: "sweep-variants", hidden: true },
+    h("label", { for: "sweep-variants" }, "Variants (list mode, optional): each a {node.param: value} object, edited freely; when given, they are the sweep's variants and the ticked params are not used"),
+    variants, h("div", { class: "actions" }, fromAxes));
   const name = h("input", { id: "sweep-name", autocomplete: "off", maxlength: 200,
-    value: run.name ? `${run.name} sweep` : "" , placeholder: "optional" });
+    value: run && run.name ? `${run.name} sweep` : "" , placeholder: "optional" });
   const count = h("p", { id: "sweep-count", class: "sweep-count", "aria-live": "polite" });
   const result = h("div", { id: "sweep-result", "aria-live": "polite" });
   const submit = h("button", { type: "submit", id: "btn-sweep-submit" }, "Start the sweep");
   const form = h("form", { id: "sweep-form", novalidate: true },
-    h("h3", {}, `New sweep of run ${run.id}'s graph`),
+    h("h3", {}, ctx.title || `New sweep of run ${run.id}'s graph`),
     h("p", { class: "small muted" }, "Tick the params to vary; give each a comma list of values or a range START:STOP:STEP (the stop included). Each variant runs as an ordinary run."),
     h("div", { class: "table-wrap sweep-params" }, h("table", { class: "compare-table" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, ""), h("th", { scope: "col" }, "node.param"),
@@ -167,11 +218,26 @@ export async function open(run, ctx) {
       h("div", {}, h("label", { for: "sweep-device" }, "Device"), device),
       h("div", {}, h("label", { for: "sweep-name" }, "Name"), name)),
     randomOnly,
+    listOnly,
     count,
     h("div", { class: "actions" }, submit, h("button", { type: "button", id: "btn-sweep-cancel", onclick: close }, "Cancel")),
     result);
-  current = { run, graph, rows, ui: { mode, draws, seed, randomOnly, maxRunning, metric, goal, targetSel, device, name, count, result, submit } };
+  current = { run, graph, rows, recordOutputs: !!ctx.recordOutputs,
+    ui: { mode, draws, seed, randomOnly, listOnly, variants, maxRunning, metric, goal, targetSel, device, name, count, result, submit } };
   const recount = () => { if (current) read(current, false); };
+  fromAxes.addEventListener("click", () => {
+    const cur = current;
+    if (!cur) return;
+    const axes = {};
+    for (const r of cur.rows) {
+      if (!r.pick.checked) continue;
+      const got = parseAxis(r.key, r.values.value);
+      if (got.axis) axes[r.key] = got.axis;
+    }
+    const zipped = zipVariants(axes);
+    variants.value = zipped && zipped.length ? `[\n${zipped.map((v) => "  " + JSON.stringify(v)).join(",\n")}\n]` : "";
+    recount();
+  });
   form.addEventListener("input", recount);
   form.addEventListener("change", recount);
   form.addEventListener("submit", (e) => { e.preventDefault(); start(current, ctx); });
@@ -182,6 +248,17 @@ export async function open(run, ctx) {
 /** The form's axes and the variant count (shown live); with ``mark``, each bad axis says why. */
 function read(cur, mark) {
   const axes = {}, counts = [], errors = [];
+  const ui = cur.ui;
+  ui.listOnly.hidden = ui.mode.value !== "list";
+  const written = ui.mode.value === "list" ? parseVariants(ui.variants.value) : { variants: null };
+  if (written.error || written.variants) {
+    for (const r of cur.rows) r.err.hidden = true;
+    ui.randomOnly.hidden = true;
+    ui.count.dataset.count = written.error ? "" : String(written.variants.length);
+    ui.count.className = `sweep-count${written.error ? " warn-text" : ""}`;
+    ui.count.textContent = written.error || `${written.variants.length} variant${written.variants.length === 1 ? "" : "s"} (as written)`;
+    return { axes: {}, variants: written.variants, errors: written.error ? [written.error] : [] };
+  }
   for (const r of cur.rows) {
     if (!r.pick.checked) { r.err.hidden = true; continue; }
     const got = parseAxis(r.key, r.values.value);
@@ -191,7 +268,6 @@ function read(cur, mark) {
     axes[r.key] = got.axis;
     counts.push(got.count);
   }
-  const ui = cur.ui;
   ui.randomOnly.hidden = ui.mode.value !== "random";
   const total = errors.length ? { error: errors[0] } : variantCount(ui.mode.value, counts, Number(ui.draws.value));
   ui.count.dataset.count = total.error ? "" : String(total.count);
@@ -203,7 +279,7 @@ function read(cur, mark) {
 async function start(cur, ctx) {
   if (!cur || cur.ui.submit.disabled) return;
   const ui = cur.ui;
-  const { axes, errors } = read(cur, true);
+  const { axes, variants, errors } = read(cur, true);
   const maxRunning = Number(ui.maxRunning.value);
   if (!Number.isInteger(maxRunning) || maxRunning < 1) errors.push(`Max running "${ui.maxRunning.value}" is not a whole number of at least 1`);
   if (errors.length) {
@@ -216,7 +292,9 @@ async function start(cur, ctx) {
     ui.targetSel.value.startsWith("worker:") ? { worker: ui.targetSel.value.slice(7) } : ui.targetSel.value };
   const device = ui.device.value.trim();
   if (device && device !== "auto") options.device = device;
-  const body = { graph: cur.graph, axes, mode: ui.mode.value, options, max_running: maxRunning };
+  if (cur.recordOutputs) options.record_outputs = true;
+  const body = variants ? { graph: cur.graph, variants, mode: "list", options, max_running: maxRunning } :
+    { graph: cur.graph, axes, mode: ui.mode.value, options, max_running: maxRunning };
   if (ui.mode.value === "random") { body.count = Number(ui.draws.value); body.seed = Number(ui.seed.value) || 0; }
   const metric = ui.metric.value.trim();
   if (metric) body.objective = { metric, goal: ui.goal.value };

@@ -1,5 +1,6 @@
 // Running from the canvas: Run and Stop (a canvas run on this server, POST /api/canvas/run), Queue on…
-// (an ordinary queued run, POST /api/runs), the per-tab toggles (Persist weights, Record outputs) and
+// (an ordinary queued run, POST /api/runs), New sweep… (the runs page's sweep form, sweepform.js, on the
+// tab's graph with the target chosen in Queue on…), the per-tab toggles (Persist weights, Record outputs) and
 // Reset weights, validation badges on the nodes and edges, node statuses from the run's event stream
 // onto the tab's editor, the results panel (results.js) and the Inspector (inspector.js).
 //
@@ -8,6 +9,7 @@
 // worker list for Queue on… is read when the picker is opened, validation runs on an edit (debounced).
 import { api, ApiError } from "../api.js";
 import { fill, h, TERMINAL } from "../dom.js";
+import * as sweepform from "../sweepform.js";
 import { inspect } from "./inspector.js";
 import { createResults, RunView } from "./results.js";
 
@@ -76,6 +78,11 @@ export function initRun({ toolbar, results, tabs }) {
   const picker = h("select", { id: "canvas-queue-target", "aria-label": "Queue on" },
     FIXED_TARGETS.map(([v, label]) => h("option", { value: v }, label)));
   const queueBtn = h("button", { type: "button", id: "canvas-queue", title: "Queue the tab's graph as a run on the chosen target" }, "Queue on…");
+  const sweepBtn = h("button", { type: "button", id: "canvas-sweep", "aria-controls": "canvas-newsweep", "aria-expanded": "false",
+    title: "Run the tab's graph many times with different param values (a sweep), on the target chosen in Queue on…" }, "New sweep…");
+  const sweepBox = h("div", { id: "canvas-newsweep", class: "clone cr-sweep", role: "dialog", "aria-label": "New sweep", hidden: true });
+  sweepBox.addEventListener("keydown", (e) => { if (e.key === "Escape") { sweepform.close(); sweepBtn.focus(); } });
+  document.body.append(sweepBox);
   const validity = h("span", { id: "canvas-validity", class: "small muted", role: "status", "aria-live": "polite" });
   toolbar.append(h("div", { class: "cr-toolbar", role: "group", "aria-label": "Run" },
     runBtn, stopBtn,
@@ -83,7 +90,7 @@ export function initRun({ toolbar, results, tabs }) {
     h("label", { class: "cr-check" }, record, " Record outputs"),
     h("label", { class: "cr-field" }, "Device ", device),
     h("datalist", { id: "canvas-device-options" }, ["auto", "cpu", "cuda", "cuda:0", "mps"].map((v) => h("option", { value: v }))),
-    h("span", { class: "cr-queue" }, queueBtn, picker), validity));
+    h("span", { class: "cr-queue" }, queueBtn, picker, sweepBtn), validity));
 
   const active = () => tabs.active();
   const optionsOf = (tab) => {
@@ -398,6 +405,22 @@ export function initRun({ toolbar, results, tabs }) {
     attach(tab.tabId, tab.editor, { id: run.id, kind: "queued", targetLabel: targetLabel(choice), local: choice === "local",
       record_outputs: rec, graph });
   }));
+
+  sweepBtn.addEventListener("click", async () => {
+    if (!sweepBox.hidden) { sweepform.close(); return; }
+    const tab = active();
+    if (!tab || !tab.editor) return;
+    await refreshTargets();
+    const dev = deviceValue();
+    await sweepform.open({ id: null, name: tab.name }, {
+      graph: tab.editor.toJSON(), targets: picker, box: sweepBox, button: sweepBtn,
+      title: `New sweep of tab ${tab.name}'s graph`, device: dev || "", recordOutputs: !!optionsOf(tab).record_outputs,
+      onStarted: (sweep) => {
+        sweepform.close();
+        panel.message("ok", h("span", {}, `Started sweep ${sweep.id} (${sweep.total} variants) on ${targetLabel(picker.value)}: `,
+          h("a", { href: `/web/sweep.html?id=${enc(sweep.id)}`, id: "canvas-sweep-link" }, "its page"), "; each variant is a run listed in Runs."));
+      } });
+  });
 
   // -- the Inspector --------------------------------------------------------------------------------
   function openInspector(nodeId) {
