@@ -240,6 +240,9 @@ class StudyService:
         if live is None:
             return
         async with live.lock:
+            sweep = await self.store.sweeps.get(sweep_id)
+            if sweep is None or sweep["state"] != "active":
+                return
             total, busy = await self.store.studies.pending(sweep_id)
             room = min(live.spec.parallelism - busy, live.spec.n_trials - total)
             for _ in range(max(0, room)):
@@ -308,6 +311,8 @@ class StudyService:
                 return bool(trial.should_prune())
             if not self._timed(live, decide):
                 return False
+            if await self.store.sweeps.run_status(run_id) in TERMINAL:
+                return False  # it ended meanwhile: its ending tells the study how it went
             await self.store.studies.mark(sweep_id, idx, "pruned")
             self._timed(live, lambda: live.study.tell(idx, state=optuna.trial.TrialState.PRUNED))
         await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
