@@ -45,6 +45,7 @@ from cdui.wire.target import Target
 log = logging.getLogger(__name__)
 INSTALL_HINT = "install it with `bin/cdui start --extras studies` (or pip install 'cdui[studies]'), then try again"
 MIN_IMPORTANCE = 4          # finished trials before param importances are computed
+IMPORTANCE_EVERY_S = 10.0   # at most this often while fewer than a tenth more trials finished
 MAX_LISTED = 500
 MAX_CURVE = 10_000          # intermediate values kept per trial
 EVENTS_PAGE = 2000
@@ -87,7 +88,7 @@ class _Live:
         self.distributions = distributions
         self.lock = asyncio.Lock()
         self.sampler_s = 0.0       # time spent in the sampler and pruner (bench/studies.py reads it)
-        self.importance: tuple[int, dict[str, float]] | None = None  # (finished trials, importances)
+        self.importance: tuple[int, float, dict[str, float] | None] | None = None  # (finished, when, importances)
 
 
 class StudyService:
@@ -442,6 +443,10 @@ class StudyService:
                     "parallelism": spec.get("max_running"),
                     "counts": {**out["counts"], "pruned": sum(1 for m in marks.values() if m == "pruned")},
                     "importances": await self._importances(sweep_id, len(history))})
+        live = self._live.get(sweep_id)
+        # Seconds this control plane spent in Optuna's sampler and pruner for it since it was loaded
+        # (bench/studies.py compares them with the study's wall time).
+        out["sampler_s"] = round(live.sampler_s, 4) if live is not None else None
         return out
 
     async def _importances(self, sweep_id: str, finished: int) -> dict[str, float] | None:
@@ -451,8 +456,13 @@ class StudyService:
             live = await self._load(sweep_id)
         except CduiError:
             return None
-        if live.importance is not None and live.importance[0] == finished:
-            return live.importance[1]
+        # fANOVA fits a forest (tenths of a second at 100 trials, on the control plane's CPU): a page polling a
+        # busy study gets the last answer until a tenth more trials finished or some seconds passed.
+        if live.importance is not None:
+            count, at, last = live.importance
+            if count == finished or (finished < count + max(1, count // 10)
+                                     and time.monotonic() - at < IMPORTANCE_EVERY_S):
+                return last
         optuna = load_optuna()
         study = live.study
 
@@ -465,8 +475,7 @@ class StudyService:
                 return None
             return {k: round(float(v), 6) for k, v in got.items()}
         result = await asyncio.to_thread(compute)
-        if result is not None:
-            live.importance = (finished, result)
+        live.importance = (finished, time.monotonic(), result)
         return result
 
     async def list(self, limit: int = 100) -> dict[str, Any]:
