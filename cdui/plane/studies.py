@@ -277,14 +277,14 @@ class StudyService:
                 return
             # What it streamed before this watcher came (an adopted run, or a fast one): from the store.
             for step, value in (await self._curve(run_id, metric)).items():
-                if await self._report(sweep_id, live, idx, run_id, step, value):
+                if await self._report(sweep_id, idx, run_id, step, value):
                     return
             while True:
                 ev = await q.get()
                 if ev.get("kind") == "status" and (ev.get("data") or {}).get("status") in TERMINAL:
                     return
                 point = _point(ev, metric)
-                if point is not None and await self._report(sweep_id, live, idx, run_id, *point):
+                if point is not None and await self._report(sweep_id, idx, run_id, *point):
                     return
         except asyncio.CancelledError:
             pass
@@ -293,9 +293,10 @@ class StudyService:
         finally:
             self.runs.unsubscribe(run_id, q)
 
-    async def _report(self, sweep_id: str, live: _Live, idx: int, run_id: str, step: int, value: float) -> bool:
+    async def _report(self, sweep_id: str, idx: int, run_id: str, step: int, value: float) -> bool:
         """Report one intermediate value; True when the trial was pruned (its run is being stopped)."""
         optuna = load_optuna()
+        live = await self._load(sweep_id)  # the study as loaded now (it is rebuilt when it no longer matched the store)
         async with live.lock:
             if self._live.get(sweep_id) is not live:
                 return False
