@@ -240,3 +240,5 @@ def test_a_study_view_draws_its_history_and_importance(server, page):
     assert page.get_attribute("#history circle.hist-pt.best", "data-trial") == str(final["best"]["index"])
     assert page.get_attribute("#importance g", "data-param") == "optimizer.lr"
     assert page.is_hidden("#btn-sweep-retry")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "study.png"), full_page=True)

@@ -221,6 +221,7 @@ export function historyPlot(history, metric, best) {
     "aria-label": `optimisation history of ${metric}` },
   s("rect", { x: pad.l, y: pad.t, width: iw, height: ih, class: "plot-area" }),
   ys.ticks.map(([v, label]) => s("text", { x: pad.l - 4, y: Y(v) + 4, class: "tick", "text-anchor": "end" }, label.slice(0, 9))),
+  xs.ticks.map(([v, label]) => s("text", { x: X(v), y: height - pad.b + 16, class: "tick", "text-anchor": "middle" }, label)),
   s("text", { x: pad.l + iw / 2, y: height - 4, class: "axis-label", "text-anchor": "middle" }, `trial (${metric}; the line: best so far)`),
   s("polyline", { class: "best-line", points: line.join(" ") }),
   history.map((p) => s("circle", { cx: X(p.index), cy: Y(p.objective), r: p.index === best ? 6 : 4,
