@@ -210,7 +210,11 @@ function renderPlots(sweep) {
 export function historyPlot(history, metric, best) {
   const width = 480, height = 240, pad = { l: 56, r: 12, t: 12, b: 40 };
   const iw = width - pad.l - pad.r, ih = height - pad.t - pad.b;
-  const xs = scaleOf(history.map((p) => p.index)), ys = scaleOf(history.flatMap((p) => [p.objective, p.best_so_far]));
+  const ys = scaleOf(history.flatMap((p) => [p.objective, p.best_so_far]));
+  // Trial numbers on a linear axis, whatever their span (scaleOf would make 1..150 a log axis).
+  const first = history[0].index, last = history[history.length - 1].index;
+  const xs = { pos: (v) => (last === first ? 0.5 : (v - first) / (last - first)),
+    ticks: [...new Set([first, Math.round((first + last) / 2), last])].map((v) => [v, String(v)]) };
   const X = (v) => pad.l + 8 + xs.pos(v) * (iw - 16), Y = (v) => pad.t + ih - 6 - ys.pos(v) * (ih - 12);
   const line = [];
   history.forEach((p, i) => {
