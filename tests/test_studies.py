@@ -107,6 +107,7 @@ def test_a_tpe_study_improves_on_its_first_trials_and_prunes_a_bad_one(lab: Any)
         assert t["state"] == "pruned" and not t["best"] and t["status"] in ("cancelled", "failed", "interrupted"), t
         # clearly bad: worse than the best trial finished before it was pruned
         assert t["params"]["optimizer.lr"] > min(done), t
+        assert server.call("GET", f"/api/runs/{t['run_id']}")["sweep"]["pruned"] is True
         steps = metric_steps(server, t["run_id"], "lr")
         assert steps and len(steps) < epochs, (t, steps[-3:])  # stopped early, its partial metrics kept
         log = server.call("GET", f"/api/runs/{t['run_id']}/events?limit=10000")

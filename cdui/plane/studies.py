@@ -157,9 +157,12 @@ class StudyService:
             return live
         distributions = {d.key: _distribution(optuna, d) for d in spec.dims}
         # A rebuilt sampler continues from a seed of its own (the seed and the trials so far): the first
-        # seed again would draw the first trials' params again.
+        # seed again would draw the first trials' params again. Not the grid sampler: it gives trial N the
+        # N-th point of its seeded order, so it needs the first order back (each rebuilt trial is then
+        # matched to its point, see _grid_attrs).
+        grid = spec.sampler["name"] == "grid"
         study = optuna.create_study(direction="minimize" if spec.objective["goal"] == "min" else "maximize",
-                                    sampler=self._sampler(optuna, spec, spec.seed + len(rows)),
+                                    sampler=self._sampler(optuna, spec, spec.seed + (0 if grid else len(rows))),
                                     pruner=self._pruner(optuna, spec))
         T = optuna.trial.TrialState
         for r in rows:
@@ -174,7 +177,7 @@ class StudyService:
                 state = T.COMPLETE
             else:
                 state, value = T.FAIL, None
-            attrs = self._grid_attrs(study, params) if spec.sampler["name"] == "grid" else {}
+            attrs = self._grid_attrs(study, params) if grid else {}
             study.add_trial(optuna.trial.create_trial(
                 state=state, value=value, params=params, distributions=distributions,
                 intermediate_values=curve, system_attrs=attrs))

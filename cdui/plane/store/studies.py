@@ -37,8 +37,14 @@ class StudyRows:
         return await self.db.write(fn)
 
     async def mark(self, sweep_id: str, idx: int, mark: str) -> None:
-        await self.db.write(lambda c: c.execute(
-            "UPDATE sweep_variants SET mark=? WHERE sweep_id=? AND idx=?", (mark, sweep_id, idx)))
+        """Mark the trial (``pruned``), and say so in its run's ``sweep`` block (``"pruned": true``), in one write:
+        the run keeps the statuses every run has, and its own record still says why it ended early."""
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("UPDATE sweep_variants SET mark=? WHERE sweep_id=? AND idx=?", (mark, sweep_id, idx))
+            c.execute("UPDATE runs SET options=json_set(options, '$.sweep.' || ?, json('true')) WHERE id=("
+                      "SELECT run_id FROM sweep_variants WHERE sweep_id=? AND idx=?) "
+                      "AND json_type(options, '$.sweep') = 'object'", (mark, sweep_id, idx))
+        await self.db.write(fn)
 
     async def marks(self, sweep_id: str) -> dict[int, str]:
         rows = await self.db.read(lambda c: every(
