@@ -98,13 +98,18 @@ class StudyService:
         self.store = self.runs.store
         self._live: dict[str, _Live] = {}
         self._watch: dict[str, asyncio.Task[None]] = {}   # trial run id -> its metric watcher
+        self._trial_of: dict[str, tuple[str, int]] = {}   # trial run id -> (study id, trial index)
 
     # -- the run listener -------------------------------------------------------------------
     async def on_terminal(self, run_id: str, status: str) -> None:
         task = self._watch.pop(run_id, None)
         if task is not None:
             task.cancel()
-        trial = await self.store.studies.trial_of_run(run_id)
+        trial = self._trial_of.pop(run_id, None)
+        if trial is None and self._live:
+            # Every trial's run is known here from its release on (_watch_new); the store is asked only while a
+            # study is loaded, so that a run ending elsewhere costs no read, and a trial missed would not stall it.
+            trial = await self.store.studies.trial_of_run(run_id)
         if trial is not None:
             self.runs.spawn(self._trial_ended(trial[0], trial[1], run_id, status))
 
@@ -240,12 +245,20 @@ class StudyService:
     # -- asking and telling -------------------------------------------------------------------
     async def _advance(self, sweep_id: str) -> None:
         """Ask the sampler for as many new trials as the study has room for, release them, watch them."""
-        live = self._live.get(sweep_id)
-        if live is None:
+        sweep = await self.store.sweeps.get(sweep_id)
+        if sweep is None or sweep["state"] != "active":
+            return
+        try:
+            live = await self._load(sweep_id)
+        except CduiError as exc:
+            log.warning("study %s: no trial asked: %s", sweep_id, exc)
             return
         async with live.lock:
-            sweep = await self.store.sweeps.get(sweep_id)
+            sweep = await self.store.sweeps.get(sweep_id)  # a stop may have come while it was loaded
             if sweep is None or sweep["state"] != "active":
+                return
+            if self._live.get(sweep_id) is not live:  # rebuilt meanwhile: ask with the rebuilt one
+                self.runs.spawn(self._advance(sweep_id))
                 return
             total, busy = await self.store.studies.pending(sweep_id)
             room = min(live.spec.parallelism - busy, live.spec.n_trials - total)
@@ -268,6 +281,7 @@ class StudyService:
     async def _watch_new(self, sweep_id: str) -> None:
         for idx, run_id, status in await self.store.studies.trial_runs(sweep_id):
             if status not in TERMINAL and run_id not in self._watch:
+                self._trial_of[run_id] = (sweep_id, idx)
                 self._watch[run_id] = self.runs.spawn(self._watch_run(sweep_id, idx, run_id))
 
     async def _watch_run(self, sweep_id: str, idx: int, run_id: str) -> None:
