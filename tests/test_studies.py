@@ -82,6 +82,14 @@ def metric_steps(server: ServerProc, run_id: str, name: str) -> list[int]:
 
 def test_a_tpe_study_improves_on_its_first_trials_and_prunes_a_bad_one(lab: Any) -> None:
     server, _ = lab
+    # a search axis naming no param of the graph: every error listed, nothing stored
+    before = server.call("GET", "/api/studies")["studies"]
+    status, body = server.api("POST", "/api/studies", {
+        "graph": iris(1), "axes": {"optimzer.lr": LR, "train.epoch": [1, 2]}, "objective": OBJECTIVE})
+    assert status == 400 and body["error"]["code"] == "invalid_study", body
+    text = " ".join(e["message"] for e in body["error"]["details"])
+    assert "did you mean optimizer?" in text and "did you mean epochs?" in text, text
+    assert server.call("GET", "/api/studies")["studies"] == before
     epochs = 20
     s = server.call("POST", "/api/studies", {
         "graph": iris(epochs), "options": {"target": "any"}, "axes": {"optimizer.lr": LR}, "objective": OBJECTIVE,
@@ -186,5 +194,8 @@ def test_without_optuna_a_study_is_refused_with_the_install_command(tmp_path: Pa
         status, body = server.api("POST", "/api/sweeps", {
             "graph": iris(1), "axes": {"optimizer.lr": [0.01]}, "options": {"target": "local"}})
         assert status == 201, body
+        # the studies' routes are the owner's, as the sweeps' are
+        status, body = server.api("GET", "/api/studies", token=False)
+        assert status == 401 and body["error"]["code"] == "unauthorized", body
     finally:
         server.stop()
