@@ -251,5 +251,5 @@ def test_start_refuses_an_unknown_extra_before_starting_anything(tmp_path: Path)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         "cdui: error: unknown extra 'bogus' for --extras; use all, or a comma list of all, classical, plots, "
-        "vision, safetensors, rl, tokenizers, hf, video, s3")
+        "vision, safetensors, rl, tokenizers, hf, video, s3, studies")
     assert not (tmp_path / "ud").exists()

@@ -54,10 +54,10 @@ def test_readme_lists_shipped_commands_as_working_and_absent_ones_as_not_yet() -
     assert len(shipped) >= 6 and len(planned) >= 4, (shipped, planned)
     assert [c for c in shipped if not is_command(c)] == []
     assert [c for c in planned if is_command(c)] == []
-    # Sweeps shipped (`cdui sweep`); studies (a search choosing a sweep's next variants) did not: until a
-    # `cdui study` command exists, the README says they are not in cdui yet.
-    if not is_command(["study"]):
-        assert "studies" in later and "studies" not in works, later
+    # Sweeps and studies (a search choosing a sweep's next variants) shipped: `cdui study` exists, and the
+    # README lists studies as working, not as later.
+    assert is_command(["study"]) and is_command(["sweep"])
+    assert "Studies:" in works and "(`cdui study`)" in works and "studies" not in later.lower(), later
     assert "planned" not in readme.lower().replace("not in cdui yet (later issues)", "")
     assert "Not yet available" not in (ROOT / "docs" / "remote-workers.md").read_text(encoding="utf-8")
 

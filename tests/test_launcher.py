@@ -417,7 +417,7 @@ def test_an_unknown_extra_is_refused_before_anything_is_installed(tmp_path: Path
     assert (r.returncode, r.stdout) == (1, ""), explain(r)
     bad = "bogus" if "bogus" in args else "nope"
     assert r.stderr == (f"cdui: error: unknown extra '{bad}' for --extras; use all, or a comma list of all, classical, "
-                        "plots, vision, safetensors, rl, tokenizers, hf, video, s3\n"), explain(r)
+                        "plots, vision, safetensors, rl, tokenizers, hf, video, s3, studies\n"), explain(r)
     assert not (tmp_path / "wheels").exists()
 
 

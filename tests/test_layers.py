@@ -80,6 +80,7 @@ DEFERRED_ANYWHERE: dict[str, str] = {
     "av": "optional extra `video` (PyAV)",
     "boto3": "optional extra `s3`",
     "botocore": "optional extra `s3` (it comes with boto3)",
+    "optuna": "optional extra `studies`: the control plane starts, and sweeps work, without it",
 }
 
 # Deferred imports of one of cdui's own modules by the modules under a package, and why:

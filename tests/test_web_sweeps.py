@@ -268,3 +268,28 @@ def test_new_sweep_from_the_canvas_takes_the_tabs_graph_and_its_queue_on_target(
         params = {n["id"]: n["data"]["params"] for n in graph["nodes"]}
         assert params["train"]["epochs"] == 3 and params["optimizer"]["lr"] == v["params"]["optimizer.lr"], params
     p.close()
+def test_a_study_view_draws_its_history_and_importance(server, page):
+    """A 5-trial study (#27) of iris's learning rate, its `lr` metric as the objective: the view says Study,
+    draws the optimisation history with a point per complete trial and the best marked, and (from 4 complete
+    trials) the param's importance bar."""
+    g = load_example()
+    for n in g["nodes"]:
+        if n["id"] == "train":
+            n["data"]["params"]["epochs"] = 1
+    study = server.call("POST", "/api/studies", {
+        "graph": g, "axes": {"optimizer.lr": {"loguniform": [0.0001, 0.1]}}, "objective": {"metric": "lr"},
+        "n_trials": 5, "parallelism": 2, "seed": 1, "options": {"target": "local"}}, expect=201)
+    page.goto(f"{server.url}/web/sweep.html?id={study['id']}")
+    page.wait_for_selector("body[data-sweep-status='finished']")
+    final = server.call("GET", f"/api/studies/{study['id']}")
+    complete = [t["index"] for t in final["trials"] if t["state"] == "complete"]
+    assert len(complete) == 5, final["trials"]
+    assert page.text_content("#sweep-title").startswith(f"Study {study['id']}")
+    page.wait_for_selector("#history circle.hist-pt.best")
+    drawn = page.eval_on_selector_all("#history circle.hist-pt", "cs => cs.map(c => Number(c.dataset.trial))")
+    assert sorted(drawn) == complete
+    assert page.get_attribute("#history circle.hist-pt.best", "data-trial") == str(final["best"]["index"])
+    assert page.get_attribute("#importance g", "data-param") == "optimizer.lr"
+    assert page.is_hidden("#btn-sweep-retry")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "study.png"), full_page=True)

@@ -70,6 +70,7 @@ from cdui.plane.http import (
     api_graphs,
     api_outputs,
     api_runs,
+    api_studies,
     api_sweeps,
     proxies,
     share_memory,
@@ -81,6 +82,7 @@ from cdui.plane.looplag import LoopLag
 from cdui.plane.runs import RUNS, RunService
 from cdui.plane.ssh import ssh_workers
 from cdui.plane.store import Store
+from cdui.plane.studies import STUDIES, StudyService
 from cdui.plane.sweeps import SWEEPS, SweepService
 from cdui.plane.workers import WORKERS
 
@@ -326,6 +328,8 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     runs.add_listener(manager)
     app[SWEEPS] = SweepService(runs)
     runs.add_listener(app[SWEEPS])  # after the manager: a sweep's next runs are released once a slot is freed
+    app[STUDIES] = StudyService(app[SWEEPS])
+    runs.add_listener(app[STUDIES])  # after the sweeps': a study resumes once its trials' variants are up to date
     app[CANVAS] = CanvasManager(runs)
 
     # Startup in this order, cleanup in reverse: the run service stops its runs
@@ -351,6 +355,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     transfer.setup(app)
     api_runs.setup(app)
     api_sweeps.setup(app)
+    api_studies.setup(app)
     api_files.setup(app)
     api_graphs.setup(app)
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served

@@ -420,7 +420,9 @@ class SweepService:
 
     async def retry(self, sweep_id: str) -> dict[str, Any]:
         """The failed, interrupted and cancelled variants again, as new runs (their old runs stay)."""
-        await self._sweep(sweep_id)
+        if (await self._sweep(sweep_id))["kind"] == "study":  # its sampler asks for its trials; none is run again
+            raise CduiError("study_retry", f"{sweep_id} is a study: its trials are not retried",
+                            hint="start a new study (POST /api/studies or `cdui study`)", status=409)
         n = await self.store.sweeps.retry(sweep_id)
         await self.release(sweep_id)
         return {**await self.get(sweep_id), "retried": n}

@@ -56,12 +56,7 @@ def _folder(request: web.Request) -> Path:
 
 
 def _name(request: web.Request) -> str:
-    name = request.match_info["name"]
-    if not GRAPH_NAME.match(name) or name.endswith(".json") or name in RESERVED:
-        raise CduiError("bad_name", f"graph name {name[:100]!r} is not valid",
-                        hint="use up to 100 letters, digits, '_', '-' and '.', starting with a letter or digit "
-                             f"(not ending in .json, not {sorted(RESERVED)})")
-    return name
+    return check_name(request.match_info["name"])
 
 
 def _load(request: web.Request, name: str) -> dict[str, Any]:
@@ -107,6 +102,23 @@ async def put_graph(request: web.Request) -> web.Response:
     if not isinstance(graph, dict) or not isinstance(graph.get("nodes"), list):
         raise CduiError("bad_graph", "the body must be a graph (an object with a 'nodes' list) or {\"graph\": ...}",
                         hint="send the graph JSON CodefyUI exports")
+    out, created = await save_graph(request, name, graph)
+    return web.json_response(out, status=201 if created else 200)
+
+
+def check_name(name: str) -> str:
+    """``name`` as a saved graph's name, or :class:`CduiError` ``bad_name``."""
+    if not GRAPH_NAME.match(name) or name.endswith(".json") or name in RESERVED:
+        raise CduiError("bad_name", f"graph name {name[:100]!r} is not valid",
+                        hint="use up to 100 letters, digits, '_', '-' and '.', starting with a letter or digit "
+                             f"(not ending in .json, not {sorted(RESERVED)})")
+    return name
+
+
+async def save_graph(request: web.Request, name: str, graph: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Save ``graph`` as ``name`` as ``PUT /api/graphs/{name}`` does (a study's best graph is saved through
+    this too); its listing entry and whether it was new."""
+    service = request.app[RUNS]
     # Blank secrets before anything is written: the file, and every answer made from it, never holds one.
     stored, removed = await asyncio.to_thread(split_secrets, graph, service.registry, service.preset_library())
     folder = _folder(request)
@@ -117,7 +129,7 @@ async def put_graph(request: web.Request) -> web.Response:
     # so an entry that lost the race describes no file and the graph is indexed again.
     out = await asyncio.to_thread(_save, path, stored)
     out["secrets_removed"] = sorted({describe_path(graph, p) for p, _v in removed if p})
-    return web.json_response(out, status=201 if created else 200)
+    return out, created
 
 
 async def list_graphs(request: web.Request) -> web.Response:

@@ -55,6 +55,7 @@ from cdui.core.private import make_private, private_dir
 from cdui.plane.store import event_chunks
 from cdui.plane.store.migrations import migrate
 from cdui.plane.store.ssh import SshWorkerRows
+from cdui.plane.store.studies import StudyRows
 from cdui.plane.store.sweeps import SweepRows, claim_variant
 from cdui.plane.store.tokens import TokenRows
 from cdui.plane.store.workers import WorkerRows
@@ -235,6 +236,7 @@ class Store:
         self.tokens = TokenRows(self)
         self.ssh = SshWorkerRows(self)
         self.sweeps = SweepRows(self)
+        self.studies = StudyRows(self)
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:

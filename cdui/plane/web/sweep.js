@@ -1,7 +1,8 @@
 // The sweeps page, /web/sweep.html: without ?id= the list of sweeps (GET /api/sweeps); with ?id=ID one
 // sweep (GET /api/sweeps/{id}): its variants in a table sortable by any column with the best
 // highlighted, stop and retry, the objective against each param (a scatter per param) and a
-// parallel-coordinates view, drawn as SVG in the page. While the sweep runs and the page is visible
+// parallel-coordinates view, drawn as SVG in the page; a study (kind "study", GET /api/studies/{id}) also
+// its optimisation history and its params' importance, its pruned trials marked. While the sweep runs and the page is visible
 // it is read again every few seconds; a hidden page reads nothing.
 import { api, ApiError, bootstrap, bootstrapRefusal, getToken } from "./api.js";
 import { $, badge, fill, h, num, target, time } from "./dom.js";
@@ -18,7 +19,7 @@ class PageError extends Error {
   constructor(message, hint = "") { super(message); this.hint = hint; }
 }
 
-const state = { id: null, sweep: null, sort: { col: "index", dir: 1 }, timer: null, busy: false };
+const state = { id: null, kind: null, sweep: null, sort: { col: "index", dir: 1 }, timer: null, busy: false };
 
 function showError(message, hint) {
   $("sweep-error-message").textContent = message;
@@ -56,7 +57,8 @@ function columns(sweep) {
   return [
     { id: "index", label: "#", get: (v) => v.index },
     ...paramKeys(sweep).map((k) => ({ id: `p:${k}`, label: k, mono: true, get: (v) => (v.params || {})[k] })),
-    { id: "status", label: "Status", get: (v) => v.status, cell: (v) => badge(v.status) },
+    { id: "status", label: "Status", get: (v) => (v.pruned ? "pruned" : v.status),
+      cell: (v) => (v.pruned ? [badge(v.status), h("span", { class: "pruned-mark", title: "The study's pruner stopped this trial" }, "pruned")] : badge(v.status)) },
     { id: "worker", label: "Worker", get: (v) => v.worker_id || null },
     { id: "duration", label: "Duration", get: (v) => v.duration_s, cell: (v) => duration(v.duration_s) },
     { id: "objective", label: `Objective${goal}`, get: (v) => v.objective },
@@ -91,8 +93,9 @@ function renderTable(sweep) {
       "aria-sort": c.id === col.id ? (state.sort.dir > 0 ? "ascending" : "descending") : "none" },
       h("button", { type: "button", class: "link sort", onclick: () => sortBy(c.id) },
         c.label, c.id === col.id ? (state.sort.dir > 0 ? " ▲" : " ▼") : ""))))),
-    h("tbody", {}, rows.map((v) => h("tr", { class: v.best ? "best" : "", dataset: { variant: v.index, status: v.status },
-      title: v.best ? "The best variant" : null },
+    h("tbody", {}, rows.map((v) => h("tr", { class: v.best ? "best" : v.pruned ? "pruned" : "",
+      dataset: { variant: v.index, status: v.status, pruned: v.pruned ? "1" : null },
+      title: v.best ? "The best variant" : v.pruned ? "Pruned: stopped early by the study's pruner" : null },
       cols.map((c) => h("td", { class: c.mono ? "mono" : "", dataset: { col: c.id } }, c.cell ? c.cell(v) : shown(c.get(v))))))));
 }
 
@@ -106,21 +109,26 @@ function fact(label, value) {
 }
 
 function renderFacts(sweep) {
-  $("sweep-title").textContent = `Sweep ${sweep.id}${sweep.name ? ` — ${sweep.name}` : ""}`;
-  document.title = `Sweep ${sweep.id} · cdui`;
+  const study = sweep.kind === "study";
+  $("sweep-title").textContent = `${study ? "Study" : "Sweep"} ${sweep.id}${sweep.name ? ` — ${sweep.name}` : ""}`;
+  document.title = `${study ? "Study" : "Sweep"} ${sweep.id} · cdui`;
   const counts = Object.entries(sweep.counts || {}).map(([k, n]) => `${n} ${k}`).join(", ");
   const best = sweep.best;
   fill($("sweep-facts"),
     fact("Status", badge(sweep.status)), fact("Mode", sweep.mode),
-    fact("Variants", `${sweep.total}${counts ? ` (${counts})` : ""}`),
-    fact("Max running", sweep.max_running),
+    study ? fact("Trials", `${sweep.total} of ${sweep.n_trials}${counts ? ` (${counts})` : ""}`)
+      : fact("Variants", `${sweep.total}${counts ? ` (${counts})` : ""}`),
+    study ? [fact("Sampler", sweep.sampler && sweep.sampler.name), fact("Pruner", sweep.pruner && sweep.pruner.name),
+      fact("Seed", sweep.seed)] : [],
+    fact(study ? "Parallelism" : "Max running", sweep.max_running),
     fact("Target", target((sweep.options || {}).target)),
     fact("Objective", sweep.objective ? `${sweep.objective.metric} (${sweep.objective.goal})` : "none"),
     fact("Best", best ? h("span", { id: "sweep-best" }, `#${best.index}: ${num(best.objective)} with ${Object.entries(best.params || {}).map(([k, v]) => `${k}=${shown(v)}`).join(", ")}`) : ""),
     fact("Created", time(sweep.created_at)), fact("Stopped", time(sweep.stopped_at)));
   $("btn-sweep-stop").disabled = !LIVE.has(sweep.status) || sweep.status === "stopping";
   const retryable = (sweep.variants || []).some((v) => ["failed", "interrupted", "cancelled"].includes(v.status));
-  $("btn-sweep-retry").disabled = !retryable;
+  $("btn-sweep-retry").disabled = !retryable || study;
+  $("btn-sweep-retry").hidden = study;
 }
 
 // -- the plots -----------------------------------------------------------------------------------
@@ -197,6 +205,58 @@ function renderPlots(sweep) {
   fill($("parallel"), parallel(keys, done, sweep.objective.metric, best));
 }
 
+// -- a study's own plots -------------------------------------------------------------------------
+/** The optimisation history: each complete trial's objective in trial order, and the best so far as a step line. */
+export function historyPlot(history, metric, best) {
+  const width = 480, height = 240, pad = { l: 56, r: 12, t: 12, b: 40 };
+  const iw = width - pad.l - pad.r, ih = height - pad.t - pad.b;
+  const ys = scaleOf(history.flatMap((p) => [p.objective, p.best_so_far]));
+  // Trial numbers on a linear axis, whatever their span (scaleOf would make 1..150 a log axis).
+  const first = history[0].index, last = history[history.length - 1].index;
+  const xs = { pos: (v) => (last === first ? 0.5 : (v - first) / (last - first)),
+    ticks: [...new Set([first, Math.round((first + last) / 2), last])].map((v) => [v, String(v)]) };
+  const X = (v) => pad.l + 8 + xs.pos(v) * (iw - 16), Y = (v) => pad.t + ih - 6 - ys.pos(v) * (ih - 12);
+  const line = [];
+  history.forEach((p, i) => {
+    if (i) line.push(`${X(p.index).toFixed(1)},${Y(history[i - 1].best_so_far).toFixed(1)}`);
+    line.push(`${X(p.index).toFixed(1)},${Y(p.best_so_far).toFixed(1)}`);
+  });
+  return s("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "history scatter",
+    "aria-label": `optimisation history of ${metric}` },
+  s("rect", { x: pad.l, y: pad.t, width: iw, height: ih, class: "plot-area" }),
+  ys.ticks.map(([v, label]) => s("text", { x: pad.l - 4, y: Y(v) + 4, class: "tick", "text-anchor": "end" }, label.slice(0, 9))),
+  xs.ticks.map(([v, label]) => s("text", { x: X(v), y: height - pad.b + 16, class: "tick", "text-anchor": "middle" }, label)),
+  s("text", { x: pad.l + iw / 2, y: height - 4, class: "axis-label", "text-anchor": "middle" }, `trial (${metric}; the line: best so far)`),
+  s("polyline", { class: "best-line", points: line.join(" ") }),
+  history.map((p) => s("circle", { cx: X(p.index), cy: Y(p.objective), r: p.index === best ? 6 : 4,
+    class: `hist-pt${p.index === best ? " best" : ""}`, "data-trial": p.index },
+  s("title", {}, `trial ${p.index}: ${num(p.objective)} (best so far ${num(p.best_so_far)})`))));
+}
+
+/** The params' importance (Optuna's fANOVA, computed by the server) as horizontal bars, largest first. */
+export function importanceBars(importances) {
+  const items = Object.entries(importances).sort((a, b) => b[1] - a[1]);
+  const width = 420, row = 26, left = 160, height = 16 + row * items.length;
+  return s("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "importance",
+    "aria-label": "param importance" },
+  items.map(([k, v], i) => s("g", { "data-param": k },
+    s("text", { x: left - 6, y: 12 + i * row + 12, class: "axis-label", "text-anchor": "end" }, k.slice(0, 22)),
+    s("rect", { x: left, y: 8 + i * row, height: row - 8, width: Math.max(1, v * (width - left - 50)), class: "imp-bar" }),
+    s("text", { x: left + Math.max(1, v * (width - left - 50)) + 4, y: 12 + i * row + 12, class: "tick" }, `${(v * 100).toFixed(0)} %`),
+    s("title", {}, `${k}: ${num(v)}`))));
+}
+
+function renderStudy(study) {
+  $("study-plots").hidden = false;
+  const history = study.history || [];
+  const why = history.length ? "" : `No trial has completed with ${study.objective.metric} yet.`;
+  $("study-plots-none").hidden = !why;
+  $("study-plots-none").textContent = why;
+  fill($("history"), history.length ? historyPlot(history, study.objective.metric, study.best ? study.best.index : null) : []);
+  fill($("importance"), study.importances ? [h("figcaption", { class: "small muted" }, "Param importance"), importanceBars(study.importances)]
+    : h("figcaption", { class: "small muted" }, "Param importance shows once 4 trials have completed."));
+}
+
 // -- loading ---------------------------------------------------------------------------------------
 function render(sweep) {
   state.sweep = sweep;
@@ -204,6 +264,7 @@ function render(sweep) {
   renderFacts(sweep);
   renderTable(sweep);
   renderPlots(sweep);
+  if (sweep.kind === "study") renderStudy(sweep);
   document.body.dataset.sweepStatus = sweep.status;
 }
 
@@ -211,7 +272,14 @@ async function load() {
   clearTimeout(state.timer);
   state.timer = null;
   try {
-    render(await api("GET", `/api/sweeps/${encodeURIComponent(state.id)}`));
+    // A study is read where its trials, history and importances are (its trials are a sweep's variants).
+    let sweep = state.kind === "study" ? null : await api("GET", `/api/sweeps/${encodeURIComponent(state.id)}`);
+    if (!sweep || sweep.kind === "study") {
+      state.kind = "study";
+      sweep = await api("GET", `/api/studies/${encodeURIComponent(state.id)}`);
+      sweep.variants = sweep.trials;
+    }
+    render(sweep);
     $("server-status").textContent = "connected";
     $("server-status").className = "server-status ok";
   } catch (err) {
