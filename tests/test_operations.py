@@ -13,13 +13,15 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdui.plane.store import backup as db_backup
-from procs import REPO_ROOT, ServerProc, env_for, free_port, track_log, wait_for
+from cdui.wire import protocol
+from procs import REPO_ROOT, Proc, ServerProc, env_for, free_port, track_log, wait_for
 
 BIN = str(REPO_ROOT / "bin" / "cdui")
 LOG_MAX = 4000
@@ -119,6 +121,41 @@ def test_log_rotates_keeping_the_configured_count_and_reopens_on_sighup(bg: Any)
     # `cdui logs -n 1` prints the last line of that log.
     out = cdui(bg["env"], "logs", "--lines", "1").stdout
     assert out.count("\n") == 1 and out.strip() == log.read_text().splitlines()[-1]
+
+
+@pytest.mark.e2e  # a real agent connected to the background server
+def test_a_workers_log_is_read_over_its_connection(bg: Any) -> None:
+    srv, env, tmp = bg["srv"], bg["env"], bg["tmp"]
+    token = srv.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+    agent = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", srv.url, "--token", token,
+                  "--name", "w1", "--devices", "cpu", "--foreground"],
+                 env_for(tmp / "agent-ud", tmp / "agent-data"), tmp / "agent.log", name="agent-w1")
+    agent.spawn()
+    try:
+        def online() -> bool:
+            assert agent.alive, agent.log_tail(20)
+            return any(w["name"] == "w1" and w["online"] for w in srv.call("GET", "/api/workers")["workers"])
+        wait_for(online, 120, 0.2, "worker w1 online")
+        # The agent logs to stderr here (no --log-file, as under systemd); its lines still come back.
+        out = cdui(env, "logs", "--worker", "w1", "--lines", "3").stdout.splitlines()
+        assert 1 <= len(out) <= 3
+        written = agent.log_text().splitlines()
+        assert all(line in written for line in out), (out, written[-10:])
+        r = cdui(env, "logs", "--worker", "nobody", check=False)
+        assert r.returncode == 1 and "nobody" in r.stderr
+    finally:
+        agent.stop()
+
+
+def test_a_log_answer_over_its_bounds_is_refused() -> None:
+    ok = {"type": "log_answer", "request_id": "r", "lines": ["x" * 100] * 10, "first": 1, "last": 10}
+    assert isinstance(protocol.parse_agent_message(json.dumps(ok)), protocol.LogAnswer)
+    for bad in ({"lines": ["x"] * (protocol.LOG_MAX_LINES + 1)},
+                {"lines": ["x" * (protocol.LOG_LINE_CHARS + 1)]},
+                {"lines": ["x" * protocol.LOG_LINE_CHARS] * (protocol.LOG_ANSWER_CHARS // protocol.LOG_LINE_CHARS
+                                                             + 1)}):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.parse_agent_message(json.dumps({**ok, **bad}))
 
 
 def _events_seen(srv: ServerProc, run_id: str, after: int) -> int:

@@ -14,14 +14,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cdui import __version__
-from cdui.cli import daemon
-from cdui.cli.cli_util import _die
+from cdui.cli import cli_workers, daemon
+from cdui.cli.cli_util import CONTROL_HELP, _die
 from cdui.core import config, config_file
 from cdui.core.layout import Layout
 from cdui.core.private import private_dir
 from cdui.plane.store import backup as db_backup
+from cdui.wire import protocol
 
 MANIFEST = "manifest.json"
 FORMAT = "cdui-backup"
@@ -30,6 +32,7 @@ DB_ENTRY = "user-data/cdui.sqlite3"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_LINES = 100_000
 PARTIAL_MARK = ".cdui-backup-partial"
+FOLLOW_WORKER_S = 1.0  # `cdui logs --worker NAME --follow` asks again this often (the server allows 2 a second)
 # What a backup holds besides the database, relative to the user data folder: the agent's credentials and
 # mounts, the port `cdui start --port` remembered, and the id that names SSH workers' remote folders. Never
 # the session token (`session-token`, or the file of CODEFYUI_SESSION_TOKEN_FILE): it grants the owner's
@@ -163,7 +166,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     verdict, _ = db_backup.check_database(partial / DB_ENTRY)
     if verdict != "ok":
         return _die(f"the copy of {db} failed sqlite's integrity check ({verdict}); the backup in {partial} is not "
-                    f"usable: check the disk of {cfg.user_data} (`PRAGMA integrity_check` on the database)", 1)
+                    f"usable: check the disk of {cfg.user_data} and sqlite's integrity check of the database itself", 1)
     files: list[dict[str, Any]] = [{"path": DB_ENTRY, "size": (partial / DB_ENTRY).stat().st_size,
                                     "sha256": _sha256(partial / DB_ENTRY)}]
     others = _sources(cfg)
@@ -339,7 +342,29 @@ def _last_lines(path: Path, n: int) -> tuple[bytes, int]:
         return b"".join(lines[-n:]) if n else b"", end
 
 
+def _worker_logs(args: argparse.Namespace) -> int:
+    """A worker's newest log lines, asked of its agent over its connection by the control plane."""
+    if not 1 <= args.lines <= protocol.LOG_MAX_LINES:
+        return _die(f"--lines {args.lines} is out of range for a worker's log: give 1 to {protocol.LOG_MAX_LINES}", 2)
+    client = cli_workers._client(args)
+    path = f"/api/workers/{quote(args.worker, safe='')}/log"
+    after = 0
+    while True:
+        lines = args.lines if after == 0 else protocol.LOG_MAX_LINES
+        answer = client.call("GET", f"{path}?after={after}&lines={lines}")
+        if after and answer["first"] > after + 1:
+            print(f"[... {answer['first'] - after - 1} lines dropped from the worker's memory ...]", flush=True)
+        for line in answer["lines"]:
+            print(line, flush=True)
+        after = answer["last"]
+        if not args.follow:
+            return 0
+        time.sleep(FOLLOW_WORKER_S)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
+    if args.worker is not None:
+        return _worker_logs(args)
     cfg = config.load()
     if not 0 <= args.lines <= MAX_LINES:
         return _die(f"--lines {args.lines} is out of range: give 0 to {MAX_LINES}", 2)
@@ -387,8 +412,13 @@ def add_commands(sub: Any) -> None:
     s.add_argument("src", metavar="SRC", help="the backup's folder")
     s.set_defaults(func=cmd_restore)
 
-    s = sub.add_parser("logs", help="print the log of the background server (or agent)")
+    s = sub.add_parser("logs", help="print the log of the background server (or agent, or a worker)")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing what is written (Ctrl+C stops)")
     s.add_argument("--lines", "-n", type=int, default=50, metavar="N", help="the last N lines (default 50)")
     s.add_argument("--agent", action="store_true", help="the agent's log (agent.log) instead of the server's")
+    s.add_argument("--worker", default=None, metavar="NAME",
+                   help="a connected worker's newest log lines, asked of its agent by the control plane")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_logs)

@@ -26,6 +26,7 @@ import logging.handlers
 import os
 import signal
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +95,69 @@ class LogFile(logging.handlers.RotatingFileHandler):
         super().emit(record)
 
 
+RING_LINES = 2000
+RING_LINE_CHARS = 4096  # as cdui.wire.protocol.LOG_LINE_CHARS: a longer line is cut
+
+
+class LogRing(logging.Handler):
+    """The newest log lines of this process, numbered from 1, in memory: what the control plane asks an
+    agent for (``cdui logs --worker``), wherever the agent's log goes (a file, or the journal)."""
+
+    def __init__(self, size: int = RING_LINES) -> None:
+        super().__init__(logging.INFO)
+        self.lines: deque[tuple[int, str]] = deque(maxlen=size)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        for line in text.splitlines() or [""]:
+            self.count += 1
+            self.lines.append((self.count, line[:RING_LINE_CHARS]))
+
+    def since(self, after: int, n: int, max_chars: int) -> tuple[list[str], int, int]:
+        """(up to ``n`` lines numbered after ``after`` (``0``: the last ``n``), oldest first, and at most
+        ``max_chars`` in all; the oldest number still held; the number of the last line given)."""
+        self.acquire()
+        try:
+            held = list(self.lines)
+            count = self.count
+        finally:
+            self.release()
+        first = held[0][0] if held else count + 1
+        picked = held[-n:] if after <= 0 else [x for x in held if x[0] > after][:n]
+        out: list[str] = []
+        total = 0
+        last = after if after > 0 else count  # nothing new: the caller asks again from the same place
+        for seq, line in picked:
+            if total + len(line) > max_chars:
+                break
+            out.append(line)
+            total += len(line)
+            last = seq
+        return out, first, last
+
+
+RING = LogRing()
+
+
 def setup(path: Path | None, max_bytes: int, backups: int) -> LogFile | None:
     """Log INFO and above to ``path`` (rotated, see the module's doc), or to stderr when ``path`` is None,
     and answer SIGHUP (reopen the file). Call once, from the main thread, before the event loop starts."""
     handler: LogFile | None = None
     if path is None:
-        logging.basicConfig(level=logging.INFO, format=FORMAT)
+        logging.basicConfig(level=logging.INFO, format=FORMAT)  # before the ring: it adds none once one is there
     else:
         handler = LogFile(path, max_bytes, backups)
         handler.setFormatter(logging.Formatter(FORMAT))
         root = logging.getLogger()
         root.addHandler(handler)
         root.setLevel(logging.INFO)
+    RING.setFormatter(logging.Formatter(FORMAT))
+    logging.getLogger().addHandler(RING)
 
     def on_hup(signum: int, frame: Any) -> None:
         # Only a flag here: the signal may arrive in the middle of writing a line. The line below is
