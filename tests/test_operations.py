@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cdui.core import logfile
 from cdui.plane.store import backup as db_backup
 from cdui.wire import protocol
 from procs import REPO_ROOT, Proc, ServerProc, env_for, free_port, track_log, wait_for
@@ -145,6 +147,39 @@ def test_a_workers_log_is_read_over_its_connection(bg: Any) -> None:
         assert r.returncode == 1 and "nobody" in r.stderr
     finally:
         agent.stop()
+
+
+def test_logs_follow_reads_every_line_across_rotations(tmp_path: Path) -> None:
+    """`cdui logs --follow` (a real process) on a log that the real handler rotates three times while it
+    reads: every line comes once, in order, the tails of the rotated files included."""
+    ud = tmp_path / "ud"
+    ud.mkdir()
+    handler = logfile.LogFile(ud / "cdui.log", 600, 2, take_std=False)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    lg = logging.getLogger("test.follow")
+    lg.propagate = False
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    lg.info("before")
+    follower = Proc([BIN, "logs", "--follow", "--lines", "1"], env_for(ud), tmp_path / "follow.out", name="follow")
+    follower.spawn()
+    try:
+        def printed() -> list[str]:
+            return [ln for ln in follower.log_text().splitlines() if ln.startswith(("before", "line "))]
+        wait_for(lambda: printed() == ["before"], 60, 0.1, "the follower to print the last line")
+        rolls: list[int] = []
+        rollover = handler.doRollover
+        handler.doRollover = lambda: (rolls.append(1), rollover())[1]  # type: ignore[method-assign]
+        for step in range(8):  # each batch ends in a file the follower reads before the next is written
+            for i in range(step * 10, step * 10 + 10):
+                lg.info("line %03d %s", i, "x" * 20)
+            wait_for(lambda n=step * 10 + 10: len(printed()) == n + 1, 60, 0.05, f"line {step * 10 + 9}")
+        assert printed() == ["before"] + [f"line {i:03d} {'x' * 20}" for i in range(80)]
+        assert len(rolls) >= 3, "the log should have been rotated at least three times"
+    finally:
+        follower.stop()
+        lg.removeHandler(handler)
+        handler.close()
 
 
 def test_a_log_answer_over_its_bounds_is_refused() -> None:

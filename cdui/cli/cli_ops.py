@@ -328,18 +328,18 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 # -- logs --------------------------------------------------------------------------------------
-def _last_lines(path: Path, n: int) -> tuple[bytes, int]:
-    """The last ``n`` lines of ``path`` and the offset of its end."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        pos, data = end, b""
-        while pos > 0 and data.count(b"\n") <= n:
-            step = min(65536, pos)
-            pos -= step
-            f.seek(pos)
-            data = f.read(step) + data
-        lines = data.splitlines(keepends=True)
-        return b"".join(lines[-n:]) if n else b"", end
+def _last_lines(f: Any, n: int) -> bytes:
+    """The last ``n`` lines of the open file ``f``, which is left at its end."""
+    end = f.seek(0, os.SEEK_END)
+    pos, data = end, b""
+    while pos > 0 and data.count(b"\n") <= n:
+        step = min(65536, pos)
+        pos -= step
+        f.seek(pos)
+        data = f.read(step) + data
+    f.seek(end)
+    lines = data.splitlines(keepends=True)
+    return b"".join(lines[-n:]) if n else b""
 
 
 def _worker_logs(args: argparse.Namespace) -> int:
@@ -374,27 +374,33 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return _die(f"there is no log file {path}: a server or agent started in the background writes it; under "
                     f"systemd the log is in the journal (`journalctl -u {unit}`)", 1)
     out = sys.stdout.buffer
-    text, pos = _last_lines(path, args.lines)
-    out.write(text)
-    out.flush()
-    if not args.follow:
-        return 0
-    ident = os.stat(path)
-    while True:  # until Ctrl+C; the file may be rotated meanwhile (by cdui or logrotate)
-        time.sleep(0.5)
-        try:
-            now = os.stat(path)
-        except FileNotFoundError:
-            continue
-        if (now.st_dev, now.st_ino) != (ident.st_dev, ident.st_ino) or now.st_size < pos:
-            ident, pos = now, 0  # a new file at the path: read it from its start
-        if now.st_size > pos:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read(now.st_size - pos)
-            pos += len(chunk)
-            out.write(chunk)
-            out.flush()
+    f = open(path, "rb")
+    try:
+        out.write(_last_lines(f, args.lines))
+        out.flush()
+        while args.follow:  # until Ctrl+C; the file may be rotated meanwhile (by cdui or logrotate)
+            chunk = f.read(1 << 20)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+                continue
+            time.sleep(0.5)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                continue  # between logrotate's rename and the new file
+            mine = os.fstat(f.fileno())
+            if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                rest = f.read()  # what was written to the old file before it was rotated away
+                out.write(rest)
+                out.flush()
+                f.close()
+                f = open(path, "rb")  # the new file, from its start
+            elif now.st_size < f.tell():
+                f.seek(0)  # truncated in place (logrotate's copytruncate)
+    finally:
+        f.close()
+    return 0
 
 
 # -- parser ------------------------------------------------------------------------------------
