@@ -288,6 +288,40 @@ def test_backup_during_a_burst_restores_every_acknowledged_event(bg: Any) -> Non
         cdui(env, "stop")
 
 
+@pytest.mark.e2e  # the background server (restarted by the test above)
+def test_backup_into_a_folder_keeps_the_newest(bg: Any) -> None:
+    env, tmp = bg["env"], bg["tmp"]
+    into = tmp / "nightly"
+    into.mkdir()
+    (into / "cdui-notes").mkdir()  # not a backup: never removed
+    for _ in range(3):
+        cdui(env, "backup", "--into", str(into), "--keep", "2")
+    made = sorted(p.name for p in into.iterdir())
+    assert len(made) == 3 and made[-1] == "cdui-notes", made
+    for name in made[:2]:
+        assert name.startswith("cdui-20") and (into / name / "manifest.json").is_file()
+    r = cdui(env, "backup", check=False)
+    assert r.returncode == 2 and "--into" in r.stderr
+
+
+def test_the_backup_timer_runs_a_command_cdui_accepts() -> None:
+    import configparser
+
+    from cdui.cli.cli import build_parser
+    units = {}
+    for name in ("codefyui-backup.service", "codefyui-backup.timer"):
+        unit = configparser.ConfigParser(interpolation=None, strict=False)
+        unit.optionxform = str  # type: ignore[assignment,method-assign]
+        unit.read_string((REPO_ROOT / "deploy" / name).read_text())
+        units[name] = unit
+    svc = units["codefyui-backup.service"]["Service"]
+    argv = svc["ExecStart"].split()
+    assert argv[0] == "/opt/codefyui/bin/cdui" and svc["Type"] == "oneshot" and svc["User"] == "codefyui"
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "backup" and args.into and args.keep >= 1
+    assert units["codefyui-backup.timer"]["Timer"]["OnCalendar"]
+
+
 def test_config_shows_sources_and_masks_secrets(tmp_path: Path) -> None:
     secret = tmp_path / "s3-secret"
     secret.write_text("very-secret-value\n")

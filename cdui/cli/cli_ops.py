@@ -32,6 +32,7 @@ DB_ENTRY = "user-data/cdui.sqlite3"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_LINES = 100_000
 PARTIAL_MARK = ".cdui-backup-partial"
+INTO_PREFIX = "cdui-"  # `cdui backup --into DIR` makes DIR/cdui-YYYYMMDD-HHMMSS (UTC)
 FOLLOW_WORKER_S = 1.0  # `cdui logs --worker NAME --follow` asks again this often (the server allows 2 a second)
 # What a backup holds besides the database, relative to the user data folder: the agent's credentials and
 # mounts, the port `cdui start --port` remembered, and the id that names SSH workers' remote folders. Never
@@ -143,7 +144,46 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
+def _prune(into: Path, keep: int, made: Path) -> list[Path]:
+    """Remove all but the newest ``keep`` backups that ``--into`` made in ``into`` (``cdui-<time>`` folders
+    holding a cdui backup's manifest; anything else there is left alone). Returns the removed ones."""
+    ours = []
+    for p in sorted(into.glob(f"{INTO_PREFIX}*")):
+        try:
+            mf = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if p.is_dir() and not p.is_symlink() and isinstance(mf, dict) and mf.get("format") == FORMAT:
+            ours.append(p)
+    gone = [p for p in ours[:-keep] if p != made]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
+    if (args.dest is None) == (args.into is None):
+        return _die("name the backup's folder (`cdui backup DEST`) or where to make a dated one "
+                    "(`cdui backup --into DIR`), one of the two", 2)
+    if args.keep is not None and (args.into is None or args.keep < 1):
+        return _die("--keep N (N at least 1) goes with --into DIR: it keeps the newest N backups made there", 2)
+    if args.into is not None:
+        into = Path(args.into).expanduser().absolute()
+        private_dir(into)
+        base = into / time.strftime(f"{INTO_PREFIX}%Y%m%d-%H%M%S", time.gmtime())
+        dest, n = base, 0
+        while dest.exists() or dest.with_name(dest.name + ".partial").exists():  # two in one second
+            n += 1
+            dest = base.with_name(f"{base.name}-{n}")
+        args.dest = str(dest)
+    code = _backup(args)
+    if code == 0 and args.keep is not None:
+        for p in _prune(Path(args.dest).parent, args.keep, Path(args.dest)):
+            print(f"removed the older backup {p} (--keep {args.keep})")
+    return code
+
+
+def _backup(args: argparse.Namespace) -> int:
     cfg = config.load()
     dest = Path(args.dest).expanduser().absolute()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -411,7 +451,11 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_config)
 
     s = sub.add_parser("backup", help="copy the database (while the server runs) and the user data that matters")
-    s.add_argument("dest", metavar="DEST", help="a new (or empty) folder for the backup")
+    s.add_argument("dest", metavar="DEST", nargs="?", help="a new (or empty) folder for the backup")
+    s.add_argument("--into", default=None, metavar="DIR",
+                   help="instead of DEST: make the backup in DIR/cdui-YYYYMMDD-HHMMSS (UTC), for a timer")
+    s.add_argument("--keep", type=int, default=None, metavar="N",
+                   help="with --into: then remove all but the newest N backups made there")
     s.set_defaults(func=cmd_backup)
 
     s = sub.add_parser("restore", help="restore a backup made by `cdui backup` (the server must be stopped)")
