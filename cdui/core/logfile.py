@@ -25,6 +25,7 @@ import logging
 import logging.handlers
 import os
 import signal
+import sys
 import threading
 from collections import deque
 from pathlib import Path
@@ -144,9 +145,12 @@ class LogRing(logging.Handler):
 RING = LogRing()
 
 
-def setup(path: Path | None, max_bytes: int, backups: int) -> LogFile | None:
+def setup(path: Path | None, max_bytes: int, backups: int, hup: bool = True) -> LogFile | None:
     """Log INFO and above to ``path`` (rotated, see the module's doc), or to stderr when ``path`` is None,
-    and answer SIGHUP (reopen the file). Call once, from the main thread, before the event loop starts."""
+    keep the newest lines in :data:`RING`, and answer SIGHUP (reopen the file) when ``hup``. Call once, from
+    the main thread, before the event loop starts.
+
+    A process logging to a terminal keeps SIGHUP's default: closing the terminal ends it, as before."""
     handler: LogFile | None = None
     if path is None:
         logging.basicConfig(level=logging.INFO, format=FORMAT)  # before the ring: it adds none once one is there
@@ -167,6 +171,8 @@ def setup(path: Path | None, max_bytes: int, backups: int) -> LogFile | None:
         what = f"reopened {path}" if handler is not None else "nothing to reopen (logging to stderr)"
         threading.Thread(target=log.info, args=("SIGHUP: %s", what), daemon=True).start()
 
+    if not hup or (handler is None and sys.stderr is not None and sys.stderr.isatty()):
+        return handler
     try:
         signal.signal(signal.SIGHUP, on_hup)
     except (ValueError, AttributeError):  # not the main thread, or no SIGHUP (Windows)
