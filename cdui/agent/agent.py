@@ -49,7 +49,7 @@ from cdui.agent import gpu_usage
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
-from cdui.core import exit_codes
+from cdui.core import exit_codes, logfile
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
 from cdui.core.clock import Clock, SystemClock, wait_event
@@ -556,6 +556,10 @@ class Agent:
             task = asyncio.create_task(self._answer_outputs(msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        elif isinstance(msg, protocol.LogRequest):
+            # From memory, never a file: the control plane names no path, and the answer is bounded.
+            lines, first, last = logfile.RING.since(msg.after, msg.lines, protocol.LOG_ANSWER_CHARS)
+            await self._send_answer(protocol.LogAnswer(msg.request_id, lines, first, last))
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
@@ -566,6 +570,9 @@ class Agent:
     async def _answer_outputs(self, msg: protocol.OutputsRequest | protocol.RawRequest) -> None:
         root = outputs.store_dir(self.user_data)
         answer = await (raw_answer(root, msg) if isinstance(msg, protocol.RawRequest) else outputs_answer(root, msg))
+        await self._send_answer(answer)
+
+    async def _send_answer(self, answer: protocol.AgentMessage) -> None:
         ws = self.ws
         if ws is not None and not ws.closed:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):

@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import cli_datasets, cli_devices, cli_runs, cli_studies, cli_sweeps, cli_workers, daemon
+from cdui.cli import cli_datasets, cli_devices, cli_ops, cli_runs, cli_studies, cli_sweeps, cli_workers, daemon
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
-from cdui.core import argv_token, config
+from cdui.core import argv_token, config, config_file, logfile
 from cdui.core.config import absolute_paths, warn_unavailable
 from cdui.core.errors import CduiError
 from cdui.core.private import private_dir, restrict_umask
@@ -142,7 +142,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.foreground:
         return _serve(cfg, args)
     log_path = ud / "cdui.log"
-    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(port)]
+    cmd = [sys.executable, "-m", "cdui", "start", "--foreground", "--host", args.host, "--port", str(port),
+           "--log-file", str(log_path)]
     (ud / "server.json").unlink(missing_ok=True)
     proc = daemon.spawn(cmd, log_path)
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
@@ -171,7 +172,8 @@ def _tail(path: Path, n: int) -> str:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     from cdui.plane.server import serve
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logfile.setup(Path(args.log_file).absolute() if args.log_file else None, cfg["CODEFYUI_LOG_MAX_BYTES"],
+                  cfg["CODEFYUI_LOG_BACKUP_COUNT"])
     warn_unavailable(logging.getLogger("cdui.plane.server"))
     with daemon.PidFile(cfg.user_data / "cdui.pid").held():
         try:
@@ -347,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port; remembered for the next start (default: CODEFYUI_PORT, else the port the last "
                         "`start --port` used, else 8000)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--log-file", default=None, metavar="PATH",
+                   help="with --foreground: log to PATH, rotated by size (CODEFYUI_LOG_MAX_BYTES, "
+                        "CODEFYUI_LOG_BACKUP_COUNT), reopened on SIGHUP (default: stderr, the journal under systemd)")
     s.add_argument("--extras", default=None, metavar="LIST",
                    help="first install these node-family extras: all or a comma list (done by bin/cdui)")
     s.set_defaults(func=cmd_start)
@@ -399,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_sweeps.add_commands(sub)
     cli_studies.add_commands(sub)
     cli_datasets.add_commands(sub)
+    cli_ops.add_commands(sub)
     return p
 
 
@@ -412,6 +418,12 @@ def _launcher_only(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # `agent start --token T`: T leaves the world-readable command line at once
         argv_token.hide_token_from_argv()
+    try:
+        # The settings file (/etc/cdui/cdui.env or CODEFYUI_CONFIG) fills in what the environment leaves unset,
+        # before anything reads a setting; every process this one starts inherits the result.
+        config_file.apply()
+    except CduiError as err:
+        return _die(str(err), 2)
     try:
         # Every process this one starts (daemons, runs) sees the paths the user meant, wherever its cwd is.
         os.environ.update(absolute_paths(os.environ, Path.cwd()))

@@ -26,7 +26,7 @@ from cdui.cli.cli_ssh import add_ssh_commands, tunnel_line
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid, hold_spool
 from cdui.cli.client import Client
 from cdui.cli.oneshot_cli import check_flags, claim_instance, list_lines, run_one_shot
-from cdui.core import config, exit_codes, trust
+from cdui.core import config, exit_codes, logfile, trust
 from cdui.core.atomic import write_private
 from cdui.core.backoff import backoff_delays
 from cdui.core.config import machine_id
@@ -323,7 +323,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         if args.uds:  # an SSH worker's agent: its PID next to its tunnel socket, where the remote script looks
             pidfile = Path(args.uds).parent / "agent.pid"
         return _run_foreground(cfg, control, cred, devices, pidfile, _agent_trust(pin_flag, cred, cred_path),
-                               args.uds)
+                               args.uds, log_file=args.log_file)
     running = _read_pid(pidfile)
     if running:
         print(f"an agent is already running (pid {running}); `cdui agent stop` stops it")
@@ -448,6 +448,7 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
     if args.ca_fingerprint:  # recorded by the agent only after it connected with it
         cmd += ["--ca-fingerprint", args.ca_fingerprint]
     log_path = ud / "agent.log"
+    cmd += ["--log-file", str(log_path)]
     proc = daemon.spawn(cmd, log_path)
 
     def ready(rc: int | None) -> int | None:
@@ -470,9 +471,11 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 
 
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
-                    checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None) -> int:
+                    checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None,
+                    log_file: str | None = None) -> int:
     from cdui.agent.agent import Agent, serve
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logfile.setup(Path(log_file).absolute() if log_file else None, cfg["CODEFYUI_LOG_MAX_BYTES"],
+                  cfg["CODEFYUI_LOG_BACKUP_COUNT"])
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
     held = hold_spool(ud, control, cred)
@@ -569,6 +572,9 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--devices", default=None, help="devices to offer, e.g. cpu or cuda:0,cuda:1")
     s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--log-file", default=None, metavar="PATH",
+                   help="with --foreground: log to PATH, rotated by size (CODEFYUI_LOG_MAX_BYTES, "
+                        "CODEFYUI_LOG_BACKUP_COUNT), reopened on SIGHUP (default: stderr, the journal under systemd)")
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="pin the TLS proxy's key (SHA-256 of its certificate's SubjectPublicKeyInfo); stored with "
                         "the credential")

@@ -22,7 +22,7 @@ from typing import Any
 from cdui.agent import instances
 from cdui.agent.oneshot_agent import OneShot
 from cdui.cli.cli_util import _die, hold_spool
-from cdui.core import config, exit_codes
+from cdui.core import config, exit_codes, logfile
 from cdui.core.config import machine_id
 from cdui.core.errors import CduiError
 from cdui.run.devices import detect_devices
@@ -66,7 +66,9 @@ def claim_instance(args: argparse.Namespace, user_data: Path) -> instances.Insta
 def run_one_shot(args: argparse.Namespace, cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None,
                  labels: Callable[[], dict[str, str]], checks: tuple[Any, Callable[[], None]] | None = None) -> int:
     from cdui.agent.agent import Agent, serve
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # stderr, as ever (a batch job's output file), and the newest lines for `cdui logs --worker`; SIGHUP keeps
+    # its default, which ends a one-shot agent whose ssh session or job step hung up.
+    logfile.setup(None, 0, 1, hup=False)
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
     inst: instances.Instance | None = getattr(args, "instance_claim", None)
     one = OneShot(instance=inst.id if inst is not None else None, run_id=args.run_id)

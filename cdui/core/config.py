@@ -120,6 +120,8 @@ class Setting:
     path: bool = False
     # False: the spec names it but nothing in this version reads it; setting it logs a warning at start.
     available: bool = True
+    # A secret: `cdui config` masks it, and it may be given as NAME_FILE=/path (cdui.core.config_file).
+    secret: bool = False
 
 
 SETTINGS: list[Setting] = [
@@ -171,8 +173,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_S3_BUCKET", None, _str, "the bucket; the backend is off without it", "a bucket name"),
     Setting("CODEFYUI_S3_PREFIX", "", _str, "prepended to every key", "a key prefix"),
     Setting("CODEFYUI_S3_ADDRESSING_STYLE", "auto", _str, "auto, path or virtual", "auto|path|virtual"),
-    Setting("CODEFYUI_S3_ACCESS_KEY_ID", None, _str, "the control plane's key (memory only)", "a key id"),
-    Setting("CODEFYUI_S3_SECRET_ACCESS_KEY", None, _str, "the control plane's secret (memory only)", "a secret"),
+    Setting("CODEFYUI_S3_ACCESS_KEY_ID", None, _str, "the control plane's key (memory only)", "a key id", secret=True),
+    Setting("CODEFYUI_S3_SECRET_ACCESS_KEY", None, _str, "the control plane's secret (memory only)", "a secret", secret=True),
     Setting("CODEFYUI_S3_CREDENTIALS", "auto", _str, "what a worker receives: sts, static or auto", "sts|static|auto"),
     Setting("CODEFYUI_S3_STS_ROLE_ARN", None, _str, "role to assume on AWS", "an ARN"),
     Setting("CODEFYUI_S3_STS_DURATION_S", 3600, _int, "lifetime of temporary credentials (900-43200)", "seconds"),
@@ -184,7 +186,7 @@ SETTINGS: list[Setting] = [
     # -- agent
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
-    Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token"),
+    Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token", secret=True),
     Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
     # -- install
@@ -197,6 +199,10 @@ SETTINGS: list[Setting] = [
     # -- run limits
     Setting("CODEFYUI_RUN_EVENT_MAX_BYTES", 4 * 1024 ** 2, _size, "largest run event kept whole (its data as JSON); a larger one is cut with a marker, a graph output becomes the error output_too_large (4 MiB; 0: no bound)", "bytes, or a size like 4MiB"),
     Setting("CODEFYUI_RUN_UPLOAD_QUOTA", 20 * GiB, _size, "most bytes a worker may upload to the control plane for one run, all files together (20 GiB; 0: no quota)", "bytes, or a size like 20GiB"),
+    # -- settings file and log files (wip/backup; docs/operations.md)
+    Setting("CODEFYUI_CONFIG", None, _str, "a settings file of NAME=VALUE lines (systemd's EnvironmentFile= format) read at every command; the environment overrides it (default: /etc/cdui/cdui.env when it exists)", "a file", path=True),
+    Setting("CODEFYUI_LOG_MAX_BYTES", 10 * 1024 ** 2, _size, "size at which the log file of a background server or agent (--log-file) is rotated (10 MiB; 0: never, for Debian's logrotate)", "bytes, or a size like 10MiB"),
+    Setting("CODEFYUI_LOG_BACKUP_COUNT", 5, _positive_int, "rotated log files kept beside the log (cdui.log.1 ... cdui.log.N)", "an integer of at least 1"),
 ]
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -72,6 +72,7 @@ from cdui.plane.http import (
     api_runs,
     api_studies,
     api_sweeps,
+    api_worker_log,
     proxies,
     share_memory,
     web_session,
@@ -361,6 +362,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     ssh_workers.setup(app)  # after the run service's cleanup_ctx: SSH workers connect once runs are served
     web_session.setup(app)
     api_outputs.setup(app)
+    api_worker_log.setup(app)
     api_canvas.setup(app)
     return app
 

@@ -137,7 +137,7 @@ class PendingOutputs:
     def __init__(self) -> None:
         self.waiting: dict[str, asyncio.Future[Any]] = {}
 
-    def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer) -> None:
+    def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer | protocol.LogAnswer) -> None:
         fut = self.waiting.pop(msg.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
@@ -609,7 +609,7 @@ class WorkerSession:
                     await inbox.put(m)
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
-                elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer)):
+                elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer, protocol.LogAnswer)):
                     conn.outputs.answered(m)
                 else:
                     await conn.send(protocol.Error("hello was already received"))

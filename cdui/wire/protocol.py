@@ -17,6 +17,7 @@ agent -> control plane
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.run.outputs)
   raw_answer {request_id, chunk, size, sha256, data, error, code}  (one chunk of a recorded raw tensor file)
   probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
+  log_answer {request_id, lines, first, last}  (the newest lines of the agent's own log, bounded)
 control plane -> agent
   probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
              plane's machine id: can it read that file and write those folders? see cdui.wire.same_machine)
@@ -33,6 +34,7 @@ control plane -> agent
   error      {message}  (a malformed message; the connection stays up)
   outputs_request {request_id, run_id, node_id}  (node_id null: which nodes have recorded outputs)
   raw_request {request_id, run_id, node_id, port, chunk}  (chunk k of a recorded output's raw tensor file)
+  log_request {request_id, after, lines}  (the agent's log lines after number ``after``; 0: the last ``lines``)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -489,6 +491,8 @@ def parse_agent_message(raw: str) -> AgentMessage:
         return _outputs_answer(d)
     if t == "raw_answer":
         return _raw_answer(d)
+    if t == "log_answer":
+        return _log_answer(d)
     if t == "probe_answer":
         nonce = _opt(d, "nonce", str, None, "probe_answer")
         cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
@@ -772,9 +776,47 @@ def _raw_answer(d: dict[str, Any]) -> RawAnswer:
                      sha, data, None if error is None else _str(error, f"{w}.error", MAX_TEXT), code)
 
 
+# A worker's log read over its connection (`cdui logs --worker`): the agent keeps its newest log lines in
+# memory (cdui.core.logfile.LogRing) and sends at most this many lines, each cut to LOG_LINE_CHARS, and
+# LOG_ANSWER_CHARS in all; the control plane never opens a file for it, and refuses a bigger answer.
+LOG_MAX_LINES = 1000
+LOG_LINE_CHARS = 4096
+LOG_ANSWER_CHARS = 256 * 1024
+
+
+@dataclass(frozen=True)
+class LogRequest(_Flat):
+    request_id: str
+    after: int
+    lines: int
+    type: ClassVar[str] = "log_request"
+
+
+@dataclass(frozen=True)
+class LogAnswer(_Flat):
+    """Lines numbered ``last - len(lines) + 1`` to ``last``; ``first``: the oldest number the agent still holds
+    (lines before it were dropped from its memory)."""
+
+    request_id: str
+    lines: list[str]
+    first: int
+    last: int
+    type: ClassVar[str] = "log_answer"
+
+
+def _log_answer(d: dict[str, Any]) -> LogAnswer:
+    w = "log_answer"
+    lines = [_str(x, f"{w}.lines[]", LOG_LINE_CHARS) for x in _list(_req(d, "lines", list, w), f"{w}.lines",
+                                                                   LOG_MAX_LINES)]
+    if sum(len(x) for x in lines) > LOG_ANSWER_CHARS:
+        raise ProtocolError(f"{w}.lines hold more than {LOG_ANSWER_CHARS} characters")
+    return LogAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"), lines,
+                     _int(_req(d, "first", int, w), f"{w}.first"), _int(_req(d, "last", int, w), f"{w}.last"))
+
+
 ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-                 | Probe | RawRequest)
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer
+                 | Probe | RawRequest | LogRequest)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -862,6 +904,11 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                           _str(_req(d, "node_id", str, w), f"{w}.node_id", 256),
                           _str(_req(d, "port", str, w), f"{w}.port", 128),
                           _int(_req(d, "chunk", int, w), f"{w}.chunk", 0, 1 << 20))
+    if t == "log_request":
+        w = "log_request"
+        return LogRequest(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                          _int(_req(d, "after", int, w), f"{w}.after"),
+                          _int(_req(d, "lines", int, w), f"{w}.lines", 1, LOG_MAX_LINES))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 
