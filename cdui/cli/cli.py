@@ -83,7 +83,8 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
         status, body = Client(url, timeout=timeout).request("GET", "/api/health")
     except CduiError:
         return None
-    return body if status == 200 and isinstance(body, dict) else None
+    # 503: the server answers but is degraded (a full disk): it is up, and its body says why.
+    return body if status in (200, 503) and isinstance(body, dict) else None
 
 
 DEFAULT_PORT = 8000

@@ -41,6 +41,7 @@ from cdui.graph.uses import presets_used
 from cdui.graph.validate import Plan, validate_graph
 from cdui.nodes.registry import Registry
 from cdui.plane import stopping
+from cdui.plane.counts import Counts
 from cdui.plane.dispatch import HeldSlots, RunQueue, needs_of, reads_of
 from cdui.plane.files.artifact_files import (
     KEPT_BACKENDS,
@@ -243,6 +244,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
+        self.counts = Counts()  # what GET /metrics reports that only exists as it happens (cdui/plane/counts.py)
         self._rows = EncodedRows()  # GET /api/runs's encoded runs (see list_json)
         # The executors `any` leaves out for their catalog (any_skips reads every executor): computed again
         # only when an executor comes or goes, since an executor's catalog holds for its connection.
@@ -523,6 +525,7 @@ class RunService:
             # more per status; what follows on the loop (the ending's slot, listeners, watchers) is as below.
             stored, acked, ended = await self.store.append_status_events(run_id, src, events, self.clock.time(),
                                                                           max_bytes=limit, texts=texts)
+            self.counts.events.inc(len(stored))
             for ev, now_ended in zip(stored, ended, strict=True):
                 if now_ended is not None:
                     await self._ended(run_id, ev["data"]["status"], now_ended, [])
@@ -532,6 +535,7 @@ class RunService:
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
         stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit,
                                                        texts=None if src == CP else texts)
+        self.counts.events.inc(len(stored))
         watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
             if ev["kind"] in APPLIED:
@@ -704,6 +708,12 @@ class RunService:
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
+        if stored:
+            self.counts.events.inc(len(stored))
+        if ended:
+            self.counts.ended(run_id, status, self.clock.time())
+        else:
+            self.counts.started.pop(run_id, None)
         freed = self._slot_freed(run_id)
         self.secrets.pop(run_id, None)
         self.stop_pending.discard(run_id)
@@ -781,6 +791,7 @@ class RunService:
         which stay in memory until the run really ends. A run whose Stop was
         asked for meanwhile ends ``cancelled`` instead: it never started."""
         self.active.pop(run_id, None)
+        self.counts.started.pop(run_id, None)  # it starts again when placed again
         run = await self.store.get_run(run_id)
         if run is None or run.status in TERMINAL:
             return
@@ -964,6 +975,7 @@ class RunService:
                 self.wake(where.executor)
             return
         self.active[run_id] = (where.executor, where.device)
+        self.counts.claimed(run_id, run.created_at, self.clock.time())
         self.devicebook.hold(run_id, run.options)
         if facts is not None:
             # Built for the claimer's machine at once (another machine's job carries none of this one's paths).
