@@ -8,10 +8,13 @@ test rather than a lab's cluster. The Containerfile is linted with hadolint."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +223,38 @@ def test_the_containerfile_passes_hadolint() -> None:
     r = subprocess.run([tool("hadolint"), str(ROOT / "deploy" / "container" / "Containerfile")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.e2e
+def test_the_control_plane_starts_again_as_pid_1_over_its_old_pidfile(tmp_path: Path) -> None:
+    """A container restarted on the same volume (the StatefulSet's pod after a crash) runs `cdui start` as
+    pid 1 again, and the volume still holds the pidfile of the one before, which was pid 1 too: the new
+    server must serve, not take itself for a server already running. Reproduced in a PID namespace."""
+    from procs import Proc, env_for, free_port, wait_for  # noqa: PLC0415  (e2e helpers, this test only)
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"],
+                                         capture_output=True).returncode != 0:
+        pytest.skip("cannot make a PID namespace here (unshare needs root or user namespaces)")
+    ud = tmp_path / "ud"
+    ud.mkdir(mode=0o700)
+    (ud / "cdui.pid").write_text("1")
+    port = free_port()
+    argv = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+            sys.executable, "-m", "cdui", "start", "--foreground", "--host", "127.0.0.1", "--port", str(port)]
+    server = Proc(argv, env_for(ud, tmp_path / "data"), tmp_path / "server.log", name="server-pid1")
+    server.spawn()
+    try:
+        def live() -> bool:
+            assert server.alive, f"the server exited: {server.log_tail(10)}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health/live", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        wait_for(live, 120, 0.2, "the server to serve as pid 1", detail=server.log_tail)
+        assert json.loads((ud / "server.json").read_text())["pid"] == 1
+    finally:
+        # unshare passes no SIGTERM on to its child: the whole group gets it, the server (pid 1 of its
+        # namespace, with a handler) included, as a container runtime's stop does.
+        server._signal_group(signal.SIGTERM)
+        server.stop()

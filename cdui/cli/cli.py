@@ -131,6 +131,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     ud = private_dir(cfg.user_data)
     port, source = start_port(args.port, cfg)
     pid = daemon.PidFile(ud / "cdui.pid").running()
+    if pid == os.getpid():
+        # The file of a server that ran in this container before it restarted on the same volume: that one
+        # was pid 1 too (Kubernetes, podman). Counted as running, the new server would exit at once.
+        pid = None
     if pid:
         info = server_info(ud) or {}
         running = urlsplit(str(info.get("url", ""))).port

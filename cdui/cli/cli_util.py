@@ -37,14 +37,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _read_pid(path: Path) -> int | None:
-    """The pid in ``path`` if that process is alive, else None. Never this process's own pid: in a container
-    restarted on the same volume (Kubernetes, podman) the new process is pid 1 again, as the one that wrote
-    the file was, and would otherwise think itself already running and exit."""
+    """The pid in ``path`` if that process is alive, else None."""
     try:
         pid = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if pid != os.getpid() and _pid_alive(pid) else None
+    return pid if _pid_alive(pid) else None
 
 
 def hold_spool(user_data: Path, control: str, cred: dict[str, Any]) -> SpoolLock | int:
