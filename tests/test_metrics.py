@@ -88,7 +88,13 @@ def test_metrics_show_the_queue_the_worker_and_the_runs(plane: tuple[ServerProc,
 
     s.call("POST", "/api/workers/w1/undrain", {})
     assert wait_run(s, run["id"])["status"] == "succeeded"
-    m = scrape(s)
+
+    def settled() -> Samples | None:
+        # The ending is stored before its slot is freed and its duration counted, on the server's loop.
+        m = scrape(s)
+        done = value(m, "cdui_run_duration_seconds_count", status="succeeded") == 1
+        return m if done and value(m, "cdui_worker_slots_in_use", worker="w1", device="cpu") == 0 else None
+    m = wait_for(settled, 60, 0.2, "the run's end to be counted", detail=lambda: scrape(s))
     assert value(m, "cdui_queue_depth", target="worker/w1") is None, "an empty queue has no series"
     assert value(m, "cdui_workers", state="online") == 1
     assert value(m, "cdui_runs", status="succeeded", target="worker/w1") == 1
