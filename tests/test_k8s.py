@@ -1,19 +1,23 @@
 """deploy/k8s and deploy/container, checked offline: no cluster can run here.
 
-Every overlay renders with `kubectl kustomize`, and what it renders passes the Kubernetes API's own
-schemas (kubernetes-validate, strict: an unknown or misspelt field fails). The pods' commands are
+Every overlay renders with `kubectl kustomize`, what it renders passes the Kubernetes API's own
+schemas (kubernetes-validate, strict: an unknown or misspelt field fails), and `kubectl apply
+--dry-run=client --validate=false` takes it (against a discovery answerer, since even a client dry
+run asks an API server which kinds exist). The pods' commands are
 parsed by cdui's own argument parser, their CODEFYUI_* settings loaded by cdui's config, and their
 folders checked against their volumes, so a flag renamed in the CLI or a setting dropped breaks this
 test rather than a lab's cluster. The Containerfile is linted with hadolint."""
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -136,6 +140,68 @@ def test_every_overlay_renders_and_passes_the_api_schemas(rendered: tuple[str, l
     for d in docs:
         kubernetes_validate.validate(d, KUBERNETES_VERSION, strict=True)
         assert d["metadata"].get("namespace", "cdui") == "cdui"
+
+
+# The API groups and kinds the manifests may use, as a Kubernetes API server's discovery lists them: what
+# `kubectl apply --dry-run=client` asks before it prints anything (kind -> (group version, plural, namespaced)).
+API_KINDS = {"Namespace": ("v1", "namespaces", False), "Service": ("v1", "services", True),
+             "PersistentVolumeClaim": ("v1", "persistentvolumeclaims", True),
+             "StatefulSet": ("apps/v1", "statefulsets", True), "Deployment": ("apps/v1", "deployments", True),
+             "Job": ("batch/v1", "jobs", True), "Ingress": ("networking.k8s.io/v1", "ingresses", True)}
+
+
+class Discovery(http.server.BaseHTTPRequestHandler):
+    """An API server's discovery answers (API_KINDS) and 404 for every object: no cluster holds any yet."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        versions = sorted({gv for gv, _, _ in API_KINDS.values() if "/" in gv})
+        resources = {gv: [{"name": plural, "singularName": kind.lower(), "namespaced": ns, "kind": kind,
+                           "verbs": ["create", "delete", "get", "list", "patch", "update"]}
+                          for kind, (g, plural, ns) in API_KINDS.items() if g == gv] for gv in ["v1", *versions]}
+        body: dict[str, Any]
+        if path == "/api":
+            body = {"kind": "APIVersions", "versions": ["v1"]}
+        elif path == "/apis":
+            body = {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": gv.split("/")[0], "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
+                 "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]}} for gv in versions]}
+        elif path == "/api/v1" or path.removeprefix("/apis/") in versions:
+            gv = "v1" if path == "/api/v1" else path.removeprefix("/apis/")
+            body = {"kind": "APIResourceList", "groupVersion": gv, "resources": resources[gv]}
+        else:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+        data = json.dumps(body).encode()
+        self.send_response(body.get("code", 200))
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_kubectl_apply_dry_run_accepts_every_overlay(rendered: tuple[str, list[dict[str, Any]]],
+                                                      tmp_path: Path) -> None:
+    """`kubectl apply --dry-run=client --validate=false` takes the rendered overlay, every object "created
+    (dry run)". Even a client dry run asks an API server which kinds exist, so it asks a discovery
+    answerer of the API's real groups and kinds here: a kind the API lacks is refused."""
+    overlay, docs = rendered
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Discovery)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "kubeconfig").write_text("")
+        text = yaml.safe_dump_all(docs)
+        r = subprocess.run([tool("kubectl"), "--kubeconfig", str(tmp_path / "kubeconfig"), "--server",
+                            f"http://127.0.0.1:{server.server_port}", "apply", "--dry-run=client", "--validate=false",
+                            "-f", "-"], input=text, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 0, r.stderr
+    created = [line for line in r.stdout.splitlines() if line.endswith(" created (dry run)")]
+    assert len(created) == len(docs), (overlay, r.stdout)
 
 
 def test_the_one_shot_job_runs_what_one_shot_agents_need(rendered: tuple[str, list[dict[str, Any]]]) -> None:
