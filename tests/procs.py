@@ -462,7 +462,8 @@ class ServerProc(Proc):
             r = self.raw("GET", "/api/health", token=False, timeout=2)
         except OSError:
             return False
-        return r.status == 200 and (self.user_data / "session-token").exists()
+        # 503: up but degraded (a test may start a server on a full disk)
+        return r.status in (200, 503) and (self.user_data / "session-token").exists()
 
     def restart(self, extra_env: dict[str, str] | None = None) -> ServerProc:
         self.stop()

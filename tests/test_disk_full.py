@@ -50,6 +50,11 @@ def fill(folder: Path, leave: int) -> Path:
     return path
 
 
+def health_of(s: ServerProc) -> dict[str, object]:
+    """/api/health's body: 200 when ok, 503 (the same body) when degraded."""
+    return s.call("GET", "/api/health", expect=(200, 503))  # type: ignore[no-any-return]
+
+
 def test_full_disk_fails_the_run_reports_it_refuses_submits_and_recovers(small_disk, tmp_path):
     s = ServerProc(tmp_path, user_data=small_disk / "user_data", data_dir=tmp_path / "data")
     install_chatter(s.data_dir)
@@ -69,8 +74,9 @@ def test_full_disk_fails_the_run_reports_it_refuses_submits_and_recovers(small_d
         lines = chatter_lines(evs)
         assert lines == [f"line {i}" for i in range(len(lines))] and len(lines) < 200000
 
-        health = s.call("GET", "/api/health", expect=200)
+        health = s.call("GET", "/api/health", expect=503)  # the same body, for a readiness probe's status code
         assert health["status"] == "degraded", health
+        assert s.call("GET", "/api/health/live", expect=200)["status"] == "live", "liveness holds while degraded"
         assert [p["code"] for p in health["problems"]] == ["disk_full"], health
         assert "free space" in health["problems"][0]["hint"]
         assert "version" in health
@@ -81,8 +87,8 @@ def test_full_disk_fails_the_run_reports_it_refuses_submits_and_recovers(small_d
         assert s.alive
 
         filler.unlink()
-        wait_for(lambda: s.call("GET", "/api/health", expect=200)["status"] == "ok", 120, 0.2,
-                 "health to be ok again after space was freed", detail=lambda: s.call("GET", "/api/health"))
+        wait_for(lambda: health_of(s)["status"] == "ok", 120, 0.2,
+                 "health to be ok again after space was freed", detail=lambda: health_of(s))
         assert s.call("GET", "/api/health", expect=200) == {"status": "ok", "version": health["version"]}
         again = s.submit(chatter_graph(3))
         assert wait_run(s, again["id"])["status"] == "succeeded"
@@ -113,7 +119,7 @@ def test_full_disk_keeps_a_worker_run_in_its_spool_and_replays_it_once_there_is_
         # 40,000 lines need about twice the room left (events are stored many to a row, about 68 bytes
         # each, and the WAL holds them again until a checkpoint): the disk fills part way through.
         run = s.submit(chatter_graph(40000), {"target": {"worker": "w1"}})
-        wait_for(lambda: s.call("GET", "/api/health")["status"] == "degraded", 300, 0.2, "the disk to fill")
+        wait_for(lambda: health_of(s)["status"] == "degraded", 300, 0.2, "the disk to fill")
         assert s.run(run["id"])["status"] == "running", "a worker run is not ended by the full disk"
         filler.unlink()
         done = wait_run(s, run["id"], timeout=300)

@@ -262,3 +262,27 @@ def test_events_born_here_never_collide(store: Store) -> None:
     evs = run(go())
     assert [e["seq"] for e in evs] == list(range(1, 21))
     assert sorted(e["data"]["i"] for e in evs) == list(range(20))
+
+
+def test_a_database_that_refuses_writes_is_a_problem_until_a_write_succeeds(tmp_path: Path) -> None:
+    """Commits failing for another reason than a full disk (here sqlite's own read-only mode on the writer's
+    connection, as a file system remounted read-only does) make health report database_not_writable, and
+    the first write that succeeds again clears it."""
+    s = Store(tmp_path / "db.sqlite3")
+    s.open()
+    try:
+        run(s.create_run(new_run("before")))
+        assert s.problems() == []
+        s._writer_conn.execute("PRAGMA query_only=1")  # the writer thread waits for a job meanwhile
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            run(s.create_run(new_run("refused")))
+        (problem,) = s.problems()
+        assert problem["code"] == "database_not_writable", problem
+        assert "refuses writes (attempt to write a readonly database)" in problem["message"], problem
+        assert str(s.path) in problem["hint"]
+        s._writer_conn.execute("PRAGMA query_only=0")
+        run(s.create_run(new_run("after")))
+        assert s.problems() == []
+        assert run(s.get_run("refused")) is None and run(s.get_run("after")) is not None
+    finally:
+        s.close()

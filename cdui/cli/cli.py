@@ -83,7 +83,8 @@ def _health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
         status, body = Client(url, timeout=timeout).request("GET", "/api/health")
     except CduiError:
         return None
-    return body if status == 200 and isinstance(body, dict) else None
+    # 503: the server answers but is degraded (a full disk): it is up, and its body says why.
+    return body if status in (200, 503) and isinstance(body, dict) else None
 
 
 DEFAULT_PORT = 8000
@@ -130,6 +131,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     ud = private_dir(cfg.user_data)
     port, source = start_port(args.port, cfg)
     pid = daemon.PidFile(ud / "cdui.pid").running()
+    if pid == os.getpid():
+        # The file of a server that ran in this container before it restarted on the same volume: that one
+        # was pid 1 too (Kubernetes, podman). Counted as running, the new server would exit at once.
+        pid = None
     if pid:
         info = server_info(ud) or {}
         running = urlsplit(str(info.get("url", ""))).port

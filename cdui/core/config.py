@@ -140,6 +140,8 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_EXTRA_ALLOWED_HOSTS", [], _list, "extra host:port values accepted as HTTP Host", "comma-separated host:port"),
     Setting("CODEFYUI_TRUSTED_PROXIES", [], _networks, "reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (none: the socket's peer is the client)", "comma-separated IP addresses or networks, e.g. 127.0.0.1,10.1.0.0/24"),
     Setting("CODEFYUI_SESSION_TOKEN_FILE", None, _str, "a file (mode 0600) holding the session token, kept across restarts; created with a new token when missing (default: a new token at every start)", "a file", path=True),
+    Setting("CODEFYUI_METRICS_TOKEN_FILE", None, _str, "a file holding the read-only token GET /metrics accepts as `Authorization: Bearer` (Prometheus's bearer_token_file); the session token is accepted too", "a file", path=True),
+    Setting("CODEFYUI_METRICS_LOOPBACK", True, _bool, "1 lets a client on this machine's loopback (not through a proxy or an SSH tunnel) read GET /metrics without a token; 0 asks every scraper for a token", "0 or 1"),
     Setting("CODEFYUI_BOOTSTRAP", True, _bool, "0 refuses /api/auth/bootstrap to everyone (the page then asks for the session token)", "0 or 1"),
     Setting("CODEFYUI_MAX_UPLOAD_SIZE", 500 * MB, _size, "largest single uploaded file, in bytes (500 MB)", "bytes, or a size like 500MB"),
     Setting("CODEFYUI_RUN_QUEUE_MAX_CONCURRENT", "", _str, "concurrency caps: N, device=N, name/device=N (comma-separated)", "e.g. 2,cpu=1,w1/cuda:0=2"),

@@ -41,6 +41,7 @@ from cdui.graph.uses import presets_used
 from cdui.graph.validate import Plan, validate_graph
 from cdui.nodes.registry import Registry
 from cdui.plane import stopping
+from cdui.plane.counts import Counts
 from cdui.plane.dispatch import HeldSlots, RunQueue, needs_of, reads_of
 from cdui.plane.files.artifact_files import (
     KEPT_BACKENDS,
@@ -246,6 +247,7 @@ class RunService:
         self.storage: FileStore | None = None  # the S3 backend, when enabled
         self.oneshot = OneShotBook(self.clock, float(config["CODEFYUI_WORKER_ONE_SHOT_QUEUE_TIMEOUT_S"]))
         self.queue = RunQueue()  # the queued runs, in memory (cdui/plane/dispatch.py)
+        self.counts = Counts()  # what GET /metrics reports that only exists as it happens (cdui/plane/counts.py)
         self._rows = EncodedRows()  # GET /api/runs's encoded runs (see list_json)
         # The executors `any` leaves out for their catalog (any_skips reads every executor): computed again
         # only when an executor comes or goes, since an executor's catalog holds for its connection.
@@ -528,6 +530,7 @@ class RunService:
                                                                           max_bytes=limit, texts=texts)
             for tap in self.event_taps:
                 tap(run_id, stored)
+            self.counts.events.inc(len(stored))
             for ev, now_ended in zip(stored, ended, strict=True):
                 if now_ended is not None:
                     await self._ended(run_id, ev["data"]["status"], now_ended, [])
@@ -539,6 +542,7 @@ class RunService:
                                                        texts=None if src == CP else texts)
         for tap in self.event_taps:
             tap(run_id, stored)
+        self.counts.events.inc(len(stored))
         watchers = list(self.subscribers.get(run_id, ()))
         for ev in stored:
             if ev["kind"] in APPLIED:
@@ -711,6 +715,12 @@ class RunService:
         for ev in stored:
             for q in list(self.subscribers.get(run_id, ())):
                 q.put_nowait(ev)
+        if stored:
+            self.counts.events.inc(len(stored))
+        if ended:
+            self.counts.ended(run_id, status, self.clock.time())
+        else:
+            self.counts.started.pop(run_id, None)
         freed = self._slot_freed(run_id)
         self.secrets.pop(run_id, None)
         self.stop_pending.discard(run_id)
@@ -788,6 +798,7 @@ class RunService:
         which stay in memory until the run really ends. A run whose Stop was
         asked for meanwhile ends ``cancelled`` instead: it never started."""
         self.active.pop(run_id, None)
+        self.counts.started.pop(run_id, None)  # it starts again when placed again
         run = await self.store.get_run(run_id)
         if run is None or run.status in TERMINAL:
             return
@@ -971,6 +982,7 @@ class RunService:
                 self.wake(where.executor)
             return
         self.active[run_id] = (where.executor, where.device)
+        self.counts.claimed(run_id, run.created_at, self.clock.time())
         self.devicebook.hold(run_id, run.options)
         if facts is not None:
             # Built for the claimer's machine at once (another machine's job carries none of this one's paths).

@@ -60,7 +60,7 @@ from cdui.core.peercred import peer_uid
 from cdui.core.private import private_dir, restrict_umask
 from cdui.core.session_token import fixed_session_token
 from cdui.nodes.registry import build_registry
-from cdui.plane import workers
+from cdui.plane import metrics, workers
 from cdui.plane.appkeys import CLOCK, CONFIG, LOOP_LAG, SESSION_TOKEN, STORE, TUNNEL_LISTENER, WORKER_AUTH
 from cdui.plane.canvas import CANVAS, CanvasManager
 from cdui.plane.files import s3_plane, transfer
@@ -98,8 +98,9 @@ QUIET_LAG_MS = 2.0
 SWITCH_INTERVAL_S = 0.001  # how long a thread holding the GIL keeps the event loop waiting, at most (see serve)
 
 # Routes that need no session token. Worker routes check their own credential.
-PUBLIC_PATHS = {"/api/health", "/api/auth/bootstrap", "/", "/index.html", "/favicon.ico",
-                "/api/workers/enroll", "/ws/worker"}
+# /metrics checks its own readers (cdui/plane/metrics.py): a Prometheus server's metrics token, or loopback.
+PUBLIC_PATHS = {"/api/health", "/api/health/live", "/metrics", "/api/auth/bootstrap", "/", "/index.html",
+                "/favicon.ico", "/api/workers/enroll", "/ws/worker"}
 PUBLIC_PREFIXES = ("/web/",)
 # What a worker credential may do over plain HTTP: its own runs' inputs and results, nothing of the user's API.
 WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
@@ -238,14 +239,22 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 async def health(request: web.Request) -> web.Response:
     """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them. With
     ``?detail=1`` also ``loop_lag_ms``, how late the event loop ran lately (p99 of the last 10 s, see
-    cdui/plane/looplag.py); without it the answer is exactly the documented ``{status, version}``."""
+    cdui/plane/looplag.py); without it the answer is exactly the documented ``{status, version}``.
+    Degraded answers 503 with the same body: a load balancer or a readiness probe reads the status code
+    only, and must send no new work to a server that cannot store it."""
     problems = request.app[STORE].problems()
     body: dict[str, object] = {"status": "degraded" if problems else "ok", "version": __version__}
     if problems:
         body["problems"] = problems
     if request.query.get("detail") == "1":
         body["loop_lag_ms"] = request.app[LOOP_LAG].p99()
-    return web.json_response(body)
+    return web.json_response(body, status=503 if problems else 200)
+
+
+async def live(request: web.Request) -> web.Response:
+    """200 while the process serves, degraded or not: a liveness probe that restarted the server for a full
+    disk would only lose the runs in flight (the disk stays full)."""
+    return web.json_response({"status": "live", "version": __version__})
 
 
 async def bootstrap(request: web.Request) -> web.Response:
@@ -347,6 +356,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
 
     app.on_response_prepare.append(security_headers)
     app.router.add_get("/api/health", health)
+    app.router.add_get("/api/health/live", live)
     app.router.add_get("/api/auth/bootstrap", bootstrap)
     app.router.add_get("/", index)
     if WEB_DIR.is_dir():
@@ -364,6 +374,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_outputs.setup(app)
     api_worker_log.setup(app)
     api_canvas.setup(app)
+    metrics.setup(app)
     return app
 
 

@@ -261,6 +261,8 @@ class S3Backend:
         if not isinstance(key, str) or not s3.key_in_run(key, prefix, run_id):
             return f"key {str(key)[:200]!r} is not under the run's {s3.run_prefix(prefix, run_id)}"
         size, sha = data.get("size"), data.get("sha256")
+        if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+            self.app[RUNS].counts.s3_bytes.inc(size)
         return {"run_id": run_id, "kind": kind, "name": key.rsplit("/", 1)[-1], "backend": "s3",
                 "path": s3.s3_url(str(bucket), key), "relative_path": key, "label": bucket,
                 "size": size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,

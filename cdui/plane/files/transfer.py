@@ -165,6 +165,7 @@ async def upload_handler(request: web.Request) -> web.Response:
     got = await receive(file_part, target.parent, cap, too_large)
     try:
         digest, size = got.sha256, got.size
+        service.counts.transfer_bytes.inc(size)
         if meta.get("sha256") and meta["sha256"] != digest:
             raise CduiError("bad_upload", f"{target.name} arrived with sha256 {digest}, expected {meta['sha256']}",
                             hint="the agent retries the upload", status=400)

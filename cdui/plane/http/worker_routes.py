@@ -171,15 +171,17 @@ class WorkerRoutes:
         token = body.get("token")
         wait = self.m.limiter.blocked(address, token)
         if wait is not None:
+            self.m.runs.counts.refused("rate_limited")
             raise CduiError("rate_limited", f"too many failed enrollment attempts from {address}",
                             hint=f"try again in {max(wait, 1):.0f} s", status=429)
         try:
             if unreadable is not None:
                 raise unreadable
             res = await self._enroll(body)
-        except CduiError:
+        except CduiError as exc:
             # Only failures count: agents sharing an address must not lock each other out.
             self.m.limiter.failure(address, token)
+            self.m.runs.counts.refused(exc.code)
             raise
         log.info("worker %s enrolled from %s", res["worker"], address)
         return web.json_response({"worker": res["worker"], "credential": res["credential"],

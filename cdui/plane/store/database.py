@@ -215,6 +215,9 @@ class Store:
         self.path = Path(path)
         self._q: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        # Set while commits fail for another reason than a full disk (a read-only file or file system, a
+        # broken disk): health reports it, until a commit succeeds again.
+        self.unwritable: dict[str, Any] | None = None
         self._local = threading.local()
         self.commits = 0
         self.reserve = Reserve(self.path.with_name(self.path.name + ".reserve"))
@@ -374,6 +377,11 @@ class Store:
         elif exc is not None:
             log.error("sqlite commit failed: %s", exc, exc_info=exc)
             results = [(j, None, exc) for j in jobs]
+            if self.unwritable is None:
+                self.unwritable = {"since": time.time(), "detail": str(exc)[:300]}
+        elif jobs and self.unwritable is not None:
+            log.warning("the database %s takes writes again", self.path)
+            self.unwritable = None
         err = self.disk_full_error() if refused else None
         results += [(j, None, err) for j in refused]
         # One wake-up of each waiting loop per transaction, not one per job: under load a transaction
@@ -451,13 +459,25 @@ class Store:
 
     def problems(self) -> list[dict[str, Any]]:
         """What keeps this store from working normally, as health reports it."""
-        if not self.full:
-            return []
-        err = self.disk_full_error()
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.full["since"]))
-        return [{"code": "disk_full", "message": f"{err.message}, since {since}; new runs are refused and runs "
-                                                 f"whose events could not be stored ended failed",
-                 "hint": err.hint}]
+        out: list[dict[str, Any]] = []
+        if self.full:
+            err = self.disk_full_error()
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.full["since"]))
+            out.append({"code": "disk_full", "message": f"{err.message}, since {since}; new runs are refused and "
+                                                        f"runs whose events could not be stored ended failed",
+                        "hint": err.hint})
+        bad = self.unwritable
+        if bad is not None:
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(bad["since"]))
+            out.append({"code": "database_not_writable",
+                        "message": f"the database {self.path} refuses writes ({bad['detail']}), since {since}",
+                        "hint": f"check that {self.path} and its folder are writable by this user and its disk is "
+                                "healthy (the server log has the error); writes resume by themselves once one "
+                                "succeeds"})
+        elif self._thread is not None and not self._thread.is_alive():
+            out.append({"code": "database_not_writable", "message": f"the database writer of {self.path} stopped",
+                        "hint": "restart the server; the server log says why it stopped"})
+        return out
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], essential: bool = False, weight: int = 1,
                     run_id: str | None = None) -> T:
@@ -662,6 +682,12 @@ class Store:
         def fn(c: sqlite3.Connection) -> dict[str, int]:
             return {str(s): int(n) for s, n in c.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")}
         return await self.read(fn)
+
+    def run_counts_sync(self) -> list[tuple[str, str, int]]:
+        """How many runs there are of each (status, stored target text): what GET /metrics reports.
+        One pass over the runs' status index and target column, never their graphs."""
+        q = "SELECT status, target, COUNT(*) FROM runs GROUP BY status, target"
+        return [(r[0], r[1], r[2]) for r in self._reader().execute(q).fetchall()]
 
     def runs_in_status_sync(self, statuses: set[str], with_graph: bool = False) -> list[Run]:
         """Runs in ``statuses``, oldest first; without their graphs unless asked (they can be large)."""

@@ -748,7 +748,7 @@ async function start() {
     const rest = params.toString();
     history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
   }
-  api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
+  api("GET", "/api/health/live").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
   if (!getToken() && !(await bootstrap())) askToken(bootstrapRefusal);
   else if (getToken()) await sessionCookie();
   renderCompare();

@@ -174,7 +174,7 @@ async function main() {
   document.title = `Compare ${ids.join(", ")} · cdui`;
   try {
     await signIn();
-    api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
+    api("GET", "/api/health/live").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
     const runs = await loadRuns(ids);
     $("server-status").textContent = "connected";
     $("server-status").className = "server-status ok";

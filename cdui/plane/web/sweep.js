@@ -340,7 +340,7 @@ async function main() {
       throw new PageError(bootstrapRefusal || "This page needs the session token, and could not fetch it by itself.",
         "Open the runs page (/) in this tab and give the token there, then come back to this address.");
     }
-    api("GET", "/api/health").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
+    api("GET", "/api/health/live").then((hv) => { $("version").textContent = `v${hv.version}`; }).catch(() => {});
     const raw = new URLSearchParams(location.search).get("id") ?? new URLSearchParams(location.hash.slice(1)).get("sweep");
     if (raw == null || raw === "") {
       await listSweeps();
