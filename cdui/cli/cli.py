@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import cli_datasets, cli_devices, cli_runs, cli_sweeps, cli_workers, daemon
+from cdui.cli import cli_datasets, cli_devices, cli_project, cli_runs, cli_sweeps, cli_workers, daemon
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
-from cdui.core import argv_token, config
+from cdui.core import argv_token, config, project
 from cdui.core.config import absolute_paths, warn_unavailable
 from cdui.core.errors import CduiError
 from cdui.core.private import private_dir, restrict_umask
@@ -126,6 +126,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         # its files with explicit modes), so it still knows the user's own
         # umask for its run subprocesses.
         restrict_umask()
+    if args.project is not None:
+        # The setting, not a flag, carries the project on: the background server and every process it
+        # starts read their folders from their settings (cdui/core/layout.py).
+        try:
+            os.environ[project.PROJECT_SETTING] = str(project.find(args.project))
+        except CduiError as err:
+            return _die(str(err), 2)
     cfg = _config()
     ud = private_dir(cfg.user_data)
     port, source = start_port(args.port, cfg)
@@ -173,6 +180,7 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     from cdui.plane.server import serve
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unavailable(logging.getLogger("cdui.plane.server"))
+    project.open_at_start(logging.getLogger("cdui.plane.server"))
     with daemon.PidFile(cfg.user_data / "cdui.pid").held():
         try:
             serve(cfg, args.host, args.port)
@@ -347,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port; remembered for the next start (default: CODEFYUI_PORT, else the port the last "
                         "`start --port` used, else 8000)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
+    s.add_argument("--project", default=None, metavar="DIR",
+                   help="open the project folder DIR (codefyui.project.toml): its graphs, presets, custom nodes, "
+                        "assets and .env secrets (docs/projects.md)")
     s.add_argument("--extras", default=None, metavar="LIST",
                    help="first install these node-family extras: all or a comma list (done by bin/cdui)")
     s.set_defaults(func=cmd_start)
@@ -398,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_runs.add_commands(sub)
     cli_sweeps.add_commands(sub)
     cli_datasets.add_commands(sub)
+    cli_project.add_parsers(sub)
     return p
 
 

@@ -26,7 +26,7 @@ from cdui.cli.cli_ssh import add_ssh_commands, tunnel_line
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid, hold_spool
 from cdui.cli.client import Client
 from cdui.cli.oneshot_cli import check_flags, claim_instance, list_lines, run_one_shot
-from cdui.core import config, exit_codes, trust
+from cdui.core import config, exit_codes, project, trust
 from cdui.core.atomic import write_private
 from cdui.core.backoff import backoff_delays
 from cdui.core.config import machine_id
@@ -278,6 +278,12 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(bad, exit_codes.REFUSED)
     if args.one_shot:
         args.foreground = True  # a one-shot agent always runs in the foreground and writes no pidfile
+    if args.project is not None:
+        # As for `cdui start --project`: the setting carries it to the background agent and its runs.
+        try:
+            os.environ[project.PROJECT_SETTING] = str(project.find(args.project))
+        except CduiError as err:
+            return _die(str(err), exit_codes.START)
     if args.foreground:
         # The agent's credential, spool and logs are this user's alone; the
         # daemonising parent opens its files with explicit modes instead, so the
@@ -475,6 +481,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
+    project.open_at_start(logging.getLogger("cdui.agent.agent"))
     held = hold_spool(ud, control, cred)
     if isinstance(held, int):
         return held
@@ -568,6 +575,9 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--name", default=None, help="worker name (default: this host's name)")
     s.add_argument("--devices", default=None, help="devices to offer, e.g. cpu or cuda:0,cuda:1")
     s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
+    s.add_argument("--project", default=None, metavar="DIR",
+                   help="open the project folder DIR (its checkout on this machine): its custom nodes, assets and "
+                        ".env secrets are what this worker's runs use (docs/projects.md)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
     s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
                    help="pin the TLS proxy's key (SHA-256 of its certificate's SubjectPublicKeyInfo); stored with "

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from cdui.core.errors import PathRefused
 from cdui.core.paths import protected_folder, safe_join
+from cdui.core.project import ASSET_DATA_FOLDERS, PROJECT_SETTING
 
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
@@ -143,6 +144,13 @@ class Layout:
         root = Path(install_root or install_root_from_env(env))
         data = Path(env.get("CODEFYUI_DATA_DIR") or root / "data").expanduser().absolute()
         folders = {name: data / name for name in DATA_FOLDERS}
+        if env.get(PROJECT_SETTING):
+            # A project is the data folder; uploads and the samples stay the installation's.
+            project = Path(env[PROJECT_SETTING]).expanduser().absolute()
+            folders = {name: (project / "assets" / name if name in ASSET_DATA_FOLDERS else project / name)
+                       for name in DATA_FOLDERS}
+            folders.update(files=data / "files", samples=data / "samples", assets=project / "assets")
+            data = project
         for name, var in FOLDER_ENV.items():
             if env.get(var):
                 folders[name] = Path(env[var]).expanduser().absolute()
@@ -199,7 +207,8 @@ class Layout:
             base = max(inside, key=lambda b: len(b.parts))
             bad = protected_folder(resolved, base)
             if bad is not None:
-                what = f"a {bad.name} folder" if bad.name in (".git", ".venv") else "a cdui user data folder"
+                what = (f"a {bad.name} folder" if bad.name in (".git", ".venv") else
+                        "a project's secrets file" if bad.name == ".env" else "a cdui user data folder")
                 raise PathRefused(value, f"it leads into {bad}, {what} (credentials, code or a database), "
                                          "which nodes may not read or write",
                                   hint="put the file under data/files/ and give data/files/NAME")
@@ -289,6 +298,9 @@ class Layout:
         if not isinstance(value, str) or not value.strip():
             raise PathRefused(repr(value), "empty path", "choose a file")
         v = value.strip().replace("\\", "/")
+        if v.startswith("assets/") and "assets" in self.folders:
+            # A project's assets, named as CodefyUI's project graphs name them (assets/data/x.csv).
+            return safe_join(self.folder("assets"), v[len("assets/"):])
         if v.startswith("data/") or v == "data":
             rest = v[5:]
             head, _, tail = rest.partition("/")

@@ -41,6 +41,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cdui.core.project import env_secrets
 from cdui.graph.model import parse
 from cdui.nodes.registry import Registry
 
@@ -203,6 +204,14 @@ def environment_secrets(env: Mapping[str, str]) -> list[tuple[Path_, Any]]:
     left out (no provider issues such a key)."""
     values = {env.get(name, "").strip() for name in ENV_SECRETS}
     return [([], v) for v in sorted(values) if len(v) >= MIN_SECRET_LEN]
+
+
+def project_secrets(values: Mapping[str, str] | None = None) -> list[tuple[Path_, Any]]:
+    """The .env values of the project this process opened (cdui/core/project.py), or ``values``, as
+    masked-only secrets; one shorter than :data:`MIN_SECRET_LEN` cannot be masked and is left out (the
+    project's start warns about it)."""
+    got = env_secrets() if values is None else values
+    return [([], v) for v in sorted(set(got.values())) if len(v) >= MIN_SECRET_LEN]
 
 
 def short_secrets(secrets: list[tuple[Path_, Any]]) -> list[Path_]:
