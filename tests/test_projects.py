@@ -171,11 +171,20 @@ def lab(tmp_path_factory: Any) -> Iterator[dict[str, Any]]:
                  env_for(tmp / "agent-ud", tmp / "agent-data", {"CODEFYUI_MACHINE_ID": "another-machine"}),
                  tmp / "agent.log", name="agent-w1")
     agent.spawn()
+    # w2 shares the control plane's project as its `data` mount (a NAS): it treats it as that project.
+    token = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+    mounted = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--token", token,
+                    "--name", "w2", "--devices", "cpu", "--foreground", "--mount", f"data={here}"],
+                   env_for(tmp / "w2-ud", tmp / "w2-data", {"CODEFYUI_MACHINE_ID": "a-third-machine"}),
+                   tmp / "w2.log", name="agent-w2")
+    mounted.spawn()
     try:
-        wait_for(lambda: any(w["name"] == "w1" and w["online"] for w in server.call("GET", "/api/workers")["workers"]),
-                 180, 0.2, "worker w1 online", detail=lambda: agent.log_tail(20))
-        yield {"tmp": tmp, "here": here, "there": there, "server": server, "agent": agent}
+        wait_for(lambda: {w["name"] for w in server.call("GET", "/api/workers")["workers"] if w["online"]}
+                 >= {"w1", "w2"}, 180, 0.2, "workers w1 and w2 online",
+                 detail=lambda: agent.log_tail(10) + "\n" + mounted.log_tail(10))
+        yield {"tmp": tmp, "here": here, "there": there, "server": server, "agent": agent, "mounted": mounted}
     finally:
+        mounted.stop()
         agent.stop()
         server.stop()
 
@@ -198,6 +207,7 @@ def test_health_and_log_say_which_project_is_open(lab: dict[str, Any]) -> None:
     log = server.log_text()
     assert f"project: {lab['here']}" in log and "1 secret(s) from .env (LAB_API_KEY)" in log
     assert f"project: {lab['there']}" in lab["agent"].log_text()
+    assert f"project: {lab['here']}" in lab["mounted"].log_text()  # its data mount is a project
 
 
 def test_a_graph_of_the_project_runs_here_and_on_the_worker_with_its_assets_and_env(lab: dict[str, Any]) -> None:
@@ -207,7 +217,8 @@ def test_a_graph_of_the_project_runs_here_and_on_the_worker_with_its_assets_and_
     assert graph["nodes"][1]["position"] == {"x": 200, "y": 0}  # merged from layout/
 
     for target, greeting, secret in (("local", "hello from the plane's assets", SECRET_HERE),
-                                     ("w1", "hello from the worker's assets", SECRET_THERE)):
+                                     ("w1", "hello from the worker's assets", SECRET_THERE),
+                                     ("w2", "hello from the plane's assets", SECRET_HERE)):
         run = server.submit(graph, {"target": target})
         final = wait_run(server, run["id"])
         logs = logs_of(server, run["id"])
@@ -219,7 +230,7 @@ def test_a_graph_of_the_project_runs_here_and_on_the_worker_with_its_assets_and_
 
 
 def test_env_values_are_in_no_stored_file(lab: dict[str, Any]) -> None:
-    if len(lab.get("runs", [])) < 2:
+    if len(lab.get("runs", [])) < 3:
         pytest.skip("needs the runs of the test before it")
     leaks = []
     for root in (lab["tmp"],):

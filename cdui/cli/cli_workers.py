@@ -311,6 +311,12 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         refused = _save_mount(args, ud, pidfile)
         if refused is not None:
             return refused
+    shared = _mounts(ud).get("data")
+    if not os.environ.get(project.PROJECT_SETTING) and shared and (Path(shared) / project.MANIFEST).is_file():
+        # The shared data folder is a project (its control plane runs with --project on it): this worker
+        # treats it as that project, as if started with --project on it.
+        os.environ[project.PROJECT_SETTING] = shared
+        cfg = config.load()
     cred_path = credential_path(ud, control)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     cred = _stored_or_enrolled(args, control, cred_path, devices, pin_flag)

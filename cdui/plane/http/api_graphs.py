@@ -147,6 +147,9 @@ async def put_graph(request: web.Request) -> web.Response:
     # so an entry that lost the race describes no file and the graph is indexed again.
     out = await asyncio.to_thread(_save, path, stored, name, _project(request))
     out["secrets_removed"] = sorted({describe_path(graph, p) for p, _v in removed if p})
+    # Where it went, in the words the page shows after a save.
+    out["saved_as"] = (f"graphs/{name}{project.GRAPH_SUFFIX} and layout/{name}{project.LAYOUT_SUFFIX}"
+                       if _project(request) is not None else f"data/graphs/{name}.json")
     return web.json_response(out, status=201 if created else 200)
 
 
