@@ -126,8 +126,11 @@ def split_secrets(graph: Any, registry: Registry,
     # The guarantee: whatever the expansion puts into a secret param, and any
     # other copy of a secret found above, is gone from the copy.
     values = _expanded_secret_values(graph, registry, library) | {v for _, v in found if isinstance(v, str)}
+    # The open project's .env values too (cdui/core/project.py): one pasted into any param is taken out of
+    # the stored copy and put back in memory for the run, as a secret param's value is.
+    env_values = {v for v in env_secrets().values() if len(v) >= MIN_SECRET_LEN}
     for path, leaf in list(_string_leaves(g, [])):
-        if leaf in values:
+        if leaf in values or leaf in env_values:
             _set(g, path, "")
             found.append((path, leaf))
     stored = {str(v) for _, v in found}
