@@ -66,8 +66,6 @@ GITIGNORE_TEXT = """.env
 *.ckpt
 *.onnx
 __pycache__/
-# cdui's listing cache of graphs/ (rebuilt from the files)
-graphs/.index/
 # files a node writes while a run goes (ImageWriter, checkpoints): results, not sources
 assets/output/
 assets/media/

@@ -86,7 +86,12 @@ def describe(graph: Any) -> dict[str, Any]:
 
 def write_entry(folder: Path, name: str, st: os.stat_result, meta: dict[str, Any]) -> None:
     """Record ``meta`` as the description of the graph file whose stat is ``st``."""
-    (folder / INDEX_DIR).mkdir(exist_ok=True)
+    index = folder / INDEX_DIR
+    if not index.is_dir():
+        index.mkdir(exist_ok=True)
+        # The graphs folder may be a git repository (a project's graphs/): the index is a cache of it,
+        # never part of it, and says so to git itself.
+        (index / ".gitignore").write_text("*\n")
     atomic_write(entry_path(folder, name), json.dumps({"version": ENTRY_VERSION, "key": _key(st), **meta}))
 
 
