@@ -204,6 +204,9 @@ def test_health_and_log_say_which_project_is_open(lab: dict[str, Any]) -> None:
     if GIT is not None:
         commit = git(lab["here"], "rev-parse", "HEAD").strip()
         assert health["project"]["git_commit"] == commit and health["project"]["git_dirty"] is False
+    status = subprocess.run([sys.executable, "-m", "cdui", "status", "--once"], capture_output=True, text=True,
+                            timeout=60, env=env_for(server.user_data))
+    assert "; project lab (" in status.stdout, status.stdout + status.stderr
     log = server.log_text()
     assert f"project: {lab['here']}" in log and "1 secret(s) from .env (LAB_API_KEY)" in log
     assert f"project: {lab['there']}" in lab["agent"].log_text()

@@ -224,6 +224,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     while True:
         h = _health(info["url"])
         line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
+        opened = h.get("project") if h else None
+        if isinstance(opened, dict):
+            git = project.describe_git(opened.get("git_commit"), opened.get("git_dirty"))
+            line += f"; project {opened.get('name')} ({git})"
         try:
             # Every run counted by the server, not the newest page of them.
             counts: dict[str, int] = Client.for_user_data(cfg.user_data).call("GET", "/api/runs/counts")["counts"]
