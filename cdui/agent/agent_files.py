@@ -83,8 +83,12 @@ class Files:
             self._same_machine(same)
             return replace(job, layout=replace(same, read_roots=roots).to_json(), s3_credentials=None)
         layout = self._layout(job, cfg)
-        # A project's custom nodes are the project's (a mount that is a project folder); else this installation's.
-        custom = layout.folder("custom_nodes") if "assets" in layout.folders else cfg.custom_nodes_dir
+        if "assets" in cfg.layout.folders and "assets" not in layout.folders:
+            # A run whose files come to its own folder (transfer, S3) on a worker opened on a project still
+            # reads that project's assets (assets/data/x.csv).
+            layout = replace(layout, folders={**layout.folders, "assets": cfg.layout.folder("assets")})
+        # A shared folder that is a project brings its own custom nodes; else they are this machine's.
+        custom = layout.folder("custom_nodes") if (layout.data_dir / MANIFEST).is_file() else cfg.custom_nodes_dir
         # The bucket credentials stay here, in memory: the run's process never sees them.
         return replace(job, layout=layout.to_json(), s3_credentials=None,
                        custom_nodes_dir=job.custom_nodes_dir or str(custom),
