@@ -207,6 +207,12 @@ def test_health_and_log_say_which_project_is_open(lab: dict[str, Any]) -> None:
     status = subprocess.run([sys.executable, "-m", "cdui", "status", "--once"], capture_output=True, text=True,
                             timeout=60, env=env_for(server.user_data))
     assert "; project lab (" in status.stdout, status.stdout + status.stderr
+    # a start naming another project while this one is open is refused, saying which is open
+    other = lab["tmp"] / "other"
+    assert cdui("project", "init", str(other), cwd=lab["tmp"]).returncode == 0
+    again = subprocess.run([sys.executable, "-m", "cdui", "start", "--project", str(other)], capture_output=True,
+                           text=True, timeout=60, env=env_for(server.user_data))
+    assert again.returncode == 1 and "with project 'lab', not 'other'" in again.stderr, again.stderr
     log = server.log_text()
     assert f"project: {lab['here']}" in log and "1 secret(s) from .env (LAB_API_KEY)" in log
     assert f"project: {lab['there']}" in lab["agent"].log_text()

@@ -143,6 +143,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         if source in ("--port", "CODEFYUI_PORT") and running is not None and running != port:
             return _die(f"cdui is already running at {info['url']} (pid {pid}), on port {running}, not {port} "
                         f"(from {source}): stop it first with `cdui stop`, then `cdui start --port {port}`")
+        if args.project is not None:
+            opened = (_health(str(info.get("url", ""))) or {}).get("project")
+            wanted = project.name_of(project.find(args.project))
+            if not isinstance(opened, dict) or opened.get("name") != wanted:
+                said = f"project {opened.get('name')!r}" if isinstance(opened, dict) else "no project"
+                return _die(f"cdui is already running at {info.get('url', '?')} (pid {pid}) with {said}, not "
+                            f"{wanted!r}: stop it first with `cdui stop`, then `cdui start --project {args.project}`")
         print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
         return 0
     args.port = port

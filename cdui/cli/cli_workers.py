@@ -329,6 +329,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", exit_codes.REFUSED)
     if args.one_shot:
+        project.open_at_start(logging.getLogger("cdui.agent.agent"))  # its .env, as a long-running agent reads it
         return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
                             _agent_trust(pin_flag, cred, cred_path))
     if args.foreground:

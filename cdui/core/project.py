@@ -434,7 +434,7 @@ def _read_json(path: Path, max_bytes: int) -> Any:
 
 def describe_git(commit: str | None, dirty: bool | None) -> str:
     if commit is None:
-        return "no git commit (not a repository, or nothing committed yet)"
+        return "no git commit: not a repository, or nothing committed yet"
     return f"git {commit[:12]}" + (", uncommitted changes" if dirty else "" if dirty is False else ", state unknown")
 
 
