@@ -110,12 +110,21 @@ def test_init_then_validate_passes_and_a_broken_graph_fails_naming_the_node(tmp_
     broken = json.loads(json.dumps(logic))
     broken["nodes"][1]["type"] = "LabProbeTypo"
     (lab / "graphs" / "broken.graph.json").write_text(json.dumps(broken))
+    keyed = json.loads(json.dumps(logic))  # a key typed into a secret param would be committed
+    keyed["nodes"].append({"id": "hook", "type": "Webhook", "data": {"params": {"url": "https://example.com/h",
+                                                                               "api_key": "sk-typed-in-1234"}}})
+    keyed["edges"].append({"id": "t2", "source": "start", "target": "hook", "sourceHandle": "trigger",
+                           "targetHandle": "", "type": "trigger"})
+    (lab / "graphs" / "keyed.graph.json").write_text(json.dumps(keyed))
 
     r = cdui("project", "validate", "lab", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "graph broken: node probe (LabProbeTypo)" in r.stderr, r.stderr
+    assert "graph keyed: a secret value is written in the graph at nodes[3] (id 'hook').data.params.api_key" \
+        in r.stderr, r.stderr
+    assert "sk-typed-in-1234" not in r.stdout + r.stderr
     assert "graph probe" not in r.stderr  # the custom node of the project is known
-    assert "1 of 2 graphs checked" in r.stderr
+    assert "2 of 3 graphs checked" in r.stderr
 
     r = cdui("project", "validate", "lab", "--graph", "probe", cwd=tmp_path)
     assert r.returncode == 0 and "Validation passed (1 graph checked)" in r.stdout, r.stdout + r.stderr
