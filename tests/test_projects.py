@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from canvas_page import CanvasPage, chromium
 from procs import REPO_ROOT, Proc, ServerProc, env_for, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
@@ -291,3 +292,33 @@ def test_a_save_that_only_moves_nodes_changes_only_the_layout_file(lab: dict[str
     server.call("PUT", "/api/graphs/probe", graph)
     assert logic_file.read_bytes() != logic_before
     assert server.call("GET", "/api/graphs/probe")["nodes"][1]["position"] == {"x": 237, "y": 11}
+
+
+def test_a_drag_on_the_canvas_then_save_changes_only_the_layout_file(lab: dict[str, Any]) -> None:
+    server, here = lab["server"], lab["here"]
+    logic_file, layout_file = here / "graphs" / "probe.graph.json", here / "layout" / "probe.layout.json"
+    server.call("PUT", "/api/graphs/probe", server.call("GET", "/api/graphs/probe"))  # the project's own format
+    logic_before, layout_before = logic_file.read_bytes(), layout_file.read_bytes()
+    browser_gen = chromium()
+    browser = next(browser_gen)
+    try:
+        cp = CanvasPage(browser, server)
+        cp.page.click("#cv-open")
+        cp.page.click("#cv-open-list button[aria-label='Open graph probe']")
+        cp.page.wait_for_function("() => window.cduiCanvas.editor().toJSON().nodes.length === 3")
+        at: dict[str, float] = cp.js("""id => { const e = window.cduiCanvas.editor();
+            const n = e.graph._nodes.find((x) => String(x.cd.id) === id);
+            return e.graphToClient(n.pos[0] + n.size[0] / 2, n.pos[1] - 10); }""", "print")  # its title bar
+        cp.page.mouse.move(at["x"], at["y"])
+        cp.page.mouse.down()
+        cp.page.mouse.move(at["x"] + 40, at["y"] + 60, steps=5)
+        cp.page.mouse.up()
+        cp.page.wait_for_selector(".cv-tab.active .cv-tab-dirty")
+        cp.js("() => window.dispatchEvent(new Event('canvas-save'))")
+        cp.page.wait_for_selector(".cv-file-status:has-text('Saved to graphs/probe.graph.json and "
+                                  "layout/probe.layout.json')")
+        cp.close()
+    finally:
+        browser_gen.close()
+    assert layout_file.read_bytes() != layout_before
+    assert logic_file.read_bytes() == logic_before, (logic_before.decode(), logic_file.read_text())
