@@ -25,6 +25,7 @@ from typing import Any
 from cdui.core.config import Config
 from cdui.core.layout import Layout
 from cdui.core.paths import sha256_file
+from cdui.core.project import MANIFEST
 from cdui.wire.file_backend import StopCount
 from cdui.wire.job import Job
 
@@ -82,9 +83,15 @@ class Files:
             self._same_machine(same)
             return replace(job, layout=replace(same, read_roots=roots).to_json(), s3_credentials=None)
         layout = self._layout(job, cfg)
+        if "assets" in cfg.layout.folders and "assets" not in layout.folders:
+            # A run whose files come to its own folder (transfer, S3) on a worker opened on a project still
+            # reads that project's assets (assets/data/x.csv).
+            layout = replace(layout, folders={**layout.folders, "assets": cfg.layout.folder("assets")})
+        # A shared folder that is a project brings its own custom nodes; else they are this machine's.
+        custom = layout.folder("custom_nodes") if (layout.data_dir / MANIFEST).is_file() else cfg.custom_nodes_dir
         # The bucket credentials stay here, in memory: the run's process never sees them.
         return replace(job, layout=layout.to_json(), s3_credentials=None,
-                       custom_nodes_dir=job.custom_nodes_dir or str(cfg.custom_nodes_dir),
+                       custom_nodes_dir=job.custom_nodes_dir or str(custom),
                        plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
 
     def _same_machine(self, same: Layout) -> None:
@@ -136,6 +143,10 @@ class MountFiles(Files):
         if not mount:
             raise RuntimeError(f"the control plane placed a mount run here but no {self.label!r} mount is offered")
         self.data_dir = Path(mount)
+        if (self.data_dir / MANIFEST).is_file():
+            # The shared folder is a project (the control plane was started with --project on it): its
+            # assets, graphs and custom nodes are the project's; uploads stay this installation's.
+            return cfg.layout.with_project(self.data_dir)
         return Layout.for_data_dir(self.data_dir, read_roots=cfg.layout.read_roots)
 
     async def on_artifact(self, data: dict[str, Any]) -> dict[str, Any]:

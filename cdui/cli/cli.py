@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import cli_datasets, cli_devices, cli_ops, cli_runs, cli_studies, cli_sweeps, cli_workers, daemon
+from cdui.cli import cli_datasets, cli_devices, cli_ops, cli_project, cli_runs, cli_studies, cli_sweeps, cli_workers, daemon
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
-from cdui.core import argv_token, config, config_file, logfile
+from cdui.core import argv_token, config, config_file, logfile, project
 from cdui.core.config import absolute_paths, warn_unavailable
 from cdui.core.errors import CduiError
 from cdui.core.private import private_dir, restrict_umask
@@ -127,6 +127,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         # its files with explicit modes), so it still knows the user's own
         # umask for its run subprocesses.
         restrict_umask()
+    if args.project is not None:
+        # The setting, not a flag, carries the project on: the background server and every process it
+        # starts read their folders from their settings (cdui/core/layout.py).
+        try:
+            os.environ[project.PROJECT_SETTING] = str(project.find(args.project))
+        except CduiError as err:
+            return _die(str(err), 2)
     cfg = _config()
     ud = private_dir(cfg.user_data)
     port, source = start_port(args.port, cfg)
@@ -141,6 +148,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         if source in ("--port", "CODEFYUI_PORT") and running is not None and running != port:
             return _die(f"cdui is already running at {info['url']} (pid {pid}), on port {running}, not {port} "
                         f"(from {source}): stop it first with `cdui stop`, then `cdui start --port {port}`")
+        if args.project is not None:
+            opened = (_health(str(info.get("url", ""))) or {}).get("project")
+            wanted = project.name_of(project.find(args.project))
+            if not isinstance(opened, dict) or opened.get("name") != wanted:
+                said = f"project {opened.get('name')!r}" if isinstance(opened, dict) else "no project"
+                return _die(f"cdui is already running at {info.get('url', '?')} (pid {pid}) with {said}, not "
+                            f"{wanted!r}: stop it first with `cdui stop`, then `cdui start --project {args.project}`")
         print(f"cdui is already running at {info.get('url', '?')} (pid {pid}); `cdui stop` stops it")
         return 0
     args.port = port
@@ -180,6 +194,7 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     logfile.setup(Path(args.log_file).absolute() if args.log_file else None, cfg["CODEFYUI_LOG_MAX_BYTES"],
                   cfg["CODEFYUI_LOG_BACKUP_COUNT"])
     warn_unavailable(logging.getLogger("cdui.plane.server"))
+    project.open_at_start(logging.getLogger("cdui.plane.server"))
     with daemon.PidFile(cfg.user_data / "cdui.pid").held():
         try:
             serve(cfg, args.host, args.port)
@@ -223,6 +238,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     while True:
         h = _health(info["url"])
         line = f"cdui {h['version'] if h else '?'} at {info['url']} (pid {pid}): {'ok' if h else 'not answering'}"
+        opened = h.get("project") if h else None
+        if isinstance(opened, dict):
+            git = project.describe_git(opened.get("git_commit"), opened.get("git_dirty"))
+            line += f"; project {opened.get('name')} ({git})"
         try:
             # Every run counted by the server, not the newest page of them.
             counts: dict[str, int] = Client.for_user_data(cfg.user_data).call("GET", "/api/runs/counts")["counts"]
@@ -357,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-file", default=None, metavar="PATH",
                    help="with --foreground: log to PATH, rotated by size (CODEFYUI_LOG_MAX_BYTES, "
                         "CODEFYUI_LOG_BACKUP_COUNT), reopened on SIGHUP (default: stderr, the journal under systemd)")
+    s.add_argument("--project", default=None, metavar="DIR",
+                   help="open the project folder DIR (codefyui.project.toml): its graphs, presets, custom nodes, "
+                        "assets and .env secrets (docs/projects.md)")
     s.add_argument("--extras", default=None, metavar="LIST",
                    help="first install these node-family extras: all or a comma list (done by bin/cdui)")
     s.set_defaults(func=cmd_start)
@@ -410,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_studies.add_commands(sub)
     cli_datasets.add_commands(sub)
     cli_ops.add_commands(sub)
+    cli_project.add_parsers(sub)
     return p
 
 

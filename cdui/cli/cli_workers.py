@@ -26,7 +26,7 @@ from cdui.cli.cli_ssh import add_ssh_commands, tunnel_line
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid, hold_spool
 from cdui.cli.client import Client
 from cdui.cli.oneshot_cli import check_flags, claim_instance, list_lines, run_one_shot
-from cdui.core import config, exit_codes, logfile, trust
+from cdui.core import config, exit_codes, logfile, project, trust
 from cdui.core.atomic import write_private
 from cdui.core.backoff import backoff_delays
 from cdui.core.config import machine_id
@@ -278,6 +278,12 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(bad, exit_codes.REFUSED)
     if args.one_shot:
         args.foreground = True  # a one-shot agent always runs in the foreground and writes no pidfile
+    if args.project is not None:
+        # As for `cdui start --project`: the setting carries it to the background agent and its runs.
+        try:
+            os.environ[project.PROJECT_SETTING] = str(project.find(args.project))
+        except CduiError as err:
+            return _die(str(err), exit_codes.START)
     if args.foreground:
         # The agent's credential, spool and logs are this user's alone; the
         # daemonising parent opens its files with explicit modes instead, so the
@@ -305,6 +311,12 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         refused = _save_mount(args, ud, pidfile)
         if refused is not None:
             return refused
+    shared = _mounts(ud).get("data")
+    if not os.environ.get(project.PROJECT_SETTING) and shared and (Path(shared) / project.MANIFEST).is_file():
+        # The shared data folder is a project (its control plane runs with --project on it): this worker
+        # treats it as that project, as if started with --project on it.
+        os.environ[project.PROJECT_SETTING] = shared
+        cfg = config.load()
     cred_path = credential_path(ud, control)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     cred = _stored_or_enrolled(args, control, cred_path, devices, pin_flag)
@@ -317,6 +329,7 @@ def cmd_agent_start(args: argparse.Namespace) -> int:
         return _die(f"the stored credential is for worker {cred['name']!r}, not {args.name!r}; run "
                     f"`cdui agent forget {control}` to enroll under another name", exit_codes.REFUSED)
     if args.one_shot:
+        project.open_at_start(logging.getLogger("cdui.agent.agent"))  # its .env, as a long-running agent reads it
         return run_one_shot(args, cfg, control, cred, devices or None, _labels_fn(ud),
                             _agent_trust(pin_flag, cred, cred_path))
     if args.foreground:
@@ -478,6 +491,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
                   cfg["CODEFYUI_LOG_BACKUP_COUNT"])
     ud = cfg.user_data
     config.warn_unavailable(logging.getLogger("cdui.agent.agent"))
+    project.open_at_start(logging.getLogger("cdui.agent.agent"))
     held = hold_spool(ud, control, cred)
     if isinstance(held, int):
         return held
@@ -571,6 +585,9 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--name", default=None, help="worker name (default: this host's name)")
     s.add_argument("--devices", default=None, help="devices to offer, e.g. cpu or cuda:0,cuda:1")
     s.add_argument("--mount", default=None, metavar="LABEL=PATH", help="shared data folder, e.g. data=/nas/data")
+    s.add_argument("--project", default=None, metavar="DIR",
+                   help="open the project folder DIR (its checkout on this machine): its custom nodes, assets and "
+                        ".env secrets are what this worker's runs use (docs/projects.md)")
     s.add_argument("--foreground", action="store_true", help="stay attached (for systemd)")
     s.add_argument("--log-file", default=None, metavar="PATH",
                    help="with --foreground: log to PATH, rotated by size (CODEFYUI_LOG_MAX_BYTES, "

@@ -129,6 +129,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_INSTALL_ROOT", None, _str, "the installation root: relative node paths resolve against it, data/ sits in it (default: the checkout cdui runs from, else ~/CodefyUI)", "a folder", path=True),
     Setting("CODEFYUI_USER_DATA_DIR", None, _str, "all state of this process: database, tokens, pidfiles, logs, agent files", "a folder", path=True),
     Setting("CODEFYUI_DATA_DIR", None, _str, "the data folders (files/ images/ models/ media/ output/ ...) at once", "a folder", path=True),
+    Setting("CODEFYUI_PROJECT_DIR", None, _str, "a project folder (codefyui.project.toml) that is the data folder; set by --project", "a folder", path=True),
     Setting("CODEFYUI_DATA_FILES_DIR", None, _str, "uploaded data files", "a folder", path=True),
     Setting("CODEFYUI_IMAGES_DIR", None, _str, "uploaded images", "a folder", path=True),
     Setting("CODEFYUI_MODELS_DIR", None, _str, "models (uploads and ModelSaver/CheckpointSaver outputs)", "a folder", path=True),

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from cdui.core.errors import PathRefused
 from cdui.core.paths import protected_folder, safe_join
+from cdui.core.project import ASSET_DATA_FOLDERS, PROJECT_SETTING
 
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
@@ -124,6 +125,16 @@ def read_roots_in(labels: Mapping[str, str]) -> list[str]:
     return [r.strip() for r in str(labels.get(READ_ROOTS_LABEL) or "").split(",") if r.strip().startswith("/")]
 
 
+def project_folders(project: Path, install_data: Path) -> dict[str, Path]:
+    """The data folders of a project (cdui/core/project.py): CodefyUI's ``assets/`` names for what nodes
+    read and write, the project's own graphs, presets and custom nodes, and the installation's uploads
+    (``install_data/files``) and samples, which belong to the machine, not to the repository."""
+    folders = {name: (project / "assets" / name if name in ASSET_DATA_FOLDERS else project / name)
+               for name in DATA_FOLDERS}
+    folders.update(files=install_data / "files", samples=install_data / "samples", assets=project / "assets")
+    return folders
+
+
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -143,6 +154,11 @@ class Layout:
         root = Path(install_root or install_root_from_env(env))
         data = Path(env.get("CODEFYUI_DATA_DIR") or root / "data").expanduser().absolute()
         folders = {name: data / name for name in DATA_FOLDERS}
+        if env.get(PROJECT_SETTING):
+            # A project is the data folder; uploads and the samples stay the installation's.
+            project = Path(env[PROJECT_SETTING]).expanduser().absolute()
+            folders = project_folders(project, data)
+            data = project
         for name, var in FOLDER_ENV.items():
             if env.get(var):
                 folders[name] = Path(env[var]).expanduser().absolute()
@@ -157,6 +173,13 @@ class Layout:
                    {name: data_dir / name for name in DATA_FOLDERS},
                    Path(user_data).absolute() if user_data else user_data_from_env(),
                    read_roots_from_env() if read_roots is None else tuple(read_roots))
+
+    def with_project(self, project: Path) -> Layout:
+        """This layout with ``project`` as its data folder (a worker whose ``data`` mount is a project
+        folder treats it as that project); uploads and samples stay where this layout has them."""
+        return replace(self, data_dir=project,
+                       folders={**project_folders(project, self.data_dir),
+                                "files": self.folder("files"), "samples": self.folder("samples")})
 
     def to_json(self) -> dict[str, str]:
         d = {"install_root": str(self.install_root), "data_dir": str(self.data_dir),
@@ -199,7 +222,8 @@ class Layout:
             base = max(inside, key=lambda b: len(b.parts))
             bad = protected_folder(resolved, base)
             if bad is not None:
-                what = f"a {bad.name} folder" if bad.name in (".git", ".venv") else "a cdui user data folder"
+                what = (f"a {bad.name} folder" if bad.name in (".git", ".venv") else
+                        "a project's secrets file" if bad.name == ".env" else "a cdui user data folder")
                 raise PathRefused(value, f"it leads into {bad}, {what} (credentials, code or a database), "
                                          "which nodes may not read or write",
                                   hint="put the file under data/files/ and give data/files/NAME")
@@ -289,6 +313,9 @@ class Layout:
         if not isinstance(value, str) or not value.strip():
             raise PathRefused(repr(value), "empty path", "choose a file")
         v = value.strip().replace("\\", "/")
+        if v.startswith("assets/") and "assets" in self.folders:
+            # A project's assets, named as CodefyUI's project graphs name them (assets/data/x.csv).
+            return safe_join(self.folder("assets"), v[len("assets/"):])
         if v.startswith("data/") or v == "data":
             rest = v[5:]
             head, _, tail = rest.partition("/")

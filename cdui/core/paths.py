@@ -24,7 +24,8 @@ MAX_NAME = 255
 MAX_PATH = 4096
 
 # Folder names no node may read into, wherever they sit below an allowed folder.
-PROTECTED_NAMES = (".git", ".venv", ".codefyui_dev")
+# A project's .env holds its secrets (cdui/core/project.py): no graph reads it as a file.
+PROTECTED_NAMES = (".git", ".venv", ".codefyui_dev", ".env")
 # Files and folders only a cdui user data folder holds (a server's or an agent's, see cdui/agent/agent.py and
 # cdui/cli/daemon.py): one of them, or an agent credential agent/<host>-<port>.token, is enough to call the folder
 # a user data folder. Names a dataset might use too (server.json, agent.json) are left out.

@@ -41,6 +41,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cdui.core.project import env_secrets
 from cdui.graph.model import parse
 from cdui.nodes.registry import Registry
 
@@ -125,8 +126,11 @@ def split_secrets(graph: Any, registry: Registry,
     # The guarantee: whatever the expansion puts into a secret param, and any
     # other copy of a secret found above, is gone from the copy.
     values = _expanded_secret_values(graph, registry, library) | {v for _, v in found if isinstance(v, str)}
+    # The open project's .env values too (cdui/core/project.py): one pasted into any param is taken out of
+    # the stored copy and put back in memory for the run, as a secret param's value is.
+    env_values = {v for v in env_secrets().values() if len(v) >= MIN_SECRET_LEN}
     for path, leaf in list(_string_leaves(g, [])):
-        if leaf in values:
+        if leaf in values or leaf in env_values:
             _set(g, path, "")
             found.append((path, leaf))
     stored = {str(v) for _, v in found}
@@ -203,6 +207,14 @@ def environment_secrets(env: Mapping[str, str]) -> list[tuple[Path_, Any]]:
     left out (no provider issues such a key)."""
     values = {env.get(name, "").strip() for name in ENV_SECRETS}
     return [([], v) for v in sorted(values) if len(v) >= MIN_SECRET_LEN]
+
+
+def project_secrets(values: Mapping[str, str] | None = None) -> list[tuple[Path_, Any]]:
+    """The .env values of the project this process opened (cdui/core/project.py), or ``values``, as
+    masked-only secrets; one shorter than :data:`MIN_SECRET_LEN` cannot be masked and is left out (the
+    project's start warns about it)."""
+    got = env_secrets() if values is None else values
+    return [([], v) for v in sorted(set(got.values())) if len(v) >= MIN_SECRET_LEN]
 
 
 def short_secrets(secrets: list[tuple[Path_, Any]]) -> list[Path_]:

@@ -40,6 +40,7 @@ from aiohttp import web
 from cdui.core.diskfull import DiskFull
 from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append
+from cdui.core.project import env_secrets
 from cdui.graph.secrets import redact_text
 from cdui.plane.runs import CP, LocalExecutor, RunService
 from cdui.plane.sched.placement import FilePlan
@@ -100,7 +101,9 @@ class CanvasRun(runner.RunHandle):
         assert self.proc.stdin
         try:
             # The job goes down the process's own pipe, secrets included, as to any run process.
-            self.proc.stdin.write((canvas_proc.JOB + replace(job, process_device=device).to_json() + "\n").encode())
+            # The open project's .env too, as a run process gets it (cdui/run/runner.py).
+            sent = replace(job, process_device=device, env_secrets=env_secrets())
+            self.proc.stdin.write((canvas_proc.JOB + sent.to_json() + "\n").encode())
             await self.proc.stdin.drain()
             if self.stop_requested:
                 self.proc.stdin.write(b"stop\n")

@@ -86,7 +86,12 @@ def describe(graph: Any) -> dict[str, Any]:
 
 def write_entry(folder: Path, name: str, st: os.stat_result, meta: dict[str, Any]) -> None:
     """Record ``meta`` as the description of the graph file whose stat is ``st``."""
-    (folder / INDEX_DIR).mkdir(exist_ok=True)
+    index = folder / INDEX_DIR
+    if not index.is_dir():
+        index.mkdir(exist_ok=True)
+        # The graphs folder may be a git repository (a project's graphs/): the index is a cache of it,
+        # never part of it, and says so to git itself.
+        (index / ".gitignore").write_text("*\n")
     atomic_write(entry_path(folder, name), json.dumps({"version": ENTRY_VERSION, "key": _key(st), **meta}))
 
 
@@ -105,13 +110,13 @@ def remove_entry(folder: Path, name: str) -> None:
     entry_path(folder, name).unlink(missing_ok=True)
 
 
-def index_file(path: Path, max_bytes: int) -> None:
+def index_file(path: Path, max_bytes: int, suffix: str = ".json") -> None:
     """Describe one saved graph and record it (the helper's work for each file).
 
     The file is opened without blocking or following a link to a non-file, and
     described by the stat of the very file read; if it changed while read, no
     entry is written (the next listing tries again)."""
-    name = path.stem
+    name = path.name[:-len(suffix)]
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -140,11 +145,12 @@ def index_file(path: Path, max_bytes: int) -> None:
 
 
 def _helper_main(argv: list[str]) -> int:
-    """``python -m cdui.plane.graph_index MAX_BYTES FILE...``: index each file; one line per file done."""
+    """``python -m cdui.plane.graph_index MAX_BYTES SUFFIX FILE...``: index each file; one line per file done."""
     max_bytes = int(argv[0])
-    for arg in argv[1:]:
+    suffix = argv[1]
+    for arg in argv[2:]:
         try:
-            index_file(Path(arg), max_bytes)
+            index_file(Path(arg), max_bytes, suffix)
         except Exception as exc:  # one odd file must not keep the others from being indexed
             print(f"cdui.plane.graph_index: {arg}: {exc}", file=sys.stderr)
         sys.stdout.write(arg + "\n")
@@ -155,8 +161,10 @@ def _helper_main(argv: list[str]) -> int:
 class GraphIndex:
     """The saved-graph listing of one control plane; its helper process is owned and stopped here."""
 
-    def __init__(self, folder: Path, max_bytes: int, budget_s: float = LIST_BUDGET_S) -> None:
+    def __init__(self, folder: Path, max_bytes: int, budget_s: float = LIST_BUDGET_S, suffix: str = ".json") -> None:
         self.folder = folder
+        # A graph's file is <name><suffix>: ``.json`` in the data folder, ``.graph.json`` in a project.
+        self.suffix = suffix
         self.max_bytes = max_bytes
         self.budget_s = budget_s
         self._task: asyncio.Task[None] | None = None
@@ -168,13 +176,13 @@ class GraphIndex:
     def _scan(self, names: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
         """(listing entries, names to index) for every saved graph, or for ``names``."""
         if names is None:
-            paths = sorted(self.folder.glob("*.json"))[:MAX_LISTED] if self.folder.is_dir() else []
-            names = [p.stem for p in paths if GRAPH_NAME.match(p.stem)]
+            paths = sorted(self.folder.glob(f"*{self.suffix}"))[:MAX_LISTED] if self.folder.is_dir() else []
+            names = [n for n in (p.name[:-len(self.suffix)] for p in paths) if GRAPH_NAME.match(n)]
         out: list[dict[str, Any]] = []
         stale: list[str] = []
         for name in names:
             try:
-                st = os.stat(self.folder / f"{name}.json")
+                st = os.stat(self.folder / f"{name}{self.suffix}")
             except OSError:
                 continue
             entry = read_entry(self.folder, name, st)
@@ -216,7 +224,7 @@ class GraphIndex:
                         hint="try again once it is no longer being written")
 
     def _read_now(self, name: str) -> tuple[dict[str, Any], bytes] | None:
-        path = self.folder / f"{name}.json"
+        path = self.folder / f"{name}{self.suffix}"
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
@@ -254,9 +262,9 @@ class GraphIndex:
             log.warning("indexing saved graphs failed: %s", exc)
 
     async def _helper(self, names: list[str]) -> None:
-        paths = [str(self.folder / f"{n}.json") for n in names]
+        paths = [str(self.folder / f"{n}{self.suffix}") for n in names]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cdui.plane.graph_index", str(self.max_bytes), *paths,
+            sys.executable, "-m", "cdui.plane.graph_index", str(self.max_bytes), self.suffix, *paths,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             cwd=PACKAGE_PARENT)
         try:

@@ -50,6 +50,7 @@ from pathlib import Path
 from aiohttp import web
 
 from cdui import __version__
+from cdui.core import project
 from cdui.core.atomic import write_private
 from cdui.core.clock import Clock, SystemClock
 from cdui.core.config import Config
@@ -167,6 +168,8 @@ class HostCheck:
 
 
 HOSTS: web.AppKey[HostCheck] = web.AppKey("hosts")
+# The open project's name and its git state (cdui/core/project.py), when one is open.
+PROJECT: web.AppKey[tuple[str, project.GitCache]] = web.AppKey("project")
 
 
 @web.middleware
@@ -248,6 +251,13 @@ async def health(request: web.Request) -> web.Response:
         body["problems"] = problems
     if request.query.get("detail") == "1":
         body["loop_lag_ms"] = request.app[LOOP_LAG].p99()
+    opened = request.app.get(PROJECT)
+    if opened is not None:
+        # Which project is open, for a script that checks it talks to the right one before it records
+        # a commit. Its name, not its path: this answer is for anyone, and a path names a user.
+        name, git = opened
+        commit, dirty = await asyncio.to_thread(git.get)
+        body["project"] = {"name": name, "git_commit": commit, "git_dirty": dirty}
     return web.json_response(body, status=503 if problems else 200)
 
 
@@ -325,6 +335,10 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     token_file = config["CODEFYUI_SESSION_TOKEN_FILE"]
     app[SESSION_TOKEN] = fixed_session_token(Path(token_file)) if token_file else secrets.token_urlsafe(32)
     app[TUNNEL_LISTENER] = False
+    if config["CODEFYUI_PROJECT_DIR"]:
+        opened = Path(config["CODEFYUI_PROJECT_DIR"])
+        app[PROJECT] = (project.name_of(opened) if (opened / project.MANIFEST).is_file() else opened.name,
+                        project.GitCache(opened))
     # Real time, whatever the app's clock: it measures the real event loop (a test's fake clock that
     # jumps days ahead would otherwise make it wake millions of times).
     app[LOOP_LAG] = LoopLag(SystemClock())

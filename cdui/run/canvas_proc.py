@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.core.layout import Layout
-from cdui.graph.secrets import environment_secrets
+from cdui.graph.secrets import environment_secrets, project_secrets
 from cdui.graph.validate import PlanNode
 from cdui.nodes.base import UPLOAD_FOLDERS
 from cdui.wire.job import Job, JobError
@@ -413,7 +413,9 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
                 np.random.seed()
             except Exception:  # noqa: BLE001 - a numpy without the legacy generator has no global state
                 pass
-        secrets[:] = [*job.secret_pairs(), *environment_secrets(os.environ)]
+        secrets[:] = [*job.secret_pairs(), *environment_secrets(os.environ), *project_secrets(job.env_secrets)]
+        for key, value in job.env_secrets.items():  # the project's .env, as a run process sets it (runproc)
+            os.environ.setdefault(key, value)
         maker = _Maker(cache, weights)
         result = run_job(job, emit, stop, maker)
         if result.get("status") == "succeeded" and maker.made is not None:

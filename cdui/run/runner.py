@@ -39,7 +39,8 @@ from typing import Any
 from cdui.core import event_size
 from cdui.core.errors import CduiError
 from cdui.core.private import open_private_append, user_umask
-from cdui.graph.secrets import environment_secrets, redact_text, redact_value
+from cdui.core.project import env_secrets
+from cdui.graph.secrets import environment_secrets, project_secrets, redact_text, redact_value
 from cdui.run import outputs
 from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
@@ -168,7 +169,8 @@ class RunHandle:
         self.log_path = log_path
         # The run's own secrets and this machine's API keys (a node reads them from the environment
         # it inherits): both are masked in everything the run reports.
-        self.secrets = [*secrets, *environment_secrets(os.environ)]
+        # The .env values of the project this process opened are masked too (the run gets them in its job).
+        self.secrets = [*secrets, *environment_secrets(os.environ), *project_secrets()]
         # This machine's bound on one event (cdui/core/event_size.py), so an oversized one is cut before it is spooled.
         self.event_max_bytes = event_size.limit_from_env()
         self.next_seq = first_seq
@@ -404,6 +406,9 @@ class RunHandle:
 
     async def start(self, job: Job, python: str | None = None, spares: SparePool | None = None) -> None:
         self.outputs_write_timeout = _write_timeout(job)
+        # This machine's project secrets (its own .env), never another machine's: set in the run's own
+        # process from its job, so no warm process holds them before the job arrives.
+        job = replace(job, env_secrets=env_secrets())
         self.open()
         try:
             env, device = run_env(job.slot_device)

@@ -52,7 +52,7 @@ from cdui.core.layout import Layout
 from cdui.graph.context import RunContext, RunStopped
 from cdui.graph.executor import Executor, NodeFailed
 from cdui.graph.model import DEFAULT_MAX_NODES
-from cdui.graph.secrets import environment_secrets, fill_secrets, redact_text, redact_value
+from cdui.graph.secrets import environment_secrets, fill_secrets, project_secrets, redact_text, redact_value
 from cdui.graph.validate import validate_graph
 from cdui.nodes.base import forget_package_lookups
 from cdui.nodes.registry import Registry, build_registry
@@ -110,7 +110,11 @@ def _run() -> int:
         emit("result", {"status": "failed", "error": f"the run process could not read its job: {exc}"})
         return 0
     # The machine's own API keys too: a node may send one (LLMChat) and a server may echo it back.
-    secrets.extend([*job.secret_pairs(), *environment_secrets(os.environ)])
+    secrets.extend([*job.secret_pairs(), *environment_secrets(os.environ), *project_secrets(job.env_secrets)])
+    # The project's .env, as CodefyUI gives it to nodes: in the environment, a value the machine's own
+    # environment already sets winning. Only this run's process ever holds it there.
+    for key, value in job.env_secrets.items():
+        os.environ.setdefault(key, value)
     stop = threading.Event()
 
     def watch_stdin() -> None:

@@ -106,6 +106,9 @@ class Job:
     # An s3 run's bucket credentials (cdui.wire.s3.S3Credentials.to_dict()): like secrets, never in a
     # repr; the agent keeps them in memory and takes them out before the job reaches the run process.
     s3_credentials: dict[str, Any] | None = field(default=None, repr=False)
+    # The .env secrets of the project the launching machine opened (cdui/core/project.py): added by the
+    # launcher on the machine that runs the job, set in the run process's own environment there.
+    env_secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     def secret_pairs(self) -> list[tuple[list[Any], Any]]:
         """The secrets in the form the masking and filling functions take."""
@@ -125,7 +128,7 @@ class Job:
                 "slot_device": self.slot_device, "process_device": self.process_device,
                 "layout": self.layout, "custom_nodes_dir": self.custom_nodes_dir, "plugins_dir": self.plugins_dir,
                 "files": self.files.to_dict(), "secrets": [[list(p), v] for p, v in self.secrets],
-                "s3_credentials": self.s3_credentials}
+                "s3_credentials": self.s3_credentials, "env_secrets": dict(self.env_secrets)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False)
@@ -139,6 +142,9 @@ class Job:
             if not isinstance(s, (list, tuple)) or len(s) != 2 or not isinstance(s[0], (list, tuple)):
                 raise JobError(f"job: secrets[{i}] is not a [path, value] pair")
             secrets.append((tuple(s[0]), s[1]))
+        env_secrets = _typed(d, "env_secrets", dict, {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env_secrets.items()):
+            raise JobError("job: env_secrets must map names to strings")
         return cls(run_id=_typed(d, "run_id", str, required=True),
                    graph=_typed(d, "graph", dict, required=True),
                    options=_typed(d, "options", dict, {}),
@@ -149,7 +155,8 @@ class Job:
                    plugins_dir=_typed(d, "plugins_dir", str),
                    files=JobFiles.from_dict(d.get("files")),
                    secrets=tuple(secrets),
-                   s3_credentials=_typed(d, "s3_credentials", dict))
+                   s3_credentials=_typed(d, "s3_credentials", dict),
+                   env_secrets=dict(env_secrets))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Job:

@@ -13,6 +13,11 @@
   (cdui.graph.contract); a call that outlives ``timeout_s`` stops its run and
   answers 504 with status ``timeout``.
 
+In project mode (``cdui start --project DIR``, cdui/core/project.py) a graph is two files, as in
+CodefyUI: ``graphs/<name>.graph.json`` (its logic) and ``layout/<name>.layout.json`` (where its nodes
+sit). ``PUT`` splits what the page sends and writes only the file whose content changed, so a save
+after a drag changes only the layout file; ``GET`` and a call merge the two back.
+
 A saved graph never holds a secret: ``PUT`` blanks every ``secret``-typed
 param (a Webhook's or LLMChat's key) before the file is written, as a run
 does before its graph is stored, and answers where it blanked one
@@ -34,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from cdui import __version__
+from cdui.core import project
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError, NotFound
 from cdui.graph.contract import contract_of, fill_inputs
@@ -55,13 +61,28 @@ def _folder(request: web.Request) -> Path:
     return Path(request.app[RUNS].layout.folder("graphs"))
 
 
+def _project(request: web.Request) -> Path | None:
+    """The open project's folder, or None when graphs are single files in the data folder."""
+    opened = request.app[RUNS].config["CODEFYUI_PROJECT_DIR"]
+    return Path(opened) if opened else None
+
+
+def _suffix(request: web.Request) -> str:
+    return project.GRAPH_SUFFIX if _project(request) is not None else ".json"
+
+
 def _name(request: web.Request) -> str:
     return check_name(request.match_info["name"])
 
 
 def _load(request: web.Request, name: str) -> dict[str, Any]:
-    path = _folder(request) / f"{name}.json"
     limit = request.app[RUNS].config["CODEFYUI_MAX_GRAPH_BYTES"]
+    opened = _project(request)
+    if opened is not None:
+        if not (opened / "graphs" / f"{name}{project.GRAPH_SUFFIX}").is_file():
+            raise NotFound("graph", name, hint="save it with PUT /api/graphs/{name}; list them with GET /api/graphs")
+        return project.load_graph(opened, name, limit)
+    path = _folder(request) / f"{name}.json"
     try:
         if path.stat().st_size > limit:
             raise CduiError("graph_too_large", f"saved graph {name!r} is larger than CODEFYUI_MAX_GRAPH_BYTES")
@@ -81,13 +102,22 @@ def _load(request: web.Request, name: str) -> dict[str, Any]:
 SECRETS_BLANKED = "secrets_blanked"
 
 
-def _save(path: Path, graph: dict[str, Any]) -> dict[str, Any]:
-    """Write the graph (its secrets already blanked) and its index entry (in a thread); its listing entry."""
-    atomic_write(path, json.dumps(graph))
+def _save(path: Path, graph: dict[str, Any], name: str, opened: Path | None = None) -> dict[str, Any]:
+    """Write the graph (its secrets already blanked) and its index entry (in a thread); its listing entry.
+
+    In a project, the logic goes to ``path`` and the positions to the layout file, each written only when
+    its content changed."""
+    if opened is None:
+        atomic_write(path, json.dumps(graph))
+    else:
+        logic, layout = project.split_graph(graph)
+        # The layout first: a save cut short leaves the logic as it was, which is what a reviewer reads.
+        project.write_if_changed(opened / "layout" / f"{name}{project.LAYOUT_SUFFIX}", project.dumps(layout))
+        project.write_if_changed(path, project.dumps(logic))
     st = path.stat()
     meta = {**graph_index.describe(graph), SECRETS_BLANKED: True}
-    graph_index.write_entry(path.parent, path.stem, st, meta)
-    out = {"name": path.stem, "size": st.st_size, "modified_at": st.st_mtime,
+    graph_index.write_entry(path.parent, name, st, meta)
+    out = {"name": name, "size": st.st_size, "modified_at": st.st_mtime,
            **{k: meta[k] for k in ("callable", "contract", "nodes", "title")}}
     if meta.get("not_callable_because"):
         out["not_callable_because"] = meta["not_callable_because"]
@@ -123,12 +153,15 @@ async def save_graph(request: web.Request, name: str, graph: dict[str, Any]) -> 
     stored, removed = await asyncio.to_thread(split_secrets, graph, service.registry, service.preset_library())
     folder = _folder(request)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
+    path = folder / f"{name}{_suffix(request)}"
     created = not path.exists()
     # Two saves of one name at once: the index entry carries the stat of the file it was made from,
     # so an entry that lost the race describes no file and the graph is indexed again.
-    out = await asyncio.to_thread(_save, path, stored)
+    out = await asyncio.to_thread(_save, path, stored, name, _project(request))
     out["secrets_removed"] = sorted({describe_path(graph, p) for p, _v in removed if p})
+    # Where it went, in the words the page shows after a save.
+    out["saved_as"] = (f"graphs/{name}{project.GRAPH_SUFFIX} and layout/{name}{project.LAYOUT_SUFFIX}"
+                       if _project(request) is not None else f"data/graphs/{name}.json")
     return out, created
 
 
@@ -147,7 +180,19 @@ async def get_graph(request: web.Request) -> web.Response:
     if not entry.get("valid"):
         raise CduiError("bad_graph", entry.get("not_callable_because") or f"saved graph {name!r} cannot be read",
                         status=500, hint="save it again with PUT /api/graphs/{name}")
-    if not entry.get(SECRETS_BLANKED):
+    opened = _project(request)
+    if opened is not None:
+        # A project's files are the lab's repository: a read never writes them. What is served is the
+        # logic and layout merged, with any secret a hand-edited file holds blanked (validate names it).
+        service = request.app[RUNS]
+
+        def merged() -> bytes:
+            graph = project.load_graph(opened, name, service.config["CODEFYUI_MAX_GRAPH_BYTES"])
+            if not entry.get(SECRETS_BLANKED):
+                graph, _removed = split_secrets(graph, service.registry, service.preset_library())
+            return json.dumps(graph).encode()
+        data = await asyncio.to_thread(merged)
+    elif not entry.get(SECRETS_BLANKED):
         # Saved by an older version or by hand: it may hold a key. Blank it once and write it back, so
         # the key leaves the disk too and later reads serve the bytes as they are.
         service = request.app[RUNS]
@@ -155,7 +200,7 @@ async def get_graph(request: web.Request) -> web.Response:
 
         def blank() -> bytes:
             stored, _removed = split_secrets(json.loads(data), service.registry, library)
-            _save(_folder(request) / f"{name}.json", stored)
+            _save(_folder(request) / f"{name}.json", stored, name)
             return json.dumps(stored).encode()
         data = await asyncio.to_thread(blank)
     return web.Response(body=data, content_type="application/json")
@@ -201,10 +246,13 @@ def _with_secrets(graph: dict[str, Any], given: Any, registry: Any) -> dict[str,
 
 async def delete_graph(request: web.Request) -> web.Response:
     name = _name(request)
-    path = _folder(request) / f"{name}.json"
+    path = _folder(request) / f"{name}{_suffix(request)}"
     if not path.exists():
         raise NotFound("graph", name, hint="list them with GET /api/graphs")
     path.unlink()
+    opened = _project(request)
+    if opened is not None:
+        (opened / "layout" / f"{name}{project.LAYOUT_SUFFIX}").unlink(missing_ok=True)
     graph_index.remove_entry(path.parent, name)
     return web.json_response({"deleted": name})
 
@@ -302,7 +350,9 @@ async def _index_ctx(app: web.Application) -> AsyncIterator[None]:
 def setup(app: web.Application) -> None:
     service = app[RUNS]
     app[GRAPH_INDEX] = graph_index.GraphIndex(Path(service.layout.folder("graphs")),
-                                              service.config["CODEFYUI_MAX_GRAPH_BYTES"])
+                                              service.config["CODEFYUI_MAX_GRAPH_BYTES"],
+                                              suffix=project.GRAPH_SUFFIX if service.config["CODEFYUI_PROJECT_DIR"]
+                                              else ".json")
     app.cleanup_ctx.append(_index_ctx)
     r = app.router
     r.add_get("/api/graphs", list_graphs)

@@ -118,7 +118,7 @@ export function initFiles({ toolbar, tabs, catalog }) {
     const got = await api("PUT", `/api/graphs/${encodeURIComponent(name)}`, graph);
     tabs.markSaved(tab.tabId, name);
     const blanked = got?.secrets_removed?.length ? `; secrets were not saved (${got.secrets_removed.join(", ")})` : "";
-    say(`Saved to data/graphs/${name}.json${blanked}`);
+    say(`Saved to ${got?.saved_as || `data/graphs/${name}.json`}${blanked}`);
     return got;
   }
 
