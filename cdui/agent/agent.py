@@ -211,7 +211,8 @@ class Agent:
         self._kernel_watch = uds is None and connector is None and hasattr(socket, "TCP_USER_TIMEOUT")
         # How it learns its node catalog: the helper subprocess (a plugin that crashes at import
         # must not take the agent with it); a test in one process may read it in-process.
-        self._catalog_probe = catalog_probe or catalog.probe
+        self._catalog_probe = catalog_probe or (
+            lambda custom, plugins: catalog.probe(custom, plugins, plugin_store=self.config.plugin_store))
         # Its every connection says it is this same agent (protocol.Hello.agent_id).
         self.agent_id = secrets.token_hex(8)
         # This credential's own spool: other control planes' agents may share the user data folder.

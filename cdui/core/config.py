@@ -189,6 +189,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
     # -- install
     Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder", path=True),
+    Setting("CODEFYUI_PLUGIN_SOURCES", [], _list, "folders `cdui plugin install NAME` and `cdui project restore` look in for a pack by name (NAME/, plugins/NAME/, NAME.tar.gz, NAME-VERSION.tar.gz, NAME.zip), before the wheelhouse", "comma-separated folders"),
     Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),
     Setting("CODEFYUI_RELEASE_TAG", None, _str, "version to install (install.sh)", "a version"),
     # -- network nodes (Webhook, LLMChat), read by the run process of the machine that runs them
@@ -223,6 +224,11 @@ class Config:
     @property
     def plugins_dir(self) -> Path:
         return self.layout.install_root / "plugins"
+
+    @property
+    def plugin_store(self) -> Path:
+        """Where ``cdui plugin install`` puts packs and its lockfile ``installed.json``."""
+        return self.user_data / "plugins"
 
     @property
     def custom_nodes_dir(self) -> Path:

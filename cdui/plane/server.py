@@ -69,6 +69,7 @@ from cdui.plane.http import (
     api_files,
     api_graphs,
     api_outputs,
+    api_plugins,
     api_runs,
     api_sweeps,
     proxies,
@@ -318,7 +319,8 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[LOOP_LAG] = LoopLag(SystemClock())
     store = Store(config.db_path)
     app[STORE] = store
-    runs = RunService(config, store, build_registry(config.custom_nodes_dir, config.plugins_dir), clock)
+    registry = build_registry(config.custom_nodes_dir, config.plugins_dir, config.plugin_store)
+    runs = RunService(config, store, registry, clock)
     app[RUNS] = runs
     manager = workers.WorkerManager(app)
     app[WORKERS] = manager
@@ -357,6 +359,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     web_session.setup(app)
     api_outputs.setup(app)
     api_canvas.setup(app)
+    api_plugins.setup(app)
     return app
 
 
