@@ -121,4 +121,5 @@ def refuse_missing(name: str, missing: list[str]) -> CduiError:
         f"install the same plugins and custom nodes on {name} and restart its agent, or target "
         f"another worker (see docs/workers-in-sync.md)")
     return CduiError("missing_node_types", missing_message(name, missing), hint=install, status=400,
-                     details={"missing": missing, "install": [f"cdui plugin install {p}" for p in pack_ids]})
+                     details={"missing": missing, **({"install": [f"cdui plugin install {p}" for p in pack_ids]}
+                                                     if pack_ids else {})})
