@@ -95,8 +95,9 @@ def test_pack_runs_locally_and_on_a_worker_and_is_refused_where_missing(lab):
     assert "lacks pack labpack 0.2.0" in r.stdout and "`cdui plugin install labpack`" in r.stdout, r.stdout
 
     # Installed on the worker (by name, from the lab's pack folder) and its agent restarted: the run goes there.
-    cdui(agent.user_data, "plugin", "install", "labpack",
-         env={"CODEFYUI_PLUGIN_SOURCES": str(lab["archive"].parent)})
+    r = cdui(agent.user_data, "plugin", "install", "labpack",
+             env={"CODEFYUI_PLUGIN_SOURCES": str(lab["archive"].parent)})
+    assert "restart its agent" in r.stdout, r.stdout
     agent.stop()
     agent.spawn()
     wait_for(lambda: (worker(cp, "w1") or {}).get("packs", {}).get("labpack"), 120, 0.2, "w1 reports labpack")

@@ -77,7 +77,15 @@ def cmd_install(args: argparse.Namespace) -> int:
               f"sha256 {e['sha256'][:12]}) from {e['source']}")
     if failed < len(args.sources):
         reload_server(quiet=True)
+        agent_hint()
     return 1 if failed else 0
+
+
+def agent_hint() -> None:
+    """On a worker: its agent reads the node catalog at start, so it must restart to offer the change."""
+    if (load().user_data / "agent").is_dir():
+        print("this user data folder is a worker's: restart its agent (`cdui agent stop`, then `cdui agent start`) "
+              "so that it reports the change and takes runs that need it")
 
 
 def cmd_uninstall(args: argparse.Namespace, linked: bool = False) -> int:
@@ -90,6 +98,7 @@ def cmd_uninstall(args: argparse.Namespace, linked: bool = False) -> int:
     print(f"{'unlinked' if linked else 'uninstalled'} {args.id}"
           + (" (its folder is left as it is)" if e.get("source_kind") == "local" else ""))
     reload_server(quiet=True)
+    agent_hint()
     return 0
 
 

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import math
+import random
 import re
 import sys
 import types
@@ -197,6 +198,60 @@ class StatefulModuleMixin:
         return module
 
 
+# -- app.core.seeding: run-scoped seeds, as CodefyUI's packs (edu's layer seeding) call them ----------------
+SEED_SPACE = 2 ** 32
+MAX_SEED = SEED_SPACE - 1
+
+
+def derive_seed(run_seed: int, label: str) -> int:
+    """A child seed for ``label`` under ``run_seed``, the same in every process (a BLAKE2b digest of the two,
+    8 bytes, big-endian, modulo 2**32: CodefyUI's derivation, so a pack's seeded weights match its own)."""
+    digest = hashlib.blake2b(f"{int(run_seed)}\x00{label}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % SEED_SPACE
+
+
+def seed_rngs(seed: int | None) -> None:
+    """Seed Python's and torch's generators from ``seed`` (None: leave them)."""
+    if seed is None:
+        return
+    import torch
+    random.seed(int(seed) % SEED_SPACE)
+    torch.manual_seed(int(seed) % SEED_SPACE)
+
+
+def make_generator(seed: int | None) -> Any:
+    """A CPU ``torch.Generator`` seeded with ``seed``, or None."""
+    if seed is None:
+        return None
+    import torch
+    gen = torch.Generator()
+    gen.manual_seed(int(seed) % SEED_SPACE)
+    return gen
+
+
+def seeded_linear_init(module: Any, seed: int) -> Any:
+    """Give every ``nn.Linear`` of ``module`` torch's default initialisation drawn from a generator seeded with
+    ``seed`` alone (weights: Kaiming-uniform with a=sqrt(5); biases: uniform in +-1/sqrt(fan_in)), layer by
+    layer in ``modules()`` order; a parameter that is not a Linear's is refused (nothing would seed it)."""
+    import torch
+    from torch import nn
+    layers = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    ours = {id(p) for layer in layers for p in (layer.weight, layer.bias) if p is not None}
+    for name, param in module.named_parameters():
+        if id(param) not in ours:
+            raise ValueError(f"seeded_linear_init: {name!r} is not the weight or bias of an nn.Linear")
+    gen = torch.Generator()
+    gen.manual_seed(int(seed))
+    with torch.no_grad():
+        for layer in layers:
+            nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)
+            if layer.bias is not None:
+                fan_in = layer.weight.size(1)
+                bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+                nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+    return module
+
+
 class ExecutionContext:
     """What a CodefyUI node's ``execute(..., context=)`` reads, backed by cdui's run context."""
 
@@ -209,6 +264,11 @@ class ExecutionContext:
         # Weights live for the run only: the module a node built is kept while the run lasts.
         self.weights_persistent = False
         self.node_state_store = None
+
+    def derive_seed(self, label: str) -> int | None:
+        """The seed of ``label`` under the run's seed; None: cdui runs take no run seed (so packs fall back to
+        their own, as CodefyUI's do for an unseeded run)."""
+        return None
 
     def log_warning(self, kind: str, message: str, node_id: str | None = None, **data: Any) -> None:
         self.run_context.warning(kind, message, **data)
@@ -302,6 +362,9 @@ _MODULES: dict[str, dict[str, Any]] = {
     "app.core.step_trace": {"Step": Step, "StepRecorder": StepRecorder},
     "app.core.stateful_module": {"StatefulModuleMixin": StatefulModuleMixin},
     "app.core.execution_context": {"ExecutionContext": ExecutionContext},
+    "app.core.seeding": {"SEED_SPACE": SEED_SPACE, "MAX_SEED": MAX_SEED, "derive_seed": derive_seed,
+                         "seed_rngs": seed_rngs, "make_generator": make_generator,
+                         "seeded_linear_init": seeded_linear_init},
 }
 MODULE_NAMES = tuple(_MODULES)
 
