@@ -135,6 +135,7 @@ class Registry:
         m = packs.read_manifest(folder)
         if m.problems:
             self.load_errors.append({"file": str(folder / packs.MANIFEST), "error": "; ".join(m.problems)})
+            log.warning("plugin pack in %s not loaded: %s", folder, "; ".join(m.problems))
             return
         pid = expect_id or m.id
         if pid in self.packs:

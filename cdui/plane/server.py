@@ -320,6 +320,8 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     store = Store(config.db_path)
     app[STORE] = store
     registry = build_registry(config.custom_nodes_dir, config.plugins_dir, config.plugin_store)
+    if registry.packs:  # the packs this control plane validates graphs against (a failed file logs a warning)
+        log.info("plugin packs: %s", ", ".join(sorted(registry.packs)))
     runs = RunService(config, store, registry, clock)
     app[RUNS] = runs
     manager = workers.WorkerManager(app)
