@@ -40,7 +40,8 @@ def lab(tmp_path_factory):
     src = codefyui_pack.write_pack(tmp / "src")
     archive = codefyui_pack.tar_of(src, tmp / "labpack-0.2.0.tar.gz")
     cp = make_server(tmp)
-    agent = Agent(tmp, cp.url, "w1", token=token(cp), env_extra={"CODEFYUI_MACHINE_ID": "plugins-w1-box"})
+    agent = Agent(tmp, cp.url, "w1", token=token(cp), env_extra={"CODEFYUI_MACHINE_ID": "plugins-w1-box",
+                                                                   "CODEFYUI_AGENT_ACCEPT_PLUGINS": "1"})
     agent.spawn()
     try:
         yield {"tmp": tmp, "cp": cp, "agent": agent, "archive": archive, "src": src}
@@ -94,13 +95,13 @@ def test_pack_runs_locally_and_on_a_worker_and_is_refused_where_missing(lab):
     r = cdui(cp.user_data, "workers", "list", ok=True)
     assert "lacks pack labpack 0.2.0" in r.stdout and "`cdui plugin install labpack`" in r.stdout, r.stdout
 
-    # Installed on the worker (by name, from the lab's pack folder) and its agent restarted: the run goes there.
-    r = cdui(agent.user_data, "plugin", "install", "labpack",
-             env={"CODEFYUI_PLUGIN_SOURCES": str(lab["archive"].parent)})
-    assert "restart its agent" in r.stdout, r.stdout
-    agent.stop()
-    agent.spawn()
+    # Pushed to the worker over its connection (it accepts packs): it installs it, reconnects with its new
+    # catalog, and the run goes there.
+    r = cdui(cp.user_data, "plugin", "push", "labpack", "--to", "w1")
+    assert "w1: installed labpack 0.2.0; reconnecting with its new catalog" in r.stdout, r.stdout
     wait_for(lambda: (worker(cp, "w1") or {}).get("packs", {}).get("labpack"), 120, 0.2, "w1 reports labpack")
+    assert json.loads((agent.user_data / "plugins" / "installed.json").read_text())["plugins"]["labpack"][
+        "source_kind"] == "pushed"
     card = worker(cp, "w1")
     assert card["packs"]["labpack"]["sha256"] == lock["sha256"] and card["packs_lacking"] == [], card
     there = wait_run(cp, cp.submit(graph, {"target": {"worker": "w1"}})["id"])
@@ -177,7 +178,9 @@ def test_link_info_freeze_and_restore(tmp_path):
     project.mkdir()
     (project / "codefyui.project.toml").write_text('[project]\nname = "lab"  # kept\n\n[publish]\ngraph = "g"\n')
     env = {"CODEFYUI_PLUGIN_SOURCES": str(shelf)}
-    cdui(ud, "plugin", "install", "labpack", env=env)
+    (ud / "agent").mkdir(parents=True)  # a worker's user data folder: installing there says to restart its agent
+    r = cdui(ud, "plugin", "install", "labpack", env=env)
+    assert "restart its agent" in r.stdout, r.stdout
     r = cdui(ud, "plugin", "link", str(other))
     assert "linked devpack" in r.stdout and "no safety check" in r.stdout
     info = cdui(ud, "plugin", "info", "labpack").stdout

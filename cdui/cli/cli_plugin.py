@@ -157,6 +157,25 @@ def cmd_reload(args: argparse.Namespace) -> int:
     return reload_server()
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    cfg = load()
+    try:
+        client = Client.for_user_data(cfg.user_data, args.control)
+        status, res = client.request("POST", f"/api/plugins/{args.id}/push", {"to": args.to}, timeout=300)
+    except (CduiError, OSError) as exc:
+        return _die(f"could not reach the control plane: {exc}", 1)
+    if status >= 300:
+        err = res.get("error", {}) if isinstance(res, dict) else {}
+        return _die(f"{err.get('message', res)}" + (f" ({err['hint']})" if err.get("hint") else ""), 1)
+    if not res["results"]:
+        print("no worker is connected: nothing was pushed")
+    failed = 0
+    for r in res["results"]:
+        failed += not r["ok"]
+        print(f"{r['worker']}: {r['message']}")
+    return 1 if failed else 0
+
+
 def add_commands(sub: Any) -> None:
     d = sub.add_parser("plugin", help="install and manage plugin packs (CodefyUI's and cdui's formats)")
     dsub = d.add_subparsers(dest="plugin_command", metavar="COMMAND", parser_class=type(d))
@@ -186,4 +205,9 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=lambda a: cmd_uninstall(a, linked=True))
     s = dsub.add_parser("reload", help="make the running control plane read the packs again")
     s.set_defaults(func=cmd_reload)
+    s = dsub.add_parser("push", help="send an installed pack to workers over their connection")
+    s.add_argument("id")
+    s.add_argument("--to", required=True, metavar="WORKER", help="a worker's name, or all (every connected one)")
+    s.add_argument("--control", default=None, metavar="URL", help="the control plane's URL (default: the recorded one)")
+    s.set_defaults(func=cmd_push)
     d.set_defaults(func=lambda _args: d.print_help() or 2)

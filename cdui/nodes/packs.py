@@ -509,6 +509,31 @@ def install(source: str, store: Path, search: Iterable[Path] = (), *, trust: boo
     return Installed(entry, read_manifest(target), found_problems)
 
 
+def install_pushed(pack_id: str, version: str, pin: str, tree: str, data: bytes, store: Path) -> Installed:
+    """Install a pack the control plane pushed (a .tar.gz in ``data``): unpacked and checked as any archive,
+    its files must hash to ``tree``, its id be ``pack_id``; locked with the control plane's ``pin`` so both
+    sides report the same sha256. Raises :class:`PackError`."""
+    store.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".pushed-", suffix=".tar.gz", dir=store)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        done = install(tmp, store, force=True)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    got = tree_sha256(store / done.entry["id"])
+    if done.entry["id"] != pack_id or got != tree:
+        uninstall(done.entry["id"], store)
+        raise PackError(f"the pushed pack is not {pack_id!r} with files of sha256 {tree[:12]}", [
+            f"it unpacked as {done.entry['id']!r} with files of sha256 {got[:12]}"], hint="push it again")
+    lock = read_lock(store)
+    lock[pack_id] = {**done.entry, "version": version or done.entry["version"], "sha256": pin,
+                     "source": "pushed by the control plane", "source_kind": "pushed"}
+    write_lock(store, lock)
+    return Installed(lock[pack_id], done.manifest, [])
+
+
 def link(folder: Path, store: Path) -> Installed:
     """Record a pack folder that is loaded in place (for a pack being written): no copy, no safety check."""
     folder = folder.expanduser().resolve()
