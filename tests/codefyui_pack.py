@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import zipfile
 from pathlib import Path
 
 MANIFEST = '''[plugin]
@@ -214,4 +215,13 @@ def hostile_tar(out: Path, kind: str) -> Path:
             add("labpack/nodes/link.py", type=tarfile.SYMTYPE, linkname="/etc/passwd")
         elif kind == "device":
             add("labpack/dev0", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+    return out
+
+
+def hostile_zip(out: Path) -> Path:
+    """A .zip holding a valid pack and a member that climbs out with '..'."""
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr("labpack/cdui.plugin.toml", MANIFEST)
+        zf.writestr("labpack/nodes/edu_column_mean_node.py", COLUMN_MEAN)
+        zf.writestr("../zip-escaped.py", "x = 1\n")
     return out

@@ -160,9 +160,12 @@ def test_hostile_archives_refused(tmp_path):
         arc = codefyui_pack.hostile_tar(tmp_path / f"{kind}.tar.gz", kind)
         r = cdui(ud, "plugin", "install", str(arc), ok=False)
         assert r.returncode == 1 and "not a safe pack archive" in r.stderr and why in r.stderr, (kind, r.stderr)
+    r = cdui(ud, "plugin", "install", str(codefyui_pack.hostile_zip(tmp_path / "up.zip")), ok=False)
+    assert r.returncode == 1 and "member '../zip-escaped.py' climbs out of the archive" in r.stderr, r.stderr
     assert not (ud / "plugins" / "installed.json").exists()
     assert [p.name for p in (ud / "plugins").iterdir()] == [], "nothing unpacked is left behind"
     assert not Path("/tmp/cdui-absolute-escape.py").exists() and not (tmp_path / "escaped.py").exists()
+    assert not (tmp_path / "zip-escaped.py").exists() and not (ud / "zip-escaped.py").exists()
 
 
 def test_link_info_freeze_and_restore(tmp_path):

@@ -276,9 +276,7 @@ def _safe_member(name: str) -> PurePosixPath:
         raise ValueError(f"member {name!r} has an absolute path")
     if ".." in p.parts:
         raise ValueError(f"member {name!r} climbs out of the archive with '..'")
-    if not p.parts or any(part in ("", ".") for part in p.parts) and len(p.parts) == 1:
-        raise ValueError(f"member {name!r} has an empty name")
-    return PurePosixPath(*[x for x in p.parts if x != "."])
+    return p  # no parts: the archive's own root ("./"), which only a folder entry may name
 
 
 def extract_archive(archive: Path, dest: Path) -> None:
@@ -321,6 +319,8 @@ def extract_archive(archive: Path, dest: Path) -> None:
                 if info.is_dir():
                     dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
                     continue
+                if not rel.parts:
+                    raise ValueError(f"member {info.filename!r} has an empty name")
                 with zf.open(info) as src:
                     write(rel, src)
         return
@@ -333,6 +333,8 @@ def extract_archive(archive: Path, dest: Path) -> None:
             if member.isdir():
                 dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
                 continue
+            if not rel.parts:
+                raise ValueError(f"member {member.name!r} has an empty name")
             if not member.isreg():
                 kind = "link" if member.issym() or member.islnk() else "special file"
                 raise ValueError(f"member {member.name!r} is a {kind}")
