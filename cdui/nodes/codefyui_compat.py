@@ -310,6 +310,22 @@ def _takes_context(fn: Any) -> tuple[bool, bool]:
     return ("context" in names or var_kw), len(positional) >= 4  # self, inputs, params, progress_callback
 
 
+def _progress(ctx: RunContext) -> Any:
+    """A node's ``progress_callback``: CodefyUI's nodes call it with the fraction done (``cb(epoch / epochs)``)
+    or keywords; reported as ``progress`` events, a fraction at most once per percent."""
+    last = [-1.0]
+
+    def report(*args: Any, **kwargs: Any) -> None:
+        if kwargs:
+            ctx.progress(**kwargs)
+        elif args and isinstance(args[0], (int, float)) and not isinstance(args[0], bool):
+            f = float(args[0])
+            if f >= last[0] + 0.01 or f >= 1.0 > last[0]:
+                last[0] = f
+                ctx.progress(event="fraction", fraction=round(f, 4))
+    return report
+
+
 def adapt(cls: Any, type_name: str, pack: str) -> type[Node]:
     """A cdui node type named ``type_name`` that runs CodefyUI node class ``cls`` of pack ``pack``."""
     with_context, with_progress = _takes_context(cls.__dict__.get("execute") or cls.execute)
@@ -327,7 +343,7 @@ def adapt(cls: Any, type_name: str, pack: str) -> type[Node]:
         node = cls()
         args: list[Any] = [inputs, params]
         if with_progress:
-            args.append(lambda *a, **k: ctx.progress(**k) if k else None)
+            args.append(_progress(ctx))
         kwargs = {"context": ExecutionContext(ctx)} if with_context else {}
         out: dict[str, Any] = node.execute(*args, **kwargs)
         return out
