@@ -251,3 +251,15 @@ def test_an_events_message_laid_out_otherwise_carries_no_texts_and_is_still_take
     # A text is never given for what was not decoded into its event.
     m = protocol.parse_agent_message(other["another run id after"])
     assert isinstance(m, protocol.Events) and m.run_id == "r_2"
+
+
+def test_plugin_push_and_its_answer_round_trip_and_bad_digests_are_refused() -> None:
+    push = protocol.PluginPush("q1", "labpack", "0.2.0", "a" * 64, "b" * 64, "H4sI")
+    assert protocol.parse_server_message(push.to_json()) == push
+    answer = protocol.PluginPushAnswer("q1", "labpack", False, "this agent does not accept pushed plugin packs")
+    assert protocol.parse_agent_message(answer.to_json()) == answer
+    with pytest.raises(protocol.ProtocolError, match="sha256 hex digests"):
+        protocol.parse_server_message(json.dumps({**json.loads(push.to_json()), "tree_sha256": "not-a-digest"}))
+    with pytest.raises(protocol.ProtocolError, match="data is .* over the limit"):
+        too_long = "A" * (protocol.MAX_MESSAGE - 1000)
+        protocol.parse_server_message(json.dumps({**json.loads(push.to_json()), "data": too_long}))

@@ -56,6 +56,7 @@ from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import load
 from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
+from cdui.nodes import packs
 from cdui.run import catalog, outputs, runner
 from cdui.run.spare import SparePool
 from cdui.wire import devicesets, protocol, same_machine
@@ -211,7 +212,8 @@ class Agent:
         self._kernel_watch = uds is None and connector is None and hasattr(socket, "TCP_USER_TIMEOUT")
         # How it learns its node catalog: the helper subprocess (a plugin that crashes at import
         # must not take the agent with it); a test in one process may read it in-process.
-        self._catalog_probe = catalog_probe or catalog.probe
+        self._catalog_probe = catalog_probe or (
+            lambda custom, plugins: catalog.probe(custom, plugins, plugin_store=self.config.plugin_store))
         # Its every connection says it is this same agent (protocol.Hello.agent_id).
         self.agent_id = secrets.token_hex(8)
         # This credential's own spool: other control planes' agents may share the user data folder.
@@ -560,12 +562,43 @@ class Agent:
             # From memory, never a file: the control plane names no path, and the answer is bounded.
             lines, first, last = logfile.RING.since(msg.after, msg.lines, protocol.LOG_ANSWER_CHARS)
             await self._send_answer(protocol.LogAnswer(msg.request_id, lines, first, last))
+        elif isinstance(msg, protocol.PluginPush):
+            task = asyncio.create_task(self._install_pushed(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
             log.warning("the control plane reported: %s", msg.message)
         else:  # a welcome or refusal comes first or not at all
             log.warning("unexpected %r message from the control plane after the welcome", msg.type)
+
+    async def _install_pushed(self, msg: protocol.PluginPush) -> None:
+        """A pack the control plane pushed: installed only where CODEFYUI_AGENT_ACCEPT_PLUGINS=1 (it is new code
+        running here); then the catalog is read again and the agent reconnects, so its hello reports it."""
+        ok = False
+        if not self.config["CODEFYUI_AGENT_ACCEPT_PLUGINS"]:
+            text = ("this agent does not accept pushed plugin packs: start it with CODEFYUI_AGENT_ACCEPT_PLUGINS=1, "
+                    f"or install the pack there with `cdui plugin install {msg.pack_id}`")
+        else:
+            try:
+                data = base64.b64decode(msg.data, validate=True)
+                done = await asyncio.to_thread(packs.install_pushed, msg.pack_id, msg.version, msg.pin,
+                                               msg.tree_sha256, data, self.config.plugin_store)
+                ok, text = True, f"installed {msg.pack_id} {done.entry['version']}; reconnecting with its new catalog"
+                log.info("plugin pack %s %s pushed by the control plane: installed", msg.pack_id, msg.version)
+            except (packs.PackError, ValueError, OSError) as exc:
+                text = f"not installed: {exc}"
+                log.warning("plugin pack %s pushed by the control plane: %s", msg.pack_id, text)
+        ws = self.ws
+        if ws is not None and not ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
+                await ws.send_str(protocol.PluginPushAnswer(msg.request_id, msg.pack_id, ok, text).to_json())
+        if ok:
+            await self._probe_catalog()
+            ws = self.ws
+            if ws is not None and not ws.closed:
+                await ws.close()  # the next connection's hello carries the new catalog; runs go on meanwhile
 
     async def _answer_outputs(self, msg: protocol.OutputsRequest | protocol.RawRequest) -> None:
         root = outputs.store_dir(self.user_data)

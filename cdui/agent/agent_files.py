@@ -92,7 +92,8 @@ class Files:
         # The bucket credentials stay here, in memory: the run's process never sees them.
         return replace(job, layout=layout.to_json(), s3_credentials=None,
                        custom_nodes_dir=job.custom_nodes_dir or str(custom),
-                       plugins_dir=job.plugins_dir or str(cfg.plugins_dir))
+                       plugins_dir=job.plugins_dir or str(cfg.plugins_dir),
+                       plugin_store=job.plugin_store or str(cfg.plugin_store))
 
     def _same_machine(self, same: Layout) -> None:
         """The job came with the control plane's own layout (this machine is the control plane's)."""

@@ -144,7 +144,7 @@ def _env() -> dict[str, str]:
     return dict(os.environ)
 
 
-def add_parsers(sub: Any) -> argparse.ArgumentParser:
+def add_parsers(sub: Any) -> Any:
     """The ``cdui project`` group with ``init`` and ``validate``; returns the group's action parsers'
     holder so other project commands (freeze, restore) can be added to it."""
     p = sub.add_parser("project", help="project folders: CodefyUI's layout of a lab's graph repository")

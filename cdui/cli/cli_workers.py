@@ -123,6 +123,14 @@ def catalog_lines(w: dict[str, Any]) -> list[str]:
                    + (" (`any` skips it; runs using those types are refused)" if c.get("lacking") else ""))
     if c.get("warning"):
         out.append(f"  catalog: {c['warning']}")
+    have = w.get("packs") or {}
+    if have or w.get("packs_lacking"):
+        out.append("  packs: " + (", ".join(f"{pid} {p.get('version') or '?'} ({str(p.get('sha256', ''))[:12]})"
+                                           for pid, p in sorted(have.items())) or "none"))
+    for p in w.get("packs_lacking") or []:
+        what = "lacks" if p.get("have") is None else f"has another build of ({str(p['have'])[:12]})"
+        out.append(f"  {what} pack {p['id']} {p.get('version') or ''} ({str(p.get('sha256', ''))[:12]}) of the "
+                   f"control plane: on the worker, `{p['install']}`")
     return out
 
 

@@ -190,10 +190,12 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token", secret=True),
+    Setting("CODEFYUI_AGENT_ACCEPT_PLUGINS", False, _bool, "1 lets the control plane push plugin packs to this agent (`cdui plugin push`), which installs them: new code runs here", "0 or 1"),
     Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),
     # -- install
     Setting("CODEFYUI_WHEELHOUSE", None, _str, "install from this folder of wheels, offline", "a folder", path=True),
+    Setting("CODEFYUI_PLUGIN_SOURCES", [], _list, "folders `cdui plugin install NAME` and `cdui project restore` look in for a pack by name (NAME/, plugins/NAME/, NAME.tar.gz, NAME-VERSION.tar.gz, NAME.zip), before the wheelhouse", "comma-separated folders"),
     Setting("CODEFYUI_TORCH_SPEC", None, _str, "pip requirement for torch used by the installer", "e.g. torch==2.13.0"),
     Setting("CODEFYUI_RELEASE_TAG", None, _str, "version to install (install.sh)", "a version"),
     # -- network nodes (Webhook, LLMChat), read by the run process of the machine that runs them
@@ -232,6 +234,11 @@ class Config:
     @property
     def plugins_dir(self) -> Path:
         return self.layout.install_root / "plugins"
+
+    @property
+    def plugin_store(self) -> Path:
+        """Where ``cdui plugin install`` puts packs and its lockfile ``installed.json``."""
+        return self.user_data / "plugins"
 
     @property
     def custom_nodes_dir(self) -> Path:

@@ -39,6 +39,19 @@ class RunContext:
         self.run_preset: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
         # Files the run wrote (absolute paths), for the transfer backend.
         self.written: list[Path] = []
+        # True while the run records node outputs: nodes then also return their ``__steps__``.
+        self.verbose = False
+        # The modules stateful nodes built in this run, by (node id, structural params): Node.stateful_module.
+        self._modules: dict[tuple[str, str], Any] = {}
+
+    def node_module(self, key: tuple[str, str], build: Callable[[], Any]) -> Any:
+        """The module kept under ``key`` in this run, built by ``build()`` the first time (one per node id:
+        a new structural key for the same node replaces the module it kept)."""
+        if key not in self._modules:
+            for old in [k for k in self._modules if k[0] == key[0]]:
+                del self._modules[old]
+            self._modules[key] = build()
+        return self._modules[key]
 
     # -- reporting ------------------------------------------------------
     def emit(self, kind: str, data: dict[str, Any]) -> None:

@@ -45,6 +45,20 @@ def _summary(value: Any) -> Any:
     return {"type": type(value).__name__}
 
 
+MAX_STEPS = 64  # steps of one node reported; a node that records more is cut there
+MAX_STEP_VALUES = 16  # values of one step reported
+
+
+def _step_dict(step: Any) -> dict[str, Any]:
+    """One entry of ``__steps__`` (a Step, CodefyUI's or ours, or a dict of the same fields) as a dict."""
+    get = step.get if isinstance(step, dict) else (lambda k, d=None: getattr(step, k, d))
+    tensors, scalars = get("tensors", {}), get("scalars", {})
+    return {"name": str(get("name", "") or "")[:200], "description": str(get("description", "") or "")[:1000],
+            "tensors": dict(tensors) if isinstance(tensors, dict) else {},
+            "scalars": {str(k): v for k, v in (scalars.items() if isinstance(scalars, dict) else [])
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+
+
 class NodeCache(Protocol):
     """The canvas process's execution cache (cdui/run/canvas_proc.py), as the executor uses it."""
 
@@ -65,6 +79,8 @@ class Executor:
                  cache: NodeCache | None = None) -> None:
         self.registry = registry
         self.ctx = ctx
+        # Nodes return their __steps__ only while a run records its outputs, where the steps are kept.
+        self.ctx.verbose = on_outputs is not None
         # Given each reported node's outputs when it completes (recorded outputs, cdui/run/outputs.py).
         self.on_outputs = on_outputs
         # A canvas run's cache: an unchanged node answers from it (node_status "cached") instead of running.
@@ -120,14 +136,39 @@ class Executor:
                 self.ctx.node_id, self.ctx.node_type = prev
             if not isinstance(result, dict):
                 raise NodeFailed(pn.origin, pn.type, f"execute returned {type(result).__name__}, not a dict", "")
+            steps = result.pop("__steps__", None)
+            step_values = self._report_steps(pn, steps) if steps and report else {}
             outputs[pn.id] = result
             if cache is not None:
                 cache.ran(pn, key, cacheable, result)
             if report:
-                self._report_done(pn, result, "done", time.monotonic() - t0)
+                self._report_done(pn, result, "done", time.monotonic() - t0, step_values)
         return outputs
 
-    def _report_done(self, pn: PlanNode, result: dict[str, Any], status: str, seconds: float) -> None:
+    def _report_steps(self, pn: PlanNode, steps: Any) -> dict[str, Any]:
+        """A node's ``__steps__``: one ``node_steps`` event (names, descriptions, numbers, value summaries) and,
+        when outputs are recorded, each step's values as outputs ``__step__<i>__<name>`` beside the node's own,
+        with ``__step__<i>__meta`` saying what the step was (CodefyUI's names for them)."""
+        listed = [_step_dict(s) for s in (steps if isinstance(steps, (list, tuple)) else [])][:MAX_STEPS]
+        prev = self.ctx.node_id
+        self.ctx.node_id = pn.id
+        self.ctx.emit("node_steps", {"type": pn.type, "steps": [
+            {"name": s["name"], "description": s["description"], "scalars": s["scalars"],
+             "values": {k: _summary(v) for k, v in list(s["tensors"].items())[:MAX_STEP_VALUES]}}
+            for s in listed]})
+        self.ctx.node_id = prev
+        extra: dict[str, Any] = {}
+        if self.on_outputs is not None:
+            for i, s in enumerate(listed):
+                numbers = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                                    for k, v in s["scalars"].items())
+                extra[f"__step__{i}__meta"] = f"{s['name']}: {s['description']}" + (f" ({numbers})" if numbers else "")
+                for k, v in list(s["tensors"].items())[:MAX_STEP_VALUES]:
+                    extra[f"__step__{i}__{k}"] = v
+        return extra
+
+    def _report_done(self, pn: PlanNode, result: dict[str, Any], status: str, seconds: float,
+                     step_values: dict[str, Any] | None = None) -> None:
         prev = self.ctx.node_id
         self.ctx.node_id = pn.id
         self.ctx.emit("node_status", {
@@ -135,7 +176,7 @@ class Executor:
             "outputs": {k: _summary(v) for k, v in result.items()}})
         self.ctx.node_id = prev
         if self.on_outputs is not None:
-            self.on_outputs(pn.id, pn.type, result)
+            self.on_outputs(pn.id, pn.type, {**result, **step_values} if step_values else result)
 
     def run_preset(self, plan: Plan, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         """Run preset ``name`` once with ``inputs`` on its exposed inputs (used by Map)."""

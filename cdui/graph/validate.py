@@ -294,7 +294,8 @@ def unknown_type_error(node_id: str, type_name: str, known: Iterable[str] = ()) 
         pack = type_name.split(":", 1)[0]
         return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a node of the "
                    f"plugin pack {pack!r}, which is not installed", value=type_name,
-                   hint=f"{mean}install the {pack!r} plugin pack under the plugins folder, or remove the node")
+                   hint=f"{mean}install the pack with `cdui plugin install {pack}` (a folder, an archive, "
+                        f"or its name in CODEFYUI_PLUGIN_SOURCES), or remove the node")
     if type_name in CODEFYUI_BUILTINS:
         return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a CodefyUI "
                    f"built-in that this version of cdui does not have yet", value=type_name,

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -150,6 +152,9 @@ class Node(ABC):
     # training changes in place, or a side effect that is the node's point. None: decided from the
     # declarations (see :meth:`cacheable`). What is downstream of a node that is not cacheable re-runs too.
     CACHEABLE: ClassVar[bool | None] = None
+    # The params that decide the shape of the module a node builds (see :meth:`stateful_module`): a change of
+    # any of them builds a fresh module, a change of another param keeps the one built earlier in the run.
+    STRUCTURAL_PARAMS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def define_inputs(cls) -> list[Port]:
@@ -215,7 +220,19 @@ class Node(ABC):
     @abstractmethod
     def execute(self, inputs: dict[str, Any], params: dict[str, Any],
                 ctx: RunContext) -> dict[str, Any]:
-        """Compute this node's outputs (port name -> value) from its inputs and params."""
+        """Compute this node's outputs (port name -> value) from its inputs and params.
+
+        A node may add ``"__steps__"``: a list of :class:`Step` (a :class:`StepRecorder`'s ``steps``) naming
+        the intermediate values of its computation. They are recorded with the node's outputs (a run with
+        recorded outputs sets ``ctx.verbose``, so a node can skip the work otherwise) and never reach a port."""
+
+    def stateful_module(self, ctx: RunContext, params: dict[str, Any], build: Callable[[], Any]) -> Any:
+        """The module this graph node built earlier in the run for the same :attr:`STRUCTURAL_PARAMS` values
+        (so a node run many times, inside Map or a loop, keeps its weights), else ``build()``'s, kept for the
+        next call. Keyed by the node's id: two nodes of one type never share one."""
+        names = self.STRUCTURAL_PARAMS or tuple(sorted(params))
+        shape = json.dumps({k: params.get(k) for k in names}, sort_keys=True, default=str)
+        return ctx.node_module((ctx.node_id or "", shape), build)
 
     # -- catalog ---------------------------------------------------------
     @classmethod
@@ -243,6 +260,30 @@ class Node(ABC):
         if missing:
             out["install"] = install_hint(cls.EXTRA)
         return out
+
+
+@dataclass
+class Step:
+    """One named step inside a node's computation (``__steps__``): its description, the tensors (or other
+    values) it produced and the numbers worth showing."""
+    name: str
+    description: str = ""
+    tensors: dict[str, Any] = field(default_factory=dict)
+    scalars: dict[str, float] = field(default_factory=dict)
+
+
+class StepRecorder:
+    """Collects :class:`Step` s: ``rec.record("scores", "Q @ K.T", scalars={"d": 8.0}, scores=s)``."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def record(self, name: str, description: str = "", *, scalars: dict[str, float] | None = None,
+               **tensors: Any) -> None:
+        self.steps.append(Step(str(name), str(description), dict(tensors), dict(scalars or {})))
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
 
 # Import name -> pip name, where they differ.

@@ -5,7 +5,10 @@
 - Custom nodes are ``*.py`` files in ``<data>/custom_nodes/``; every Node
   subclass with a ``NODE_NAME`` defined in such a file is registered. Loaded at
   start, so a new file is available after a restart.
-- Plugin packs live in ``<install>/plugins/<id>/cdui.plugin.toml``::
+- Plugin packs: those ``cdui plugin install`` locked in ``<user data>/plugins/installed.json``
+  (cdui/nodes/packs.py), and drop-in folders ``<install>/plugins/<id>/cdui.plugin.toml``. A pack
+  in CodefyUI's format has its node files in ``nodes/`` written against CodefyUI's node API
+  (cdui/nodes/codefyui_compat.py); one in cdui's names its files::
 
       [plugin]
       id = "mypack"           # optional, defaults to the folder name
@@ -24,14 +27,16 @@ import importlib.util
 import logging
 import os
 import pkgutil
+import re
 import sys
-import tomllib
 import traceback
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import cdui.nodes.builtin
+from cdui.nodes import codefyui_compat, packs
 from cdui.nodes.base import Node
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,7 @@ class Registry:
         self.nodes: dict[str, type[Node]] = {}
         self.sources: dict[str, str] = {}
         self.load_errors: list[dict[str, str]] = []
+        self.packs: dict[str, str] = {}  # pack id -> its folder
 
     def register(self, cls: type[Node], name: str | None = None, source: str = "builtin") -> None:
         self.nodes[name or cls.NODE_NAME] = cls
@@ -110,25 +116,70 @@ class Registry:
                     self.register(cls, source=f"custom:{path.name}")
 
     def load_plugins(self, plugins_dir: Path) -> None:
+        """The drop-in packs of ``plugins_dir`` (``<install>/plugins``): every ``*/cdui.plugin.toml``."""
         if not plugins_dir.is_dir():
             return
-        for manifest in sorted(plugins_dir.glob("*/cdui.plugin.toml")):
-            try:
-                meta = tomllib.loads(manifest.read_text(encoding="utf-8")).get("plugin", {})
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                self.load_errors.append({"file": str(manifest), "error": f"bad manifest: {exc}"})
+        for manifest in sorted(plugins_dir.glob(f"*/{packs.MANIFEST}")):
+            self.load_pack(manifest.parent)
+
+    def load_installed(self, store: Path) -> None:
+        """The packs the lockfile of ``store`` (``<user data>/plugins``) records, installed or linked."""
+        for entry, folder in packs.installed(store):
+            if not (folder / packs.MANIFEST).is_file():
+                self.load_errors.append({"file": str(folder), "error": f"pack {entry.get('id')!r} is in the "
+                                         f"lockfile but its folder {folder} is gone (install it again)"})
                 continue
-            pid = str(meta.get("id") or manifest.parent.name)
-            for rel in meta.get("modules", ["nodes.py"]):
-                path = (manifest.parent / rel).resolve()
-                if manifest.parent.resolve() not in path.parents:
-                    self.load_errors.append({"file": str(manifest),
-                                             "error": f"module {rel!r} is outside the plugin folder"})
-                    continue
+            self.load_pack(folder, str(entry.get("id")))
+
+    def load_pack(self, folder: Path, expect_id: str | None = None) -> None:
+        m = packs.read_manifest(folder)
+        if m.problems:
+            self.load_errors.append({"file": str(folder / packs.MANIFEST), "error": "; ".join(m.problems)})
+            log.warning("plugin pack in %s not loaded: %s", folder, "; ".join(m.problems))
+            return
+        pid = expect_id or m.id
+        if pid in self.packs:
+            self.load_errors.append({"file": str(folder), "error": f"pack {pid!r} is installed twice; "
+                                     f"the one in {self.packs[pid]} is used"})
+            return
+        self.packs[pid] = str(folder)
+        if m.fmt == "cdui":
+            for rel in m.modules:
+                path = (folder / rel).resolve()
                 module = self._import_file(path, f"cdui_plugin_{pid}.{path.stem}")
                 if module is not None:
                     for cls in _node_classes(module):
                         self.register(cls, f"{pid}:{cls.NODE_NAME}", source=f"plugin:{pid}")
+            return
+        # CodefyUI's format: the pack is a package (cdui_plugins.<id>), its node files modules of <nodes_dir>,
+        # so their relative imports work; the module names CodefyUI's API lives under are provided first.
+        codefyui_compat.install_modules()
+        pkg = f"cdui_plugins.{re.sub(r'[^0-9a-zA-Z_]', '_', pid)}"
+        for name in [k for k in sys.modules if k == pkg or k.startswith(pkg + ".")]:
+            del sys.modules[name]  # a reload reads the files again
+        _package("cdui_plugins", None)
+        _package(pkg, folder)
+        nodes_pkg = _package(f"{pkg}.{m.nodes_dir.replace('/', '.')}", folder / m.nodes_dir)
+        if nodes_pkg is None:
+            self.load_errors.append({"file": str(folder / m.nodes_dir / "__init__.py"),
+                                     "error": "the nodes folder's __init__.py failed to import"})
+            return
+        for path in m.node_files():
+            modname = f"{nodes_pkg.__name__}.{path.stem}"
+            try:
+                module = importlib.import_module(modname)
+            except Exception as exc:  # a broken pack file must not take the server down
+                sys.modules.pop(modname, None)
+                self.load_errors.append({"file": str(path), "error": f"{type(exc).__name__}: {exc}",
+                                         "traceback": traceback.format_exc(limit=3)})
+                log.warning("could not load node file %s: %s", path, exc)
+                continue
+            for value in vars(module).values():
+                if codefyui_compat.is_codefyui_node(value, modname):
+                    name = f"{pid}:{value.NODE_NAME}"
+                    self.register(codefyui_compat.adapt(value, name, pid), name, source=f"plugin:{pid}")
+            for cls in _node_classes(module):
+                self.register(cls, f"{pid}:{cls.NODE_NAME}", source=f"plugin:{pid}")
 
     def catalog(self) -> list[dict[str, Any]]:
         out = []
@@ -140,9 +191,40 @@ class Registry:
         return out
 
 
-def build_registry(custom_dir: Path | None = None, plugins_dir: Path | None = None) -> Registry:
+def _package(name: str, folder: Path | None) -> Any:
+    """Module ``name`` as a package over ``folder`` (its ``__init__.py`` run when there is one); None when
+    that ``__init__.py`` fails."""
+    if name in sys.modules:
+        return sys.modules[name]
+    init = folder / "__init__.py" if folder is not None else None
+    if init is not None and init.is_file():
+        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            sys.modules.pop(name, None)
+            return None
+    else:
+        module = types.ModuleType(name)
+        module.__path__ = [str(folder)] if folder is not None else []
+        sys.modules[name] = module
+    parent, _, leaf = name.rpartition(".")
+    if parent in sys.modules:
+        setattr(sys.modules[parent], leaf, module)
+    return module
+
+
+def build_registry(custom_dir: Path | None = None, plugins_dir: Path | None = None,
+                   plugin_store: Path | None = None) -> Registry:
+    """Built-in nodes, then the installed packs of ``plugin_store`` (``<user data>/plugins``), the drop-in
+    packs of ``plugins_dir`` and the custom nodes of ``custom_dir``."""
     reg = Registry()
     reg.load_builtin()
+    if plugin_store is not None:
+        reg.load_installed(plugin_store)
     if plugins_dir is not None:
         reg.load_plugins(plugins_dir)
     if custom_dir is not None:

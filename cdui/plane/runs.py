@@ -1017,10 +1017,11 @@ class RunService:
         secrets = tuple((tuple(p), v) for p, v in self.secrets.get(run.id, []))
         if not local_paths:
             return Job(run_id=run.id, graph=graph, options=dict(run.options), slot_device=where.device, layout=None,
-                       custom_nodes_dir=None, plugins_dir=None, files=files, secrets=secrets)
+                       custom_nodes_dir=None, plugins_dir=None, plugin_store=None, files=files, secrets=secrets)
         return Job(run_id=run.id, graph=graph, options=dict(run.options), slot_device=where.device,
                    layout=self.layout.to_json(), custom_nodes_dir=str(self.config.custom_nodes_dir),
-                   plugins_dir=str(self.config.plugins_dir), files=files, secrets=secrets)
+                   plugins_dir=str(self.config.plugins_dir), plugin_store=str(self.config.plugin_store),
+                   files=files, secrets=secrets)
 
     # -- stop / delete --------------------------------------------------------
     async def stop(self, run_id: str) -> dict[str, Any]:

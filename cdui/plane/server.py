@@ -70,6 +70,7 @@ from cdui.plane.http import (
     api_files,
     api_graphs,
     api_outputs,
+    api_plugins,
     api_runs,
     api_studies,
     api_sweeps,
@@ -344,7 +345,10 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     app[LOOP_LAG] = LoopLag(SystemClock())
     store = Store(config.db_path)
     app[STORE] = store
-    runs = RunService(config, store, build_registry(config.custom_nodes_dir, config.plugins_dir), clock)
+    registry = build_registry(config.custom_nodes_dir, config.plugins_dir, config.plugin_store)
+    if registry.packs:  # the packs this control plane validates graphs against (a failed file logs a warning)
+        log.info("plugin packs: %s", ", ".join(sorted(registry.packs)))
+    runs = RunService(config, store, registry, clock)
     app[RUNS] = runs
     manager = workers.WorkerManager(app)
     app[WORKERS] = manager
@@ -389,6 +393,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_worker_log.setup(app)
     api_canvas.setup(app)
     metrics.setup(app)
+    api_plugins.setup(app)
     return app
 
 

@@ -137,7 +137,8 @@ class PendingOutputs:
     def __init__(self) -> None:
         self.waiting: dict[str, asyncio.Future[Any]] = {}
 
-    def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer | protocol.LogAnswer) -> None:
+    def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer | protocol.LogAnswer
+                 | protocol.PluginPushAnswer) -> None:
         fut = self.waiting.pop(msg.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
@@ -609,8 +610,9 @@ class WorkerSession:
                     await inbox.put(m)
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
-                elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer, protocol.LogAnswer)):
-                    conn.outputs.answered(m)
+                elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer, protocol.LogAnswer,
+                                    protocol.PluginPushAnswer)):
+                    conn.outputs.answered(m)  # a pushed pack's answer waits there too (cdui/plane/http/api_plugins.py)
                 else:
                     await conn.send(protocol.Error("hello was already received"))
             except DiskFull:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui import __version__
+from cdui.nodes import packs
 from cdui.nodes.registry import build_registry
 from cdui.wire import devicesets
 
@@ -124,6 +125,10 @@ def _plugins(plugins_dir: Path | None) -> dict[str, str]:
     return out
 
 
+def _packs(plugin_store: Path | None) -> dict[str, dict[str, str]]:
+    return packs.pins(plugin_store) if plugin_store is not None else {}
+
+
 def _custom_nodes(custom_dir: Path | None) -> dict[str, str]:
     if custom_dir is None or not custom_dir.is_dir():
         return {}
@@ -135,7 +140,7 @@ def installation_commit() -> str | None:
 
 
 def fingerprint(custom_dir: Path | None, plugins_dir: Path | None,
-                env: Mapping[str, str] | None = None) -> dict[str, Any]:
+                env: Mapping[str, str] | None = None, plugin_store: Path | None = None) -> dict[str, Any]:
     """This process's environment fingerprint (imports torch)."""
     env = os.environ if env is None else env
     return {
@@ -144,7 +149,10 @@ def fingerprint(custom_dir: Path | None, plugins_dir: Path | None,
         "python": platform.python_version(),
         "torch": _torch_build(),
         "accelerator": env.get(SEEN_ACCELERATOR_ENV) or _accelerator(),
-        "plugins": _plugins(plugins_dir),
+        "plugins": {**_plugins(plugins_dir), **{pid: f"{p['version'] or 'no version'} (sha256 {p['sha256'][:12]})"
+                                                 for pid, p in _packs(plugin_store).items()}},
+        # The installed packs (cdui plugin install), as the Workers panel compares them with the control plane's.
+        "packs": _packs(plugin_store),
         "custom_nodes": _custom_nodes(custom_dir),
         "env": {k: env[k] for k in NUMERICS_ENV if k in env},
     }
@@ -182,9 +190,10 @@ def numerics() -> dict[str, Any]:
     return out
 
 
-def run_facts(registry: Any, custom_dir: Path | None, plugins_dir: Path | None) -> dict[str, Any]:
+def run_facts(registry: Any, custom_dir: Path | None, plugins_dir: Path | None,
+              plugin_store: Path | None = None) -> dict[str, Any]:
     """What the run subprocess reports at its start: the ``execution_facts`` event's data."""
-    fp = fingerprint(custom_dir, plugins_dir)
+    fp = fingerprint(custom_dir, plugins_dir, plugin_store=plugin_store)
     return {"fingerprint": summary(fp), "fingerprint_detail": fp, "catalog_hash": node_catalog(registry)["hash"],
             "resolved": {"numerics": numerics()}}
 
@@ -206,17 +215,20 @@ def _helper_main(argv: list[str]) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     custom = Path(argv[0]) if len(argv) > 0 and argv[0] else None
     plugins = Path(argv[1]) if len(argv) > 1 and argv[1] else None
-    registry = build_registry(custom, plugins)
-    out = {"catalog": node_catalog(registry), "fingerprint": fingerprint(custom, plugins),
+    store = Path(argv[2]) if len(argv) > 2 and argv[2] else None
+    registry = build_registry(custom, plugins, store)
+    out = {"catalog": node_catalog(registry), "fingerprint": fingerprint(custom, plugins, plugin_store=store),
            "device_memory": devicesets.cuda_memory(),
            "load_errors": [f"{e.get('file')}: {e.get('error')}" for e in registry.load_errors][:20]}
     sys.stdout.write(json.dumps(out, default=str) + "\n")
     return 0
 
 
-def probe(custom_dir: Path | None, plugins_dir: Path | None, timeout: float = HELPER_TIMEOUT_S) -> Probe:
+def probe(custom_dir: Path | None, plugins_dir: Path | None, timeout: float = HELPER_TIMEOUT_S,
+          plugin_store: Path | None = None) -> Probe:
     """Run the helper; a helper that fails, hangs or answers nonsense gives no catalog, and the reason."""
-    cmd = [sys.executable, "-m", "cdui.run.catalog", str(custom_dir or ""), str(plugins_dir or "")]
+    cmd = [sys.executable, "-m", "cdui.run.catalog", str(custom_dir or ""), str(plugins_dir or ""),
+           str(plugin_store or "")]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                               cwd=str(Path(__file__).resolve().parents[2]))

@@ -148,8 +148,10 @@ def _run_job(job: Job, emit: Any, stop: threading.Event,
             raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
         layout = Layout.from_json(job.layout)
         registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
-                                  Path(job.plugins_dir) if job.plugins_dir else None)
-        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, device_facts(slot, job.process_device))
+                                  Path(job.plugins_dir) if job.plugins_dir else None,
+                                  Path(job.plugin_store) if job.plugin_store else None)
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, device_facts(slot, job.process_device),
+                      job.plugin_store)
         graph = fill_secrets(job.graph, job.secret_pairs())
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
@@ -263,11 +265,11 @@ def _run_forked() -> int:
 
 
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,
-                  devices: dict[str, Any]) -> None:
+                  devices: dict[str, Any], plugin_store: str | None = None) -> None:
     """This process's own fingerprint and torch numerics, which replace the worker's for the run."""
     try:
         facts = run_facts(registry, Path(custom_dir) if custom_dir else None,
-                          Path(plugins_dir) if plugins_dir else None)
+                          Path(plugins_dir) if plugins_dir else None, Path(plugin_store) if plugin_store else None)
     except Exception as exc:  # the facts describe the run; failing to gather them must not fail it
         emit("log", {"message": f"could not collect the run's fingerprint: {type(exc).__name__}: {exc}",
                      "level": "warning"})

@@ -101,6 +101,8 @@ class Job:
     layout: dict[str, Any] | None = None
     custom_nodes_dir: str | None = None
     plugins_dir: str | None = None
+    # The installed packs' folder (<user data>/plugins, with the lockfile) on the machine that runs it.
+    plugin_store: str | None = None
     files: JobFiles = field(default_factory=JobFiles)
     secrets: tuple[Secret, ...] = field(default=(), repr=False)
     # An s3 run's bucket credentials (cdui.wire.s3.S3Credentials.to_dict()): like secrets, never in a
@@ -121,12 +123,13 @@ class Job:
 
     def without_local_paths(self) -> Job:
         """The job for another machine, which resolves folders in its own installation."""
-        return replace(self, layout=None, custom_nodes_dir=None, plugins_dir=None)
+        return replace(self, layout=None, custom_nodes_dir=None, plugins_dir=None, plugin_store=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "graph": self.graph, "options": self.options,
                 "slot_device": self.slot_device, "process_device": self.process_device,
                 "layout": self.layout, "custom_nodes_dir": self.custom_nodes_dir, "plugins_dir": self.plugins_dir,
+                "plugin_store": self.plugin_store,
                 "files": self.files.to_dict(), "secrets": [[list(p), v] for p, v in self.secrets],
                 "s3_credentials": self.s3_credentials, "env_secrets": dict(self.env_secrets)}
 
@@ -153,6 +156,7 @@ class Job:
                    layout=_typed(d, "layout", dict),
                    custom_nodes_dir=_typed(d, "custom_nodes_dir", str),
                    plugins_dir=_typed(d, "plugins_dir", str),
+                   plugin_store=_typed(d, "plugin_store", str),
                    files=JobFiles.from_dict(d.get("files")),
                    secrets=tuple(secrets),
                    s3_credentials=_typed(d, "s3_credentials", dict),

@@ -18,6 +18,7 @@ agent -> control plane
   raw_answer {request_id, chunk, size, sha256, data, error, code}  (one chunk of a recorded raw tensor file)
   probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
   log_answer {request_id, lines, first, last}  (the newest lines of the agent's own log, bounded)
+  plugin_push_answer {request_id, pack_id, ok, message}  (the answer to ``plugin_push``)
 control plane -> agent
   probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
              plane's machine id: can it read that file and write those folders? see cdui.wire.same_machine)
@@ -35,6 +36,8 @@ control plane -> agent
   outputs_request {request_id, run_id, node_id}  (node_id null: which nodes have recorded outputs)
   raw_request {request_id, run_id, node_id, port, chunk}  (chunk k of a recorded output's raw tensor file)
   log_request {request_id, after, lines}  (the agent's log lines after number ``after``; 0: the last ``lines``)
+  plugin_push {request_id, pack_id, version, pin, tree_sha256, data}  (a plugin pack, base64 of its .tar.gz:
+             an agent started with CODEFYUI_AGENT_ACCEPT_PLUGINS=1 installs it, see docs/plugins.md)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -493,6 +496,12 @@ def parse_agent_message(raw: str) -> AgentMessage:
         return _raw_answer(d)
     if t == "log_answer":
         return _log_answer(d)
+    if t == "plugin_push_answer":
+        w = "plugin_push_answer"
+        ok = _req(d, "ok", bool, w)
+        return PluginPushAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                                _str(_req(d, "pack_id", str, w), f"{w}.pack_id", 128), bool(ok),
+                                _str(_opt(d, "message", str, "", w), f"{w}.message", MAX_TEXT))
     if t == "probe_answer":
         nonce = _opt(d, "nonce", str, None, "probe_answer")
         cannot_read = _opt(d, "cannot_read", str, None, "probe_answer")
@@ -814,9 +823,35 @@ def _log_answer(d: dict[str, Any]) -> LogAnswer:
                      _int(_req(d, "first", int, w), f"{w}.first"), _int(_req(d, "last", int, w), f"{w}.last"))
 
 
+
+@dataclass(frozen=True)
+class PluginPush(_Flat):
+    """A plugin pack for the agent to install: ``data`` is the base64 of a .tar.gz of the pack's folder, whose
+    files must hash to ``tree_sha256`` once unpacked; ``pin`` is the control plane's lockfile sha256 for it."""
+    request_id: str
+    pack_id: str
+    version: str
+    pin: str
+    tree_sha256: str
+    data: str
+    type: ClassVar[str] = "plugin_push"
+
+
+@dataclass(frozen=True)
+class PluginPushAnswer(_Flat):
+    request_id: str
+    pack_id: str
+    ok: bool
+    message: str
+    type: ClassVar[str] = "plugin_push_answer"
+
+
+# A pushed pack's base64 text: what fits in one message beside its other fields.
+MAX_PUSH_DATA = MAX_MESSAGE - 64 * 1024
+
 ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-                 | Probe | RawRequest | LogRequest)
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer
+                 | Probe | RawRequest | LogRequest | PluginPush)
+AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer | PluginPushAnswer
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -909,6 +944,15 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
         return LogRequest(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
                           _int(_req(d, "after", int, w), f"{w}.after"),
                           _int(_req(d, "lines", int, w), f"{w}.lines", 1, LOG_MAX_LINES))
+    if t == "plugin_push":
+        w = "plugin_push"
+        pin, tree = _str(_req(d, "pin", str, w), f"{w}.pin", 64), _str(_req(d, "tree_sha256", str, w), f"{w}.tree", 64)
+        if not (_SHA256.fullmatch(pin) and _SHA256.fullmatch(tree)):
+            raise ProtocolError(f"{w}: pin and tree_sha256 must be sha256 hex digests")
+        return PluginPush(_str(_req(d, "request_id", str, w), f"{w}.request_id"),
+                          _str(_req(d, "pack_id", str, w), f"{w}.pack_id", 128),
+                          _str(_opt(d, "version", str, "", w), f"{w}.version", 128), pin, tree,
+                          _str(_req(d, "data", str, w), f"{w}.data", MAX_PUSH_DATA))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from cdui import __version__
 from cdui.core import trust
 from cdui.core.errors import CduiError, NotFound
+from cdui.nodes import packs
 from cdui.plane import enroll
 from cdui.plane.http import proxies
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, PUBLIC_LIMIT, read_object
@@ -93,7 +94,8 @@ class WorkerRoutes:
         if state is None:
             return {"degraded": False, "catalog": None, "fingerprint": None}
         return {"degraded": state.degraded, "catalog": state.to_api(),
-                "fingerprint": catalog.summary(conn.hello.fingerprint)}
+                "fingerprint": catalog.summary(conn.hello.fingerprint),
+                **pack_card(conn.hello.fingerprint, packs.pins(self.m.runs.config.plugin_store))}
 
     async def create_token(self, request: web.Request) -> web.Response:
         body = await read_object(request, DEFAULT_LIMIT)
@@ -267,3 +269,15 @@ def setup(app: web.Application) -> None:
     r.add_post("/api/workers/{name}/drain", h.set_drain)
     r.add_post("/api/workers/{name}/undrain", h.set_drain)
     r.add_post("/api/workers/{name}/reissue", h.reissue)
+
+
+def pack_card(fingerprint: dict[str, Any] | None, here: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A worker's installed plugin packs (id -> version, sha256) as its agent reported them, and the control
+    plane's packs it lacks or has at another sha256, each with the command that installs it there."""
+    theirs = (fingerprint or {}).get("packs")
+    theirs = {str(k): v for k, v in theirs.items() if isinstance(v, dict)} if isinstance(theirs, dict) else {}
+    lacking = [{"id": pid, "version": p["version"], "sha256": p["sha256"],
+                "have": str(theirs[pid].get("sha256", "")) if pid in theirs else None,
+                "install": f"cdui plugin install {pid}"}
+               for pid, p in sorted(here.items()) if str(theirs.get(pid, {}).get("sha256", "")) != p["sha256"]]
+    return {"packs": theirs, "packs_lacking": lacking}

@@ -115,6 +115,11 @@ def missing_message(name: str, missing: list[str]) -> str:
 
 
 def refuse_missing(name: str, missing: list[str]) -> CduiError:
-    return CduiError("missing_node_types", missing_message(name, missing),
-                     hint=f"install the same plugins and custom nodes on {name} and restart its agent, or target "
-                          f"another worker (see docs/workers-in-sync.md)", status=400, details={"missing": missing})
+    pack_ids = sorted({t.split(":", 1)[0] for t in missing if ":" in t})
+    install = (f"install the pack(s) on {name} with `cdui plugin install {' '.join(pack_ids)}` and restart its "
+               f"agent (see docs/plugins.md), or target another worker") if pack_ids else (
+        f"install the same plugins and custom nodes on {name} and restart its agent, or target "
+        f"another worker (see docs/workers-in-sync.md)")
+    return CduiError("missing_node_types", missing_message(name, missing), hint=install, status=400,
+                     details={"missing": missing, **({"install": [f"cdui plugin install {p}" for p in pack_ids]}
+                                                     if pack_ids else {})})

@@ -195,6 +195,12 @@ function catalogFacts(w) {
     fact("Missing node types", Array.isArray(missingTypes) ? missingTypes.join(", ") : short(missingTypes), "warn-text"),
     fact("Extra node types", Array.isArray(extraTypes) ? extraTypes.join(", ") : short(extraTypes)),
     fact("Catalog", c.warning ? short(c.warning) : "", "warn-text"),
+    // Plugin packs (docs/plugins.md): what the agent reported, and the control plane's packs it lacks.
+    fact("Plugin packs", Object.entries(w.packs || {}).map(([id, p]) =>
+      `${id} ${p.version || "?"} (${String(p.sha256 || "").slice(0, 12)})`).join(", ")),
+    fact("Lacks packs", (w.packs_lacking || []).map((p) =>
+      `${p.id} ${p.version || ""} (${p.have ? "has another build" : "missing"}: run \`${p.install}\` there)`).join("; "),
+    "warn-text"),
   ];
 }
 
