@@ -65,6 +65,7 @@ from cdui.plane.appkeys import CLOCK, CONFIG, LOOP_LAG, SESSION_TOKEN, STORE, TU
 from cdui.plane.canvas import CANVAS, CanvasManager
 from cdui.plane.files import s3_plane, transfer
 from cdui.plane.http import (
+    api_apps,
     api_canvas,
     api_files,
     api_graphs,
@@ -198,6 +199,21 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     token = request_token(request)
     if token and secrets.compare_digest(token, request.app[SESSION_TOKEN]):
         request["auth"] = "session"
+        return await handler(request)
+    # An app's API key opens its invoke and its description, nothing else (never a worker route).
+    bearer = request.headers.get("Authorization", "")
+    if bearer[:7].lower() == "bearer " and bearer[7:].strip().startswith(api_apps.KEY_PREFIX):
+        if not api_apps.KEY_ROUTES.match(f"{request.method} {path}"):
+            raise CduiError("forbidden", f"an API key cannot use {request.method} {path}",
+                            hint="API keys may only invoke apps (POST /api/apps/{slug}/invoke) and read their "
+                                 "description (GET /api/apps/{slug}/openapi.json)", status=403)
+        key_id = await request.app[api_apps.APPS].key_auth(request)
+        if key_id is None:
+            raise CduiError("unauthorized", "unknown or revoked API key",
+                            hint="create a key with `cdui keys create NAME` (POST /api/keys) and send it as "
+                                 "Authorization: Bearer cdui_...", status=401)
+        request["auth"] = "key"
+        request[api_apps.API_KEY_ID] = key_id
         return await handler(request)
     # Worker credentials are accepted where the worker layer says so.
     worker_auth = request.app.get(WORKER_AUTH)
@@ -357,6 +373,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     web_session.setup(app)
     api_outputs.setup(app)
     api_canvas.setup(app)
+    api_apps.setup(app)  # after the run service's context: its warm processes end before the run service stops
     return app
 
 
