@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import cli_datasets, cli_devices, cli_runs, cli_sweeps, cli_workers, daemon
+from cdui.cli import cli_apps, cli_datasets, cli_devices, cli_runs, cli_sweeps, cli_workers, daemon
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
 from cdui.core import argv_token, config
@@ -398,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_runs.add_commands(sub)
     cli_sweeps.add_commands(sub)
     cli_datasets.add_commands(sub)
+    cli_apps.add_commands(sub)
     return p
 
 

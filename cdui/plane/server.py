@@ -194,15 +194,11 @@ def request_token(request: web.Request) -> str | None:
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     path = request.path
-    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or request.method == "OPTIONS":
-        return await handler(request)
-    token = request_token(request)
-    if token and secrets.compare_digest(token, request.app[SESSION_TOKEN]):
-        request["auth"] = "session"
-        return await handler(request)
-    # An app's API key opens its invoke and its description, nothing else (never a worker route).
+    # An app's API key opens its invoke and its description, nothing else: not the public worker routes
+    # (/ws/worker, enrollment) either, which it is refused on before their own handshake.
     bearer = request.headers.get("Authorization", "")
-    if bearer[:7].lower() == "bearer " and bearer[7:].strip().startswith(api_apps.KEY_PREFIX):
+    if bearer[:7].lower() == "bearer " and bearer[7:].strip().startswith(api_apps.KEY_PREFIX) \
+            and path.startswith(("/api/", "/ws/")):
         if not api_apps.KEY_ROUTES.match(f"{request.method} {path}"):
             raise CduiError("forbidden", f"an API key cannot use {request.method} {path}",
                             hint="API keys may only invoke apps (POST /api/apps/{slug}/invoke) and read their "
@@ -214,6 +210,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
                                  "Authorization: Bearer cdui_...", status=401)
         request["auth"] = "key"
         request[api_apps.API_KEY_ID] = key_id
+        return await handler(request)
+    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or request.method == "OPTIONS":
+        return await handler(request)
+    token = request_token(request)
+    if token and secrets.compare_digest(token, request.app[SESSION_TOKEN]):
+        request["auth"] = "session"
         return await handler(request)
     # Worker credentials are accepted where the worker layer says so.
     worker_auth = request.app.get(WORKER_AUTH)

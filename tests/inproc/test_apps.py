@@ -157,3 +157,100 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         assert (await cp.call("GET", "/api/apps"))["apps"] == []
         status, out = await cp.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}})
         assert (status, out["error"]["code"]) == (404, "app_not_found")
+
+
+async def test_a_key_opens_only_invokes_and_everything_survives_a_crash(dirs: dict[str, Path]) -> None:
+    """No serving process is started here: every invoke is refused before one would be."""
+    async with Plane(**dirs) as cp:
+        await cp.call("PUT", "/api/graphs/scale", scaled_plain(), expect=201)
+        await cp.call("POST", "/api/apps/scaler/publish", {"graph": "scale", "create": True}, expect=201)
+        key = await cp.call("POST", "/api/keys", {"name": "ci"}, expect=201)
+        client = Client(cp, key["key"])
+        # Owner routes, the app management routes, and worker routes: a key is refused on each.
+        for method, path in (("GET", "/api/runs"), ("GET", "/api/apps"), ("POST", "/api/keys"),
+                             ("POST", "/api/apps/scaler/unpublish"), ("GET", "/api/apps/scaler/versions"),
+                             ("GET", "/api/files/download/x.csv"), ("POST", "/api/runs/r1/artifacts/upload"),
+                             ("POST", "/api/workers/enroll")):
+            status, body = await client.api(method, path, {})
+            assert (status, body["error"]["code"]) == (403, "forbidden"), (method, path, body)
+        async with aiohttp.ClientSession() as s:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await s.ws_connect(cp.url.replace("http", "ws", 1) + "/ws/worker", headers=client.headers)
+            assert refused.value.status == 403
+        # A made-up key and no key at all: 401.
+        for who in (Client(cp, "cdui_" + "x" * 43), Client(cp, None)):
+            status, _body = await who.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}})
+            assert status == 401
+        # Refused before it runs, and recorded with the key that made it.
+        status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {}})
+        assert (status, out["error"]["code"], out["invoke_id"]) == (400, "missing_inputs", 1)
+
+        # The same pre-flight as /api/graph/run, and no saved secret in a version.
+        broken = scaled_plain()
+        broken["edges"].remove(t("in"))
+        status, body = await cp.api("POST", "/api/apps/scaler/publish", {"graph": broken})
+        assert (status, body["error"]["code"]) == (409, "untriggered_input")
+        secret = scaled_plain()
+        secret["nodes"].append(n("hook", "Webhook", url="http://127.0.0.1:9/x", api_key="s3cr3t-value-long-enough"))
+        secret["edges"].append(t("hook"))
+        status, body = await cp.api("POST", "/api/apps/scaler/publish", {"graph": secret})
+        assert (status, body["error"]["code"]) == (409, "secret_in_graph"), body
+        assert len((await cp.call("GET", "/api/apps/scaler/versions"))["versions"]) == 1
+
+        # kill -9 of the control plane: apps, versions, keys and invoke records are all in the database.
+        cp.crash_copy(dirs["user_data"].parent / "after-crash")
+    async with Plane(dirs["user_data"].parent / "after-crash", dirs["data_dir"]) as again:
+        apps = (await again.call("GET", "/api/apps"))["apps"]
+        assert [(a["slug"], a["active_version"], a["versions_count"]) for a in apps] == [("scaler", 1, 1)]
+        assert [k["id"] for k in (await again.call("GET", "/api/keys"))["keys"]] == [key["id"]]
+        invokes = (await again.call("GET", "/api/apps/scaler/invokes"))["invokes"]
+        assert [(i["status"], i["key_id"]) for i in invokes] == [("failed", key["id"])]
+        status, _out = await Client(again, key["key"]).api("GET", "/api/apps/scaler/openapi.json")
+        assert status == 200
+
+
+def scaled_plain() -> dict[str, Any]:
+    """values (json) * 3 -> scaled, with built-in nodes only."""
+    return {"nodes": [n("start", "Start"), n("in", "GraphInput", name="values", type="json"),
+                      n("mul", "ScalarMultiply", scalar=3.0), n("out", "GraphOutput", name="scaled")],
+            "edges": [t("in"), e("in", "value", "mul", "tensor"), e("mul", "tensor", "out", "value")]}
+
+
+async def test_the_cli_publishes_lists_and_manages_keys(dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from cdui.cli import cli
+
+    monkeypatch.setenv("CODEFYUI_USER_DATA_DIR", str(dirs["user_data"]))
+    monkeypatch.setenv("CODEFYUI_DATA_DIR", str(dirs["data_dir"]))
+    async with Plane(**dirs) as cp:
+        async def cdui(*argv: str) -> tuple[int, str]:
+            capsys.readouterr()
+            rc = await asyncio.to_thread(cli.main, [*argv, "--control", cp.url])
+            return rc, capsys.readouterr().out
+
+        await cp.call("PUT", "/api/graphs/scale", scaled_plain(), expect=201)
+        rc, _out = await cdui("apps", "publish", "scale", "--slug", "scaler")
+        assert rc != 0  # a new slug needs --create
+        rc, out = await cdui("apps", "publish", "scale", "--slug", "scaler", "--create", "--git-commit", "abc1234",
+                             "--note", "first")
+        assert (rc, out.strip()) == (0, "app scaler: version 1 published and serving (new app)")
+        rc, out = await cdui("apps", "list")
+        assert rc == 0 and out.splitlines()[1].split()[:4] == ["scaler", "1", "1", "0"]
+        rc, out = await cdui("apps", "versions", "scaler")
+        assert rc == 0 and "abc1234" in out and "first" in out
+        rc, out = await cdui("keys", "create", "ci")
+        key = out.strip()
+        assert rc == 0 and key.startswith("cdui_")
+        rc, out = await cdui("keys", "list")
+        assert rc == 0 and key[:12] + "..." in out and key not in out
+        # Off a terminal, what cannot be undone needs --yes.
+        rc, _out = await cdui("keys", "revoke", "1")
+        assert rc == 2 and (await cp.call("GET", "/api/keys"))["keys"][0]["revoked_at"] is None
+        rc, _out = await cdui("keys", "revoke", "1", "--yes")
+        assert rc == 0 and (await cp.call("GET", "/api/keys"))["keys"][0]["revoked_at"] is not None
+        rc, _out = await cdui("apps", "unpublish", "scaler", "--yes")
+        assert rc == 0 and (await cp.call("GET", "/api/apps"))["apps"][0]["active_version"] is None
+        rc, _out = await cdui("apps", "activate", "scaler", "1")
+        assert rc == 0 and (await cp.call("GET", "/api/apps"))["apps"][0]["active_version"] == 1
+        rc, _out = await cdui("apps", "delete", "scaler", "--yes")
+        assert rc == 0 and (await cp.call("GET", "/api/apps"))["apps"] == []
