@@ -508,21 +508,29 @@ class AppService:
 
     async def _run(self, slug: str, version: int, slot: str, graph: dict[str, Any],
                    timeout: float) -> tuple[dict[str, Any], _Call]:
-        p = await self._process(slug, version, slot)
-        p.waiting += 1
-        try:
-            async with p.lock:
-                return await p.call(self._job(slug, version, graph, slot), timeout)
-        finally:
-            p.waiting -= 1
-            if p.alive and p.waiting == 0:
-                rss = _rss_bytes(p.proc.pid) if self.max_rss > 0 else None
-                if p.retired:
-                    await self._end(p, "its version is no longer the active one")
-                elif rss is not None and rss > self.max_rss:
-                    log.warning("app %s v%d: its process %s holds %d MB, over CODEFYUI_APP_MAX_RSS_MB=%d: ended",
-                                slug, version, p.proc.pid, rss // 2**20, self.max_rss // 2**20)
-                    await self._end(p, "over its memory bound")
+        job = self._job(slug, version, graph, slot)
+        while True:
+            p = await self._process(slug, version, slot)
+            p.waiting += 1
+            try:
+                async with p.lock:
+                    if p.alive:
+                        return await p.call(job, timeout)
+                # It died while this invoke waited behind another: this one runs on a fresh process.
+            finally:
+                p.waiting -= 1
+                await self._after(p)
+
+    async def _after(self, p: WarmProcess) -> None:
+        if not p.alive or p.waiting:
+            return
+        rss = _rss_bytes(p.proc.pid) if self.max_rss > 0 else None
+        if p.retired:
+            await self._end(p, "its version is no longer the active one")
+        elif rss is not None and rss > self.max_rss:
+            log.warning("app %s v%d: its process %s holds %d MB, over CODEFYUI_APP_MAX_RSS_MB=%d: ended",
+                        p.slug, p.version, p.proc.pid, rss // 2**20, self.max_rss // 2**20)
+            await self._end(p, "over its memory bound")
 
     def describe(self) -> list[dict[str, Any]]:
         return [p.describe() for p in self.procs.values() if p.alive]

@@ -115,19 +115,31 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         status, body = await cp.api("POST", "/api/apps/scaler/activate", {"version": 9})
         assert (status, body["error"]["code"]) == (404, "version_not_found")
 
-        # The serving process killed mid-invoke: that invoke alone fails (503), the next is served.
-        pending = asyncio.ensure_future(client.api("POST", "/api/apps/scaler/invoke",
-                                                   {"inputs": {"values": [1], "seconds": 60}}))
-
         async def busy() -> int | None:
             serving = (await cp.call("GET", "/api/apps"))["serving"]
             return next((p["pid"] for p in serving if p["state"] == "busy"), None)
+
+        # Activating another version while an invoke runs: that invoke ends on its version, the next is v2's.
+        pending = asyncio.ensure_future(client.api("POST", "/api/apps/scaler/invoke",
+                                                   {"inputs": {"values": [1], "seconds": 2}}))
+        v1_pid = await eventually(busy, "the serving process to run the slow invoke", 60)
+        await cp.call("POST", "/api/apps/scaler/activate", {"version": 2})
+        status, out = await asyncio.wait_for(pending, 60)
+        assert (status, out["status"], out["version"]) == (200, "succeeded", 1), out["error"]
+        assert out["outputs"]["slept"] == 2.0
+        out = (await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}}))[1]
+        assert (out["version"], out["outputs"]["scaled"]["values"]) == (2, [5.0])
+        assert v1_pid not in [p["pid"] for p in (await cp.call("GET", "/api/apps"))["serving"]]
+
+        # The serving process killed mid-invoke: that invoke alone fails (503), the next is served.
+        pending = asyncio.ensure_future(client.api("POST", "/api/apps/scaler/invoke",
+                                                   {"inputs": {"values": [1], "seconds": 60}}))
         pid = await eventually(busy, "the serving process to run the slow invoke", 60)
         os.killpg(pid, signal.SIGKILL)
         status, out = await asyncio.wait_for(pending, 60)
         assert (status, out["error"]["code"]) == (503, "app_process_lost"), out
         status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [2]}})
-        assert (status, out["outputs"]["scaled"]["values"]) == (200, [6.0])
+        assert (status, out["outputs"]["scaled"]["values"]) == (200, [10.0])
 
         # Unpublished: refused, nothing lost; activating a version serves again.
         await cp.call("POST", "/api/apps/scaler/unpublish")
@@ -135,12 +147,13 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         assert (status, out["error"]["code"]) == (409, "app_unpublished")
         versions = (await cp.call("GET", "/api/apps/scaler/versions"))["versions"]
         assert [(v["version"], v["active"], v["note"]) for v in versions] == [(2, False, None), (1, False, "first")]
+        assert (await cp.call("GET", "/api/apps"))["apps"][0]["active_version"] is None
 
         # Every invoke is recorded, with its key, inputs and outputs (record_io is on by default).
         invokes = (await cp.call("GET", "/api/apps/scaler/invokes"))["invokes"]
         assert [i["status"] for i in invokes][:3] == ["succeeded", "failed", "succeeded"]
         assert all(i["key_id"] == key["id"] for i in invokes) and invokes[0]["inputs"] == {"values": [2]}
-        assert invokes[0]["outputs"]["scaled"]["values"] == [6.0]
+        assert invokes[0]["outputs"]["scaled"]["values"] == [10.0]
         await cp.call("PATCH", "/api/apps/scaler", {"record_io": False})
         await cp.call("POST", "/api/apps/scaler/activate", {"version": 2})
         await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}})
