@@ -59,6 +59,8 @@ SWEEP_EVERY_S = 5.0
 STDERR_KEPT = 20  # the last lines of a warm process's stderr, for the message when it dies
 DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 60.0, 3600.0
 INVOKES_LISTED_MAX = 500
+# The start of the event lines an invoke reads (the run process writes "kind" first: cdui/run/runproc.py).
+_WANTED = (b'{"kind": "' + GRAPH_OUTPUT_EVENT.encode() + b'"', b'{"kind": "result"')
 LOST = "the app's serving process ended during this invoke; the next invoke starts a new one"
 
 
@@ -141,7 +143,8 @@ class WarmProcess:
             if not line:
                 return
             call = self.current
-            if call is None or call.done.done():
+            # Only two kinds of line matter here; the others (node statuses, logs) are not decoded at all.
+            if call is None or call.done.done() or not line.startswith(_WANTED):
                 continue
             try:
                 ev = json.loads(line)
@@ -433,7 +436,8 @@ class AppService:
         svc = self.service
         _env, proc_device = runner.run_env(slot)
         return Job(run_id=f"app-{slug}-v{version}", graph=graph,
-                   options={"graph_max_nodes": svc.config["CODEFYUI_GRAPH_MAX_NODES"]}, slot_device=slot,
+                   options={"graph_max_nodes": svc.config["CODEFYUI_GRAPH_MAX_NODES"], canvas_proc.SERVING: True},
+                   slot_device=slot,
                    process_device=proc_device, layout=svc.layout.to_json(),
                    custom_nodes_dir=str(svc.config.custom_nodes_dir), plugins_dir=str(svc.config.plugins_dir),
                    files=JobFiles(None, (), svc.config["CODEFYUI_MOUNT_LABEL"]))
