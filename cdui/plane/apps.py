@@ -259,6 +259,15 @@ class AppService:
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
+        # Each app's row and each live key's id, as last read: every change of either is made through this
+        # service (or the routes that call it), which drops what it changed, so an invoke reads the store only
+        # to record itself. Unknown keys are never kept: made-up keys cannot grow it.
+        # A read under way while a change is made must not keep what it read: each change moves its
+        # generation, and a read keeps its row only if the generation did not move meanwhile.
+        self._apps: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, int] = {}
+        self._apps_gen = 0
+        self._keys_gen = 0
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -338,19 +347,38 @@ class AppService:
                             hint='pass "create": true to create it (cdui apps publish does on its first publish)',
                             status=404)
         version, created = got
+        self._forget_app(slug)
         await self.retire(slug, version)
         return {"slug": slug, "version": version, "active": True, "created": created, "graph_name": source,
                 "note": note, "git_commit": git_commit, "git_dirty": git_dirty}
 
+    def _forget_app(self, slug: str) -> None:
+        """After a change of the app's row: a read under way when it was made keeps nothing."""
+        self._apps_gen += 1
+        self._apps.pop(slug, None)
+
     async def app(self, slug: str) -> dict[str, Any]:
-        row = await self.store.apps.get(check_slug(slug))
+        row = self._apps.get(slug)
         if row is None:
+            gen = self._apps_gen
+            row = await self.store.apps.get(check_slug(slug))
+            if row is None:
+                raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps",
+                                status=404)
+            if gen == self._apps_gen:
+                self._apps[slug] = row
+        return dict(row)
+
+    async def set_record_io(self, slug: str, record: bool) -> None:
+        changed = await self.store.apps.set_record_io(check_slug(slug), record, self.service.clock.time())
+        self._forget_app(slug)
+        if not changed:
             raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps", status=404)
-        return row
 
     async def activate(self, slug: str, version: int | None) -> dict[str, Any]:
         check_slug(slug)
         missing = await self.store.apps.activate(slug, version, self.service.clock.time())
+        self._forget_app(slug)
         if missing == "app":
             raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps", status=404)
         if missing == "version":
@@ -361,7 +389,9 @@ class AppService:
 
     async def delete(self, slug: str) -> dict[str, Any]:
         check_slug(slug)
-        if not await self.store.apps.delete(slug):
+        deleted = await self.store.apps.delete(slug)
+        self._forget_app(slug)
+        if not deleted:
             raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps", status=404)
         await self.retire(slug, None)
         for key in [k for k in self._snapshots if k[0] == slug]:
@@ -393,10 +423,27 @@ class AppService:
         given = request.headers.get("Authorization", "")[7:].strip()
         if not given.startswith(KEY_PREFIX):
             return None
-        row = await self.store.apps.key_by_hash(hash_key(given))
+        h = hash_key(given)
+        known = self._keys.get(h)
+        if known is not None:
+            return known
+        gen = self._keys_gen
+        row = await self.store.apps.key_by_hash(h)
         if row is None or row["revoked_at"] is not None:
             return None
+        if gen == self._keys_gen:
+            self._keys[h] = int(row["id"])
         return int(row["id"])
+
+    async def revoke_key(self, key_id: int) -> dict[str, Any] | None:
+        """Refused from the next request on: the kept ids are dropped before the store is changed, and a
+        read that was under way meanwhile finds the key revoked."""
+        self._keys_gen += 1
+        self._keys.clear()
+        row = await self.store.apps.revoke_key(key_id, self.service.clock.time())
+        self._keys_gen += 1
+        self._keys.clear()
+        return row
 
     # -- invoke ------------------------------------------------------------------------
     def _slot(self, wanted: Any) -> str:

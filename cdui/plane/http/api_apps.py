@@ -111,9 +111,7 @@ async def patch(request: web.Request) -> web.Response:
     if not isinstance(record, bool):
         raise CduiError("bad_request", f"record_io={record!r} is not true or false",
                         hint='give {"record_io": true} or {"record_io": false}')
-    svc = _svc(request)
-    if not await svc.store.apps.set_record_io(slug, record, svc.service.clock.time()):
-        raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps", status=404)
+    await _svc(request).set_record_io(slug, record)
     return web.json_response({"slug": slug, "record_io": record})
 
 
@@ -214,7 +212,7 @@ async def revoke_key(request: web.Request) -> web.Response:
         raise CduiError("key_not_found", f"API key {raw[:30]!r} not found", hint="list them: GET /api/keys",
                         status=404)
     svc = _svc(request)
-    row = await svc.store.apps.revoke_key(int(raw), svc.service.clock.time())
+    row = await svc.revoke_key(int(raw))
     if row is None:
         raise CduiError("key_not_found", f"API key {raw} not found", hint="list them: GET /api/keys", status=404)
     return web.json_response(row)
