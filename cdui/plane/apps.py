@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
+from cdui.core.paths import sha256_file
 from cdui.graph.contract import Contract, contract_of, fill_inputs
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.plane.runs import RunService
@@ -54,6 +56,11 @@ PREFIX_CHARS = 12  # of a key, kept and listed so that its owner can tell keys a
 KEY_NAME_MAX = 100
 NOTE_MAX = 2000
 GIT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$")
+# A version's weights files are copied at publish into this folder of the models folder, by content
+# (WEIGHTS_FOLDER/<sha256>/<name>), and its graph names the copies: saving new weights over the original
+# never changes a published version. At most SNAPSHOT_MAX_BYTES of them per publish.
+WEIGHTS_FOLDER = "app-weights"
+SNAPSHOT_MAX_BYTES = 8 * 1024 ** 3
 STOP_WAIT_S = 5.0  # how long an invoke past its timeout has to end after its stop, before its process is killed
 SWEEP_EVERY_S = 5.0
 STDERR_KEPT = 20  # the last lines of a warm process's stderr, for the message when it dies
@@ -340,7 +347,8 @@ class AppService:
                             "published version is stored for good and must not keep one",
                             hint="blank the secret params (save the graph again: PUT /api/graphs/{name} blanks "
                                  "them) and publish again", status=409)
-        got = await self.store.apps.publish(slug, create, source, admitted.stored_graph, contract.to_json(), note,
+        snapshot, copied = await asyncio.to_thread(self._keep_weights, admitted.stored_graph)
+        got = await self.store.apps.publish(slug, create, source, snapshot, contract.to_json(), note,
                                             record_io, git_commit, git_dirty, self.service.clock.time())
         if got is None:
             raise CduiError("app_not_found", f"app {slug!r} does not exist",
@@ -350,7 +358,50 @@ class AppService:
         self._forget_app(slug)
         await self.retire(slug, version)
         return {"slug": slug, "version": version, "active": True, "created": created, "graph_name": source,
-                "note": note, "git_commit": git_commit, "git_dirty": git_dirty}
+                "note": note, "git_commit": git_commit, "git_dirty": git_dirty, "weights": copied}
+
+    def _keep_weights(self, graph: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The graph with each of its top-level nodes' weights files (``model_file`` params naming a file of
+        the models folder) replaced by a copy kept for the app; and what was copied. (A preset's own nodes
+        keep their paths.)"""
+        layout, registry = self.service.layout, self.service.registry
+        out = json.loads(json.dumps(graph))
+        copied: list[dict[str, Any]] = []
+        total = 0
+        for node in out.get("nodes") or []:
+            kind = node.get("type") if isinstance(node, dict) else None
+            cls = registry.get(kind) if isinstance(kind, str) else None
+            data = node.get("data") if cls is not None else None
+            params = data.get("params") if isinstance(data, dict) else None
+            if cls is None or not isinstance(params, dict):
+                continue
+            for p in cls.define_params():
+                value = params.get(p.name)
+                if p.param_type != "model_file" or not isinstance(value, str) or not value.strip() \
+                        or value.strip().startswith(WEIGHTS_FOLDER + "/"):
+                    continue
+                try:
+                    src = layout.resolve_upload("models", value)
+                except CduiError:
+                    continue  # the node says why when it runs, as in any run
+                if not src.is_file():
+                    continue
+                size, digest = sha256_file(src)
+                total += size
+                if total > SNAPSHOT_MAX_BYTES:
+                    raise CduiError("snapshot_too_large", f"the graph's weights files are more than "
+                                    f"{SNAPSHOT_MAX_BYTES // 1024 ** 3} GiB together; a version keeps a copy of each",
+                                    hint="publish a graph that loads smaller weights", status=413)
+                name = f"{WEIGHTS_FOLDER}/{digest}/{src.name}"
+                dest = layout.resolve_upload("models", name)
+                if not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    part = dest.with_name(dest.name + ".part")
+                    shutil.copyfile(src, part)
+                    os.replace(part, dest)
+                params[p.name] = name
+                copied.append({"node_id": node.get("id"), "param": p.name, "from": value, "to": name, "bytes": size})
+        return out, copied
 
     def _forget_app(self, slug: str) -> None:
         """After a change of the app's row: a read under way when it was made keeps nothing."""

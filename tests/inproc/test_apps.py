@@ -222,6 +222,26 @@ async def test_a_key_opens_only_invokes_and_everything_survives_a_crash(dirs: di
         assert status == 200
 
 
+async def test_a_version_keeps_a_copy_of_its_weights(dirs: dict[str, Path]) -> None:
+    """Weights saved again over the file a version loads do not change that version: publish copies them."""
+    async with Plane(**dirs) as cp:
+        models = Path(cp.runs.layout.folder("models"))
+        (models / "iris").mkdir(parents=True)
+        (models / "iris" / "w.pt").write_bytes(b"weights one")
+        g = scaled_plain()
+        g["nodes"].append(n("load", "ModelLoader", path="iris/w.pt", load_mode="full_model"))
+        g["edges"].append(t("load"))
+        v1 = await cp.call("POST", "/api/apps/loader/publish", {"graph": g, "create": True}, expect=201)
+        (models / "iris" / "w.pt").write_bytes(b"weights two")
+        v2 = await cp.call("POST", "/api/apps/loader/publish", {"graph": g}, expect=201)
+        (w1,), (w2,) = v1["weights"], v2["weights"]
+        assert (w1["node_id"], w1["param"], w1["from"], w1["bytes"]) == ("load", "path", "iris/w.pt", 11)
+        assert w1["to"].startswith("app-weights/") and w1["to"] != w2["to"]
+        assert (models / w1["to"]).read_bytes() == b"weights one" and (models / w2["to"]).read_bytes() == b"weights two"
+        kept = await cp.runs.store.apps.version("loader", 1)
+        assert next(x for x in kept["graph"]["nodes"] if x["id"] == "load")["data"]["params"]["path"] == w1["to"]
+
+
 def scaled_plain() -> dict[str, Any]:
     """values (json) * 3 -> scaled, with built-in nodes only."""
     return {"nodes": [n("start", "Start"), n("in", "GraphInput", name="values", type="json"),
