@@ -260,6 +260,7 @@ class AppService:
         self.max_rss = int(cfg["CODEFYUI_APP_MAX_RSS_MB"]) * 1024 * 1024
         self.max_waiting = int(cfg["CODEFYUI_APP_MAX_WAITING"])
         self.record_max = int(cfg["CODEFYUI_APP_RECORD_MAX_BYTES"])
+        self.records_kept = int(cfg["CODEFYUI_APP_INVOKES_KEPT"])
         self.cache_max = int(cfg["CODEFYUI_CANVAS_CACHE_MAX_MB"]) * 1024 * 1024
         self.procs: dict[tuple[str, int, str], WarmProcess] = {}
         self._starting: dict[tuple[str, int, str], asyncio.Lock] = {}
@@ -605,7 +606,7 @@ class AppService:
         error_text = f"{err['code']}: {err['message']}"[:2000] if err else None
         envelope["invoke_id"] = await self.store.apps.record_invoke(
             slug, version, key_id, str(envelope["status"]), error_text, round(took * 1000, 3), inputs_text,
-            outputs_text, self.service.clock.time())
+            outputs_text, self.service.clock.time(), self.records_kept)
         return status, envelope
 
     async def _run(self, slug: str, version: int, slot: str, graph: dict[str, Any],

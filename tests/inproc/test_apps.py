@@ -72,7 +72,7 @@ def plane_dirs(dirs: dict[str, Path]) -> dict[str, Path]:
 
 @pytest.mark.e2e  # serving processes are real processes with torch imported
 async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: dict[str, Path]) -> None:
-    async with Plane(**plane_dirs) as cp:
+    async with Plane(**plane_dirs, CODEFYUI_APP_MAX_WAITING="1") as cp:
         await cp.call("PUT", "/api/graphs/scale", scaled(3.0), expect=201)
         # Publishing to an unknown slug needs "create"; slugs follow CodefyUI's rule.
         status, body = await cp.api("POST", "/api/apps/scaler/publish", {"graph": "scale"})
@@ -135,9 +135,20 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         pending = asyncio.ensure_future(client.api("POST", "/api/apps/scaler/invoke",
                                                    {"inputs": {"values": [1], "seconds": 60}}))
         pid = await eventually(busy, "the serving process to run the slow invoke", 60)
+        # CODEFYUI_APP_MAX_WAITING=1: one invoke in flight, the next is refused rather than queued.
+        status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}})
+        assert (status, out["error"]["code"]) == (429, "app_busy")
         os.killpg(pid, signal.SIGKILL)
         status, out = await asyncio.wait_for(pending, 60)
         assert (status, out["error"]["code"]) == (503, "app_process_lost"), out
+        status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [2]}})
+        assert (status, out["outputs"]["scaled"]["values"]) == (200, [10.0])
+
+        # Past its timeout an invoke is stopped (this node ignores the stop: its process is killed) and answered
+        # 504; the next invoke is served.
+        status, out = await client.api("POST", "/api/apps/scaler/invoke",
+                                       {"inputs": {"values": [1], "seconds": 60}, "timeout_s": 1})
+        assert (status, out["status"], out["error"]["code"]) == (504, "timeout", "timeout"), out
         status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [2]}})
         assert (status, out["outputs"]["scaled"]["values"]) == (200, [10.0])
 
@@ -151,7 +162,7 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
 
         # Every invoke is recorded, with its key, inputs and outputs (record_io is on by default).
         invokes = (await cp.call("GET", "/api/apps/scaler/invokes"))["invokes"]
-        assert [i["status"] for i in invokes][:3] == ["succeeded", "failed", "succeeded"]
+        assert [i["status"] for i in invokes][:5] == ["succeeded", "timeout", "succeeded", "failed", "failed"]
         assert all(i["key_id"] == key["id"] for i in invokes) and invokes[0]["inputs"] == {"values": [2]}
         assert invokes[0]["outputs"]["scaled"]["values"] == [10.0]
         await cp.call("PATCH", "/api/apps/scaler", {"record_io": False})

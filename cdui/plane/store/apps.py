@@ -15,6 +15,8 @@ from typing import Any
 
 from cdui.plane.store.base import Db, every, one
 
+PRUNE_EVERY = 100  # records between two prunings of an app's oldest invoke records
+
 
 def _version(row: dict[str, Any], with_graph: bool) -> dict[str, Any]:
     row["contract"] = json.loads(row["contract"])
@@ -136,9 +138,10 @@ class AppRows:
     # -- invokes -------------------------------------------------------------------
     async def record_invoke(self, slug: str, version: int | None, key_id: int | None, status: str,
                             error: str | None, duration_ms: float, inputs: str | None, outputs: str | None,
-                            now: float) -> int | None:
+                            now: float, kept: int) -> int | None:
         """One invoke's record, and its key's last use, in one transaction; its id (None: the app was
-        deleted meanwhile, nothing is recorded)."""
+        deleted meanwhile, nothing is recorded). Every PRUNE_EVERY records, the app's records beyond its
+        newest ``kept`` are deleted, so that callers cannot grow the table without bound."""
         def fn(c: sqlite3.Connection) -> int | None:
             cur = c.execute(
                 "INSERT INTO app_invokes (slug, version, key_id, status, error, duration_ms, inputs, outputs, "
@@ -146,7 +149,11 @@ class AppRows:
                 (slug, version, key_id, status, error, duration_ms, inputs, outputs, now, slug))
             if key_id is not None:
                 c.execute("UPDATE api_keys SET last_used_at=? WHERE id=?", (now, key_id))
-            return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+            got = int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+            if got is not None and got % PRUNE_EVERY == 0:
+                c.execute("DELETE FROM app_invokes WHERE slug=? AND id <= (SELECT id FROM app_invokes WHERE slug=? "
+                          "ORDER BY id DESC LIMIT 1 OFFSET ?)", (slug, slug, kept))
+            return got
         return await self.db.write(fn)
 
     async def invokes(self, slug: str, limit: int) -> list[dict[str, Any]]:
