@@ -226,6 +226,10 @@ class WarmProcess:
             await asyncio.wait_for(asyncio.shield(call.done), STOP_WAIT_S)
         except Exception:  # noqa: BLE001 - it did not end (or its process died): a fresh one serves the next
             self.kill("it did not stop within its invoke's timeout")
+            # Gone before the lock is let go: the invoke waiting for it must find it dead, not write to it.
+            await self.exited.wait()
+            if call.done.done():
+                call.done.exception()  # its loss is this timeout's, already answered
 
     def kill(self, why: str) -> None:
         self.ending = self.ending or why
