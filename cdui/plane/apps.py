@@ -9,16 +9,17 @@ an API key, served by a warm process on the control plane.
 - **API keys** (``cdui_`` and 43 random characters) are shown once; the store keeps their first
   :data:`PREFIX_CHARS` characters and the sha256 of the whole key. A revoked key is refused from the
   next request on; its row stays.
-- **Warm serving**: each active app version an invoke asks for gets one process (a canvas process,
+- **Warm serving**: each active app version an invoke asks for gets a process (a canvas process,
   :mod:`cdui.run.canvas_proc`: forked from the zygote, torch imported) that runs one invoke's graph
   after another and keeps between them what does not depend on the inputs (its execution cache), so a
   model is built once and only what the inputs change runs. No run is stored for an invoke: its record
-  is a row of ``app_invokes``. One invoke runs at a time per process; ``CODEFYUI_APP_MAX_WAITING``
-  more may wait (429 ``app_busy`` beyond). A process ends after ``CODEFYUI_APP_IDLE_TIMEOUT_S`` idle,
-  when it holds more than ``CODEFYUI_APP_MAX_RSS_MB`` after an invoke, and once its version is no
-  longer the active one and its last invoke has answered: activating another version never drops an
-  invoke in flight. A crash fails only the invoke in flight (503 ``app_process_lost``); the next invoke
-  starts a fresh process.
+  is a row of ``app_invokes``. One invoke runs at a time per process; a version has up to
+  ``CODEFYUI_APP_PROCESSES`` of them on a device (one more starts when every one is busy), and
+  ``CODEFYUI_APP_MAX_WAITING`` invokes of an app may be in flight or waiting (429 ``app_busy``
+  beyond). A process ends after ``CODEFYUI_APP_IDLE_TIMEOUT_S`` idle, when it holds more than
+  ``CODEFYUI_APP_MAX_RSS_MB`` after an invoke, and once its version is no longer the active one and
+  its last invoke has answered: activating another version never drops an invoke in flight. A crash
+  fails only the invoke in flight (503 ``app_process_lost``); the next invoke starts a fresh process.
 """
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ class _Call:
 class WarmProcess:
     """One app version's serving process, seen from the control plane."""
 
-    def __init__(self, slug: str, version: int, slot: str, proc: RunProcess) -> None:
-        self.slug, self.version, self.slot, self.proc = slug, version, slot, proc
+    def __init__(self, slug: str, version: int, slot: str, proc: RunProcess, index: int = 0) -> None:
+        self.slug, self.version, self.slot, self.proc, self.index = slug, version, slot, proc, index
         self.lock = asyncio.Lock()  # one invoke at a time
         self.waiting = 0  # invokes holding or waiting for the lock
         self.current: _Call | None = None
@@ -266,8 +267,11 @@ class AppService:
         self.record_max = int(cfg["CODEFYUI_APP_RECORD_MAX_BYTES"])
         self.records_kept = int(cfg["CODEFYUI_APP_INVOKES_KEPT"])
         self.cache_max = int(cfg["CODEFYUI_CANVAS_CACHE_MAX_MB"]) * 1024 * 1024
-        self.procs: dict[tuple[str, int, str], WarmProcess] = {}
-        self._starting: dict[tuple[str, int, str], asyncio.Lock] = {}
+        self.per_version = int(cfg["CODEFYUI_APP_PROCESSES"])
+        # (slug, version, device, index) -> its process; up to per_version of them for one version and device.
+        self.procs: dict[tuple[str, int, str, int], WarmProcess] = {}
+        self._starting: dict[tuple[str, int, str, int], asyncio.Lock] = {}
+        self._launching: set[tuple[str, int, str, int]] = set()  # processes being started
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
@@ -307,7 +311,7 @@ class AppService:
                     await self._end(p, "idle")
 
     def _forget(self, p: WarmProcess) -> None:
-        key = (p.slug, p.version, p.slot)
+        key = (p.slug, p.version, p.slot, p.index)
         if self.procs.get(key) is p:
             del self.procs[key]
 
@@ -452,6 +456,8 @@ class AppService:
         await self.retire(slug, None)
         for key in [k for k in self._snapshots if k[0] == slug]:
             del self._snapshots[key]
+        for lock_key in [k for k in self._starting if k[0] == slug]:
+            del self._starting[lock_key]
         return {"slug": slug, "deleted": True}
 
     async def snapshot(self, slug: str, version: int) -> tuple[dict[str, Any], Contract]:
@@ -517,23 +523,42 @@ class AppService:
         return fits[0]
 
     async def _process(self, slug: str, version: int, slot: str) -> WarmProcess:
-        key = (slug, version, slot)
-        lock = self._starting.setdefault(key, asyncio.Lock())
-        async with lock:
-            p = self.procs.get(key)
-            if p is not None and p.alive:
+        """An idle process of this version on ``slot``; else a new one while there are fewer than
+        CODEFYUI_APP_PROCESSES (started or starting); else the one with the fewest invokes waiting."""
+        while True:
+            pool = [p for (s, v, d, _i), p in self.procs.items() if (s, v, d) == (slug, version, slot) and p.alive]
+            idle = [p for p in pool if p.waiting == 0]
+            if idle:
+                return idle[0]
+            taken = {p.index for p in pool} | {k[3] for k in self._launching if k[:3] == (slug, version, slot)}
+            free = [i for i in range(self.per_version) if i not in taken]
+            if free:
+                return await self._start(slug, version, slot, free[0])
+            if pool:
+                return min(pool, key=lambda p: p.waiting)
+            # Every process this version may have is still starting: wait for one, then choose again.
+            starting = next(k for k in self._launching if k[:3] == (slug, version, slot))
+            async with self._starting.setdefault(starting, asyncio.Lock()):
+                pass
+
+    async def _start(self, slug: str, version: int, slot: str, index: int) -> WarmProcess:
+        key = (slug, version, slot, index)
+        self._launching.add(key)  # before any wait: invokes arriving meanwhile count it as taken
+        try:
+            async with self._starting.setdefault(key, asyncio.Lock()):
+                env, _device = runner.run_env(slot)
+                proc = await self.service.spares.process(*runner.process_shape(), env)
+                assert proc.stdin is not None
+                hello = {"tab": f"app-{slug}", "cache_max_bytes": self.cache_max}
+                proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n").encode())
+                await proc.stdin.drain()
+                p = WarmProcess(slug, version, slot, proc, index)
+                p.start()
+                self.procs[key] = p
+                log.info("app %s v%d: process %s started on %s", slug, version, proc.pid, slot)
                 return p
-            env, _device = runner.run_env(slot)
-            proc = await self.service.spares.process(*runner.process_shape(), env)
-            assert proc.stdin is not None
-            proc.stdin.write((canvas_proc.HELLO + json.dumps({"tab": f"app-{slug}",
-                                                               "cache_max_bytes": self.cache_max}) + "\n").encode())
-            await proc.stdin.drain()
-            p = WarmProcess(slug, version, slot, proc)
-            p.start()
-            self.procs[key] = p
-            log.info("app %s v%d: process %s started on %s", slug, version, proc.pid, slot)
-            return p
+        finally:
+            self._launching.discard(key)
 
     def _job(self, slug: str, version: int, graph: dict[str, Any], slot: str) -> Job:
         svc = self.service

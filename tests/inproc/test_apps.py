@@ -183,6 +183,18 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         assert (status, out["error"]["code"]) == (404, "app_not_found")
 
 
+@pytest.mark.e2e  # serving processes are real processes with torch imported
+async def test_a_version_gets_more_processes_while_every_one_is_busy(plane_dirs: dict[str, Path]) -> None:
+    async with Plane(**plane_dirs, CODEFYUI_APP_PROCESSES="2") as cp:
+        await cp.call("PUT", "/api/graphs/scale", scaled(3.0), expect=201)
+        await cp.call("POST", "/api/apps/scaler/publish", {"graph": "scale", "create": True}, expect=201)
+        slow = {"inputs": {"values": [1], "seconds": 1.5}}
+        answers = await asyncio.gather(*(cp.api("POST", "/api/apps/scaler/invoke", slow) for _ in range(3)))
+        assert [(status, out["status"]) for status, out in answers] == [(200, "succeeded")] * 3, answers
+        pids = {p["pid"] for p in (await cp.call("GET", "/api/apps"))["serving"]}
+        assert len(pids) == 2  # the third invoke waited for one of the two
+
+
 async def test_a_key_opens_only_invokes_and_everything_survives_a_crash(dirs: dict[str, Path]) -> None:
     """No serving process is started here: every invoke is refused before one would be."""
     async with Plane(**dirs) as cp:
