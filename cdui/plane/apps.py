@@ -62,6 +62,7 @@ GIT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$")
 # never changes a published version. At most SNAPSHOT_MAX_BYTES of them per publish.
 WEIGHTS_FOLDER = "app-weights"
 SNAPSHOT_MAX_BYTES = 8 * 1024 ** 3
+SNAPSHOTS_KEPT = 32  # versions' graphs kept in memory for invokes (each up to CODEFYUI_MAX_GRAPH_BYTES)
 STOP_WAIT_S = 5.0  # how long an invoke past its timeout has to end after its stop, before its process is killed
 SWEEP_EVERY_S = 5.0
 STDERR_KEPT = 20  # the last lines of a warm process's stderr, for the message when it dies
@@ -468,6 +469,10 @@ class AppService:
                 raise NotFound("app version", f"{slug} v{version}")
             got = (row["graph"], contract_of(row["graph"]))
             self._snapshots[(slug, version)] = got
+            while len(self._snapshots) > SNAPSHOTS_KEPT:  # the least recently read first
+                del self._snapshots[next(iter(self._snapshots))]
+        else:
+            self._snapshots[(slug, version)] = self._snapshots.pop((slug, version))
         return got
 
     # -- keys ------------------------------------------------------------------------
