@@ -4,6 +4,7 @@ real canvas processes (torch imported, the graph run by the real executor)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import textwrap
@@ -290,8 +291,15 @@ async def test_the_cli_publishes_lists_and_manages_keys(dirs: dict[str, Path], m
         rc, out = await cdui("apps", "publish", "scale", "--slug", "scaler", "--create", "--git-commit", "abc1234",
                              "--note", "first")
         assert (rc, out.strip()) == (0, "app scaler: version 1 published and serving (new app)")
+        graph_file = dirs["data_dir"].parent / "scale-file.json"
+        graph_file.write_text(json.dumps(scaled_plain()))
+        rc, out = await cdui("apps", "publish", str(graph_file), "--slug", "from-file", "--create")
+        assert (rc, out.strip()) == (0, "app from-file: version 1 published and serving (new app)")
         rc, out = await cdui("apps", "list")
-        assert rc == 0 and out.splitlines()[1].split()[:4] == ["scaler", "1", "1", "0"]
+        assert rc == 0 and [line.split()[:4] for line in out.splitlines()[1:]] == [
+            ["from-file", "1", "1", "0"], ["scaler", "1", "1", "0"]]
+        assert (await cp.call("GET", "/api/apps/from-file/versions"))["versions"][0]["source_graph"] == "scale-file"
+        await cp.call("DELETE", "/api/apps/from-file")
         rc, out = await cdui("apps", "versions", "scaler")
         assert rc == 0 and "abc1234" in out and "first" in out
         rc, out = await cdui("keys", "create", "ci")
