@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCHES = [("latency", "latency"), ("scale", "scale"), ("agents", "agents"), ("events", "events"),
            ("transfer", "transfer"), ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs"),
            ("canvas", "canvas"), ("canvas_rerun", "canvas"), ("canvas_stream", "canvas"),
-           ("sweeps", "sweeps"), ("studies", "studies"), ("limits", "limits")]
+           ("sweeps", "sweeps"), ("studies", "studies"), ("apps", "apps"), ("limits", "limits")]
 # The machine's load beside a figure: "1-minute load average / other processes' share of all cores".
 LOAD = re.compile(r"\| \d+\.\d / \d+ % \|$")
 

@@ -120,3 +120,22 @@ def test_an_ssh_slot_stays_taken_until_its_cleanup_ends(store: Store) -> None:
         await store.ssh.cleanup_done(0)
         assert await store.ssh.add("c", "u@h", 22, None, "~/c", first_free, 5.0) == 0
     run(go())
+
+
+def test_an_apps_invoke_records_are_pruned_to_the_newest_kept(store: Store) -> None:
+    async def go() -> None:
+        await store.apps.publish("a", True, "g", {"nodes": []}, {"inputs": [], "outputs": []}, None, None, None,
+                                 None, 1.0)
+        await store.apps.publish("b", True, "g", {"nodes": []}, {"inputs": [], "outputs": []}, None, None, None,
+                                 None, 1.0)
+        await store.apps.record_invoke("b", 1, None, "succeeded", None, 1.0, None, None, 1.0, 5)
+        for i in range(250):
+            await store.apps.record_invoke("a", 1, None, "succeeded", None, 1.0, None, None, float(i), 20)
+        # Pruned at ids 100 and 200 (each PRUNE_EVERY records): "a" keeps its newest 20 then, and those since.
+        ids = [r["id"] for r in await store.apps.invokes("a", 500)]
+        assert ids == list(range(251, 180, -1)), ids
+        assert len(await store.apps.invokes("b", 500)) == 1  # another app's records are its own
+        await store.apps.delete("a")
+        assert await store.apps.invokes("a", 500) == [] and await store.apps.versions("a") == []
+        assert await store.apps.record_invoke("a", 1, None, "failed", None, 1.0, None, None, 9.0, 20) is None
+    run(go())

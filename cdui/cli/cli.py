@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import (cli_datasets, cli_devices, cli_ops, cli_plugin, cli_project, cli_project_pins, cli_runs,
+from cdui.cli import (cli_apps, cli_datasets, cli_devices, cli_ops, cli_plugin, cli_project, cli_project_pins, cli_runs,
                       cli_studies, cli_sweeps, cli_workers, daemon)
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
@@ -435,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ops.add_commands(sub)
     cli_plugin.add_commands(sub)
     cli_project_pins.add_parsers(cli_project.add_parsers(sub))
+    cli_apps.add_commands(sub)
     return p
 
 

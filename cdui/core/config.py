@@ -156,6 +156,13 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_CANVAS_IDLE_TIMEOUT_S", 1800.0, _float, "seconds a canvas process may sit idle before it ends (its cache and kept weights with it)", "seconds"),
     Setting("CODEFYUI_CANVAS_MAX_RSS_MB", 8192, _int, "a canvas process whose resident memory is above this after a run ends (0: no bound)", "MB"),
     Setting("CODEFYUI_CANVAS_CACHE_MAX_MB", 1024, _int, "tensor bytes a canvas process's execution cache keeps (least recently used dropped first; 0 caches nothing)", "MB"),
+    # -- published apps' warm processes (docs/apps.md)
+    Setting("CODEFYUI_APP_IDLE_TIMEOUT_S", 1800.0, _float, "seconds an app version's warm process may sit idle before it ends (the next invoke starts a new one)", "seconds"),
+    Setting("CODEFYUI_APP_MAX_RSS_MB", 8192, _int, "an app's warm process whose resident memory is above this after an invoke is ended (0: no bound)", "MB"),
+    Setting("CODEFYUI_APP_MAX_WAITING", 64, _positive_int, "invokes of one app that may wait for its warm process at once; more are refused with 429", "an integer of at least 1"),
+    Setting("CODEFYUI_APP_PROCESSES", 1, _positive_int, "serving processes one app version may have on a device (each runs one invoke at a time; one more starts when all are busy)", "an integer of at least 1"),
+    Setting("CODEFYUI_APP_INVOKES_KEPT", 100000, _positive_int, "invoke records kept per app (the oldest beyond are deleted)", "an integer of at least 1"),
+    Setting("CODEFYUI_APP_RECORD_MAX_BYTES", 65536, _size, "largest JSON of an invoke's inputs or outputs kept in its record (bigger ones are kept as their size only)", "bytes, or a size like 64KiB"),
     Setting("CODEFYUI_GRAPH_MAX_NODES", 20000, _int, "most nodes a graph may have once its presets are expanded", "an integer"),
     Setting("CODEFYUI_MAX_GRAPH_BYTES", 8 * 1024 ** 2, _size, "largest JSON body of POST /api/runs and /api/graphs/validate (8 MiB)", "bytes, or a size like 8MiB"),
     # -- workers (control plane)

@@ -66,6 +66,7 @@ from cdui.plane.appkeys import CLOCK, CONFIG, LOOP_LAG, SESSION_TOKEN, STORE, TU
 from cdui.plane.canvas import CANVAS, CanvasManager
 from cdui.plane.files import s3_plane, transfer
 from cdui.plane.http import (
+    api_apps,
     api_canvas,
     api_files,
     api_graphs,
@@ -201,6 +202,23 @@ def request_token(request: web.Request) -> str | None:
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     path = request.path
+    # An app's API key opens its invoke and its description, nothing else: not the public worker routes
+    # (/ws/worker, enrollment) either, which it is refused on before their own handshake.
+    bearer = request.headers.get("Authorization", "")
+    if bearer[:7].lower() == "bearer " and bearer[7:].strip().startswith(api_apps.KEY_PREFIX) \
+            and path.startswith(("/api/", "/ws/")):
+        if not api_apps.KEY_ROUTES.match(f"{request.method} {path}"):
+            raise CduiError("forbidden", f"an API key cannot use {request.method} {path}",
+                            hint="API keys may only invoke apps (POST /api/apps/{slug}/invoke) and read their "
+                                 "description (GET /api/apps/{slug}/openapi.json)", status=403)
+        key_id = await request.app[api_apps.APPS].key_auth(request)
+        if key_id is None:
+            raise CduiError("unauthorized", "unknown or revoked API key",
+                            hint="create a key with `cdui keys create NAME` (POST /api/keys) and send it as "
+                                 "Authorization: Bearer cdui_...", status=401)
+        request["auth"] = "key"
+        request[api_apps.API_KEY_ID] = key_id
+        return await handler(request)
     if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or request.method == "OPTIONS":
         return await handler(request)
     token = request_token(request)
@@ -394,6 +412,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     api_canvas.setup(app)
     metrics.setup(app)
     api_plugins.setup(app)
+    api_apps.setup(app)  # after the run service's context: its warm processes end before the run service stops
     return app
 
 

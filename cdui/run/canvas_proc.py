@@ -48,6 +48,10 @@ from cdui.wire.job import Job, JobError
 
 HELLO = "canvas "
 JOB = "job "
+# A job option: the job is an invoke of a published app (cdui/plane/apps.py), whose process serves one
+# version of one graph: what each run would look up again (the node registry, each node's code version)
+# is kept from its first job on.
+SERVING = "serving"
 STOP = "stop"
 RESET = "reset"
 ORPHAN_GRACE_S = 10.0
@@ -199,14 +203,14 @@ class RunCache:
     """One canvas run's view of its process's cache and kept weights (:class:`cdui.graph.executor.NodeCache`)."""
 
     def __init__(self, cache: ExecutionCache, weights: KeptWeights, persist: bool, layout: Layout,
-                 device: str, emit: Emit) -> None:
+                 device: str, emit: Emit, code: dict[str, str] | None = None) -> None:
         self.cache = cache
         self.weights = weights
         self.persist = persist
         self.layout = layout
         self.device = device
         self.emit = emit
-        self._code: dict[str, str] = {}
+        self._code: dict[str, str] = {} if code is None else code
         self._seen: set[int] = set()  # modules some node of this run has output
         self.built: list[tuple[str, str, str, Any]] = []  # (node, port, key, module) this run built
 
@@ -339,12 +343,16 @@ class RunCache:
 class _Maker:
     """Makes one run's :class:`RunCache` and remembers it (its weights are kept if the run succeeds)."""
 
-    def __init__(self, cache: ExecutionCache, weights: KeptWeights) -> None:
-        self.cache, self.weights = cache, weights
+    def __init__(self, cache: ExecutionCache, weights: KeptWeights, code: dict[str, str]) -> None:
+        self.cache, self.weights, self.code = cache, weights, code
         self.made: RunCache | None = None
 
     def __call__(self, job: Job, layout: Layout, device: str, emit: Emit) -> RunCache:
-        self.made = RunCache(self.cache, self.weights, bool(job.options.get("persist_weights")), layout, device, emit)
+        # A serving process keeps each node's code version from its first job (its registry is kept too);
+        # a canvas Run reads them again, so that an edited custom node runs as edited.
+        code = self.code if job.options.get(SERVING) else None
+        self.made = RunCache(self.cache, self.weights, bool(job.options.get("persist_weights")), layout, device, emit,
+                             code)
         return self.made
 
 
@@ -364,6 +372,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
         return 2
     cache = ExecutionCache(max_bytes)
     weights = KeptWeights()
+    code: dict[str, str] = {}
     torch = _torch()
     seed = torch.initial_seed() if torch is not None else None
     inbox: queue.Queue[str | None] = queue.Queue()
@@ -416,7 +425,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
         secrets[:] = [*job.secret_pairs(), *environment_secrets(os.environ), *project_secrets(job.env_secrets)]
         for key, value in job.env_secrets.items():  # the project's .env, as a run process sets it (runproc)
             os.environ.setdefault(key, value)
-        maker = _Maker(cache, weights)
+        maker = _Maker(cache, weights, code)
         result = run_job(job, emit, stop, maker)
         if result.get("status") == "succeeded" and maker.made is not None:
             maker.made.keep_weights()

@@ -147,12 +147,18 @@ def _run_job(job: Job, emit: Any, stop: threading.Event,
         if job.layout is None:
             raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
         layout = Layout.from_json(job.layout)
-        registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
-                                  Path(job.plugins_dir) if job.plugins_dir else None,
-                                  Path(job.plugin_store) if job.plugin_store else None)
-        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir, device_facts(slot, job.process_device),
-                      job.plugin_store)
-        graph = fill_secrets(job.graph, job.secret_pairs())
+        if job.options.get(canvas_proc.SERVING):
+            # An app's serving process (cdui/plane/apps.py): its nodes as they were at its first invoke, and
+            # no fingerprint (an invoke is no stored run): both cost more than a small model's forward pass.
+            registry = _serving_registry(job.custom_nodes_dir, job.plugins_dir, job.plugin_store)
+        else:
+            registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
+                                      Path(job.plugins_dir) if job.plugins_dir else None,
+                                      Path(job.plugin_store) if job.plugin_store else None)
+            _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir,
+                          device_facts(slot, job.process_device), job.plugin_store)
+        # The job was read from its own line: without secrets to put in, its graph needs no copy.
+        graph = fill_secrets(job.graph, job.secret_pairs()) if job.secrets else job.graph
         # The limit the control plane checked the graph against, so a raised limit holds here too.
         plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
                                       layout=layout)
@@ -262,6 +268,19 @@ def _run_forked() -> int:
     """A run forked by the zygote: as a fresh process, but for what the zygote already did."""
     forget_package_lookups()
     return _run()
+
+
+_REGISTRIES: dict[tuple[str | None, str | None, str | None], Any] = {}
+
+
+def _serving_registry(custom_dir: str | None, plugins_dir: str | None, plugin_store: str | None) -> Any:
+    """The node registry of a serving process, built at its first job and kept."""
+    key = (custom_dir, plugins_dir, plugin_store)
+    if key not in _REGISTRIES:
+        _REGISTRIES[key] = build_registry(Path(custom_dir) if custom_dir else None,
+                                          Path(plugins_dir) if plugins_dir else None,
+                                          Path(plugin_store) if plugin_store else None)
+    return _REGISTRIES[key]
 
 
 def _report_facts(emit: Any, registry: Any, custom_dir: str | None, plugins_dir: str | None,

@@ -204,6 +204,9 @@ class GraphOutputNode(DeclaredNode):
     INPUTS = (Port("value", ANY, "The value to return"),)
     PARAMS = (Param("name", "string", "output", "The output's name in the answer"),
               Param("description", "string", "", "Shown to callers"))
+    # What it gives is an event, not an output: answered from an execution cache (a canvas process's, an
+    # app's serving process's) it would give nothing, and the call would end without its value.
+    CACHEABLE = False
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         name = str(params.get("name") or "output")

@@ -98,6 +98,11 @@ def _load(request: web.Request, name: str) -> dict[str, Any]:
     return graph
 
 
+def load_saved(request: web.Request, name: str) -> dict[str, Any]:
+    """A saved graph by its (checked) name, as a call of it reads it; 404 when there is none."""
+    return _load(request, name)
+
+
 # An index entry written by _save describes a graph whose secrets were blanked before it was written.
 SECRETS_BLANKED = "secrets_blanked"
 

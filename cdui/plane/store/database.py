@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 from cdui.core.private import make_private, private_dir
 from cdui.plane.store import event_chunks
+from cdui.plane.store.apps import AppRows
 from cdui.plane.store.migrations import migrate
 from cdui.plane.store.ssh import SshWorkerRows
 from cdui.plane.store.studies import StudyRows
@@ -240,6 +241,7 @@ class Store:
         self.ssh = SshWorkerRows(self)
         self.sweeps = SweepRows(self)
         self.studies = StudyRows(self)
+        self.apps = AppRows(self)
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:

@@ -234,6 +234,53 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
     CREATE INDEX runs_status_target ON runs(status, target)
     """,
+    # apps: published apps (cdui/plane/apps.py, cdui/plane/store/apps.py): each slug with its active
+    # version (NULL while unpublished), every publish's immutable snapshot, the API keys (a prefix and the hash
+    # of the key, never the key; a revoked key's row stays) and one record per invoke.
+    """
+    CREATE TABLE apps (
+        slug TEXT PRIMARY KEY,
+        graph_name TEXT NOT NULL,
+        active_version INTEGER,
+        record_io INTEGER NOT NULL DEFAULT 1,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE app_versions (
+        slug TEXT NOT NULL REFERENCES apps(slug) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        graph TEXT NOT NULL,
+        contract TEXT NOT NULL,
+        source_graph TEXT NOT NULL,
+        note TEXT,
+        git_commit TEXT,
+        git_dirty INTEGER,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (slug, version)
+    );
+    CREATE TABLE api_keys (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        key_hash TEXT NOT NULL UNIQUE,
+        created_at REAL NOT NULL,
+        last_used_at REAL,
+        revoked_at REAL
+    );
+    CREATE TABLE app_invokes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        slug TEXT NOT NULL REFERENCES apps(slug) ON DELETE CASCADE,
+        version INTEGER,
+        key_id INTEGER,
+        status TEXT NOT NULL,
+        error TEXT,
+        duration_ms REAL NOT NULL,
+        inputs TEXT,
+        outputs TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX app_invokes_slug ON app_invokes(slug, id);
+    """,
 ]
 
 
