@@ -19,8 +19,20 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from cdui import __version__
-from cdui.cli import (cli_apps, cli_datasets, cli_devices, cli_ops, cli_plugin, cli_project, cli_project_pins, cli_runs,
-                      cli_studies, cli_sweeps, cli_workers, daemon)
+from cdui.cli import (
+    cli_apps,
+    cli_datasets,
+    cli_devices,
+    cli_ops,
+    cli_plugin,
+    cli_project,
+    cli_project_pins,
+    cli_runs,
+    cli_studies,
+    cli_sweeps,
+    cli_workers,
+    daemon,
+)
 from cdui.cli.cli_util import CONTROL_HELP, _die, _read_pid
 from cdui.cli.client import Client, server_info
 from cdui.core import argv_token, config, config_file, logfile, project

@@ -144,10 +144,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: Any) -> None:
     """Add ``freeze`` and ``restore`` to a ``cdui project`` group's subparsers."""
     s = subparsers.add_parser("freeze", help="pin the installed plugin packs (version, sha256) in the project")
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("dir", metavar="DIR", help="the project folder (holds codefyui.project.toml)")
     s.set_defaults(func=cmd_freeze)
     s = subparsers.add_parser("restore", help="install exactly the project's pinned plugin packs")
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("dir", metavar="DIR", help="the project folder (holds codefyui.project.toml)")
     s.add_argument("--trust", action="store_true", help="install pinned packs the safety check refuses (logged)")
     s.set_defaults(func=cmd_restore)
 
