@@ -462,16 +462,21 @@ class SweepService:
                 run_ids, "warnings": warnings}
 
 
-def _status(state: str, counts: dict[str, int]) -> str:
+def _status(state: str, counts: dict[str, int], to_ask: bool = False) -> str:
+    """``to_ask``: a study that has not yet asked for all its trials. Between a trial's end and the ask of
+    the next one it has no trial waiting or live, and is still running (`cdui study --wait` ends on finished)."""
     live = sum(counts.get(s, 0) for s in LIVE)
     if state == "stopped":
         return "stopping" if live else "stopped"
-    return "running" if live or counts.get("waiting", 0) else "finished"
+    return "running" if live or counts.get("waiting", 0) or to_ask else "finished"
 
 
 def _summary(sweep: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     spec = sweep["spec"]
-    return {"id": sweep["id"], "kind": sweep["kind"], "name": sweep["name"], "status": _status(sweep["state"], counts),
+    n_trials = spec.get("n_trials") if sweep["kind"] == "study" else None
+    to_ask = isinstance(n_trials, int) and sum(counts.values()) < n_trials
+    return {"id": sweep["id"], "kind": sweep["kind"], "name": sweep["name"],
+            "status": _status(sweep["state"], counts, to_ask),
             "mode": spec.get("mode"), "axes": spec.get("axes"), "count": spec.get("count"), "seed": spec.get("seed"),
             "objective": spec.get("objective"), "max_running": sweep["max_running"], "options": sweep["options"],
             "created_at": iso(sweep["created_at"]), "stopped_at": iso(sweep["stopped_at"]),
