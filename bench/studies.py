@@ -75,7 +75,8 @@ class StudyFleet(Fleet):
             await a.ws.send_str(text)
 
 
-async def main_async(trials: int, parallelism: int, n_agents: int, run_s: float) -> list[Figure]:
+async def main_async(trials: int, parallelism: int, n_agents: int, run_s: float,
+                     sampler: str = "tpe") -> list[Figure]:
     env = {"CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": "local/cpu=0"}
     with server(env) as srv:
         async with aiohttp.ClientSession() as http:
@@ -100,7 +101,7 @@ async def main_async(trials: int, parallelism: int, n_agents: int, run_s: float)
             study = await f.call("POST", "/api/studies", {
                 "graph": tiny_graph("study"), "axes": {"n.value": {"uniform": [-5.0, 5.0]}},
                 "objective": {"metric": "loss", "goal": "min"}, "n_trials": trials, "parallelism": parallelism,
-                "seed": 1, "options": {"target": "any", "device": "cpu"}})
+                "seed": 1, "sampler": {"name": sampler}, "options": {"target": "any", "device": "cpu"}})
             while True:
                 s: dict[str, Any] = await f.call("GET", f"/api/studies/{study['id']}")
                 if s["status"] in ("finished", "stopped"):
@@ -119,8 +120,9 @@ async def main_async(trials: int, parallelism: int, n_agents: int, run_s: float)
                 if a.ws is not None:
                     await a.ws.close()
             runs = f"runs of {run_s:g} s" if run_s else "instant runs"
+            name = "TPE" if sampler == "tpe" else sampler
             return [
-                Figure(B, f"{trials}-trial TPE study, {n_agents} simulated agents, {parallelism} at once, {runs}",
+                Figure(B, f"{trials}-trial {name} study, {n_agents} simulated agents, {parallelism} at once, {runs}",
                        wall, "s", note=f"{complete} complete; creation -> last trial recorded"),
                 Figure(B, f"the sampler's own time, share of the wall time ({runs})",
                        100 * float(s["sampler_s"] or 0) / wall, "%", 5,
@@ -137,12 +139,14 @@ def main() -> int:
     p.add_argument("--agents", type=int, default=4)
     p.add_argument("--run-s", type=float, action="append", default=None,
                    help="how long each simulated run takes (repeat for more studies; default: 0 and 0.1)")
+    p.add_argument("--sampler", default="tpe", choices=["tpe", "random"],
+                   help="the study's sampler (random: a near-free one, to compare the wall time with)")
     a = p.parse_args()
     if a.smoke:
         a.trials, a.parallelism, a.agents = 6, 2, 2
     figs: list[Figure] = []
     for run_s in a.run_s or [0.0, 0.1]:
-        figs += asyncio.run(main_async(a.trials, a.parallelism, a.agents, run_s))
+        figs += asyncio.run(main_async(a.trials, a.parallelism, a.agents, run_s, a.sampler))
     report(figs, a.json)
     return 0
 

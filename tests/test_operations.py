@@ -217,6 +217,15 @@ def test_backup_during_a_burst_restores_every_acknowledged_event(bg: Any) -> Non
     seen = wait_for(lambda: (n := _events_seen(srv, run_id, 0)) >= 2000 and n, 120, 0.1,
                     "the burst to be under way")
     acked = _events_seen(srv, run_id, seen)  # every event the server answers is committed
+    # A published app version's kept weights (cdui/plane/apps.py) and the plugin packs' lockfile are in a
+    # backup (the database names the first, graphs need the packs); other models are not.
+    kept = srv.data_dir / "models" / "app-weights" / ("ab" * 32) / "w.pt"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"weights of a published version")
+    (srv.data_dir / "models" / "trained.pt").write_bytes(b"a model users copy with their file backup")
+    lock = srv.user_data / "plugins" / "installed.json"
+    lock.parent.mkdir()
+    lock.write_text('{"version": 1, "plugins": {}}\n')
     dest = tmp / "backup1"
     cdui(env, "backup", str(dest))
     copy = dest / "user-data" / "cdui.sqlite3"
@@ -231,7 +240,9 @@ def test_backup_during_a_burst_restores_every_acknowledged_event(bg: Any) -> Non
     assert db_backup.check_database(copy) == ("ok", db_backup.schema_version_known())
     manifest = json.loads((dest / "manifest.json").read_text())
     paths = {f["path"] for f in manifest["files"]}
-    assert {"user-data/cdui.sqlite3", "data/graphs/mine.json", "user-data/port"} <= paths
+    assert {"user-data/cdui.sqlite3", "data/graphs/mine.json", "user-data/port", "user-data/plugins/installed.json",
+            f"data/models/app-weights/{'ab' * 32}/w.pt"} <= paths, paths
+    assert "data/models/trained.pt" not in paths
     assert not any("session-token" in p for p in paths), "the session token must never be in a backup"
 
     # While the server is up, restore refuses and names its pid.
@@ -265,7 +276,11 @@ def test_backup_during_a_burst_restores_every_acknowledged_event(bg: Any) -> Non
 
     # Stopped, the backup restores; what it replaced is kept aside.
     (srv.data_dir / "graphs" / "mine.json").write_text('{"nodes": ["edited after the backup"]}\n')
+    shutil.rmtree(srv.data_dir / "models" / "app-weights")
+    lock.unlink()
     cdui(env, "restore", str(dest))
+    assert kept.read_bytes() == b"weights of a published version"
+    assert lock.read_text() == '{"version": 1, "plugins": {}}\n'
     assert db_backup.check_database(srv.db_path) == ("ok", db_backup.schema_version_known())
     assert db_backup.count_events(srv.db_path, run_id) == in_copy
     assert not (srv.user_data / "cdui.sqlite3-wal").exists()

@@ -39,9 +39,15 @@ FOLLOW_WORKER_S = 1.0  # `cdui logs --worker NAME --follow` asks again this ofte
 # the session token (`session-token`, or the file of CODEFYUI_SESSION_TOKEN_FILE): it grants the owner's
 # rights to whoever reads the backup, and a new one is drawn at the next start.
 USER_DATA_FILES = ("agent.json", "port", "ssh-instance-id")
-USER_DATA_FOLDERS = ("agent",)
+# The agent's credentials, and the installed plugin packs with their lockfile (graphs that use a pack's nodes
+# run only where it is installed; a pack installed from a lab folder may be gone from there since).
+USER_DATA_FOLDERS = ("agent", "plugins")
 # Data folders that hold what users made and cannot download again: saved graphs and presets.
 DATA_FOLDERS = ("graphs", "presets")
+# And of the models folder, only the weights files published app versions keep (cdui/plane/apps.py copies
+# each into models/app-weights/<sha256>/ at publish): the database's app versions name them, so a restore
+# without them would leave every app that loads weights failing. Other models stay out, as uploads do.
+DATA_SUBFOLDERS = (("models", "app-weights"),)
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -119,6 +125,12 @@ def _sources(cfg: Any) -> list[tuple[str, Path]]:
         root = layout.folder(folder)
         for p in _regular_files(root):
             out.append((f"data/{folder}/{p.relative_to(root).as_posix()}", p))
+    for folder, sub in DATA_SUBFOLDERS:
+        top = layout.folder(folder)
+        if (top / sub).is_symlink():
+            continue
+        for p in _regular_files(top / sub):
+            out.append((f"data/{folder}/{p.relative_to(top).as_posix()}", p))
     if config_file.USED_FILE:  # for reference: restore leaves /etc alone
         out.append(("config/" + config_file.USED_FILE[0].name, config_file.USED_FILE[0]))
     return out
@@ -246,8 +258,10 @@ def _entry_path(rel: Any) -> tuple[str, ...]:
     parts = tuple(rel.split("/"))
     if any(p in ("", ".", "..") for p in parts) or parts[0] not in ("user-data", "data", "config") or len(parts) < 2:
         raise Refused(f"the manifest names {rel!r}, a path outside what a cdui backup holds")
-    if parts[0] == "data" and (len(parts) < 3 or parts[1] not in DATA_FOLDERS):
-        raise Refused(f"the manifest names {rel!r}, not a file of {', '.join(DATA_FOLDERS)}")
+    if parts[0] == "data" and (len(parts) < 3 or parts[1] not in DATA_FOLDERS) \
+            and not (len(parts) >= 4 and tuple(parts[1:3]) in DATA_SUBFOLDERS):
+        kept = [*DATA_FOLDERS, *("/".join(fs) for fs in DATA_SUBFOLDERS)]
+        raise Refused(f"the manifest names {rel!r}, not a file of {', '.join(kept)}")
     if parts[0] == "user-data" and rel != DB_ENTRY and parts[1] not in USER_DATA_FILES + USER_DATA_FOLDERS:
         raise Refused(f"the manifest names {rel!r}, not a file a cdui backup holds in the user data folder")
     return parts
