@@ -232,6 +232,19 @@ def test_a_conv2dkernel_with_its_default_preset_validates_and_runs(tmp_path: Pat
     assert torch.equal(outputs["p"]["value"], expected)
 
 
+def test_a_conv2dexplicit_with_no_kernel_wired_uses_its_own_preset(tmp_path: Path, registry: Registry) -> None:
+    """Later CodefyUI versions pick Conv2dExplicit's kernel with its own params and have no kernel input
+    (the foundations pack's Kernel-Effects example): such a graph validates and convolves with the preset."""
+    graph = {"nodes": [node("start", "Start"), node("img", "TensorCreate", shape="1,1,5,5", fill="ones"),
+                       node("conv", "Conv2dExplicit", preset="Sharpen3x3", kernel_size=3, padding=1),
+                       node("p", "Print")],
+             "edges": [trigger("img"), edge("img", "tensor", "conv", "tensor"), edge("conv", "tensor", "p", "value")]}
+    outputs, _ = run_graph(graph, registry, Layout.for_data_dir(tmp_path))
+    kernel = torch.tensor([[0.0, -1.0, 0.0], [-1.0, 5.0, -1.0], [0.0, -1.0, 0.0]])
+    expected = torch.nn.functional.conv2d(torch.ones(1, 1, 5, 5), kernel.view(1, 1, 3, 3), padding=1)
+    assert torch.equal(outputs["p"]["value"], expected)
+
+
 def test_a_map_naming_a_preset_that_is_not_installed_is_still_refused(registry: Registry) -> None:
     graph = {"nodes": [node("start", "Start"), node("items", "GraphInput", name="items", type="json"),
                        node("m", "Map", subgraph="No Such Preset"), node("p", "Print")],

@@ -72,6 +72,9 @@ IMPLEMENTED = {
 NEWER_OPTIONS: dict[tuple[str, str], list[str]] = {
     ("EvaluateModel", "device"): ["auto"],  # the stored TrainCNN-MNIST example sets it
 }
+# Inputs 1.4.2 requires that cdui takes as optional, because later versions replaced them with params cdui
+# also has (docs/graphs-and-nodes.md): Conv2dExplicit's kernel, picked by its preset/kernel_size/weights there.
+NEWER_OPTIONAL: set[tuple[str, str]] = {("Conv2dExplicit", "kernel")}
 # cdui's file-semantics param types refine CodefyUI's plain "string" (docs/graphs-and-nodes.md, Paths).
 FILE_TYPES = {"data_file", "image_file", "model_file", "path", "folder", "output_path"}
 
@@ -118,6 +121,7 @@ def test_interface_matches_codefyui(registry: Registry, type_name: str) -> None:
     want, have = INTERFACES[type_name], cls.describe()
     assert have["category"] == want["category"]
     want_in, have_in = _port_list(want["inputs"]), _port_list(have["inputs"])
+    want_in = [(n, t, opt or (type_name, n) in NEWER_OPTIONAL) for n, t, opt in want_in]
     assert have_in[:len(want_in)] == want_in
     assert all(optional for _name, _type, optional in have_in[len(want_in):])
     have_out = {name: t for name, t, _ in _port_list(have["outputs"])}
@@ -232,6 +236,23 @@ def test_kernels_and_explicit_convolution(ctx: RunContext) -> None:
     x = torch.randn(1, 2, 6, 6)
     ref = functional.conv2d(x, edge.reshape(1, 1, 3, 3).expand(2, 1, 3, 3), padding=1, groups=2)
     assert torch.allclose(run(cnn.Conv2dExplicitNode, ctx, {"tensor": x, "kernel": edge})["tensor"], ref)
+    # Nothing wired into `kernel`: the node's own preset (later CodefyUI versions, its packs' examples).
+    assert torch.allclose(run(cnn.Conv2dExplicitNode, ctx, {"tensor": x})["tensor"], ref)
+    sharpen = torch.tensor(cnn.KERNELS_3X3["Sharpen3x3"])
+    ref = functional.conv2d(x, sharpen.reshape(1, 1, 3, 3).expand(2, 1, 3, 3), padding=1, groups=2)
+    assert torch.allclose(run(cnn.Conv2dExplicitNode, ctx, {"tensor": x}, preset="Sharpen3x3")["tensor"], ref)
+    ref = functional.conv2d(x, torch.tensor([[1.0, 2.0], [3.0, 4.0]]).reshape(1, 1, 2, 2).expand(2, 1, 2, 2),
+                            padding=0, groups=2)
+    got = run(cnn.Conv2dExplicitNode, ctx, {"tensor": x}, preset="Custom", kernel_size=2, weights=[[1, 2], [3, 4]],
+              padding=0)["tensor"]
+    assert torch.allclose(got, ref)
+    # A wired kernel wins over the preset.
+    ones = torch.ones(3, 3)
+    ref = functional.conv2d(x, ones.reshape(1, 1, 3, 3).expand(2, 1, 3, 3), padding=1, groups=2)
+    assert torch.allclose(run(cnn.Conv2dExplicitNode, ctx, {"tensor": x, "kernel": ones}, preset="Sharpen3x3")
+                          ["tensor"], ref)
+    with pytest.raises(ValueError, match="Conv2dExplicit: weights holds 9 numbers but kernel_size=2 needs 4"):
+        run(cnn.Conv2dExplicitNode, ctx, {"tensor": x}, preset="Custom", kernel_size=2)
 
 
 def test_recurrent_layers(ctx: RunContext) -> None:

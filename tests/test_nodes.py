@@ -139,6 +139,25 @@ def test_csv_reader_reads_iris_and_plain_csvs(ctx: RunContext, tmp_path: Path) -
         run(data.CSVReaderNode, ctx, path="data/files/missing.csv")
 
 
+def test_csv_reader_finds_scikit_learn_style_names_in_the_iris_sample(ctx: RunContext, events: Events,
+                                                                        tmp_path: Path) -> None:
+    """CodefyUI's packs name the sample's columns as scikit-learn does ("petal length (cm)"); the sample writes
+    "petal_length". A name not in the header is looked up without case, a unit in brackets and separators,
+    saying so in the log; one matching no column, or several, is still refused listing the header."""
+    out = run(data.CSVReaderNode, ctx, **{**IRIS, "include_columns": "petal length (cm),Petal Width (cm)",
+                                          "target_column": "Species"})
+    assert out["columns"] == ["petal_length", "petal_width"] and out["tensor"].shape == (150, 2)
+    assert out["labels"][:1] == ["setosa"]
+    said = [e["message"] for e in events.of("log")]
+    assert "CSVReader: column 'petal length (cm)' read as the file's 'petal_length'" in said, said
+    with pytest.raises(ValueError, match=r"unknown columns: \['petal area \(cm\)'\]"):
+        run(data.CSVReaderNode, ctx, **{**IRIS, "include_columns": "petal area (cm)"})
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "two.csv").write_text("a b,a_b,c\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"unknown columns: \['A-B'\]"):  # two columns have its key
+        run(data.CSVReaderNode, ctx, path="data/files/two.csv", include_columns="A-B")
+
+
 def test_column_selector_by_index_and_by_name(ctx: RunContext) -> None:
     x = torch.arange(12.0).reshape(3, 4)
     assert run(data.ColumnSelectorNode, ctx, {"tensor": x}, indices="2,3")["tensor"].tolist()[0] == [2.0, 3.0]

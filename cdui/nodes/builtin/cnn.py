@@ -148,11 +148,11 @@ class DropoutNode(DeclaredNode):
         return {"tensor": nn.Dropout(float_param(params, "p", 0.5))(self.float_tensor(inputs))}
 
 
-def _kernel(params: dict[str, Any]) -> list[list[float]]:
+def _kernel(params: dict[str, Any], node: str = "Conv2dKernel") -> list[list[float]]:
     preset = str(params.get("preset") or "EdgeDetection3x3")
     if preset != CUSTOM:
         if preset not in KERNELS_3X3:
-            raise ValueError(f"Conv2dKernel: unknown preset {preset!r}; use one of "
+            raise ValueError(f"{node}: unknown preset {preset!r}; use one of "
                              f"{[*KERNELS_3X3, CUSTOM]}")
         return KERNELS_3X3[preset]
     k = max(1, min(15, int_param(params, "kernel_size", 3)))
@@ -160,25 +160,29 @@ def _kernel(params: dict[str, Any]) -> list[list[float]]:
     rows = grid if isinstance(grid, list) else []
     flat = [v for row in rows for v in (row if isinstance(row, list) else [row])]
     if len(flat) != k * k:
-        raise ValueError(f"Conv2dKernel: weights holds {len(flat)} numbers but kernel_size={k} needs "
+        raise ValueError(f"{node}: weights holds {len(flat)} numbers but kernel_size={k} needs "
                          f"{k * k} ({k}x{k}); change kernel_size or fill the grid again")
     try:
         values = [float(v) for v in flat]
     except (TypeError, ValueError):
-        raise ValueError(f"Conv2dKernel: weights must be numbers, got {grid!r}") from None
+        raise ValueError(f"{node}: weights must be numbers, got {grid!r}") from None
     return [values[i * k:(i + 1) * k] for i in range(k)]
+
+
+def _kernel_params() -> tuple[Param, ...]:
+    return (Param("preset", "select", "EdgeDetection3x3", "A built-in 3x3 filter, or Custom",
+                  options=[*KERNELS_3X3, CUSTOM]),
+            Param("kernel_size", "int", 3, "Side of the Custom kernel", min_value=1, max_value=15,
+                  visible_when={"preset": CUSTOM}),
+            Param("weights", "tensor_grid", [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
+                  "The Custom kernel's values", visible_when={"preset": CUSTOM}))
 
 
 class Conv2dKernelNode(DeclaredNode):
     NODE_NAME, CATEGORY = "Conv2dKernel", "CNN"
     DESCRIPTION = "A fixed convolution kernel (a preset image filter or your own NxN grid)"
     OUTPUTS = (T("tensor", "Kernel (k, k)"),)
-    PARAMS = (Param("preset", "select", "EdgeDetection3x3", "A built-in 3x3 filter, or Custom",
-                    options=[*KERNELS_3X3, CUSTOM]),
-              Param("kernel_size", "int", 3, "Side of the Custom kernel", min_value=1, max_value=15,
-                    visible_when={"preset": CUSTOM}),
-              Param("weights", "tensor_grid", [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
-                    "The Custom kernel's values", visible_when={"preset": CUSTOM}))
+    PARAMS = _kernel_params()
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch
@@ -187,12 +191,17 @@ class Conv2dKernelNode(DeclaredNode):
 
 
 class Conv2dExplicitNode(DeclaredNode):
+    """Both of CodefyUI's forms: graphs made before its Conv2dKernel node was folded in wire a kernel into the
+    ``kernel`` input; newer ones (its edu packs' examples) pick the kernel with this node's own ``preset``,
+    ``kernel_size`` and ``weights``, as Conv2dKernel does. A connected kernel wins."""
+
     NODE_NAME, CATEGORY = "Conv2dExplicit", "CNN"
-    DESCRIPTION = "Convolve each channel with a given kernel (no learned weights)"
+    DESCRIPTION = "Convolve each channel with a fixed kernel: a connected one, else the preset or grid chosen here"
     INPUTS = (T("tensor", "Input (N, C, H, W)"),
-              T("kernel", "Kernel (k, k) or (1, 1, k, k) for every channel, or (C, 1, k, k) / (C, k, k) per channel"))
+              T("kernel", "Kernel (k, k) or (1, 1, k, k) for every channel, or (C, 1, k, k) / (C, k, k) per "
+                "channel; when not connected, the preset or Custom grid below", optional=True))
     OUTPUTS = (T("tensor", "Filtered (N, C, H', W')"),)
-    PARAMS = (I("stride", 1, "Stride", lo=1), I("padding", 1, "Zero padding", lo=0))
+    PARAMS = (*_kernel_params(), I("stride", 1, "Stride", lo=1), I("padding", 1, "Zero padding", lo=0))
 
     def execute(self, inputs: dict[str, Any], params: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         import torch.nn.functional as functional
@@ -202,7 +211,13 @@ class Conv2dExplicitNode(DeclaredNode):
         if x.dim() != 4:
             raise ValueError(f"Conv2dExplicit: tensor must be 4D (N, C, H, W), got shape {tuple(x.shape)}; "
                              f"add an Unsqueeze(dim=0) for a single (C, H, W) image")
-        weight = depthwise_weight(self.exact_tensor(inputs, "kernel"), x.shape[1]).to(x.device, x.dtype)
+        if inputs.get("kernel") is None:
+            import torch
+
+            kernel = torch.tensor(_kernel(params, "Conv2dExplicit"), dtype=torch.float32)
+        else:
+            kernel = self.exact_tensor(inputs, "kernel")
+        weight = depthwise_weight(kernel, x.shape[1]).to(x.device, x.dtype)
         out = functional.conv2d(x, weight, bias=None, stride=max(1, int_param(params, "stride", 1)),
                                 padding=max(0, int_param(params, "padding", 1)), groups=x.shape[1])
         return {"tensor": out}

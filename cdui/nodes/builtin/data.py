@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from cdui.nodes.base import ANY, LIST, TENSOR, Node, Param, Port
@@ -23,6 +24,27 @@ from cdui.nodes.builtin._util import as_bool, as_list, as_tensor, parse_int_list
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
 
+
+
+_UNIT = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def _column_key(name: str) -> str:
+    """A column name as compared when it is not found as written: case, a trailing unit in brackets and
+    the separators left out, so scikit-learn's "petal length (cm)" finds the sample's "petal_length"."""
+    return re.sub(r"[\s_\-]+", "_", _UNIT.sub("", name).strip().lower())
+
+
+def _column(name: str, header: list[str], ctx: RunContext) -> str:
+    """``name`` as the file writes it: itself when the header has it, else the one header column with its
+    key (and a log line saying so); unchanged when none or several match (the caller's error lists them)."""
+    if not name or name in header:
+        return name
+    same = [h for h in header if _column_key(h) == _column_key(name)]
+    if len(same) != 1:
+        return name
+    ctx.log(f"CSVReader: column {name!r} read as the file's {same[0]!r}")
+    return same[0]
 
 def _number(cell: str) -> float | None:
     """The float a CSV cell holds, NaN for an empty cell, None if not numeric."""
@@ -105,11 +127,12 @@ class CSVReaderNode(Node):
                 raise ValueError(f"CSVReader: row {i + 2} has {len(r)} cells, the header has {width}")
         columns = {name: [r[j] for r in rows] for j, name in enumerate(header)}
 
-        target = str(params.get("target_column") or "").strip()
+        target = _column(str(params.get("target_column") or "").strip(), header, ctx)
         if target and target not in columns:
             raise ValueError(f"CSVReader: target_column={target!r} is not in the file. "
                              f"Available columns: {header}")
-        include = [c.strip() for c in str(params.get("include_columns") or "").split(",") if c.strip()]
+        include = [_column(c.strip(), header, ctx)
+                   for c in str(params.get("include_columns") or "").split(",") if c.strip()]
         if include:
             missing = [c for c in include if c not in columns]
             if missing:
