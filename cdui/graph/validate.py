@@ -288,10 +288,18 @@ def unknown_type_error(node_id: str, type_name: str, known: Iterable[str] = ()) 
     """The error for a node whose type is not installed, saying which kind of
     type it is, so the user knows what to install or change; with a "did you
     mean" when an installed type (of ``known``) is spelled nearly the same."""
+    known = list(known)
     guess = close_type(type_name, known)
     mean = f"did you mean {guess!r}? else " if guess is not None else ""
     if ":" in type_name:
         pack = type_name.split(":", 1)[0]
+        if any(k.startswith(pack + ":") for k in known):
+            # The pack is here, this one node of it is not: one of its node files failed to load.
+            return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}: the plugin pack "
+                       f"{pack!r} is installed but has no node of that name here (one of its node files may "
+                       f"have failed to load)", value=type_name,
+                       hint=f"{mean}see the load errors `cdui plugin reload` prints (GET /api/plugins) or the "
+                            "server log; fix or update the pack, or remove the node")
         return err(node_id, "unknown_type", f"node {node_id!r} has type {type_name!r}, a node of the "
                    f"plugin pack {pack!r}, which is not installed", value=type_name,
                    hint=f"{mean}install the pack with `cdui plugin install {pack}` (a folder, an archive, "

@@ -368,6 +368,67 @@ def is_codefyui_node(value: Any, module_name: str) -> bool:
             and not inspect.isabstract(value))
 
 
+# -- app.nodes.diffusion._resblock_module: the residual block CodefyUI's deep pack builds its Edu-ResBlock from --
+_RESBLOCK: list[Any] = []
+
+
+def _resblock_class() -> Any:
+    """The diffusion residual block as CodefyUI's backend defines it, for packs that import it: GroupNorm,
+    SiLU, 3x3 conv (in -> out channels), plus a linear projection of an optional time embedding added per
+    channel, GroupNorm, SiLU, 3x3 conv, and the input added back (through a 1x1 conv when the channel count
+    changes). ``seed`` fixes its weights: a generator seeded with it draws conv1's, conv2's, the projection's
+    and the 1x1 skip's weights in that order, each normal with standard deviation 1/sqrt(in_channels), and
+    every bias is zero; so the same params give the same block there and here. Built on first use (torch is
+    imported then, not when the compatibility modules are installed)."""
+    if _RESBLOCK:
+        return _RESBLOCK[0]
+    import torch
+    from torch import nn
+    from torch.nn import functional
+
+    class ResBlock(nn.Module):
+        def __init__(self, in_channels: int, out_channels: int, groups: int, time_emb_dim: int,
+                     seed: int) -> None:
+            super().__init__()
+            self.in_channels, self.out_channels, self.time_emb_dim = in_channels, out_channels, time_emb_dim
+            # Made in this order, so that the global generator advances as it does for CodefyUI's.
+            self.norm1 = nn.GroupNorm(groups, in_channels)
+            self.conv1 = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)
+            self.time_proj = nn.Linear(time_emb_dim, out_channels) if time_emb_dim > 0 else None
+            self.norm2 = nn.GroupNorm(groups, out_channels)
+            self.conv2 = nn.Conv2d(out_channels, out_channels, kernel_size=3, padding=1)
+            self.skip = (nn.Conv2d(in_channels, out_channels, kernel_size=1) if in_channels != out_channels
+                         else nn.Identity())
+            drawn = torch.Generator()
+            drawn.manual_seed(int(seed))
+            std = 1.0 / math.sqrt(max(in_channels, 1))
+            with torch.no_grad():
+                layers: list[Any] = [self.conv1, self.conv2, self.time_proj,
+                                     self.skip if isinstance(self.skip, nn.Conv2d) else None]
+                for layer in layers:
+                    if layer is not None:
+                        layer.weight.copy_(torch.randn(layer.weight.shape, generator=drawn) * std)
+                        layer.bias.zero_()
+
+        def forward(self, x: Any, time_emb: Any = None) -> Any:
+            h = self.conv1(functional.silu(self.norm1(x)))
+            if time_emb is not None and self.time_proj is not None:
+                h = h + self.time_proj(time_emb)[:, :, None, None]
+            h = self.conv2(functional.silu(self.norm2(h)))
+            return h + self.skip(x)
+
+    ResBlock.__name__ = ResBlock.__qualname__ = "_ResBlockModule"
+    _RESBLOCK.append(ResBlock)
+    return ResBlock
+
+
+def _resblock_module_attr(name: str) -> Any:
+    if name == "_ResBlockModule":
+        return _resblock_class()
+    raise AttributeError(f"module 'app.nodes.diffusion._resblock_module' has no attribute {name!r} in cdui "
+                         "(cdui/nodes/codefyui_compat.py provides _ResBlockModule only)")
+
+
 # The modules a CodefyUI node file imports, and what each holds.
 _MODULES: dict[str, dict[str, Any]] = {
     "app.core.node_base": {
@@ -381,6 +442,8 @@ _MODULES: dict[str, dict[str, Any]] = {
     "app.core.seeding": {"SEED_SPACE": SEED_SPACE, "MAX_SEED": MAX_SEED, "derive_seed": derive_seed,
                          "seed_rngs": seed_rngs, "make_generator": make_generator,
                          "seeded_linear_init": seeded_linear_init},
+    # Looked up when a pack imports it (module __getattr__): the class needs torch, the control plane need not.
+    "app.nodes.diffusion._resblock_module": {"__getattr__": _resblock_module_attr},
 }
 MODULE_NAMES = tuple(_MODULES)
 

@@ -1,0 +1,62 @@
+"""Modules of CodefyUI's backend that its official packs import besides the node API
+(cdui/nodes/codefyui_compat.py): the deep pack's Edu-ResBlock builds CodefyUI's diffusion residual block,
+`app.nodes.diffusion._resblock_module._ResBlockModule`. And the message for a node of an installed pack that
+is not there (one of its files failed to load), which said the pack was not installed."""
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+from torch.nn import functional
+
+from cdui.graph.validate import unknown_type_error
+from cdui.nodes import codefyui_compat
+
+
+def resblock() -> type:
+    codefyui_compat.install_modules()
+    module = importlib.import_module("app.nodes.diffusion._resblock_module")
+    cls: type = module._ResBlockModule
+    return cls
+
+
+def test_the_resblock_draws_its_weights_from_its_seed_in_codefyuis_order() -> None:
+    block = resblock()(in_channels=4, out_channels=8, groups=2, time_emb_dim=6, seed=7)
+    gen = torch.Generator()
+    gen.manual_seed(7)
+    std = 1.0 / math.sqrt(4)
+    for layer in (block.conv1, block.conv2, block.time_proj, block.skip):  # skip: a 1x1 conv, 4 -> 8 channels
+        assert torch.equal(layer.weight, torch.randn(layer.weight.shape, generator=gen) * std)
+        assert torch.count_nonzero(layer.bias) == 0
+    again = resblock()(in_channels=4, out_channels=8, groups=2, time_emb_dim=6, seed=7)
+    assert all(torch.equal(a, b) for a, b in zip(block.state_dict().values(), again.state_dict().values(),
+                                                 strict=True))
+    # The same channels in and out: no skip conv, the input is added as it is; no projection without time_emb_dim.
+    plain = resblock()(in_channels=4, out_channels=4, groups=2, time_emb_dim=0, seed=1)
+    assert isinstance(plain.skip, torch.nn.Identity) and plain.time_proj is None
+
+
+def test_the_resblock_computes_norm_silu_conv_time_bias_and_the_skip() -> None:
+    block = resblock()(in_channels=4, out_channels=8, groups=2, time_emb_dim=6, seed=3)
+    x, t = torch.randn(2, 4, 5, 5), torch.randn(2, 6)
+    h = functional.conv2d(functional.silu(functional.group_norm(x, 2, block.norm1.weight, block.norm1.bias)),
+                          block.conv1.weight, block.conv1.bias, padding=1)
+    h = h + (t @ block.time_proj.weight.T + block.time_proj.bias)[:, :, None, None]
+    h = functional.conv2d(functional.silu(functional.group_norm(h, 2, block.norm2.weight, block.norm2.bias)),
+                          block.conv2.weight, block.conv2.bias, padding=1)
+    expected = h + functional.conv2d(x, block.skip.weight, block.skip.bias)
+    with torch.no_grad():
+        assert torch.allclose(block(x, t), expected, atol=1e-5)
+        assert block(x).shape == (2, 8, 5, 5)  # without a time embedding, no bias is added
+        assert not torch.allclose(block(x), block(x, t))
+
+
+def test_a_missing_node_of_an_installed_pack_is_not_called_a_missing_pack() -> None:
+    known = ["deep:Edu-Conv2d", "deep:Edu-Resample", "Print"]
+    e = unknown_type_error("rb", "deep:Edu-ResBlock", known)
+    assert "the plugin pack 'deep' is installed but has no node of that name here" in e["message"], e
+    assert "load errors" in e["hint"]
+    e = unknown_type_error("rb", "rl:Edu-GRPO", known)
+    assert "a node of the plugin pack 'rl', which is not installed" in e["message"], e
+    assert "cdui plugin install rl" in e["hint"]
