@@ -112,7 +112,8 @@ def test_a_tpe_study_improves_on_its_first_trials_and_prunes_a_bad_one(lab: Any)
     assert pruned, [(t["index"], t["state"], t["params"]) for t in trials]
     done = [t["objective"] for t in trials if t["state"] == "complete"]
     for t in pruned:
-        assert t["state"] == "pruned" and not t["best"] and t["status"] in ("cancelled", "failed", "interrupted"), t
+        # its run was stopped, and ends as a stop ends a run (docs/sweeps.md, Studies)
+        assert t["state"] == "pruned" and not t["best"] and t["status"] == "cancelled", t
         # clearly bad: worse than the best trial finished before it was pruned
         assert t["params"]["optimizer.lr"] > min(done), t
         assert server.call("GET", f"/api/runs/{t['run_id']}")["sweep"]["pruned"] is True
