@@ -42,6 +42,10 @@ from cdui.run.spare import live_pools, spare_pids
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 _ALL: list[Proc] = []
+# Processes of session-scoped fixtures that are not Procs (the moto server of tests/s3server.py): no test's or
+# module's leftover sweep ends them, whichever test first asked for the fixture (a module's sweep begins at
+# its first test, so a session server a later test of that module started looked like the module's leftover).
+KEEP: set[int] = set()
 _LOGS: dict[Path, str] = {}  # log files of processes not started here (e.g. `cdui start` in the background)
 SESSION_ENV = "CDUI_TEST_SESSION"
 
@@ -309,6 +313,7 @@ class ProcessSweep:
         owners = {pid for pid, (_, st) in now.items() if (pid, st) in self.before}
         owners |= {p.pid for p in self.procs_before if p.alive and p.pid is not None}
         owners |= spare_pids(self.pools_before)
+        owners |= KEEP
 
         def owned(pid: int) -> bool:
             hops = 0

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import procs
 from procs import free_port
 
 KEY, SECRET = "cdui-test-key", "cdui-test-secret"
@@ -112,7 +113,10 @@ def _need_moto() -> None:
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     _need_moto()
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log").start()
+    assert server.proc is not None
+    procs.KEEP.add(server.proc.pid)  # the session's: never a test's or module's leftover
     yield server
+    procs.KEEP.discard(server.proc.pid)
     server.stop()
 
 
