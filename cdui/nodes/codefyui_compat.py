@@ -175,7 +175,9 @@ class StatefulModuleMixin:
     cacheable: ClassVar[bool] = False
 
     def build_module(self, params: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        # CodefyUI's abstract hook: every stateful node class defines it; reaching this one is the pack's error.
+        raise TypeError(f"{type(self).__name__} uses StatefulModuleMixin but defines no build_module(params) "
+                        "returning its torch.nn.Module; the plugin pack's node must define it")
 
     def _normalise_for_hash(self, params: dict[str, Any]) -> dict[str, Any]:
         return dict(params)
