@@ -91,6 +91,13 @@ AGENT_REFUSALS = [
      "Infinity"),
     ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {}, "at": 1e999}]}',
      "out of range"),
+    # Every other way a number overflows to infinity: a long exponent (leading zeros too), a long integer part.
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": 1E+0000400}}]}',
+     "out of range"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": 1' + "0" * 210
+     + 'e99}}]}', "out of range"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": -1' + "0" * 320
+     + '.5}}]}', "out of range"),
     (_events(at=-1), "UNIX time"),
     (_events(at=True), "UNIX time"),
     (_events(src_seq=0), "src_seq=0 is out of range"),
