@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 import aiohttp
-from agents import CATALOG, Agent, Fleet
+from agents import CATALOG, Agent, Fleet, close_all
 from common import Figure, parser, report, say, server, tiny_graph
 
 from cdui import __version__
@@ -118,11 +118,7 @@ async def main_async(trials: int, parallelism: int, n_agents: int, run_s: float,
             wall = max(f.done.values(), default=time.perf_counter()) - t0
             complete = sum(1 for t in s["trials"] if t["state"] == "complete")
             say(f"{complete} of {trials} trials complete in {wall:.1f} s; best {s['best']}")
-            for a in agents:
-                if a.reader is not None:
-                    a.reader.cancel()
-                if a.ws is not None:
-                    await a.ws.close()
+            await close_all(agents)
             return [wall, float(s["sampler_s"] or 0), float(s["best"]["objective"]), json.dumps(s["best"]["params"]),
                     complete]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from agents import CATALOG, Agent, Fleet
+from agents import CATALOG, Agent, Fleet, close_all
 from common import REPO, Figure, cpu_s, parser, pct, raise_nofile, report, say, server
 
 from cdui import __version__
@@ -265,13 +265,7 @@ async def main_async(n: int, big: int, n_agents: int) -> list[Figure]:
                                "s"))
             stop_beat.set()
             await pulse
-            for a in agents:
-                if a.ws is not None:
-                    await a.ws.close()
-            readers = [a.reader for a in agents if a.reader is not None]
-            for t in readers:
-                t.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+            await close_all(agents)
     return figs
 
 
