@@ -176,6 +176,24 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_receive(args: argparse.Namespace) -> int:
+    """The SSH worker's side of ``cdui plugin push``: the archive is on stdin. Refused unless this machine accepts
+    pushed packs, the same setting as for a push over the agent's connection (it installs new code here)."""
+    cfg = load()
+    if not cfg["CODEFYUI_AGENT_ACCEPT_PLUGINS"]:
+        return _die(f"not installed: this machine does not accept pushed plugin packs (set "
+                    f"CODEFYUI_AGENT_ACCEPT_PLUGINS=1 in its environment or settings file, or install the pack here "
+                    f"with `cdui plugin install {args.id}`)", 1)
+    try:
+        done = packs.receive_pushed(sys.stdin.buffer, args.bytes, args.id, args.version, args.pin, args.tree,
+                                    cfg.plugin_store)
+    except packs.PackError as exc:
+        return _die(f"not installed: {exc}", 1)
+    log_line(cfg.plugin_store, f"pushed over ssh: {args.id} {done.entry['version']} sha256 {args.pin}")
+    print(f"installed {args.id} {done.entry['version']}")
+    return 0
+
+
 def add_commands(sub: Any) -> None:
     d = sub.add_parser("plugin", help="install and manage plugin packs (CodefyUI's and cdui's formats)")
     dsub = d.add_subparsers(dest="plugin_command", metavar="COMMAND", parser_class=type(d))
@@ -210,4 +228,12 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--to", required=True, metavar="WORKER", help="a worker's name, or all (every connected one)")
     s.add_argument("--control", default=None, metavar="URL", help="the control plane's URL (default: the recorded one)")
     s.set_defaults(func=cmd_push)
+    s = dsub.add_parser("receive", help="install a pack pushed over ssh, its archive on stdin (what `cdui plugin "
+                                        "push` runs on an SSH worker; needs CODEFYUI_AGENT_ACCEPT_PLUGINS=1 there)")
+    s.add_argument("id", metavar="ID", help="the pack's id")
+    s.add_argument("--version", required=True, help="the version the control plane recorded")
+    s.add_argument("--pin", required=True, metavar="SHA256", help="the control plane's lockfile sha256, recorded here")
+    s.add_argument("--tree", required=True, metavar="SHA256", help="the sha256 of the pack's files, checked here")
+    s.add_argument("--bytes", required=True, type=int, metavar="N", help="the archive's size on stdin")
+    s.set_defaults(func=cmd_receive)
     d.set_defaults(func=lambda _args: d.print_help() or 2)

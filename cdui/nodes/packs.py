@@ -536,6 +536,33 @@ def install_pushed(pack_id: str, version: str, pin: str, tree: str, data: bytes,
     return Installed(lock[pack_id], done.manifest, [])
 
 
+MAX_PUSHED_BYTES = 64 * 1024 ** 2  # a pushed archive read from a stream (ssh); more is refused before reading on
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def receive_pushed(stream: Any, size: int, pack_id: str, version: str, pin: str, tree: str,
+                   store: Path) -> Installed:
+    """Install a pack whose archive arrives on ``stream`` (``size`` bytes: an SSH worker's side of ``cdui plugin
+    push``), checked as :func:`install_pushed` checks one from the connection. Every value is checked before
+    any byte is read; a stream that ends early is refused. Raises :class:`PackError`."""
+    if not ID_RE.match(pack_id):
+        raise PackError(f"{pack_id!r} is not a pack id", [], hint="the control plane sends the installed pack's id")
+    bad = [f"{name} {value!r} is not a sha256 (64 hex digits)" for name, value in (("--pin", pin), ("--tree", tree))
+           if not SHA256_RE.match(value)]
+    if bad:
+        raise PackError("the pushed pack's checksums are malformed", bad, hint="push it again")
+    if not 0 < size <= MAX_PUSHED_BYTES:
+        raise PackError(f"a pushed archive of {size} bytes is refused (1 to {MAX_PUSHED_BYTES // 1024 ** 2} MiB)",
+                        [], hint="install a larger pack on the worker with `cdui plugin install`")
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = stream.read(min(1024 * 1024, size - len(buf)))
+        if not chunk:
+            raise PackError(f"the pushed archive ended after {len(buf)} of {size} bytes", [], hint="push it again")
+        buf += chunk
+    return install_pushed(pack_id, version, pin, tree, bytes(buf), store)
+
+
 def link(folder: Path, store: Path) -> Installed:
     """Record a pack folder that is loaded in place (for a pack being written): no copy, no safety check."""
     folder = folder.expanduser().resolve()
