@@ -192,5 +192,11 @@ def test_a_packs_presets_are_listed_under_its_name_and_run(tmp_path: Path) -> No
         logged = [e["data"]["message"] for e in cp.events(run["id"]) if e.get("kind") == "log"
                   and "[relu]" in str(e["data"].get("message"))]
         assert logged and "1., 1." in logged[0], logged
+
+        # Installed from a folder, its lockfile's sha256 is that of its files: a copy changed since is not pushed.
+        (cp.user_data / "plugins" / "deppack" / "presets" / "relu.json").write_text(json.dumps({**PRESET, "x": 1}))
+        status, body = cp.api("POST", "/api/plugins/deppack/push", {"to": "all"})
+        assert (status, body["error"]["code"]) == (409, "pack_changed"), body
+        assert "were changed after the install" in body["error"]["message"], body
     finally:
         cp.stop()
