@@ -102,6 +102,8 @@ def every_script(path: str, name: str) -> list[tuple[str, str, dict[str, str]]]:
         ("tunnel", ssh.tunnel_script(IID, SLOT, path, name), {"CDUI": path, "NAME": name}),
         ("stop", ssh.stop_script(IID, SLOT), {"SLOT_DIR": ".codefyui-ssh/3f9a12c4-18000"}),
         ("cleanup", ssh.cleanup_script(IID, SLOT, path), {"CDUI": path, "URL": "http://cp-3f9a12c4.invalid:18000"}),
+        ("plugin", ssh.plugin_script(IID, SLOT, path, "labpack", name, "a" * 64, "b" * 64, 4096),
+         {"CDUI": path, "VERSION": name, "ID": "labpack", "SIZE": "4096"}),
     ]
 
 

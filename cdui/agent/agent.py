@@ -595,10 +595,15 @@ class Agent:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
                 await ws.send_str(protocol.PluginPushAnswer(msg.request_id, msg.pack_id, ok, text).to_json())
         if ok:
-            await self._probe_catalog()
-            ws = self.ws
-            if ws is not None and not ws.closed:
-                await ws.close()  # the next connection's hello carries the new catalog; runs go on meanwhile
+            await self.reload_catalog()
+
+    async def reload_catalog(self) -> None:
+        """Read the node catalog again (a pack was installed: pushed over the connection, or over an SSH worker's
+        ssh, whose script sends SIGUSR1) and reconnect, so that the next hello reports it; runs go on meanwhile."""
+        await self._probe_catalog()
+        ws = self.ws
+        if ws is not None and not ws.closed:
+            await ws.close()
 
     async def _answer_outputs(self, msg: protocol.OutputsRequest | protocol.RawRequest) -> None:
         root = outputs.store_dir(self.user_data)
@@ -798,6 +803,8 @@ async def serve(agent: Agent) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.stop.set)
+    # A pack installed beside it (`cdui plugin push` to an SSH worker): read the catalog again.
+    loop.add_signal_handler(signal.SIGUSR1, lambda: agent._spawn(agent.reload_catalog()))
     # What the process has made by now (modules, the agent) lives as long as it does: the cycle
     # collector's full passes, which a run logging flat out sets off every few thousand events,
     # need not walk it again and again (each pass stalled the event forwarding for milliseconds).

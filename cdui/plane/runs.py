@@ -391,9 +391,9 @@ class RunService:
     # -- submit ------------------------------------------------------------
     def preset_library(self) -> dict[str, dict[str, Any]]:
         """The installed presets: CodefyUI's built-in ones shipped with cdui,
-        then the data folder's ``presets/*.json`` (a file there replaces a
-        built-in of the same name)."""
-        return preset_library(self.layout.folder("presets"))
+        the installed plugin packs' (``<pack>:<name>``), then the data folder's
+        ``presets/*.json`` (a file there replaces a built-in of the same name)."""
+        return preset_library(self.layout.folder("presets"), self.config.plugin_store)
 
     async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
         if self.store.full:
