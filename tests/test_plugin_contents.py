@@ -193,6 +193,18 @@ def test_a_packs_presets_are_listed_under_its_name_and_run(tmp_path: Path) -> No
                   and "[relu]" in str(e["data"].get("message"))]
         assert logged and "1., 1." in logged[0], logged
 
+        # A project's graph that uses the pack's preset validates as a server opened on it would run it: the
+        # installed packs are part of the registry and preset library `cdui project validate` checks against.
+        cdui(cp.user_data, "project", "init", str(tmp_path / "lab"))
+        (tmp_path / "lab" / "graphs" / "relu.graph.json").write_text(json.dumps(graph))
+        r = cdui(cp.user_data, "project", "validate", str(tmp_path / "lab"), launcher=True, ok=False)
+        assert r.returncode == 0 and "Validation passed (1 graph checked)" in r.stdout, r.stdout + r.stderr
+        typo = json.loads(json.dumps(graph))
+        typo["nodes"][2]["type"] = "preset:deppack:Relux"
+        (tmp_path / "lab" / "graphs" / "relu.graph.json").write_text(json.dumps(typo))
+        r = cdui(cp.user_data, "project", "validate", str(tmp_path / "lab"), ok=False)
+        assert r.returncode == 1 and "graph relu: node neg" in r.stderr, r.stdout + r.stderr
+
         # Installed from a folder, its lockfile's sha256 is that of its files: a copy changed since is not pushed.
         (cp.user_data / "plugins" / "deppack" / "presets" / "relu.json").write_text(json.dumps({**PRESET, "x": 1}))
         status, body = cp.api("POST", "/api/plugins/deppack/push", {"to": "all"})
