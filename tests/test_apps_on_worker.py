@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, ServerProc, edge, graph, load_example, node, trig, wait_for, wait_run
+from procs import REPO_ROOT, ServerProc, edge, graph, load_example, node, start_then, trig, wait_for, wait_run
 from test_files_on_workers import Agent
 
 pytestmark = pytest.mark.e2e  # real server, agent and serving processes (torch imported)
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.e2e  # real server, agent and serving processes (torch 
 BIN = str(REPO_ROOT / "bin" / "cdui")
 FEATURES = [5.1, 3.5, 1.4, 0.2]
 PID_NODES = textwrap.dedent('''
-    """A node that writes its process's id to a file, then sleeps: the test kills the process meanwhile."""
+    """A node that writes its process's id to a file, then sleeps (until a file exists, with "until"): the test
+    kills the process meanwhile, or holds it busy as long as it needs."""
     import os
     import time
     from pathlib import Path
@@ -54,8 +55,18 @@ PID_NODES = textwrap.dedent('''
             spec = inputs["value"]
             if spec.get("pidfile"):
                 Path(spec["pidfile"]).write_text(str(os.getpid()))
-            time.sleep(float(spec.get("seconds", 0)))
+            end = time.time() + float(spec.get("seconds", 0))
+            while time.time() < end and not (spec.get("until") and Path(spec["until"]).exists()):
+                time.sleep(0.05)
             return {"value": float(spec.get("seconds", 0))}
+
+
+    class Noop(Node):
+        """An ordinary run's whole work."""
+        NODE_NAME = "TestNoop"
+
+        def execute(self, inputs, params, ctx):
+            return {}
 ''')
 
 
@@ -93,7 +104,7 @@ class Setup:
     def invoke(self, slug: str, inputs: dict[str, Any]) -> tuple[int, Any]:
         """As ``curl -H "Authorization: Bearer KEY" -d '{"inputs": ...}' URL`` calls it."""
         r = self.cp.raw("POST", f"/api/apps/{slug}/invoke", json.dumps({"inputs": inputs}).encode(), token=False,
-                        headers={"Authorization": f"Bearer {self.key}"})
+                        headers={"Authorization": f"Bearer {self.key}"}, timeout=300)
         return r.status, r.json()
 
 
@@ -187,6 +198,45 @@ def test_the_worker_serving_process_killed_mid_invoke_fails_that_invoke_only(set
     assert (status, out["error"]["code"], out["worker"]) == (503, "app_process_lost", "w2"), out
     status, out = setup.invoke("pid", {"spec": {"seconds": 0}})
     assert (status, out["outputs"]) == (200, {"slept": 0.0}), out
+
+
+def w2(cp: ServerProc) -> dict[str, Any]:
+    return next(w for w in cp.call("GET", "/api/workers")["workers"] if w["name"] == "w2")
+
+
+def test_a_warm_process_holds_its_slot_and_a_run_waits_for_it(setup: Setup, tmp_path: Path) -> None:
+    """The worker's one cpu slot is held by the app's serving process while it serves (shown in /api/workers); a
+    run for that worker waits for it, and gets it once the process has been idle a moment."""
+    cp = setup.cp
+    # Only this test's process on w2: the others' end (moving an app ends its processes where it was served).
+    for app in cp.call("GET", "/api/apps")["apps"]:
+        cp.call("PATCH", f"/api/apps/{app['slug']}", {"serve_on": "local"})
+    wait_for(lambda: w2(cp)["serving"] == [], 60, 0.1, "the other apps' processes on w2 to end")
+    cp.call("POST", "/api/apps/pid/publish", {"graph": "pid", "create": True, "serve_on": "w2"}, expect=(201,))
+    pidfile = tmp_path / "pid"
+    release = tmp_path / "release"
+    got: list[tuple[int, Any]] = []
+    t = threading.Thread(target=lambda: got.append(setup.invoke("pid", {"spec": {
+        "pidfile": str(pidfile), "seconds": 120, "until": str(release)}})))
+    t.start()
+    try:
+        wait_for(lambda: pidfile.is_file() and pidfile.read_text(), 120, 0.1, "the invoke to start on the worker")
+        wait_for(lambda: [p["state"] for p in w2(cp)["serving"]] == ["busy"] and
+                 [(d["device"], d["slots"], d["in_use"]) for d in w2(cp)["devices"]] == [("cpu", 1, 1)], 60, 0.1,
+                 "the busy serving process to hold w2's cpu slot", lambda: w2(cp))
+        run = cp.submit(start_then("TestNoop"), {"target": {"worker": "w2"}})
+
+        def reason() -> str | None:
+            r = cp.run(run["id"])
+            return r["queue_reason"] if r["queue_reason"] != "waiting for the scheduler" else None
+        why = wait_for(reason, 60, 0.1, "the run's reason to wait")
+        assert cp.run(run["id"])["status"] == "queued", why
+    finally:
+        release.write_text("go")
+        t.join(180)
+    assert (got[0][0], got[0][1]["outputs"]) == (200, {"slept": 120.0}), got
+    assert wait_run(cp, run["id"])["status"] == "succeeded"
+    wait_for(lambda: w2(cp)["serving"] == [], 60, 0.1, "the idle serving process to have given its slot back")
 
 
 def test_a_key_never_opens_an_owner_route_or_the_worker_socket(setup: Setup) -> None:

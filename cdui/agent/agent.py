@@ -579,6 +579,8 @@ class Agent:
             self._spawn(self._serve_app(msg))
         elif isinstance(msg, protocol.AppRetire):
             self._spawn(self.apps.retire(msg))
+        elif isinstance(msg, protocol.AppReleaseIdle):
+            self._spawn(self.apps.release_idle(msg))
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):

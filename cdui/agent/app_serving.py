@@ -116,6 +116,9 @@ class AgentApps:
                             status=503) from None
         return Prepared(local, folder)
 
+    async def release_idle(self, msg: protocol.AppReleaseIdle) -> None:
+        await self.pool.end_idle(msg.idle_s)
+
     async def retire(self, msg: protocol.AppRetire) -> None:
         await self.pool.retire(msg.slug, msg.keep)
         for key in [k for k in self.prepared if k[0] == msg.slug and k[1] != msg.keep]:

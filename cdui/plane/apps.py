@@ -71,6 +71,9 @@ REMOTE_MARGIN_S = 30.0
 # worker names the code, never the status.
 REMOTE_STATUS = {"app_process_lost": 503, "timeout": 504, "app_prepare_failed": 503, "app_failed": 500}
 DEVICE_MAX = 128
+# While runs are queued, a serving process idle this long gives its slot back (checked every YIELD_EVERY_S).
+YIELD_IDLE_S = 2.0
+YIELD_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,10 @@ class AppService:
         self.max_waiting = int(cfg["CODEFYUI_APP_MAX_WAITING"])
         self.record_max = int(cfg["CODEFYUI_APP_RECORD_MAX_BYTES"])
         self.records_kept = int(cfg["CODEFYUI_APP_INVOKES_KEPT"])
-        self.pool = ServingPool(service.spares, PoolLimits.from_config(cfg))  # this server's serving processes
+        # This server's serving processes; each holds a slot of its device, as a run does.
+        self.pool = ServingPool(service.spares, PoolLimits.from_config(cfg),
+                                lambda: service.hold_app_slots(LOCAL, self.pool.slots()))
+        self._yielder: asyncio.Task[None] | None = None
         # Each version served by a worker: the files it reads; and each worker's files it may download for the
         # versions it was sent (a worker credential downloads nothing else: cdui/plane/http/api_files.py).
         self._worker_versions: dict[tuple[str, int], WorkerVersion] = {}
@@ -160,10 +166,27 @@ class AppService:
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         self.pool.start()
+        self._yielder = asyncio.ensure_future(self._yield_slots())
 
     async def close(self) -> None:
         self._closing = True
+        if self._yielder is not None:
+            self._yielder.cancel()
+            await asyncio.gather(self._yielder, return_exceptions=True)
         await self.pool.close()
+
+    async def _yield_slots(self) -> None:
+        """Invokes and runs share the devices' slots fairly: a warm process holds its slot while it serves, and
+        gives it back once it has been idle YIELD_IDLE_S while runs are queued (the next invoke starts a new
+        one, after those runs if they took the slots). Here, and on each worker that reports an idle one."""
+        while True:
+            await asyncio.sleep(YIELD_EVERY_S)
+            if not self.service.queue.lanes:
+                continue
+            await self.pool.end_idle(YIELD_IDLE_S)
+            for ex in list(self.service.executors.values()):
+                if isinstance(ex, RemoteExecutor) and any(p["state"] == "idle" for p in ex.conn.serving or ()):
+                    await ex.conn.send(protocol.AppReleaseIdle(YIELD_IDLE_S))
 
     async def retire(self, slug: str, keep: int | None) -> None:
         """Every serving process of ``slug`` but version ``keep``'s ends, each once its invokes have answered:

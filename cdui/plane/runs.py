@@ -299,6 +299,10 @@ class RunService:
         self.app_slots.update(new)
         self.wake(executor)
 
+    def app_holders(self, executor: str) -> list[tuple[str, str, str]]:
+        """The slots warm app processes hold on ``executor``, as :meth:`runs_on` lists runs' (id, executor, device)."""
+        return [("app", ex, dev) for (ex, dev), n in self.app_slots.items() if ex == executor for _ in range(n)]
+
     def slots_used(self) -> dict[tuple[str, str], int]:
         """Slots in use per (executor, device): runs' and warm app processes'."""
         used = dict(self.active.used)  # counted as runs come and go, not again per pass (HeldSlots)

@@ -654,6 +654,8 @@ class WorkerSession:
             conn.gpu, conn.gpu_at = m.gpu, conn.last_seen
         if m.serving is not None:
             conn.serving = m.serving
+            # Each serving process holds a slot of its device there, as a run does (queued runs wait for it).
+            self.m.runs.hold_app_slots(conn.name, [p["device"] for p in m.serving])
         if m.labels is not None:
             labels = self._with_mount(conn, dict(m.labels))
             if labels != conn.labels:
@@ -732,6 +734,7 @@ class WorkerSession:
         m, name = self.m, conn.name
         log.warning("worker %s disconnected", name)
         conn.outputs.gone()
+        m.runs.hold_app_slots(name, [])  # its serving processes hold no slot here while it is away
         for run_id, _, _ in m.runs.runs_on(name):
             if m.closing:
                 # Nobody would be left to wait for its return: the server is stopping.

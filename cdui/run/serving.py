@@ -343,6 +343,17 @@ class ServingPool:
     def describe(self) -> list[dict[str, Any]]:
         return [p.describe() for p in self.procs.values() if p.alive]
 
+    async def end_idle(self, min_idle_s: float) -> int:
+        """End every process that has had no invoke for ``min_idle_s`` (its slot is wanted by a run); how many."""
+        now = time.monotonic()
+        idle = [p for p in self.procs.values()
+                if p.alive and p.waiting == 0 and p.current is None and now - p.last_used >= min_idle_s]
+        for p in idle:
+            log.info("app %s v%d: its idle process %s gives its slot on %s to a queued run", p.slug, p.version,
+                     p.proc.pid, p.slot)
+            await self._end(p, "its slot was wanted by a queued run")
+        return len(idle)
+
     def slots(self) -> list[str]:
         """The device of each live process (one entry per process): the slots serving holds."""
         return [p.slot for p in self.procs.values() if p.alive]

@@ -43,6 +43,7 @@ control plane -> agent
   app_invoke {request_id, slug, version, job, timeout_s}  (one invoke of a published app this worker serves,
              on its warm process for that version: docs/apps.md)
   app_retire {slug, keep}  (end the app's serving processes but version ``keep``'s, once their invokes answered)
+  app_release_idle {idle_s}  (runs wait for slots: end the serving processes idle that long)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -921,6 +922,14 @@ class AppRetire(_Flat):
 
 
 @dataclass(frozen=True)
+class AppReleaseIdle(_Flat):
+    """Runs wait for slots: end every serving process that has been idle ``idle_s`` (the next invoke starts one)."""
+
+    idle_s: float
+    type: ClassVar[str] = "app_release_idle"
+
+
+@dataclass(frozen=True)
 class AppAnswer(_Flat):
     """The end of one invoke: the run's ``result`` ({status, error, node_id}), the values its GraphOutputs
     gave and the first GraphOutput error; or ``error`` ({code, message, hint, details}, the code one of
@@ -991,7 +1000,7 @@ def _app_answer(d: dict[str, Any]) -> AppAnswer:
 
 
 ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-                 | Probe | RawRequest | LogRequest | PluginPush | AppInvoke | AppRetire)
+                 | Probe | RawRequest | LogRequest | PluginPush | AppInvoke | AppRetire | AppReleaseIdle)
 AgentMessage = (Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer | PluginPushAnswer
                 | AppAnswer)
 
@@ -1097,6 +1106,8 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                           _str(_req(d, "data", str, w), f"{w}.data", MAX_PUSH_DATA))
     if t == "app_invoke":
         return _app_invoke(d)
+    if t == "app_release_idle":
+        return AppReleaseIdle(_number(d, "idle_s", "app_release_idle", 0.0, 86400.0))
     if t == "app_retire":
         keep = d.get("keep")
         return AppRetire(_str(_req(d, "slug", str, "app_retire"), "app_retire.slug", 64),

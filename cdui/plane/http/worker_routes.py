@@ -81,7 +81,8 @@ class WorkerRoutes:
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
-                **self.m.runs.devicebook.card(r["name"], devices, here,
+                # Published apps' warm processes there hold slots as runs do: counted in each device's in_use.
+                **self.m.runs.devicebook.card(r["name"], devices, here + self.m.runs.app_holders(r["name"]),
                                               conn.hello.device_memory or {} if conn is not None else {},
                                               self.m.runs.caps),
             })
