@@ -164,6 +164,12 @@ def test_iris_published_on_a_worker_answers_as_on_the_control_plane(setup: Setup
     assert here["outputs"] == on_worker["outputs"]
     assert here["outputs"]["class"]["dtype"] == "int64" and here["outputs"]["class"]["values"] in (0, 1, 2)
 
+    # "any": a connected worker (w2 is the only one), warm already.
+    cdui(cp, "apps", "serve-on", "iris", "any", "--device", "cpu")
+    status, anywhere = setup.invoke("iris", {"features": FEATURES})
+    assert (status, anywhere["worker"], anywhere["device"]) == (200, "w2", "cpu"), anywhere
+    assert anywhere["outputs"] == on_worker["outputs"]
+
     # A worker that is not connected is named in a clear 503; the invoke is recorded.
     cdui(cp, "apps", "serve-on", "iris", "w9")
     status, out9 = setup.invoke("iris", {"features": FEATURES})
