@@ -121,11 +121,16 @@ class AgentApps:
 
     async def retire(self, msg: protocol.AppRetire) -> None:
         await self.pool.retire(msg.slug, msg.keep)
+        live = {(p["slug"], p["version"]) for p in self.pool.describe()}
         for key in [k for k in self.prepared if k[0] == msg.slug and k[1] != msg.keep]:
             gone = self.prepared.pop(key)
             self._preparing.pop(key, None)
-            # Its weights stay in the agent's cache (by sha256); the copies laid out for it go.
-            await asyncio.to_thread(shutil.rmtree, self.agent.user_data / FOLDER / "agent-runs" / gone.folder, True)
+            # Its weights stay in the agent's cache (by sha256); the copies laid out for it go, unless a process
+            # of it still answers an invoke (it may not have read them yet): those stay, laid out again over
+            # themselves if the version is served here again.
+            if key not in live:
+                await asyncio.to_thread(shutil.rmtree, self.agent.user_data / FOLDER / "agent-runs" / gone.folder,
+                                        True)
         if msg.keep is None:
             self.pool.forget_app(msg.slug)
 

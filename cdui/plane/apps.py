@@ -145,10 +145,8 @@ class AppService:
         # versions it was sent (a worker credential downloads nothing else: cdui/plane/http/api_files.py).
         self._worker_versions: dict[tuple[str, int], WorkerVersion] = {}
         self._granted: dict[str, set[tuple[str, str]]] = {}
-        # Which apps each worker was sent invokes of (told of each activation) and, per worker and version,
-        # the invokes it serves now (a warm worker is preferred by serve_on "any").
+        # Which apps each worker was sent invokes of (told of each activation).
         self._sent: dict[str, set[str]] = {}
-        self._remote_warm: dict[tuple[str, str, int], int] = {}
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
@@ -407,9 +405,8 @@ class AppService:
                             hint='leave it out, or give e.g. "cpu" or "cuda:0"')
         local = self.service.executors.get("local")
         slug = app["slug"]
-        warm = {w: n for (w, s, v), n in self._remote_warm.items() if (s, v) == (slug, version)}
-        if any(p["slug"] == slug and p["version"] == version for p in self.pool.describe()):
-            warm[LOCAL] = 1
+        # Where the version is warm: a worker with a serving process of it is preferred by serve_on "any".
+        warm = {p["worker"] or LOCAL: 1 for p in self.describe() if (p["slug"], p["version"]) == (slug, version)}
         got = place_app(app["serve_on"], wanted if wanted is not None else app["serve_device"],
                         local.devices() if local is not None else ["cpu"], self._workers(), warm)
         if isinstance(got, Refuse):
@@ -536,15 +533,12 @@ class AppService:
         request_id = secrets.token_hex(8)
         answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         conn.outputs.waiting[request_id] = answered
-        key = (worker, slug, version)
-        self._remote_warm[key] = self._remote_warm.get(key, 0) + 1
         try:
             if not await conn.send(protocol.AppInvoke(request_id, slug, version, job, timeout)):
                 raise _offline(worker, "disconnected before the invoke could be sent")
             await asyncio.wait({answered}, timeout=timeout + STOP_WAIT_S + REMOTE_MARGIN_S)
         finally:
             conn.outputs.waiting.pop(request_id, None)
-            self._remote_warm[key] -= 1
         if answered.cancelled():  # the connection ended (PendingOutputs.gone)
             raise _offline(worker, "disconnected during the invoke")
         if not answered.done():
