@@ -148,11 +148,19 @@ def test_iris_published_on_a_worker_answers_as_on_the_control_plane(setup: Setup
     listed = cdui(cp, "apps", "list").stdout.splitlines()
     assert listed[0].split()[-3:] == ["served", "on", "updated"] and listed[1].split()[-3] == "w2", listed
 
+    kept = next(iter((cp.data_dir / "models" / "app-weights").iterdir())).name
+    weights_path = f"/api/models/download/app-weights/{kept}/model.pt"
+
+    def worker_download(path: str) -> int:
+        return cp.raw("GET", path, token=False, headers={"Authorization": f"Bearer {setup.agent.credential}"}).status
+    # A worker downloads a version's weights only once it was sent an invoke of that version; never other files.
+    assert worker_download(weights_path) == 403
+
     status, on_worker = setup.invoke("iris", {"features": FEATURES})
     assert (status, on_worker["status"], on_worker["worker"]) == (200, "succeeded", "w2"), on_worker
+    assert (worker_download(weights_path), worker_download("/api/models/download/iris/model.pt")) == (200, 403)
     # The version's weights came to the worker by their sha256, into its own folder.
     weights = cp.call("GET", "/api/apps/iris/versions")["versions"][0]
-    kept = next(iter((cp.data_dir / "models" / "app-weights").iterdir())).name
     cached = setup.agent.user_data / "agent-apps" / "agent-cache" / kept
     assert cached.is_file(), (weights, sorted(p.name for p in (setup.agent.user_data / "agent-apps").rglob("*")))
     status, again = setup.invoke("iris", {"features": FEATURES})  # warm: the same process answers

@@ -63,7 +63,7 @@ SERVER_MESSAGES: list[protocol.ServerMessage] = [
     protocol.AppInvoke("a1", "iris", 3, JOB, 60.0),
     protocol.AppRetire("iris", 3),
     protocol.AppRetire("iris", None),
-    protocol.AppReleaseIdle(2.0),
+    protocol.AppReleaseIdle(2.0, ["cpu", "cuda:0"]),
 ]
 
 
@@ -208,7 +208,8 @@ SERVER_REFUSALS = [
     (json.dumps({"type": "app_invoke", "request_id": "a", "slug": "iris", "version": 1, "timeout_s": 1,
                  "job": {"run_id": "r", "graph": []}}), "app_invoke: job: field 'graph' has type list"),
     ('{"type": "app_retire", "slug": "iris", "keep": -1}', "app_retire.keep=-1 is out of range"),
-    ('{"type": "app_release_idle", "idle_s": -1}', "idle_s=-1 is out of range"),
+    ('{"type": "app_release_idle", "idle_s": -1, "devices": []}', "idle_s=-1 is out of range"),
+    ('{"type": "app_release_idle", "idle_s": 1}', "missing field 'devices'"),
 ]
 
 

@@ -117,7 +117,7 @@ class AgentApps:
         return Prepared(local, folder)
 
     async def release_idle(self, msg: protocol.AppReleaseIdle) -> None:
-        await self.pool.end_idle(msg.idle_s)
+        await self.pool.end_idle(msg.idle_s, lambda device: device in msg.devices)
 
     async def retire(self, msg: protocol.AppRetire) -> None:
         await self.pool.retire(msg.slug, msg.keep)

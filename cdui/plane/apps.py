@@ -175,16 +175,21 @@ class AppService:
 
     async def _yield_slots(self) -> None:
         """Invokes and runs share the devices' slots fairly: a warm process holds its slot while it serves, and
-        gives it back once it has been idle YIELD_IDLE_S while runs are queued (the next invoke starts a new
-        one, after those runs if they took the slots). Here, and on each worker that reports an idle one."""
+        gives it back once it has been idle YIELD_IDLE_S while a queued run may use that device (the next
+        invoke starts a new process). Here, and on each worker that reports an idle one."""
+        wants = self.service.wants_slot
         while True:
             await asyncio.sleep(YIELD_EVERY_S)
             if not self.service.queue.lanes:
                 continue
-            await self.pool.end_idle(YIELD_IDLE_S)
-            for ex in list(self.service.executors.values()):
-                if isinstance(ex, RemoteExecutor) and any(p["state"] == "idle" for p in ex.conn.serving or ()):
-                    await ex.conn.send(protocol.AppReleaseIdle(YIELD_IDLE_S))
+            await self.pool.end_idle(YIELD_IDLE_S, lambda device: wants(LOCAL, device))
+            for name, ex in list(self.service.executors.items()):
+                if not isinstance(ex, RemoteExecutor):
+                    continue
+                devices = sorted({p["device"] for p in ex.conn.serving or () if p["state"] == "idle"
+                                  and wants(name, p["device"])})
+                if devices:
+                    await ex.conn.send(protocol.AppReleaseIdle(YIELD_IDLE_S, devices))
 
     async def retire(self, slug: str, keep: int | None) -> None:
         """Every serving process of ``slug`` but version ``keep``'s ends, each once its invokes have answered:

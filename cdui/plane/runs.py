@@ -71,7 +71,7 @@ from cdui.wire.devicesets import device_kind
 from cdui.wire.event import Event
 from cdui.wire.job import Job, JobFiles
 from cdui.wire.runopts import RunOptions, parse_run_options
-from cdui.wire.target import AnyWorker, Local, Target, target_json
+from cdui.wire.target import AnyWorker, Local, Target, Worker, target_json
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -298,6 +298,28 @@ class RunService:
             del self.app_slots[k]
         self.app_slots.update(new)
         self.wake(executor)
+
+    def wants_slot(self, executor: str, device: str) -> bool:
+        """Whether a run at the head of its queue lane may run on ``executor``'s ``device`` (its target and device
+        allow it): an idle app process holding that slot gives it back (cdui/plane/apps.py)."""
+        for lane in self.queue.lanes.values():
+            run = lane.head()
+            if run is None:
+                continue
+            match run.target:
+                case Local():
+                    here = executor == "local"
+                case AnyWorker():
+                    here = True
+                case Worker(name=name):
+                    here = executor == name or executor.startswith(name + ".")
+                case _:
+                    here = False
+            wanted = run.options.get("device")
+            if here and (not isinstance(wanted, str)
+                         or any(devicesets.device_matches(w, device) for w in wanted.split(","))):
+                return True
+        return False
 
     def app_holders(self, executor: str) -> list[tuple[str, str, str]]:
         """The slots warm app processes hold on ``executor``, as :meth:`runs_on` lists runs' (id, executor, device)."""

@@ -343,11 +343,12 @@ class ServingPool:
     def describe(self) -> list[dict[str, Any]]:
         return [p.describe() for p in self.procs.values() if p.alive]
 
-    async def end_idle(self, min_idle_s: float) -> int:
-        """End every process that has had no invoke for ``min_idle_s`` (its slot is wanted by a run); how many."""
+    async def end_idle(self, min_idle_s: float, devices: Callable[[str], bool]) -> int:
+        """End every process on a device ``devices`` accepts that has had no invoke for ``min_idle_s`` (its slot
+        is wanted by a run); how many."""
         now = time.monotonic()
-        idle = [p for p in self.procs.values()
-                if p.alive and p.waiting == 0 and p.current is None and now - p.last_used >= min_idle_s]
+        idle = [p for p in self.procs.values() if p.alive and p.waiting == 0 and p.current is None
+                and now - p.last_used >= min_idle_s and devices(p.slot)]
         for p in idle:
             log.info("app %s v%d: its idle process %s gives its slot on %s to a queued run", p.slug, p.version,
                      p.proc.pid, p.slot)

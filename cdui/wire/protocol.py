@@ -43,7 +43,7 @@ control plane -> agent
   app_invoke {request_id, slug, version, job, timeout_s}  (one invoke of a published app this worker serves,
              on its warm process for that version: docs/apps.md)
   app_retire {slug, keep}  (end the app's serving processes but version ``keep``'s, once their invokes answered)
-  app_release_idle {idle_s}  (runs wait for slots: end the serving processes idle that long)
+  app_release_idle {idle_s, devices}  (runs wait for those devices' slots: end the serving processes idle that long)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -923,9 +923,11 @@ class AppRetire(_Flat):
 
 @dataclass(frozen=True)
 class AppReleaseIdle(_Flat):
-    """Runs wait for slots: end every serving process that has been idle ``idle_s`` (the next invoke starts one)."""
+    """Runs wait for slots of ``devices``: end every serving process on one of them that has been idle ``idle_s``
+    (the next invoke starts one)."""
 
     idle_s: float
+    devices: list[str]
     type: ClassVar[str] = "app_release_idle"
 
 
@@ -1107,7 +1109,10 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
     if t == "app_invoke":
         return _app_invoke(d)
     if t == "app_release_idle":
-        return AppReleaseIdle(_number(d, "idle_s", "app_release_idle", 0.0, 86400.0))
+        w = "app_release_idle"
+        return AppReleaseIdle(_number(d, "idle_s", w, 0.0, 86400.0),
+                              [_str(x, f"{w}.devices[]") for x in _list(_req(d, "devices", list, w), f"{w}.devices",
+                                                                        MAX_SMALL_LIST)])
     if t == "app_retire":
         keep = d.get("keep")
         return AppRetire(_str(_req(d, "slug", str, "app_retire"), "app_retire.slug", 64),
