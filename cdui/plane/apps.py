@@ -1,5 +1,5 @@
 """Published apps (docs/apps.md): a saved graph frozen as numbered versions behind a slug, called with
-an API key, served by a warm process on the control plane.
+an API key, served by a warm process on the control plane or on a worker.
 
 - **Versions** are immutable snapshots (the graph as :meth:`RunService.admit` stores a run's: its
   installed presets embedded), made by ``publish``, which checks the graph as ``/api/graph/run``
@@ -20,6 +20,15 @@ an API key, served by a warm process on the control plane.
   ``CODEFYUI_APP_MAX_RSS_MB`` after an invoke, and once its version is no longer the active one and
   its last invoke has answered: activating another version never drops an invoke in flight. A crash
   fails only the invoke in flight (503 ``app_process_lost``); the next invoke starts a fresh process.
+  The processes are a :class:`cdui.run.serving.ServingPool`'s, the same on a worker's agent.
+- **Placement**: the app's ``serve_on`` (``local``, ``any`` or a worker) and ``serve_device`` say where an
+  invoke runs (:func:`cdui.plane.sched.app_placement.place_app`). An invoke on a worker is an
+  ``app_invoke`` over that worker's connection, answered by ``app_answer`` (waited for by request id, as
+  recorded outputs are); a worker not connected is a 503 ``app_worker_offline`` naming it. A worker on
+  another machine fetches the version's weights by sha256 from the download route, which lets it have
+  only the files of versions it was sent (:meth:`AppService.may_download`).
+- **Slots**: each warm process holds a slot of its device (``RunService.app_slots``), so runs queue for it;
+  an idle one gives it back to a queued run that may use the device.
 """
 from __future__ import annotations
 
