@@ -1,0 +1,304 @@
+"""`cdui release bundle` and `cdui update`: the bundle checks (a table, no processes) and an update of a
+control plane through the launcher itself (e2e).
+
+The e2e module builds one bundle, of a copy of this checkout whose version is bumped, with
+`bin/cdui release bundle`, and drives a launcher that lives in its own installation root (a copy of
+bin/cdui beside a link to this checkout's .venv), so the update's envs/ never lands in the checkout.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdui import __version__
+from cdui.core import bundle, envs
+from procs import REPO_ROOT, env_for, free_port, track_log, untrack_log
+
+NEW_VERSION = f"{__version__}+update1"
+SHA_A = "a" * 64
+
+
+# -- the manifest, as a table --------------------------------------------------------------------
+def _manifest(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"format": "cdui-bundle", "format_version": 1, "version": "1.2.3",
+                           "created": "2026-12-03T08:00:00Z", "cdui_wheel": "cdui-1.2.3-py3-none-any.whl",
+                           "files": [{"name": "cdui-1.2.3-py3-none-any.whl", "sha256": SHA_A, "size": 10}]}
+    doc.update(over)
+    return doc
+
+
+def _file(name: str, sha: Any = SHA_A, size: Any = 10) -> dict[str, Any]:
+    return {"name": name, "sha256": sha, "size": size}
+
+
+WHEEL = _file("cdui-1.2.3-py3-none-any.whl")
+
+
+@pytest.mark.parametrize("doc, says", [
+    (_manifest(format="cdui-backup"), "is not the manifest of a cdui release bundle"),
+    (_manifest(format_version=2), "has format version 2"),
+    (_manifest(version="../1"), "gives the version '../1', which is not a version number"),
+    (_manifest(files=[]), "must list 1 to 1000 files"),
+    (_manifest(files=[WHEEL, _file("../evil.whl")]), "names '../evil.whl', which is not a plain wheel file name"),
+    (_manifest(files=[WHEEL, _file("sub/x.whl")]), "names 'sub/x.whl', which is not a plain wheel file name"),
+    (_manifest(files=[WHEEL, _file(".hidden.whl")]), "names '.hidden.whl', which is not a plain wheel file name"),
+    (_manifest(files=[WHEEL, _file("setup.py")]), "names 'setup.py', which is not a plain wheel file name"),
+    (_manifest(files=[WHEEL, _file("a..b.whl")]), "names 'a..b.whl', which is not a plain wheel file name"),
+    (_manifest(files=[WHEEL, WHEEL]), "lists cdui-1.2.3-py3-none-any.whl twice"),
+    (_manifest(files=[_file(WHEEL["name"], sha="A" * 64)]), "is not 64 lowercase hex digits"),
+    (_manifest(files=[_file(WHEEL["name"], size=0)]), "the size 0; a bundle file holds 1 to"),
+    (_manifest(files=[_file(WHEEL["name"], size=True)]), "the size True; a bundle file holds 1 to"),
+    (_manifest(files=[_file(WHEEL["name"], size=bundle.MAX_FILE_BYTES + 1)]), "a bundle file holds 1 to"),
+    (_manifest(files=[_file(f"x{i}.whl", size=bundle.MAX_FILE_BYTES) for i in range(9)] + [WHEEL]),
+     "more than the 68719476736 a bundle may hold"),
+    (_manifest(cdui_wheel="other-1.2.3-py3-none-any.whl"), "names 'other-1.2.3-py3-none-any.whl' as cdui's wheel"),
+    (_manifest(cdui_wheel="cdui-9.9-py3-none-any.whl",
+               files=[WHEEL, _file("cdui-9.9-py3-none-any.whl")]), "it must be a listed file named cdui-1.2.3-"),
+])
+def test_a_bad_manifest_is_refused_naming_what_is_wrong(doc: dict[str, Any], says: str) -> None:
+    with pytest.raises(bundle.BundleRefused) as err:
+        bundle.parse_manifest(json.dumps(doc).encode())
+    assert says in str(err.value)
+
+
+def test_a_manifest_over_its_size_is_refused_unread() -> None:
+    with pytest.raises(bundle.BundleRefused, match="larger than 1048576 bytes"):
+        bundle.parse_manifest(b" " * (bundle.MAX_MANIFEST_BYTES + 1))
+
+
+# -- staging: only listed files, each hashed -----------------------------------------------------
+def _bundle_folder(tmp: Path, files: dict[str, bytes]) -> tuple[Path, bundle.Manifest]:
+    folder = tmp / "b"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    wheel = next(n for n in files if n.startswith("cdui-"))
+    m = bundle.make_manifest(folder, wheel.split("-")[1], wheel, files)
+    (folder / bundle.MANIFEST).write_text(json.dumps(m.to_json()))
+    return folder, m
+
+
+FILES = {"cdui-1.2.3-py3-none-any.whl": b"the cdui wheel", "dep-1.0-py3-none-any.whl": b"a dependency"}
+
+
+def test_a_folder_bundle_is_staged_file_by_file(tmp_path: Path) -> None:
+    folder, m = _bundle_folder(tmp_path, FILES)
+    (folder / "unlisted.whl").write_bytes(b"not in the manifest")
+    got = bundle.stage(folder, tmp_path / "staged")
+    assert got == m and got.dependency_wheels == (m.entry("dep-1.0-py3-none-any.whl"),)
+    assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [*sorted(FILES), bundle.MANIFEST]
+    assert (tmp_path / "staged" / "dep-1.0-py3-none-any.whl").read_bytes() == b"a dependency"
+    assert (tmp_path / "staged").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda f: f.write_bytes(b"the cdui wheeL"), "does not match the manifest: it has sha256 "),
+    (lambda f: f.write_bytes(b"the cdui wheel, longer"), "does not match the manifest: it has 15 bytes"),
+    (lambda f: f.write_bytes(b"short"), "does not match the manifest: it has 5 bytes"),
+    (lambda f: f.unlink(), "is missing from the bundle or not a plain file"),
+])
+def test_a_changed_file_refuses_the_whole_bundle(tmp_path: Path, change: Any, says: str) -> None:
+    folder, _ = _bundle_folder(tmp_path, FILES)
+    change(folder / "cdui-1.2.3-py3-none-any.whl")
+    with pytest.raises(bundle.BundleRefused) as err:
+        bundle.stage(folder, tmp_path / "staged")
+    assert str(folder / "cdui-1.2.3-py3-none-any.whl") in str(err.value) and says in str(err.value)
+    assert not (tmp_path / "staged").exists()
+
+
+def test_a_listed_file_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    folder, _ = _bundle_folder(tmp_path, FILES)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"a dependency")  # the same bytes: only the link itself is wrong
+    (folder / "dep-1.0-py3-none-any.whl").unlink()
+    (folder / "dep-1.0-py3-none-any.whl").symlink_to(secret)
+    with pytest.raises(bundle.BundleRefused, match="is missing from the bundle or not a plain file"):
+        bundle.stage(folder, tmp_path / "staged")
+
+
+def _tar(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return path
+
+
+def test_a_tar_bundle_yields_only_its_listed_regular_files(tmp_path: Path) -> None:
+    folder, m = _bundle_folder(tmp_path, FILES)
+    members = {n: (folder / n).read_bytes() for n in [*FILES, bundle.MANIFEST]}
+    members["../escape.whl"] = b"outside"
+    tar = _tar(tmp_path / "b.tar", members, links={"evil.whl": "/etc/passwd"})
+    assert bundle.read_manifest(tar) == m
+    assert bundle.stage(tar, tmp_path / "staged") == m
+    assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [*sorted(FILES), bundle.MANIFEST]
+    assert not (tmp_path / "escape.whl").exists()
+
+
+def test_a_tar_whose_listed_file_is_a_link_is_refused(tmp_path: Path) -> None:
+    folder, _ = _bundle_folder(tmp_path, FILES)
+    members = {n: (folder / n).read_bytes() for n in ["cdui-1.2.3-py3-none-any.whl", bundle.MANIFEST]}
+    tar = _tar(tmp_path / "b.tar", members, links={"dep-1.0-py3-none-any.whl": "/etc/passwd"})
+    with pytest.raises(bundle.BundleRefused, match="does not hold dep-1.0-py3-none-any.whl"):
+        bundle.stage(tar, tmp_path / "staged")
+    assert not (tmp_path / "staged").exists()
+
+
+# -- the links: switch and rollback --------------------------------------------------------------
+def test_switch_and_rollback_swap_current_and_previous(tmp_path: Path) -> None:
+    e = envs.Envs(tmp_path)
+    for name in ("1.0-1", "1.1-1", "0.9-1"):
+        (e.folder / name / "bin").mkdir(parents=True)
+        (e.folder / name / "bin" / "python").write_text("")
+    with pytest.raises(envs.EnvError, match="there is nothing to roll back to"):
+        e.rollback()
+    assert e.switch("1.0-1") == envs.VENV_LINK
+    assert (e.link(envs.CURRENT), e.link(envs.PREVIOUS)) == ("1.0-1", envs.VENV_LINK)
+    assert e.switch("1.1-1") == "1.0-1"
+    assert e.prune() == [e.folder / "0.9-1"]  # named by neither link
+    assert e.rollback() == ("1.1-1", "1.0-1")
+    assert (e.link(envs.CURRENT), e.link(envs.PREVIOUS)) == ("1.0-1", "1.1-1")
+    assert e.rollback() == ("1.0-1", "1.1-1")  # a second rollback rolls forward again
+    assert e.new_folder("1.1") == e.folder / "1.1-2"
+    shutil.rmtree(e.folder / "1.0-1")
+    with pytest.raises(envs.EnvError, match="the previous environment .*1.0-1 is gone; nothing was changed"):
+        e.rollback()
+    assert e.link(envs.CURRENT) == "1.1-1"
+
+
+# -- e2e: the control plane through bin/cdui -----------------------------------------------------
+def _tracked_copy(dest: Path) -> Path:
+    # Tracked and not yet committed files alike: the bundle is of the checkout as it is.
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                           check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src, dst = REPO_ROOT / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(src.readlink())
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    return dest
+
+
+class Install:
+    """An installation root of its own: bin/cdui (a copy of the launcher), pyproject.toml (what the
+    launcher's install stamp is checked against) and .venv (this checkout's, linked)."""
+
+    def __init__(self, root: Path, ud: Path, data: Path) -> None:
+        self.root, self.ud = root, ud
+        (root / "bin").mkdir(parents=True)
+        shutil.copy2(REPO_ROOT / "bin" / "cdui", root / "bin" / "cdui")
+        shutil.copy2(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+        (root / ".venv").symlink_to(REPO_ROOT / ".venv")
+        self.env = env_for(ud, data, {"CODEFYUI_INSTALL_ROOT": str(root)})
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([str(self.root / "bin" / "cdui"), *args], env=self.env, cwd=str(self.root.parent),
+                           text=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        if check:
+            assert r.returncode == 0, explain(r)
+        return r
+
+    def health(self) -> dict[str, Any]:
+        info = json.loads((self.ud / "server.json").read_text())
+        r = self("api", "GET", "/api/health")
+        return {"pid": info["pid"], **json.loads(r.stdout)}
+
+
+def explain(r: subprocess.CompletedProcess[str]) -> str:
+    return f"{r.args}: exit {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Install, Path]]:
+    """One installation with a background server, and one bundle of the bumped version for it."""
+    tmp = tmp_path_factory.mktemp("update")
+    inst = Install(tmp / "install", tmp / "ud", tmp / "data")
+    src = _tracked_copy(tmp / "src")
+    init = src / "cdui" / "__init__.py"
+    init.write_text(init.read_text().replace(f'__version__ = "{__version__}"', f'__version__ = "{NEW_VERSION}"'))
+    out = tmp / "bundle"
+    r = inst("release", "bundle", str(out), "--source", str(src))
+    assert f"bundle of cdui {NEW_VERSION} written to {out}: 1 files" in r.stdout, explain(r)
+    track_log(tmp / "ud" / "cdui.log", "cdui start (background, updated)")
+    try:
+        inst("start", "--port", str(free_port()))
+        yield inst, out
+    finally:
+        inst("stop", check=False)
+        untrack_log(tmp / "ud" / "cdui.log")
+
+
+@pytest.mark.e2e
+def test_release_bundle_lists_the_wheel_with_its_sha256(made: tuple[Install, Path]) -> None:
+    _, out = made
+    doc = json.loads((out / bundle.MANIFEST).read_text())
+    (f,) = doc["files"]
+    assert doc["version"] == NEW_VERSION and doc["cdui_wheel"] == f["name"]
+    assert f["name"].startswith(f"cdui-{NEW_VERSION}-") and f["name"].endswith(".whl")
+    assert f["sha256"] == bundle.sha256_file(out / f["name"]) and f["size"] == (out / f["name"]).stat().st_size
+
+
+@pytest.mark.e2e
+def test_update_plan_tamper_update_and_rollback_of_the_control_plane(made: tuple[Install, Path],
+                                                                     tmp_path: Path) -> None:
+    """--plan changes nothing; a bundle with one changed byte is refused with the old version still
+    serving; the update moves the server to the new version; --rollback brings the old one back."""
+    inst, out = made
+    try:
+        _update_plan_tamper_update_and_rollback(inst, out, tmp_path)
+    finally:
+        inst("stop", check=False)  # the server this test restarted is its own to end
+
+
+def _update_plan_tamper_update_and_rollback(inst: Install, out: Path, tmp_path: Path) -> None:
+    before = inst.health()
+    assert before["version"] == __version__
+
+    r = inst("update", "--from", str(out), "--plan")
+    assert f"control plane: cdui {__version__} -> {NEW_VERSION}" in r.stdout, explain(r)
+    assert "runs in flight: 0 on workers" in r.stdout and "workers: none enrolled" in r.stdout, explain(r)
+    assert r.stdout.endswith("nothing was changed (--plan)\n"), explain(r)
+    assert not (inst.root / "envs").exists()
+
+    bad = tmp_path / "tampered"
+    shutil.copytree(out, bad)
+    wheel = next(bad.glob("cdui-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    wheel.write_bytes(bytes(data))
+    r = inst("update", "--from", str(bad), check=False)
+    assert r.returncode == 1, explain(r)
+    assert r.stderr.startswith(f"cdui: error: refusing the bundle {bad}: {wheel} does not match the manifest: "
+                               f"it has sha256 "), explain(r)
+    assert "nothing was installed, the running version is unchanged" in r.stderr, explain(r)
+    assert not (inst.root / "envs" / "current").exists()
+    assert inst.health() == before
+
+    r = inst("update", "--from", str(out))
+    assert f"switched {inst.root / 'envs' / 'current'} to {NEW_VERSION}-1 (was ../.venv)" in r.stdout, explain(r)
+    after = inst.health()
+    assert after["version"] == NEW_VERSION and after["pid"] != before["pid"]
+    assert inst("--version").stdout == f"cdui {NEW_VERSION}\n"
+    assert os.readlink(inst.root / "envs" / "current") == f"{NEW_VERSION}-1"
+
+    r = inst("update", "--rollback")
+    assert f"from {NEW_VERSION}-1 back to ../.venv (cdui {__version__})" in r.stdout, explain(r)
+    assert inst.health()["version"] == __version__
+    assert inst("--version").stdout == f"cdui {__version__}\n"
