@@ -21,9 +21,32 @@ import pytest
 
 from cdui import __version__
 from cdui.core import bundle, envs
-from procs import REPO_ROOT, env_for, free_port, track_log, untrack_log
+from procs import REPO_ROOT, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
 
 NEW_VERSION = f"{__version__}+update1"
+# A node that runs until a file exists: a local run that is in flight for exactly as long as a test wants.
+GATE = '''
+import os, time
+from cdui.nodes.base import Node, Param, Port
+
+
+class Gate(Node):
+    NODE_NAME = "Gate"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return [Param("path", "str", "")]
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        while not os.path.exists(params["path"]):
+            time.sleep(0.05)
+        return {"value": 1.0}
+'''
 SHA_A = "a" * 64
 
 
@@ -202,6 +225,8 @@ class Install:
 
     def __init__(self, root: Path, ud: Path, data: Path) -> None:
         self.root, self.ud = root, ud
+        (data / "custom_nodes").mkdir(parents=True)
+        (data / "custom_nodes" / "gate.py").write_text(GATE)
         (root / "bin").mkdir(parents=True)
         shutil.copy2(REPO_ROOT / "bin" / "cdui", root / "bin" / "cdui")
         shutil.copy2(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
@@ -214,6 +239,10 @@ class Install:
         if check:
             assert r.returncode == 0, explain(r)
         return r
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        r = self("api", method, path, *([json.dumps(body)] if body is not None else []))
+        return json.loads(r.stdout)
 
     def health(self) -> dict[str, Any]:
         info = json.loads((self.ud / "server.json").read_text())
@@ -291,8 +320,45 @@ def _update_plan_tamper_update_and_rollback(inst: Install, out: Path, tmp_path: 
     assert not (inst.root / "envs" / "current").exists()
     assert inst.health() == before
 
-    r = inst("update", "--from", str(out))
-    assert f"switched {inst.root / 'envs' / 'current'} to {NEW_VERSION}-1 (was ../.venv)" in r.stdout, explain(r)
+    # A bundle whose wheel is no wheel, listed with its true hash: the install fails, nothing is switched.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / wheel.name).write_bytes(b"not a zip file")
+    manifest = bundle.make_manifest(broken, NEW_VERSION, wheel.name, [wheel.name])
+    (broken / bundle.MANIFEST).write_text(json.dumps(manifest.to_json()))
+    r = inst("update", "--from", str(broken), check=False)
+    assert r.returncode == 1, explain(r)
+    assert f"installing cdui {NEW_VERSION} into {inst.root / 'envs' / (NEW_VERSION + '-1')} failed" in r.stderr
+    assert "nothing was switched, the running version is unchanged" in r.stderr, explain(r)
+    assert sorted(p.name for p in (inst.root / "envs").iterdir()) == []
+    assert inst.health() == before
+
+    # A run on the control plane itself is waited for: the restart comes after it succeeded.
+    gate = tmp_path / "gate-open"
+    run = inst.api("POST", "/api/runs", {"graph": graph([node("start", "Start"), node("gate", "Gate", path=str(gate))],
+                                                        [trig("start", "gate")], name="gated")})
+    wait_for(lambda: inst.api("GET", f"/api/runs/{run['id']}")["status"] == "running", 120, what="the gated run")
+    update = subprocess.Popen([str(inst.root / "bin" / "cdui"), "update", "--from", str(out)], env=inst.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        assert update.stdout is not None
+        lines = []
+        for line in update.stdout:
+            lines.append(line)
+            if line.startswith("waiting for 1 runs on the control plane"):
+                break
+        assert lines[-1] == (f"waiting for 1 runs on the control plane to end before the restart: {run['id']} "
+                             f"(Ctrl+C leaves the old version running)\n"), lines
+        assert inst.health() == before
+        gate.write_text("")
+        rest, err = update.communicate(timeout=300)
+    finally:
+        if update.poll() is None:
+            update.kill()
+            update.wait()
+    assert update.returncode == 0, (lines, rest, err)
+    assert f"switched {inst.root / 'envs' / 'current'} to {NEW_VERSION}-1 (was ../.venv)" in rest, rest
+    assert inst.api("GET", f"/api/runs/{run['id']}")["status"] == "succeeded"
     after = inst.health()
     assert after["version"] == NEW_VERSION and after["pid"] != before["pid"]
     assert inst("--version").stdout == f"cdui {NEW_VERSION}\n"

@@ -126,8 +126,9 @@ def _running_runs(client: Client) -> list[dict[str, Any]]:
 
 
 def _on_worker(run: dict[str, Any]) -> str | None:
-    w = run.get("worker")
-    return w if isinstance(w, str) and w else None
+    """The worker a running run is on, or None for the control plane's own (``worker_id`` "local")."""
+    w = run.get("worker_id")
+    return w if isinstance(w, str) and w and w != "local" else None
 
 
 def _plan_lines(root: Path, e: envs.Envs, manifest: bundle.Manifest, src: Path, client: Client | None,
