@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from cdui import __version__
 from cdui.core import bundle, envs
-from procs import REPO_ROOT, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
+from procs import REPO_ROOT, Proc, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
 
 NEW_VERSION = f"{__version__}+update1"
 # A node that runs until a file exists: a local run that is in flight for exactly as long as a test wants.
@@ -125,7 +126,7 @@ def test_a_folder_bundle_is_staged_file_by_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change, says", [
     (lambda f: f.write_bytes(b"the cdui wheeL"), "does not match the manifest: it has sha256 "),
-    (lambda f: f.write_bytes(b"the cdui wheel, longer"), "does not match the manifest: it has 15 bytes"),
+    (lambda f: f.write_bytes(b"the cdui wheel, longer"), "does not match the manifest: it has more than 14 bytes"),
     (lambda f: f.write_bytes(b"short"), "does not match the manifest: it has 5 bytes"),
     (lambda f: f.unlink(), "is missing from the bundle or not a plain file"),
 ])
@@ -335,8 +336,7 @@ def _update_plan_tamper_update_and_rollback(inst: Install, out: Path, tmp_path: 
 
     # A run on the control plane itself is waited for: the restart comes after it succeeded.
     gate = tmp_path / "gate-open"
-    run = inst.api("POST", "/api/runs", {"graph": graph([node("start", "Start"), node("gate", "Gate", path=str(gate))],
-                                                        [trig("start", "gate")], name="gated")})
+    run = inst.api("POST", "/api/runs", {"graph": _gated(gate)})
     wait_for(lambda: inst.api("GET", f"/api/runs/{run['id']}")["status"] == "running", 120, what="the gated run")
     update = subprocess.Popen([str(inst.root / "bin" / "cdui"), "update", "--from", str(out)], env=inst.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
@@ -368,3 +368,64 @@ def _update_plan_tamper_update_and_rollback(inst: Install, out: Path, tmp_path: 
     assert f"from {NEW_VERSION}-1 back to ../.venv (cdui {__version__})" in r.stdout, explain(r)
     assert inst.health()["version"] == __version__
     assert inst("--version").stdout == f"cdui {__version__}\n"
+
+
+def _gated(gate: Path) -> dict[str, Any]:
+    return graph([node("start", "Start"), node("gate", "Gate", path=str(gate))], [trig("start", "gate")],
+                 name="gated")
+
+
+@pytest.mark.e2e
+def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(made: tuple[Install, Path],
+                                                                            tmp_path: Path) -> None:
+    """A direct agent with CODEFYUI_AGENT_AUTO_UPDATE=1 is refused by the updated control plane, fetches the
+    bundle over its credential, installs it into its own installation's envs/, waits for its run (which
+    was going during the update) and restarts itself on the new version, same pid: the run succeeds, and
+    no command was run on the worker's side."""
+    _, out = made
+    cp = Install(tmp_path / "cp", tmp_path / "cp-ud", tmp_path / "cp-data")
+    worker_root = tmp_path / "worker"
+    Install(worker_root, tmp_path / "w-ud", tmp_path / "w-data")  # the worker's own installation
+    track_log(tmp_path / "cp-ud" / "cdui.log", "cdui start (background, control plane)")
+    agent: Proc | None = None
+    try:
+        cp("start", "--port", str(free_port()))
+        url = json.loads((tmp_path / "cp-ud" / "server.json").read_text())["url"]
+        token = cp.api("POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})["token"]
+        agent = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", url, "--token", token,
+                      "--name", "w1", "--devices", "cpu", "--foreground"],
+                     env_for(tmp_path / "w-ud", tmp_path / "w-data",
+                             {"CODEFYUI_AGENT_AUTO_UPDATE": "1", "CODEFYUI_INSTALL_ROOT": str(worker_root)}),
+                     tmp_path / "agent.log", name="agent-w1")
+        agent.spawn()
+
+        def worker() -> dict[str, Any] | None:
+            return next((w for w in cp.api("GET", "/api/workers")["workers"] if w["name"] == "w1"), None)
+        wait_for(lambda: (worker() or {}).get("online"), 120, what="w1 online", detail=agent.log_tail)
+        assert worker()["version"] == __version__  # type: ignore[index]
+
+        gate = tmp_path / "gate-open"
+        run = cp.api("POST", "/api/runs", {"graph": _gated(gate), "options": {"target": {"worker": "w1"}}})
+        wait_for(lambda: cp.api("GET", f"/api/runs/{run['id']}")["status"] == "running", 120, what="the run on w1")
+
+        r = cp("update", "--from", str(out))
+        assert "runs in flight" not in r.stdout and f"to {NEW_VERSION}-1" in r.stdout, explain(r)
+        assert cp.health()["version"] == NEW_VERSION
+
+        # Refused, the agent updates itself and then waits for its run: the gate holds the run until then.
+        wait_for(lambda: f"waiting for 1 runs to end before restarting on the new version: {run['id']}"
+                 in agent.log_text(), 180, what="the agent's update", detail=agent.log_tail)
+        assert os.readlink(worker_root / "envs" / "current") == f"{NEW_VERSION}-1"
+        pid = agent.pid
+        gate.write_text("")
+        wait_for(lambda: (worker() or {}).get("online") and worker()["version"] == NEW_VERSION,  # type: ignore[index]
+                 180, what="w1 back on the new version", detail=agent.log_tail)
+        assert agent.alive and agent.pid == pid
+        assert cp.api("GET", f"/api/runs/{run['id']}")["status"] == "succeeded"
+        assert f"restarting on the new version: {worker_root / 'envs' / (NEW_VERSION + '-1')}/bin/python -P -m " \
+               f"cdui agent start" in agent.log_text()
+    finally:
+        if agent is not None:
+            agent.stop()
+        cp("stop", check=False)
+        untrack_log(tmp_path / "cp-ud" / "cdui.log")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from cdui.core.layout import install_root_from_env
 from cdui.core.private import private_dir
 
 WAIT_LOCAL_S = 1.0  # how often the update asks whether the control plane's own runs have ended
+HANDOVER_WAIT_S = 60.0  # how long the old server gets to stop before `cdui stop` ends it
 LAUNCHER = Path("bin") / "cdui"
 
 
@@ -71,9 +73,14 @@ def cmd_release_bundle(args: argparse.Namespace) -> int:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         try:
+            # Built from a copy of what the wheel holds, so the checkout gains no build/ folder;
             # --no-build-isolation: setuptools from this environment, so an offline machine builds too.
+            copy = Path(tmp) / "src"
+            copy.mkdir()
+            shutil.copy2(src / "pyproject.toml", copy / "pyproject.toml")
+            shutil.copytree(src / "cdui", copy / "cdui", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                                "--no-index", "-w", str(folder), str(src)], capture_output=True, text=True,
+                                "--no-index", "-w", str(folder), str(copy)], capture_output=True, text=True,
                                cwd=tmp, stdin=subprocess.DEVNULL)
             wheels = sorted(folder.glob("cdui-*.whl"))
             if r.returncode != 0 or len(wheels) != 1:
@@ -181,10 +188,16 @@ def _wait_local_runs(client: Client) -> None:
         time.sleep(WAIT_LOCAL_S)
 
 
-def _restart(root: Path, info: dict[str, Any] | None) -> None:
-    """Stop the background server and start it again through the launcher (so on ``envs/current``)."""
+def _restart(root: Path, pid: int, info: dict[str, Any] | None) -> None:
+    """Stop the background server for a handover (its worker runs go on, to be adopted) and start it again
+    through the launcher, so on ``envs/current``."""
     launcher = str(root / LAUNCHER)
-    subprocess.run([launcher, "stop"], check=False, stdin=subprocess.DEVNULL)
+    try:
+        os.kill(pid, envs.HANDOVER_SIGNAL)
+    except ProcessLookupError:
+        pass
+    if not daemon.wait_gone(pid, HANDOVER_WAIT_S):
+        subprocess.run([launcher, "stop"], check=False, stdin=subprocess.DEVNULL)
     argv = [launcher, "start"]
     if info and info.get("host"):
         argv += ["--host", str(info["host"])]
@@ -214,7 +227,8 @@ def cmd_update(args: argparse.Namespace) -> int:
         else:
             src = Path(args.src).expanduser().absolute()
             ud = private_dir(cfg.user_data)
-            with tempfile.TemporaryDirectory(prefix="update-", dir=ud) as tmp:
+            keep = bundle.offered_dir(ud)
+            with tempfile.TemporaryDirectory(prefix="staging-", dir=private_dir(keep.parent)) as tmp:
                 staged = Path(tmp) / "bundle"
                 try:
                     manifest = bundle.stage(src, staged)
@@ -232,6 +246,9 @@ def cmd_update(args: argparse.Namespace) -> int:
                     new = envs.install(e, staged, manifest)
                 except envs.EnvError as err:
                     return _die(f"{err}; nothing was switched, the running version is unchanged", 1)
+                # Kept, checked, for the agents that update themselves from this control plane.
+                shutil.rmtree(keep, ignore_errors=True)
+                staged.rename(keep)
             if client is not None:
                 _wait_local_runs(client)
             was = e.switch(new.name)
@@ -246,14 +263,14 @@ def cmd_update(args: argparse.Namespace) -> int:
                   f"or `systemctl restart codefyui`)")
         else:
             try:
-                _restart(root, info)
+                _restart(root, pid, info)
             except CduiError as err:
                 if args.rollback:
                     raise
                 was, now = e.rollback()
                 print(f"the new version did not start; switched {e.folder / envs.CURRENT} back to {now}",
                       flush=True)
-                _restart(root, info)
+                _restart(root, pid, info)
                 return _die(f"{err}; rolled back to the version before, which runs again", 1)
     except CduiError as err:
         return _die(str(err), 1)

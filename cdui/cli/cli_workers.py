@@ -494,6 +494,7 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
                     checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None,
                     log_file: str | None = None) -> int:
+    from cdui.agent import self_update
     from cdui.agent.agent import Agent, serve
     logfile.setup(Path(log_file).absolute() if log_file else None, cfg["CODEFYUI_LOG_MAX_BYTES"],
                   cfg["CODEFYUI_LOG_BACKUP_COUNT"])
@@ -508,10 +509,13 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
             agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
                           labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
                           trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
-            return asyncio.run(serve(agent))
+            code = asyncio.run(serve(agent))
         finally:
             # Before the pidfile goes: whoever starts an agent once it is gone finds the spool free.
             held.release()
+    if agent.reexec is not None:  # updated itself (CODEFYUI_AGENT_AUTO_UPDATE): the same pid runs the new version
+        self_update.reexec(agent.reexec, agent.install_root)
+    return code
 
 
 def cmd_agent_stop(args: argparse.Namespace) -> int:

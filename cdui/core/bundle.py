@@ -40,6 +40,9 @@ MAX_FILES = 1000
 MAX_FILE_BYTES = 8 << 30  # a CUDA build of torch is a few GB
 MAX_TOTAL_BYTES = 64 << 30
 MAX_TAR_MEMBERS = 4 * MAX_FILES  # members looked at in a .tar before it is refused (a tar of junk)
+# Where `cdui update` keeps the bundle it installed, checked, in the control plane's user data folder: what
+# the control plane offers to agents that update themselves (only while its version is the bundle's).
+OFFERED = ("update", "bundle")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -78,6 +81,20 @@ class Manifest:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "version": self.version,
                 "created": self.created, "cdui_wheel": self.cdui_wheel,
                 "files": [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in self.files]}
+
+
+def offered_dir(user_data: Path) -> Path:
+    return user_data.joinpath(*OFFERED)
+
+
+def offered(user_data: Path, version: str) -> Manifest | None:
+    """The manifest of the bundle kept for agents, when there is one of ``version``; else None. Its files were
+    checked when `cdui update` staged them into this private folder."""
+    try:
+        m = _read_manifest_file(offered_dir(user_data) / MANIFEST)
+    except BundleRefused:
+        return None
+    return m if m.version == version else None
 
 
 def check_name(name: object) -> str:
@@ -150,24 +167,48 @@ def make_manifest(folder: Path, version: str, cdui_wheel: str, names: Iterable[s
     return Manifest(version, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cdui_wheel, files)
 
 
+class CheckedWriter:
+    """Writes one listed file to ``dest`` (new, 0600) while hashing it: more bytes than the manifest gives
+    it, or at :meth:`finish` another size or sha256, refuse the bundle (``where`` names the file)."""
+
+    def __init__(self, entry: BundleFile, dest: Path, where: str) -> None:
+        self.entry, self.where, self.n = entry, where, 0
+        self.h = hashlib.sha256()
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.out = os.fdopen(fd, "wb")
+
+    def write(self, block: bytes) -> None:
+        self.n += len(block)
+        if self.n > self.entry.size:
+            self.out.close()
+            self._refuse()
+        self.h.update(block)
+        self.out.write(block)
+
+    def finish(self) -> None:
+        self.out.close()
+        if self.n != self.entry.size or self.h.hexdigest() != self.entry.sha256:
+            self._refuse()
+
+    def _refuse(self) -> None:
+        got = f"{self.n} bytes" if self.n != self.entry.size else f"sha256 {self.h.hexdigest()}"
+        if self.n > self.entry.size:
+            got = f"more than {self.entry.size} bytes"
+        raise BundleRefused(f"{self.where} does not match the manifest: it has {got}, the manifest says "
+                            f"{self.entry.size} bytes with sha256 {self.entry.sha256}; the bundle was changed or "
+                            f"damaged after it was made", "make the bundle again, or copy it again from where it "
+                            "was made")
+
+
 def _copy_checked(src: IO[bytes], entry: BundleFile, dest: Path, where: str) -> None:
-    """Copy at most ``entry.size + 1`` bytes of ``src`` to ``dest`` (0600), hashing them; refuse a mismatch."""
-    h = hashlib.sha256()
-    n = 0
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        while n <= entry.size:
-            block = src.read(min(_BLOCK, entry.size + 1 - n))
-            if not block:
-                break
-            h.update(block)
-            out.write(block)
-            n += len(block)
-    if n != entry.size or h.hexdigest() != entry.sha256:
-        got = f"{n} bytes" if n != entry.size else f"sha256 {h.hexdigest()}"
-        raise BundleRefused(f"{where} does not match the manifest: it has {got}, the manifest says "
-                            f"{entry.size} bytes with sha256 {entry.sha256}; the bundle was changed or damaged "
-                            f"after it was made", "make the bundle again, or copy it again from where it was made")
+    """Copy ``src`` to ``dest`` through a :class:`CheckedWriter` (at most one byte more than listed is read)."""
+    w = CheckedWriter(entry, dest, where)
+    while w.n <= entry.size:
+        block = src.read(min(_BLOCK, entry.size + 1 - w.n))
+        if not block:
+            break
+        w.write(block)
+    w.finish()
 
 
 def _read_manifest_file(path: Path) -> Manifest:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -39,8 +40,12 @@ CURRENT = "current"
 PREVIOUS = "previous"
 VENV_LINK = "../.venv"  # the launcher's own environment, as a link target from envs/
 DEPS_PTH = "cdui-deps.pth"
+INSTALL_ROOT_SETTING = "CODEFYUI_INSTALL_ROOT"
 _ENV_NAME = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}-[0-9]{1,6}")
 INSTALL_TIMEOUT_S = 1800.0
+# What `cdui update` sends the control plane it restarts: it stops as on SIGTERM, except that runs on workers
+# are not told to stop; they go on, and the next start adopts them (cdui/plane/server.py).
+HANDOVER_SIGNAL = signal.SIGUSR2
 
 
 class EnvError(CduiError):
@@ -167,7 +172,11 @@ def install(envs: Envs, staged: Path, manifest: Manifest) -> Path:
         if not manifest.dependency_wheels:
             site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                        capture_output=True, text=True, check=True).stdout.strip())
-            paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+            # The installing interpreter's own site-packages, and what its own cdui-deps.pth names (an agent
+            # that runs a layered environment already): a .pth line does not follow the folder's .pth files.
+            mine = Path(sys.prefix)
+            paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                   *_deps_lines(mine)])
             (site / DEPS_PTH).write_text("".join(f"{p}\n" for p in paths))
         _run(pip_argv(py, staged, manifest), f"installing cdui {manifest.version} into {work}")
         got = installed_version(final / "bin" / "python")

@@ -216,6 +216,8 @@ class Manager(Protocol):
     @property
     def closing(self) -> bool: ...
     @property
+    def handover(self) -> bool: ...
+    @property
     def machine_id(self) -> str: ...
     @property
     def turns(self) -> Turns: ...
@@ -727,6 +729,8 @@ class WorkerSession:
         log.warning("worker %s disconnected", name)
         conn.outputs.gone()
         for run_id, _, _ in m.runs.runs_on(name):
+            if m.closing and m.handover:
+                continue  # a stop for a restart: the run stays running, for the next start to adopt
             if m.closing:
                 # Nobody would be left to wait for its return: the server is stopping.
                 await m.runs.finish(run_id, "interrupted",

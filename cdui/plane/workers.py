@@ -78,6 +78,7 @@ class WorkerManager:
         self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                            clock=self.clock.monotonic)
         self.closing = False
+        self.handover = False  # set by the handover stop (envs.HANDOVER_SIGNAL): worker runs are left to adopt
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
         # Each worker's drain flag as last set by an operator in this process. A session reads its row
@@ -276,6 +277,10 @@ class WorkerManager:
         ``server._run_until_signal``), so a worker that stops its run at once
         has its final events stored and the run ends as it really did."""
         self.closing = True
+        if self.handover:
+            # A stop for a restart (`cdui update`): the workers keep their runs, and the next start adopts them
+            # (their rows stay running) as it does after a crash.
+            return
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
         for run_id, name, _ in self.runs.runs_on():
             if name == "local":
