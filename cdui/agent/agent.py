@@ -38,7 +38,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -375,6 +375,12 @@ class Agent:
         await self._stop_all_runs()  # none is left; the warm spare goes
         self.reexec = python
         return True
+
+    def become_updated(self) -> NoReturn:
+        """After :meth:`run` returned with :attr:`reexec` set (and the process let go of its pidfile and spool):
+        replace this process with the updated agent."""
+        assert self.reexec is not None
+        self_update.reexec(self.reexec, self.install_root)
 
     async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> str:
         """What an untrusted certificate is reported as; the first report names the presented key."""

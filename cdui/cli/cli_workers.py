@@ -494,7 +494,6 @@ def _spawn_and_wait(args: argparse.Namespace, ud: Path, control: str, cred: dict
 def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[str] | None, pidfile: Path,
                     checks: tuple[Trust, Callable[[], None]] | None = None, uds: str | None = None,
                     log_file: str | None = None) -> int:
-    from cdui.agent import self_update
     from cdui.agent.agent import Agent, serve
     logfile.setup(Path(log_file).absolute() if log_file else None, cfg["CODEFYUI_LOG_MAX_BYTES"],
                   cfg["CODEFYUI_LOG_BACKUP_COUNT"])
@@ -514,7 +513,7 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
             # Before the pidfile goes: whoever starts an agent once it is gone finds the spool free.
             held.release()
     if agent.reexec is not None:  # updated itself (CODEFYUI_AGENT_AUTO_UPDATE): the same pid runs the new version
-        self_update.reexec(agent.reexec, agent.install_root)
+        agent.become_updated()
     return code
 
 
