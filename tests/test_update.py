@@ -23,6 +23,8 @@ import pytest
 from cdui import __version__
 from cdui.core import bundle, envs
 from procs import REPO_ROOT, Proc, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
+from sshd import running as running_sshd
+from syspkgs import requires_command
 
 NEW_VERSION = f"{__version__}+update1"
 # A node that runs until a file exists: a local run that is in flight for exactly as long as a test wants.
@@ -429,3 +431,55 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
             agent.stop()
         cp("stop", check=False)
         untrack_log(tmp_path / "cp-ud" / "cdui.log")
+
+
+@pytest.mark.e2e
+@requires_command("sshd", "openssh-server")
+@requires_command("ssh", "openssh-client")
+def test_an_ssh_worker_follows_the_update_over_its_ssh_and_its_run_in_flight_succeeds(
+        made: tuple[Install, Path], tmp_path: Path) -> None:
+    """An SSH worker (real sshd) whose remote installation is not the control plane's: after `cdui update`
+    its agent, which the control plane started with CODEFYUI_AGENT_AUTO_UPDATE=1, fetches the bundle through
+    its tunnel, installs it into the remote installation's envs/ and restarts itself on it (same pid) once
+    its run, going during the update, ended: the run succeeds, with no command run on the remote side."""
+    _, out = made
+    with running_sshd(tmp_path / "ssh") as sshd:
+        cp = Install(tmp_path / "cp", tmp_path / "cp-ud", tmp_path / "cp-data")
+        cp.env.update(sshd.env())
+        remote = Install(tmp_path / "remote", sshd.home / "ud", sshd.home / "data")
+        launcher = sshd.home / "CodefyUI" / "bin" / "cdui"  # what the control plane runs over ssh
+        launcher.write_text(f"#!/bin/sh\nCODEFYUI_USER_DATA_DIR={sshd.home / 'ud'}; export CODEFYUI_USER_DATA_DIR\n"
+                            f"CODEFYUI_DATA_DIR={sshd.home / 'data'}; export CODEFYUI_DATA_DIR\n"
+                            f"CODEFYUI_LOCAL_DEVICES=cpu; export CODEFYUI_LOCAL_DEVICES\n"
+                            f"exec {remote.root / 'bin' / 'cdui'} \"$@\"\n")
+        track_log(tmp_path / "cp-ud" / "cdui.log", "cdui start (background, control plane)")
+        try:
+            cp("start", "--port", str(free_port()))
+            cp.api("POST", "/api/workers/ssh", {"target": "root@localhost", "port": sshd.port, "name": "s1"})
+
+            def worker() -> dict[str, Any]:
+                return next((w for w in cp.api("GET", "/api/workers")["workers"] if w["name"] == "s1"), {})
+            wait_for(lambda: worker().get("online"), 180, what="s1 online", detail=worker)
+            assert worker()["version"] == __version__
+            (pid,) = sshd.agent_pids()
+
+            gate = tmp_path / "gate-open"
+            run = cp.api("POST", "/api/runs", {"graph": _gated(gate), "options": {"target": {"worker": "s1"}}})
+            wait_for(lambda: cp.api("GET", f"/api/runs/{run['id']}")["status"] == "running", 120,
+                     what="the run on s1")
+
+            r = cp("update", "--from", str(out))
+            assert f"to {NEW_VERSION}-1" in r.stdout, explain(r)
+            agent_log = next((sshd.home / ".codefyui-ssh").glob("*/agent.log"))
+            wait_for(lambda: f"waiting for 1 runs to end before restarting on the new version: {run['id']}"
+                     in agent_log.read_text(), 180, what="the SSH agent's update",
+                     detail=lambda: agent_log.read_text()[-3000:])
+            assert os.readlink(remote.root / "envs" / "current") == f"{NEW_VERSION}-1"
+            gate.write_text("")
+            wait_for(lambda: worker().get("online") and worker()["version"] == NEW_VERSION, 180,
+                     what="s1 back on the new version", detail=lambda: agent_log.read_text()[-3000:])
+            assert sshd.agent_pids() == [pid]
+            assert cp.api("GET", f"/api/runs/{run['id']}")["status"] == "succeeded"
+        finally:
+            cp("stop", check=False)
+            untrack_log(tmp_path / "cp-ud" / "cdui.log")

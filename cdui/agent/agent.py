@@ -49,13 +49,13 @@ from cdui.agent import gpu_usage, self_update
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
-from cdui.core import exit_codes, logfile
+from cdui.core import envs, exit_codes, logfile
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
 from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import load
 from cdui.core.errors import CduiError
-from cdui.core.layout import install_root_from_env, read_roots_label
+from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 from cdui.nodes import packs
 from cdui.run import catalog, outputs, runner
@@ -231,7 +231,7 @@ class Agent:
         # Set once an opted-in agent installed the control plane's update and its runs ended: the caller
         # replaces the process with this interpreter's agent (cdui/agent/self_update.py).
         self.reexec: Path | None = None
-        self.install_root = install_root_from_env()
+        self.install_root = envs.launcher_root()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot

@@ -35,7 +35,6 @@ from cdui.cli.cli_util import _die
 from cdui.cli.client import Client, server_info
 from cdui.core import bundle, config, envs
 from cdui.core.errors import CduiError
-from cdui.core.layout import install_root_from_env
 from cdui.core.private import private_dir
 
 WAIT_LOCAL_S = 1.0  # how often the update asks whether the control plane's own runs have ended
@@ -115,7 +114,7 @@ def cmd_release_bundle(args: argparse.Namespace) -> int:
 
 # -- update --------------------------------------------------------------------------------------
 def _root() -> Path:
-    root = install_root_from_env()
+    root = envs.launcher_root()
     if not (root / LAUNCHER).is_file():
         raise CduiError("no_launcher", f"the installation root {root} has no {LAUNCHER}: `cdui update` updates an "
                         f"installation made by install.sh (a checkout with bin/cdui)",

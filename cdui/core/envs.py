@@ -34,6 +34,7 @@ from pathlib import Path
 
 from cdui.core.bundle import Manifest
 from cdui.core.errors import CduiError
+from cdui.core.layout import install_root_from_env
 
 ENVS = "envs"
 CURRENT = "current"
@@ -41,11 +42,21 @@ PREVIOUS = "previous"
 VENV_LINK = "../.venv"  # the launcher's own environment, as a link target from envs/
 DEPS_PTH = "cdui-deps.pth"
 INSTALL_ROOT_SETTING = "CODEFYUI_INSTALL_ROOT"
+# Set by bin/cdui to its own installation root: the envs/ an update switches must be the one that launcher
+# reads, whichever checkout the running package was imported from.
+LAUNCHER_ROOT_ENV = "CDUI_LAUNCHER_ROOT"
 _ENV_NAME = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}-[0-9]{1,6}")
 INSTALL_TIMEOUT_S = 1800.0
 # What `cdui update` sends the control plane it restarts: it stops as on SIGTERM, except that runs on workers
 # are not told to stop; they go on, and the next start adopts them (cdui/plane/server.py).
 HANDOVER_SIGNAL = signal.SIGUSR2
+
+
+def launcher_root() -> Path:
+    """The installation whose ``envs/`` is updated: the launcher's that started this process, else the
+    installation root of the settings (``CODEFYUI_INSTALL_ROOT``, or the checkout the package runs from)."""
+    v = os.environ.get(LAUNCHER_ROOT_ENV)
+    return Path(v) if v and os.path.isabs(v) else install_root_from_env()
 
 
 class EnvError(CduiError):
