@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from cdui import __version__
+from cdui.cli import cli_workers
 from cdui.core import bundle, envs
+from cdui.plane.http import worker_routes
 from procs import REPO_ROOT, Proc, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
 from sshd import running as running_sshd
 from syspkgs import requires_command
@@ -204,6 +206,19 @@ def test_switch_and_rollback_swap_current_and_previous(tmp_path: Path) -> None:
     with pytest.raises(envs.EnvError, match="the previous environment .*1.0-1 is gone; nothing was changed"):
         e.rollback()
     assert e.link(envs.CURRENT) == "1.1-1"
+
+
+# -- a worker's update state, as the list and the page show it -----------------------------------
+@pytest.mark.parametrize("version, updating, state, flag", [
+    (__version__, None, {"state": "current"}, ""),
+    ("0.0.1", None, {"state": "behind", "to": __version__}, f" [behind: the control plane runs {__version__}]"),
+    ("0.0.1", {"to": __version__, "since": "T"}, {"state": "updating", "to": __version__, "since": "T"},
+     f" [updating to {__version__} since T]"),
+])
+def test_a_workers_update_state(version: str, updating: dict[str, Any] | None, state: dict[str, Any],
+                                flag: str) -> None:
+    assert worker_routes.update_state(version, updating) == state
+    assert cli_workers.update_flag(state) == flag
 
 
 # -- e2e: the control plane through bin/cdui -----------------------------------------------------
@@ -405,6 +420,7 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
             return next((w for w in cp.api("GET", "/api/workers")["workers"] if w["name"] == "w1"), None)
         wait_for(lambda: (worker() or {}).get("online"), 120, what="w1 online", detail=agent.log_tail)
         assert worker()["version"] == __version__  # type: ignore[index]
+        assert worker()["update"] == {"state": "current"}  # type: ignore[index]
 
         gate = tmp_path / "gate-open"
         run = cp.api("POST", "/api/runs", {"graph": _gated(gate), "options": {"target": {"worker": "w1"}}})
@@ -418,12 +434,18 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
         wait_for(lambda: f"waiting for 1 runs to end before restarting on the new version: {run['id']}"
                  in agent.log_text(), 180, what="the agent's update", detail=agent.log_tail)
         assert os.readlink(worker_root / "envs" / "current") == f"{NEW_VERSION}-1"
+        shown = worker()
+        assert shown is not None and shown["update"]["state"] == "updating", shown
+        assert shown["update"]["to"] == NEW_VERSION and not shown["online"], shown
+        r = cp("workers", "list")
+        assert "w1 " in r.stdout and f"[updating to {NEW_VERSION} since " in r.stdout, explain(r)
         pid = agent.pid
         gate.write_text("")
         wait_for(lambda: (worker() or {}).get("online") and worker()["version"] == NEW_VERSION,  # type: ignore[index]
                  180, what="w1 back on the new version", detail=agent.log_tail)
         assert agent.alive and agent.pid == pid
         assert cp.api("GET", f"/api/runs/{run['id']}")["status"] == "succeeded"
+        assert worker()["update"] == {"state": "current"}  # type: ignore[index]
         assert f"restarting on the new version: {worker_root / 'envs' / (NEW_VERSION + '-1')}/bin/python -P -m " \
                f"cdui agent start" in agent.log_text()
     finally:

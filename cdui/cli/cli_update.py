@@ -158,9 +158,13 @@ def _plan_lines(root: Path, e: envs.Envs, manifest: bundle.Manifest, src: Path, 
     workers = client.call("GET", "/api/workers").get("workers", [])
     for w in workers:
         kind = "ssh" if w.get("ssh") else "direct"
-        same = w.get("version") == manifest.version
-        what = "already at that version" if same else \
-            "refused by the new version until its agent runs it (the refusal says the command)"
+        if w.get("version") == manifest.version:
+            what = "already at that version"
+        elif w.get("ssh"):
+            what = "follows: its agent updates itself through its tunnel, after its runs"
+        else:
+            what = ("follows if its agent has CODEFYUI_AGENT_AUTO_UPDATE=1; else refused until updated on its "
+                    "machine (`cdui update --from BUNDLE` there)")
         lines.append(f"  worker {w.get('name')} ({kind}, {w.get('status')}, cdui {w.get('version') or '?'}): {what}")
     if not workers:
         lines.append("  workers: none enrolled")

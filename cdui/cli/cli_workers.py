@@ -85,6 +85,15 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def update_flag(update: Any) -> str:
+    """The list's word on a worker's update state (docs/updating.md): nothing while it is current."""
+    if not isinstance(update, dict) or update.get("state") == "current":
+        return ""
+    if update.get("state") == "updating":
+        return f" [updating to {update.get('to')} since {update.get('since')}]"
+    return f" [behind: the control plane runs {update.get('to')}]"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     res = _client(args).call("GET", "/api/workers")
     if args.json:
@@ -95,6 +104,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for w in res["workers"]:
         devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
         flags = (" [degraded]" if w.get("degraded") else "") + (" [unencrypted HTTP]" if w.get("unencrypted") else "")
+        flags += update_flag(w.get("update"))
         if w.get("tls_pin") or w.get("tls_next_pin"):
             flags += f" [pin {(w.get('tls_pin') or '?')[:19]}…" + (
                 f", next {w['tls_next_pin'][:19]}…]" if w.get("tls_next_pin") else "]")

@@ -63,6 +63,9 @@ class WorkerManager:
         self.store = self.runs.store
         self.conns: dict[str, Conn] = {}
         self.rejected: dict[str, dict[str, Any]] = {}
+        # Workers whose agent fetched this control plane's update bundle (cdui/plane/http/worker_update.py) and
+        # has not come back on its version yet: {"to", "since"} by name, for GET /api/workers.
+        self.updating: dict[str, dict[str, Any]] = {}
         self._revoked_seen: dict[str, float] = {}
         self.timers: dict[str, asyncio.Task[Any]] = {}
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
@@ -153,6 +156,7 @@ class WorkerManager:
         """An admitted connection becomes the worker's current one (a newer one replaces it)."""
         self.conns[conn.name] = conn
         self.rejected.pop(conn.name, None)
+        self.updating.pop(conn.name, None)  # admitted: its version is this control plane's
         if self._watch_task is None and not self.closing:
             self._watch_task = self.runs.spawn(self._watch())
 

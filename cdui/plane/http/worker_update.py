@@ -17,7 +17,9 @@ from aiohttp import web
 from cdui import __version__
 from cdui.core import bundle
 from cdui.core.errors import CduiError
-from cdui.plane.appkeys import CONFIG
+from cdui.plane.appkeys import CLOCK, CONFIG
+from cdui.plane.runs import iso
+from cdui.plane.workers import WORKERS
 
 NO_UPDATE_HINT = ("run `cdui update --from BUNDLE` on the control plane (it keeps the bundle for its agents), or "
                   "update this worker on its machine")
@@ -35,7 +37,11 @@ async def _offered(request: web.Request) -> bundle.Manifest:
 
 
 async def manifest(request: web.Request) -> web.Response:
-    return web.json_response((await _offered(request)).to_json())
+    m = await _offered(request)
+    # Shown beside the worker's version until it connects on this one (GET /api/workers "update").
+    request.app[WORKERS].updating[str(request["worker"])] = {"to": m.version,
+                                                             "since": iso(request.app[CLOCK].time())}
+    return web.json_response(m.to_json())
 
 
 async def file(request: web.Request) -> web.StreamResponse:
