@@ -146,6 +146,17 @@ class Fleet:
                 pass
 
 
+async def close_all(agents: list[Agent]) -> None:
+    """Close every simulated agent's connection and end its reader."""
+    for a in agents:
+        if a.ws is not None:
+            await a.ws.close()
+    readers = [a.reader for a in agents if a.reader is not None]
+    for t in readers:
+        t.cancel()
+    await asyncio.gather(*readers, return_exceptions=True)
+
+
 def settled_cpu(pid: int, quiet_s: float = 0.5, limit_s: float = 120) -> float:
     """The process's CPU seconds once it stopped using CPU for ``quiet_s`` (its queue drained)."""
     deadline = time.monotonic() + limit_s
@@ -308,13 +319,7 @@ async def main_async(n: int, n_runs: int, rounds: int, steady_s: float, beat: fl
             if closed:
                 figs.append(Figure(B, "agents the control plane disconnected during the benchmark", closed,
                                    "agents", 0, note="the figures above are not to be trusted"))
-            for a in agents:
-                if a.ws is not None:
-                    await a.ws.close()
-            readers = [a.reader for a in agents if a.reader is not None]
-            for t in readers:
-                t.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+            await close_all(agents)
     return figs
 
 

@@ -12,6 +12,10 @@ GraphOutput ``class``) is saved, published as app ``iris`` and invoked with an A
 - **warm invoke p50 / p95**: ``--invokes`` back-to-back invokes of one client (goal p50 ≤ 15 ms);
 - **invokes/s with 32 clients**: 32 clients invoking back to back for ``--seconds`` (goal ≥ 500), the
   version allowed ``PROCESSES`` serving processes;
+- **warm invoke on a worker p50**: the app moved to a worker (``serve_on``; an agent on this machine that
+  counts as another one, so it fetches the version's weights over the transfer route), ``--invokes``
+  back-to-back invokes of one client, routed over the worker's connection (goal p50 ≤ 25 ms, and ≤ 1.5 ×
+  the control plane's own p50 of the same run);
 - the same graph behind ``POST /api/graph/run/iris`` (an ordinary run each, a process forked for
   each), p50 of ``--runs`` calls, for comparison.
 
@@ -27,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Figure, parser, pct, python, report, say, server, wait_run
+from common import AgentProc, Figure, parser, pct, python, report, say, server, wait_run
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "iris_train.json"
 FEATURES = [5.1, 3.5, 1.4, 0.2]
@@ -142,6 +146,22 @@ def main() -> int:
             warm.append(ms)
         say(f"{CLIENTS} clients for {seconds:g} s")
         done, took = asyncio.run(clients(srv.port, key, seconds))
+        say("the app served on worker w2 (another machine id): its cold first invoke, then warm invokes")
+        agent = AgentProc(srv, "w2", {"CODEFYUI_MACHINE_ID": "bench-worker"}).start()
+        try:
+            srv.call("PATCH", "/api/apps/iris", {"serve_on": "w2"})
+            worker_cold, status, out = caller.post("/api/apps/iris/invoke", body)
+            check(status, out)
+            if out.get("worker") != "w2" or out["outputs"]["class"] != got:
+                raise RuntimeError(f"the worker answered {out['outputs']} from {out.get('worker')}, not {got} from w2")
+            on_worker = []
+            for _ in range(invokes):
+                ms, status, out = caller.post("/api/apps/iris/invoke", body)
+                check(status, out)
+                on_worker.append(ms)
+            srv.call("PATCH", "/api/apps/iris", {"serve_on": "local"})
+        finally:
+            agent.stop()
         say(f"the same graph behind /api/graph/run/iris, {runs} calls")
         owner = Caller(srv.port, {"X-CodefyUI-Token": srv.token})
         graph_run = []
@@ -159,11 +179,16 @@ def main() -> int:
     B = "apps"
     p50 = pct(warm, 50)
     gr50 = pct(graph_run, 50)
+    w50 = pct(on_worker, 50)
     figs = [Figure(B, "warm invoke of the iris MLP app, p50 (one client, keep-alive)", p50, "ms", 15,
                    note=f"predicted class {predicted}"),
             Figure(B, "warm invoke of the iris MLP app, p95", pct(warm, 95), "ms"),
             Figure(B, f"invokes/s with {CLIENTS} clients", done / took if took else None, "invokes/s", 500,
                    better="higher", note=f"{done} invokes in {took:.1f} s, CODEFYUI_APP_PROCESSES={PROCESSES}"),
+            Figure(B, "warm invoke of the iris MLP app on a worker, p50 (one client, keep-alive)", w50, "ms", 25),
+            Figure(B, "warm invoke on a worker p50 / on the control plane p50", w50 / p50 if w50 and p50 else None,
+                   "x", 1.5),
+            Figure(B, "cold first invoke on a worker (fetches the weights, starts the process)", worker_cold, "ms"),
             Figure(B, "cold first invoke (starts the serving process)", cold, "ms"),
             Figure(B, "cold first invoke / fresh `import torch`", cold / imp if imp else None, "x", 1.2,
                    note=f"import torch p50 {imp:.0f} ms" if imp else ""),

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from canvas_page import ROOT, CanvasPage, chromium, server_proc, spawn_agent
+from canvas_page import ROOT, CanvasPage, chromium, drag_drop, server_proc, spawn_agent
 from procs import Proc, ServerProc, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
@@ -86,8 +86,8 @@ class Person:
         before = {n["id"] for n in self.graph()["nodes"]}
         self.page.fill("#palette-search", node_type)
         box = self.page.locator(".cd-canvas").bounding_box()
-        self.page.locator(f".palette-item[data-type='{node_type}']").drag_to(
-            self.page.locator(".cd-canvas"), target_position={"x": x - box["x"], "y": y - box["y"]})
+        drag_drop(self.page, self.page.locator(f".palette-item[data-type='{node_type}']"),
+                  self.page.locator(".cd-canvas"), x - box["x"], y - box["y"])
         self.page.wait_for_function("n => window.cduiCanvas.editor().toJSON().nodes.length === n", arg=len(before) + 1)
         (new,) = {n["id"] for n in self.graph()["nodes"]} - before
         return new
@@ -134,8 +134,8 @@ class Person:
         canvas = self.page.locator(".cv-layers .cd-canvas")
         for i, layer in enumerate(LAYERS):
             self.page.fill("#layers-search", layer)
-            self.page.locator(f".cv-layers-palette .palette-item[data-type='{layer}']").drag_to(
-                canvas, target_position={"x": 40 + 190 * i, "y": 120 + 90 * (i % 2)})
+            drag_drop(self.page, self.page.locator(f".cv-layers-palette .palette-item[data-type='{layer}']"),
+                      canvas, 40 + 190 * i, 120 + 90 * (i % 2))
             self.page.wait_for_function("n => window.cduiCanvas.editor().toJSON().nodes.length === n", arg=i + 1)
         assert [n["id"] for n in self.graph()["nodes"]] == ["input", "linear", "relu", "linear-2", "output"]
         for src, out, dst, inp in LAYER_WIRES:

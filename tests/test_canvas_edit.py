@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from canvas_page import ROOT, CanvasPage, module_fixtures
+from canvas_page import ROOT, CanvasPage, drag_drop, module_fixtures
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,8 @@ def drag_from_palette(page: Any, node_type: str, x: float, y: float) -> str:
     before = set(node_ids(page))
     page.fill("#palette-search", node_type)
     item = page.locator(f".palette-item[data-type='{node_type}']")
-    item.drag_to(page.locator(".cd-canvas"), target_position=_canvas_point(page, x, y))
+    point = _canvas_point(page, x, y)
+    drag_drop(page, item, page.locator(".cd-canvas"), point["x"], point["y"])
     page.wait_for_function("n => window.cduiCanvas.editor().toJSON().nodes.length === n", arg=len(before) + 1)
     (new,) = set(node_ids(page)) - before
     return new

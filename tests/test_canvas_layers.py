@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from canvas_page import CanvasPage, example, module_fixtures
+from canvas_page import CanvasPage, drag_drop, example, module_fixtures
 from cdui.nodes.layer_types import layer_types
 
 EXAMPLES = Path(__file__).resolve().parent / "data" / "codefyui_examples"
@@ -70,8 +70,8 @@ class Layers:
         self.page.fill("#layers-search", layer_type)
         canvas = self.page.locator(".cv-layers .cd-canvas")
         canvas.wait_for()
-        self.page.locator(f".cv-layers-palette .palette-item[data-type='{layer_type}']").drag_to(
-            canvas, target_position={"x": x, "y": y})
+        drag_drop(self.page, self.page.locator(f".cv-layers-palette .palette-item[data-type='{layer_type}']"),
+                  canvas, x, y)
         self.page.wait_for_function("n => window.cduiCanvas.editor().toJSON().nodes.length === n", arg=len(before) + 1)
         (new,) = {n["id"] for n in self.graph()["nodes"]} - before
         return str(new)

@@ -60,3 +60,48 @@ def test_a_missing_node_of_an_installed_pack_is_not_called_a_missing_pack() -> N
     e = unknown_type_error("rb", "rl:Edu-GRPO", known)
     assert "a node of the plugin pack 'rl', which is not installed" in e["message"], e
     assert "cdui plugin install rl" in e["hint"]
+
+
+def test_an_execution_context_is_built_by_keyword_as_codefyuis_dataclass_is() -> None:
+    # CodefyUI's packs' own tests (the deep pack's attention tests) build one as
+    # ExecutionContext(device="cpu") and hand it to a node; it used to take only cdui's run context, and the
+    # call failed with "unexpected keyword argument 'device'".
+    codefyui_compat.install_modules()
+    ec_mod = importlib.import_module("app.core.execution_context")
+    base = importlib.import_module("app.core.node_base")
+    stateful = importlib.import_module("app.core.stateful_module")
+
+    class Scale(stateful.StatefulModuleMixin, base.BaseNode):
+        NODE_NAME = "Scale"
+        structural_params = ("width",)
+
+        @classmethod
+        def define_inputs(cls):  # type: ignore[no-untyped-def]
+            return []
+
+        @classmethod
+        def define_outputs(cls):  # type: ignore[no-untyped-def]
+            return []
+
+        def build_module(self, params):  # type: ignore[no-untyped-def]
+            return torch.nn.Linear(int(params["width"]), 1)
+
+        def execute(self, inputs, params, progress_callback=None, *, context=None):  # type: ignore[no-untyped-def]
+            module = self.get_or_build_module(context, params)
+            return {"device": str(next(module.parameters()).device), "verbose": context.verbose,
+                    "seed": context.derive_seed("n1"), "stop": context.should_stop()}
+
+    ctx = ec_mod.ExecutionContext(device="cpu", verbose=True, seed=5, current_node_id="n1")
+    assert Scale().execute({}, {"width": 3}, context=ctx) == {
+        "device": "cpu", "verbose": True, "seed": codefyui_compat.derive_seed(5, "n1"), "stop": False}
+    assert ctx.run_context is None and ctx.weights_persistent is True and ctx.graph_id == ""
+    ctx.cancel()
+    assert ctx.should_stop() and ctx.cancelled
+    gen = ctx.make_generator("n1")
+    assert torch.equal(torch.rand(3, generator=gen),
+                       torch.rand(3, generator=torch.Generator().manual_seed(codefyui_compat.derive_seed(5, "n1"))))
+    # CodefyUI's defaults: cpu, not verbose, unseeded (derive_seed and make_generator give None).
+    plain = ec_mod.ExecutionContext()
+    assert (plain.device, plain.verbose, plain.derive_seed("x"), plain.make_generator("x")) == (
+        "cpu", False, None, None)
+    plain.log_warning("kind", "a warning with no run to report to goes to the log")

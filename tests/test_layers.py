@@ -68,6 +68,8 @@ DEFERRED_ANYWHERE: dict[str, str] = {
     "torch": "seconds and hundreds of MB to import: only a run's process (and the catalog helper) pays for it; "
              "the control plane, the agent and the CLI load and list every node without it",
     "cdui.nodes.builtin._torchlib": "imports torch at its top (see torch)",
+    "packaging": "checks a plugin pack's [python_deps] version constraints; in every pip-made environment but not "
+                 "a dependency of cdui's, so without it only the presence of each distribution is checked",
     "numpy": "optional extra (classical, plots, vision, hf, video)",
     "sklearn": "optional extra `classical` (scikit-learn)",
     "matplotlib": "optional extra `plots`",

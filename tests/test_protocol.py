@@ -35,6 +35,15 @@ AGENT_MESSAGES: list[protocol.AgentMessage] = [
     protocol.OutputsAnswer("q2", "r1", "n", summary={"node_id": "n", "type": "T", "outputs": [
         {"port": "p", "kind": "tensor", "shape": [2], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}]}),
     protocol.OutputsAnswer("q3", "r1", "n", error="no recorded outputs of run r1 are kept here"),
+    protocol.Heartbeat(["r1"], serving=[{"slug": "iris", "version": 2, "device": "cuda:0", "pid": 41,
+                                         "state": "busy"}]),
+    protocol.Heartbeat([], serving=[]),
+    protocol.AppAnswer("a1", result={"status": "succeeded", "error": None, "node_id": None},
+                       outputs={"class": {"__type__": "tensor", "shape": [], "values": 2}}),
+    protocol.AppAnswer("a2", result={"status": "failed", "error": "boom", "node_id": "n"},
+                       output_error={"code": "bad", "message": "m", "node_id": "out", "details": {"k": 1}}),
+    protocol.AppAnswer("a3", error={"code": "app_process_lost", "message": "the process died", "hint": "call again",
+                                    "details": {"stderr_tail": ["x"]}}),
 ]
 
 SERVER_MESSAGES: list[protocol.ServerMessage] = [
@@ -51,6 +60,10 @@ SERVER_MESSAGES: list[protocol.ServerMessage] = [
     protocol.Error("malformed message: not JSON"),
     protocol.OutputsRequest("q1", "r1", None),
     protocol.OutputsRequest("q2", "r1", "node"),
+    protocol.AppInvoke("a1", "iris", 3, JOB, 60.0),
+    protocol.AppRetire("iris", 3),
+    protocol.AppRetire("iris", None),
+    protocol.AppReleaseIdle(2.0, ["cpu", "cuda:0"]),
 ]
 
 
@@ -91,6 +104,13 @@ AGENT_REFUSALS = [
      "Infinity"),
     ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {}, "at": 1e999}]}',
      "out of range"),
+    # Every other way a number overflows to infinity: a long exponent (leading zeros too), a long integer part.
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": 1E+0000400}}]}',
+     "out of range"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": 1' + "0" * 210
+     + 'e99}}]}', "out of range"),
+    ('{"type": "events", "run_id": "r1", "events": [{"src_seq": 1, "kind": "log", "data": {"v": -1' + "0" * 320
+     + '.5}}]}', "out of range"),
     (_events(at=-1), "UNIX time"),
     (_events(at=True), "UNIX time"),
     (_events(src_seq=0), "src_seq=0 is out of range"),
@@ -121,6 +141,27 @@ AGENT_REFUSALS = [
                  "summary": {"node_id": "m", "outputs": []}}), "outputs_answer: the summary is for another node"),
     (json.dumps({"type": "outputs_answer", "request_id": "q", "run_id": "r1", "node_id": "n" * 257}),
      "outputs_answer.node_id is 257 characters long"),
+    (json.dumps({"type": "heartbeat", "serving": [{"slug": "a", "version": 1, "device": "cpu", "pid": 1,
+                                                   "state": "asleep"}]}), "'asleep' is not one of busy, idle"),
+    (json.dumps({"type": "heartbeat", "serving": [{"slug": "a", "version": 0, "device": "cpu", "pid": 1,
+                                                   "state": "idle"}]}), "serving[0].version=0 is out of range"),
+    (json.dumps({"type": "heartbeat", "serving": [{}] * (protocol.MAX_SERVING + 1)}), "over the limit of 256"),
+    ('{"type": "app_answer", "request_id": "a"}', "app_answer: give exactly one of result and error"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "result": {"status": "succeeded"},
+                 "error": {"code": "timeout"}}), "give exactly one of result and error"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "error": {"code": "teapot", "message": "m"}}),
+     "app_answer.error.code='teapot' is not one of"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "result": {"error": "x"}}),
+     "app_answer.result.status must be a run status"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "result": {"status": "succeeded"},
+                 "outputs": {f"o{i}": 1 for i in range(protocol.MAX_APP_OUTPUTS + 1)}}), "over the limit of 256"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "result": {"status": "succeeded"},
+                 "outputs": {"o": json.loads("[" * 17 + "]" * 17)}}), "app_answer.outputs nests deeper than 16"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "result": {"status": "succeeded", "error": 5}}),
+     "app_answer.result.error has type int"),
+    (json.dumps({"type": "app_answer", "request_id": "a", "error": {"code": "app_failed",
+                                                                  "message": "m" * (protocol.MAX_TEXT + 1)}}),
+     "app_answer.error.message is 65537 characters long"),
 ]
 
 
@@ -165,6 +206,17 @@ SERVER_REFUSALS = [
     ('{"type": "hello"}', "unknown message type 'hello'"),
     ('"x' + "y" * protocol.MAX_MESSAGE + '"', "byte limit"),
     ('{"type": "outputs_request", "request_id": "q"}', "missing field 'run_id'"),
+    (json.dumps({"type": "app_invoke", "request_id": "a", "slug": "Bad Slug", "version": 1, "timeout_s": 1,
+                 "job": {"run_id": "r", "graph": {}}}), "app_invoke.slug='Bad Slug' is not an app slug"),
+    (json.dumps({"type": "app_invoke", "request_id": "a", "slug": "iris", "version": 0, "timeout_s": 1,
+                 "job": {"run_id": "r", "graph": {}}}), "app_invoke.version=0 is out of range"),
+    (json.dumps({"type": "app_invoke", "request_id": "a", "slug": "iris", "version": 1, "timeout_s": 1e9,
+                 "job": {"run_id": "r", "graph": {}}}), "timeout_s=1000000000.0 is out of range"),
+    (json.dumps({"type": "app_invoke", "request_id": "a", "slug": "iris", "version": 1, "timeout_s": 1,
+                 "job": {"run_id": "r", "graph": []}}), "app_invoke: job: field 'graph' has type list"),
+    ('{"type": "app_retire", "slug": "iris", "keep": -1}', "app_retire.keep=-1 is out of range"),
+    ('{"type": "app_release_idle", "idle_s": -1, "devices": []}', "idle_s=-1 is out of range"),
+    ('{"type": "app_release_idle", "idle_s": 1}', "missing field 'devices'"),
 ]
 
 

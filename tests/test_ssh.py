@@ -102,6 +102,8 @@ def every_script(path: str, name: str) -> list[tuple[str, str, dict[str, str]]]:
         ("tunnel", ssh.tunnel_script(IID, SLOT, path, name), {"CDUI": path, "NAME": name}),
         ("stop", ssh.stop_script(IID, SLOT), {"SLOT_DIR": ".codefyui-ssh/3f9a12c4-18000"}),
         ("cleanup", ssh.cleanup_script(IID, SLOT, path), {"CDUI": path, "URL": "http://cp-3f9a12c4.invalid:18000"}),
+        ("plugin", ssh.plugin_script(IID, SLOT, path, "labpack", name, "a" * 64, "b" * 64, 4096),
+         {"CDUI": path, "VERSION": name, "ID": "labpack", "SIZE": "4096"}),
     ]
 
 
@@ -470,8 +472,12 @@ def test_a_stop_that_lands_before_the_agent_reported_its_pid_waits_for_it(tmp_pa
         assert tunnel.stdin is not None and tunnel.stdout is not None
         tunnel.stdin.write(b"token\n")
         tunnel.stdin.flush()
-        _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
-        agent = int((d / "fake.ready").read_text())
+        # The fake agent writes its PID into fake.ready: wait for the number, not the file (a read between
+        # its creation and the write found it empty, once in eight runs under load).
+        _wait("the agent to be launched",
+              lambda: _pid_in(d / "fake.ready") is not None and (d / "agent.starting").exists())
+        agent = _pid_in(d / "fake.ready")
+        assert agent is not None
         assert not (d / "agent.pid").exists()
         stop = remote_popen(ssh.stop_script(IID, SLOT), env, stderr=subprocess.PIPE)
         # The stop has looked (and found no agent.pid) once it sleeps in its wait, or it has ended.
@@ -531,8 +537,12 @@ def test_a_reconnect_while_the_agent_is_starting_attaches_to_it(tmp_path: Path) 
         assert first.stdin is not None
         first.stdin.write(b"token\n")
         first.stdin.flush()
-        _wait("the agent to be launched", lambda: (d / "fake.ready").exists() and (d / "agent.starting").exists())
-        agent = int((d / "fake.ready").read_text())
+        # The fake agent writes its PID into fake.ready: wait for the number, not the file (a read between
+        # its creation and the write found it empty, once in eight runs under load).
+        _wait("the agent to be launched",
+              lambda: _pid_in(d / "fake.ready") is not None and (d / "agent.starting").exists())
+        agent = _pid_in(d / "fake.ready")
+        assert agent is not None
         _end(first)  # the ssh dropped: its remote shell is gone, the agent (its own session) goes on
         (d / "fake.ready").unlink()  # a second agent started on the slot would write it again
         second = remote_popen(script, env)

@@ -160,8 +160,12 @@ def test_a_study_survives_a_kill_9_of_the_control_plane(lab: Any) -> None:
     assert all(a.alive for a in agents)
     r = cdui(server, "study", "show", sid)
     assert r.returncode == 0 and f"study {sid}: finished, 6 of 6 trials" in r.stdout, r.stdout + r.stderr
+    r = cdui(server, "study", "list")
+    line = next((x for x in r.stdout.splitlines() if x.startswith(sid)), None)
+    assert r.returncode == 0 and line is not None and "6 of 6 trials (6 succeeded)" in line and "kill-me" in line, \
+        r.stdout + r.stderr
     r = cdui(server, "study", "best-save", sid, "--name", "iris-best")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0 and f"with trial {s['best']['index']}'s params (optimizer.lr=" in r.stdout, r.stderr
     saved = server.call("GET", "/api/graphs/iris-best")
     saved = saved.get("graph", saved)
     lr = next(n for n in saved["nodes"] if n["id"] == "optimizer")["data"]["params"]["lr"]

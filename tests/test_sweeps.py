@@ -180,8 +180,14 @@ def test_a_grid_sweep_on_two_agents_each_variant_its_own_params(lab: Any) -> Non
     assert [s["id"] for s in listed if s["id"] == sweep_id] and listed[0]["counts"] == {"succeeded": 6}
     r = cdui(server, "sweep", "show", sweep_id)
     assert r.returncode == 0 and "sweep " + sweep_id + ": finished, 6 variants (6 succeeded)" in r.stdout, explain(r)
+    r = cdui(server, "sweep", "list")
+    line = next((x for x in r.stdout.splitlines() if x.startswith(sweep_id)), None)
+    assert r.returncode == 0 and line is not None and "finished" in line and "6 variants (6 succeeded)" in line, \
+        explain(r)
     r = cdui(server, "sweep", "lsit")
     assert r.returncode == 2 and "did you mean list?" in r.stderr, explain(r)
+    r = cdui(server, "sweep", "show")
+    assert r.returncode == 2 and "`cdui sweep show` needs the sweep's id" in r.stderr, explain(r)
 
 
 def test_stop_then_retry(lab: Any) -> None:

@@ -1,7 +1,8 @@
 """The Apps page (/web/apps.html) in a real Chromium against a real server: reachable from the runs
-page's header, it lists the published apps, shows an app's one-line curl example, its versions
-(Activate rolls back), its last invokes with duration and status, and creates (shown once) and
-revokes API keys. No serving process is started: the one invoke is refused before it would run."""
+page's header, it lists the published apps and where each is served, shows an app's one-line curl
+example, moves it to another machine, its versions (Activate rolls back), a latency chart and its last
+invokes with duration and status, and creates (shown once) and revokes API keys. No serving process is
+started: the one invoke is refused before it would run."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -58,6 +59,17 @@ def test_the_apps_page_lists_versions_invokes_and_keys(server: ServerProc, page:
     assert "abc1234" in page.text_content("#versions") and "first" in page.text_content("#versions")
     invoke = page.eval_on_selector_all("#invokes tbody tr td", "tds => tds.map(t => t.textContent)")
     assert invoke[1:4] == ["2", "owner", "failed"] and invoke[4].endswith(" ms") and "missing_inputs" in invoke[5]
+    # The latency chart draws the one invoke; the app is served here until moved.
+    assert page.get_attribute("#latency", "data-points") == "1" and page.query_selector("#latency canvas")
+    assert page.text_content("#apps-body tr[data-slug='scaler'] td:nth-child(7)") == "this server"
+
+    # Served on any worker, from the page: stored, and shown in the list.
+    page.select_option("#serve-on", "any")
+    page.fill("#serve-device", "cpu")
+    page.click("#btn-serve-on")
+    page.wait_for_selector("#apps-body tr[data-slug='scaler'] td:nth-child(7):text('any worker (cpu)')")
+    got = server.call("GET", "/api/apps")["apps"][0]
+    assert (got["serve_on"], got["serve_device"]) == ("any", "cpu")
 
     # Activate version 1 (a rollback), then unpublish.
     page.click("#versions button.btn-activate[data-version='1']")

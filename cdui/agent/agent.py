@@ -46,6 +46,7 @@ import aiohttp
 from cdui import __version__
 from cdui.agent import connect_policy as policy
 from cdui.agent import gpu_usage, self_update
+from cdui.agent.app_serving import AgentApps
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
@@ -238,6 +239,9 @@ class Agent:
         # Runs forked by a zygote from the first run on; a one-shot agent has no second run (cdui/run/spare.py).
         self.spares = SparePool(bool(self.config["CODEFYUI_RUN_WARM_SPARE"]) and one_shot is None)
         self.probe = catalog.Probe(error="the node catalog helper has not run yet")
+        # Published apps served here (docs/apps.md): their warm processes, started by the same launcher.
+        self.apps = AgentApps(self, self.spares, self._beat_soon)
+        self._beat_now = asyncio.Event()  # a heartbeat goes now, not at the interval (a serving process changed)
         for run_id in spooled_runs(self.spool_root):
             r = AgentRun(run_id, RunSpool(self.spool_root, run_id))
             self.runs[run_id] = r
@@ -542,16 +546,21 @@ class Agent:
                     await self._send(protocol.Events(run_id, pending[i:i + REPLAY_CHUNK]))
             self._maybe_forget(r)
 
+    def _beat_soon(self) -> None:
+        self._beat_now.set()
+
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:
-            await self.clock.sleep(self.heartbeat_s)
+            await wait_event(self.clock, self._beat_now, self.heartbeat_s)
+            self._beat_now.clear()
             self.trust.reload()
             # The CUDA cards' use, at most once per GPU_REPORT_S (never on a machine without cards).
             gpu = (await asyncio.to_thread(gpu_usage.read, self.devices)
                    if self.gpu_sampler.due(self.clock.monotonic()) else None)
             try:
                 await ws.send_str(protocol.Heartbeat([r.run_id for r in self.runs.values() if r.running],
-                                                     self._reported_labels(), self._tls(), gpu).to_json())
+                                                     self._reported_labels(), self._tls(), gpu,
+                                                     self.apps.report()).to_json())
             except (ConnectionError, RuntimeError):
                 return
 
@@ -606,6 +615,12 @@ class Agent:
             task = asyncio.create_task(self._install_pushed(msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        elif isinstance(msg, protocol.AppInvoke):
+            self._spawn(self._serve_app(msg))
+        elif isinstance(msg, protocol.AppRetire):
+            self._spawn(self.apps.retire(msg))
+        elif isinstance(msg, protocol.AppReleaseIdle):
+            self._spawn(self.apps.release_idle(msg))
         elif isinstance(msg, protocol.Revoked):
             raise Refused("revoked", msg.message)
         elif isinstance(msg, protocol.Error):
@@ -635,10 +650,24 @@ class Agent:
             with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
                 await ws.send_str(protocol.PluginPushAnswer(msg.request_id, msg.pack_id, ok, text).to_json())
         if ok:
-            await self._probe_catalog()
-            ws = self.ws
-            if ws is not None and not ws.closed:
-                await ws.close()  # the next connection's hello carries the new catalog; runs go on meanwhile
+            await self.reload_catalog()
+
+    async def reload_catalog(self) -> None:
+        """Read the node catalog again (a pack was installed: pushed over the connection, or over an SSH worker's
+        ssh, whose script sends SIGUSR1) and reconnect, so that the next hello reports it; runs go on meanwhile."""
+        await self._probe_catalog()
+        ws = self.ws
+        if ws is not None and not ws.closed:
+            await ws.close()
+
+    async def _serve_app(self, msg: protocol.AppInvoke) -> None:
+        if self.stopping:
+            answer = protocol.AppAnswer(msg.request_id, error={
+                "code": "app_failed", "message": f"worker {self.name} is stopping", "hint": "call again",
+                "details": None})
+        else:
+            answer = await self.apps.invoke(msg)
+        await self._send_answer(answer)
 
     async def _answer_outputs(self, msg: protocol.OutputsRequest | protocol.RawRequest) -> None:
         root = outputs.store_dir(self.user_data)
@@ -796,6 +825,7 @@ class Agent:
             h.stop(runner.STOP_GRACE_S)
         if handles:
             await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+        await self.apps.close()
         await self.spares.close()  # every way out of the agent passes here
 
     async def _drain_on_shutdown(self, session: aiohttp.ClientSession) -> None:
@@ -838,6 +868,8 @@ async def serve(agent: Agent) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.stop.set)
+    # A pack installed beside it (`cdui plugin push` to an SSH worker): read the catalog again.
+    loop.add_signal_handler(signal.SIGUSR1, lambda: agent._spawn(agent.reload_catalog()))
     # What the process has made by now (modules, the agent) lives as long as it does: the cycle
     # collector's full passes, which a run logging flat out sets off every few thousand events,
     # need not walk it again and again (each pass stalled the event forwarding for milliseconds).

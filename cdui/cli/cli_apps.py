@@ -1,8 +1,9 @@
 """``cdui apps`` and ``cdui keys``: published apps and their API keys (docs/apps.md).
 
-``cdui apps publish NAME|GRAPH.json --slug S`` publishes a saved graph (or a graph file) as the next
-version of app S and makes it the one served; ``cdui apps list | versions S | activate S N |
-unpublish S | delete S`` read and change apps. ``cdui keys create NAME | list | revoke ID`` manage
+``cdui apps publish NAME|GRAPH.json --slug S [--serve-on W]`` publishes a saved graph (or a graph file) as
+the next version of app S and makes it the one served; ``cdui apps list | versions S | activate S N |
+unpublish S | delete S | serve-on S W`` read and change apps (``serve-on``: this server ``local``, a worker's
+name or ``any``, with ``--device D``). ``cdui keys create NAME | list | revoke ID`` manage
 the API keys that invoke them. What cannot be undone (delete, revoke) and what stops an app serving
 (unpublish) asks first on a terminal and needs ``--yes`` off one, as ``cdui delete`` does.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from cdui.cli import cli_runs, cli_workers
 from cdui.cli.cli_util import CONTROL_HELP, _die
 
-APP_COMMANDS = ("publish", "list", "versions", "activate", "unpublish", "delete")
+APP_COMMANDS = ("publish", "list", "versions", "activate", "unpublish", "delete", "serve-on")
 KEY_COMMANDS = ("create", "list", "revoke")
 
 
@@ -57,10 +58,10 @@ def cmd_apps(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(out, indent=2))
             return 0
-        rows = [["slug", "active", "versions", "invokes", "graph", "record io", "updated"]]
+        rows = [["slug", "active", "versions", "invokes", "graph", "record io", "served on", "updated"]]
         for a in out["apps"]:
             rows.append([a["slug"], str(a["active_version"] or "unpublished"), str(a["versions_count"]),
-                         str(a["invokes_count"]), a["graph_name"], "yes" if a["record_io"] else "no",
+                         str(a["invokes_count"]), a["graph_name"], "yes" if a["record_io"] else "no", _serving(a),
                          _when(a["updated_at"])])
         print("\n".join(_table(rows)) if out["apps"] else "no apps (publish one: cdui apps publish GRAPH --slug S)")
         return 0
@@ -85,6 +86,10 @@ def cmd_apps(args: argparse.Namespace) -> int:
             body["record_io"] = False
         if args.git_commit is not None:
             body["git_commit"], body["git_dirty"] = _git_commit(args)
+        if args.serve_on is not None:
+            body["serve_on"], body["serve_device"] = args.serve_on, args.device
+        elif args.device is not None:
+            return _die("--device names a device of where the app is served: give --serve-on too", 2)
         out = client.call("POST", f"/api/apps/{slug}/publish", body)
         print(json.dumps(out, indent=2) if args.json else
               f"app {out['slug']}: version {out['version']} published and serving"
@@ -103,6 +108,13 @@ def cmd_apps(args: argparse.Namespace) -> int:
         print("\n".join(_table(rows)))
         print(f"app {slug}: " + (f"version {out['active_version']} serves (*)" if out["active_version"]
                                  else "unpublished"))
+        return 0
+    if what == "serve-on":
+        if args.target is None:
+            return _die("`cdui apps serve-on` needs where: cdui apps serve-on S local|any|WORKER [--device D]", 2)
+        out = client.call("PATCH", f"/api/apps/{slug}", {"serve_on": args.target, "serve_device": args.device})
+        print(json.dumps(out, indent=2) if args.json else
+              f"app {slug}: served on {_serving(out)} from the next invoke on")
         return 0
     if what == "activate":
         if args.target is None or not args.target.isdigit():
@@ -125,6 +137,11 @@ def cmd_apps(args: argparse.Namespace) -> int:
     client.call("DELETE", f"/api/apps/{slug}")
     print(f"app {slug}: deleted")
     return 0
+
+
+def _serving(app: dict[str, Any]) -> str:
+    """``local`` (this server), ``any`` or the worker's name, with ``/DEVICE`` where one is set: one word."""
+    return app["serve_on"] + (f"/{app['serve_device']}" if app.get("serve_device") else "")
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -172,12 +189,19 @@ def _common(s: Any) -> None:
 def add_commands(sub: Any) -> None:
     s = sub.add_parser("apps", help="publish graphs as versioned apps called with API keys; list, show versions, "
                                     "activate, unpublish and delete apps",
-                       description="cdui apps publish NAME|GRAPH.json --slug S | list | versions S | activate S N | "
-                                   "unpublish S | delete S  (docs/apps.md)")
+                       description="cdui apps publish NAME|GRAPH.json --slug S [--serve-on W] | list | versions S | "
+                                   "activate S N | unpublish S | delete S | serve-on S local|any|WORKER [--device D]  "
+                                   "(docs/apps.md)")
     s.add_argument("what", choices=APP_COMMANDS, metavar="SUBCOMMAND", help=", ".join(APP_COMMANDS))
     s.add_argument("first", nargs="?", default=None, metavar="NAME|SLUG",
                    help="publish: the saved graph's name or a graph file; otherwise the app's slug")
-    s.add_argument("second", nargs="?", default=None, metavar="VERSION", help="activate: the version to serve")
+    s.add_argument("second", nargs="?", default=None, metavar="VERSION|WHERE",
+                   help="activate: the version to serve; serve-on: local, any or a worker's name")
+    s.add_argument("--serve-on", default=None, metavar="WHERE",
+                   help="publish: where the app's invokes run: local (this server, the default), any (a connected "
+                        "worker) or a worker's name")
+    s.add_argument("--device", default=None, metavar="D",
+                   help="publish, serve-on: the device there (cpu, cuda, cuda:0; default: a card if it has one)")
     s.add_argument("--slug", default=None, help="publish: the app's slug (^[a-z][a-z0-9-]{0,63}$)")
     s.add_argument("--create", action="store_true", help="publish: create the app if the slug is new")
     s.add_argument("--note", default=None, help="publish: a note kept with the version")

@@ -18,7 +18,7 @@ from cdui.cli.cli_util import _die
 from cdui.cli.client import Client
 from cdui.core.config import load
 from cdui.core.errors import CduiError
-from cdui.nodes import packs
+from cdui.nodes import pack_deps, packs
 
 
 def _store() -> Path:
@@ -62,7 +62,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     failed = 0
     for source in args.sources:
         try:
-            done = packs.install(source, store, search, trust=args.trust, force=args.force)
+            done = packs.install(source, store, search, trust=args.trust, force=args.force,
+                                 install_deps=args.install_deps)
         except packs.PackError as exc:
             print(f"cdui: error: {exc}", file=sys.stderr)
             failed += 1
@@ -73,6 +74,10 @@ def cmd_install(args: argparse.Namespace) -> int:
                             f"--trust despite: {'; '.join(done.problems)}")
             print(f"warning: {e['id']} installed with --trust despite {len(done.problems)} problem(s) "
                   f"(logged in {store / 'plugins.log'})", file=sys.stderr)
+        if done.deps_installed:
+            log_line(store, f"installed Python distributions for {e['id']} (pip --no-index): "
+                            f"{' '.join(done.deps_installed)}")
+            print(f"installed Python distributions for {e['id']}: {', '.join(done.deps_installed)}")
         print(f"installed {e['id']} {e['version']} ({len(packs.node_names(done.manifest))} node types, "
               f"sha256 {e['sha256'][:12]}) from {e['source']}")
     if failed < len(args.sources):
@@ -111,6 +116,11 @@ def cmd_link(args: argparse.Namespace) -> int:
     log_line(store, f"linked {done.entry['id']} from {done.entry['path']} (no safety check)")
     print(f"linked {done.entry['id']} from {done.entry['path']}: loaded in place, with no safety check (it is "
           f"your own code); `cdui plugin reload` after an edit")
+    missing = [d for d in pack_deps.check(done.manifest.python_deps) if not d.satisfied]
+    if missing:  # your own pack: a warning, not a refusal
+        lacking = "; ".join(d.describe() for d in missing)
+        print(f"warning: its [python_deps] are not all in cdui's environment ({lacking}): "
+              f"{pack_deps.offline_hint([d.requirement for d in missing])}", file=sys.stderr)
     reload_server(quiet=True)
     return 0
 
@@ -147,6 +157,18 @@ def cmd_info(args: argparse.Namespace) -> int:
               f"sha256: {d.get('sha256')}; folder: {d['folder']}")
         print(f"  nodes: {', '.join(d['nodes']) or 'none'}")
         print("  examples:" + ("".join(f"\n    {x}" for x in d["examples"]) or " none"))
+        deps = d["python_deps"]
+        print("  python_deps:" + ("".join(
+            f"\n    {x['requirement']}: " + (f"{x['installed']} installed" if x["installed"] else "not installed")
+            + ("" if x["satisfied"] or not x["installed"] else ", which does not satisfy it") for x in deps)
+            or " none"))
+        if any(not x["satisfied"] for x in deps):
+            print(f"  (the pack's nodes fail to load without them: "
+                  f"{pack_deps.offline_hint([x['requirement'] for x in deps if not x['satisfied']])})")
+        print(f"  presets: {', '.join(d['presets']) or 'none'}")
+        if d.get("frontend") or d.get("frontend_files"):
+            print(f"  frontend: {d.get('frontend') or 'no [frontend] entry'} ({len(d['frontend_files'])} file(s) "
+                  "under frontend/; not loaded: it is CodefyUI's browser code, see docs/plugins.md)")
         for p in d.get("problems") or []:
             print(f"  problem: {p}")
         return 0
@@ -176,6 +198,24 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_receive(args: argparse.Namespace) -> int:
+    """The SSH worker's side of ``cdui plugin push``: the archive is on stdin. Refused unless this machine accepts
+    pushed packs, the same setting as for a push over the agent's connection (it installs new code here)."""
+    cfg = load()
+    if not cfg["CODEFYUI_AGENT_ACCEPT_PLUGINS"]:
+        return _die(f"not installed: this machine does not accept pushed plugin packs (set "
+                    f"CODEFYUI_AGENT_ACCEPT_PLUGINS=1 in its environment or settings file, or install the pack here "
+                    f"with `cdui plugin install {args.id}`)", 1)
+    try:
+        done = packs.receive_pushed(sys.stdin.buffer, args.bytes, args.id, args.version, args.pin, args.tree,
+                                    cfg.plugin_store)
+    except packs.PackError as exc:
+        return _die(f"not installed: {exc}", 1)
+    log_line(cfg.plugin_store, f"pushed over ssh: {args.id} {done.entry['version']} sha256 {args.pin}")
+    print(f"installed {args.id} {done.entry['version']}")
+    return 0
+
+
 def add_commands(sub: Any) -> None:
     d = sub.add_parser("plugin", help="install and manage plugin packs (CodefyUI's and cdui's formats)")
     dsub = d.add_subparsers(dest="plugin_command", metavar="COMMAND", parser_class=type(d))
@@ -186,6 +226,9 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--trust", action="store_true",
                    help="install even when the safety check finds unsafe constructs (logged)")
     s.add_argument("--force", action="store_true", help="replace an installed pack of the same id")
+    s.add_argument("--install-deps", action="store_true",
+                   help="install the pack's [python_deps] that cdui's environment lacks from the wheels in "
+                        "CODEFYUI_PLUGIN_SOURCES / CODEFYUI_WHEELHOUSE (pip --no-index: never the network)")
     s.set_defaults(func=cmd_install)
     s = dsub.add_parser("list", help="the installed packs")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -210,4 +253,12 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--to", required=True, metavar="WORKER", help="a worker's name, or all (every connected one)")
     s.add_argument("--control", default=None, metavar="URL", help="the control plane's URL (default: the recorded one)")
     s.set_defaults(func=cmd_push)
+    s = dsub.add_parser("receive", help="install a pack pushed over ssh, its archive on stdin (what `cdui plugin "
+                                        "push` runs on an SSH worker; needs CODEFYUI_AGENT_ACCEPT_PLUGINS=1 there)")
+    s.add_argument("id", metavar="ID", help="the pack's id")
+    s.add_argument("--version", required=True, help="the version the control plane recorded")
+    s.add_argument("--pin", required=True, metavar="SHA256", help="the control plane's lockfile sha256, recorded here")
+    s.add_argument("--tree", required=True, metavar="SHA256", help="the sha256 of the pack's files, checked here")
+    s.add_argument("--bytes", required=True, type=int, metavar="N", help="the archive's size on stdin")
+    s.set_defaults(func=cmd_receive)
     d.set_defaults(func=lambda _args: d.print_help() or 2)

@@ -105,8 +105,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if project.tracked(folder, ".env"):
         problems.append(f"{folder / '.env'} is tracked by git: its secrets are in the repository "
                         "(run `git rm --cached .env`, keep it in .gitignore, and change the secrets it held)")
-    registry = build_registry(folder / "custom_nodes", cfg.plugins_dir)
-    library = preset_library(folder / "presets")
+    # The installed packs too (cdui plugin install): a graph that uses their nodes or presets is valid here
+    # exactly when a server opened on the project would run it.
+    registry = build_registry(folder / "custom_nodes", cfg.plugins_dir, cfg.plugin_store)
+    library = preset_library(folder / "presets", cfg.plugin_store)
     max_nodes = cfg["CODEFYUI_GRAPH_MAX_NODES"]
     # --strict also checks what each graph reads on this machine (its files under assets/ exist).
     layout = Layout.from_env({**_env(), project.PROJECT_SETTING: str(folder)}) if args.strict else None

@@ -7,16 +7,25 @@ one to its end with a table of its trials (pruned ones marked), as ``cdui sweep 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from cdui.cli import cli_devices, cli_runs, cli_workers
-from cdui.cli.cli_sweeps import LIVE, _errors, _short
-from cdui.cli.cli_util import CONTROL_HELP, _die
+from cdui.cli.cli_sweeps import (
+    LIVE,
+    _done,
+    _errors,
+    _short,
+    add_common_options,
+    add_objective_options,
+    changed,
+    follow_table,
+    params_text,
+    print_listing,
+    read_graph_arg,
+    subcommand_problem,
+)
+from cdui.cli.cli_util import _die
 from cdui.core.errors import CduiError
 from cdui.wire.studyspec import PRUNERS, SAMPLERS, dim_from_text
 from cdui.wire.target import parse_target, target_json
@@ -44,59 +53,27 @@ def table(study: dict[str, Any]) -> list[str]:
                  f"{study['parallelism']} at once")
     best = study.get("best")
     if best:
-        params = ", ".join(f"{k}={_short(x)}" for k, x in best["params"].items())
         lines.append(f"best: trial {best['index']} (run {best['run_id']}), {obj.get('metric')} "
-                     f"{_short(best['objective'])}, {params}")
+                     f"{_short(best['objective'])}, {params_text(best['params'])}")
     if study.get("importances"):
         lines.append("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in study["importances"].items()))
     return lines
 
 
-def _done(study: dict[str, Any]) -> bool:
-    return study["status"] in ("finished", "stopped")
-
-
 def follow(client: Any, study_id: str, quiet: bool) -> dict[str, Any]:
-    tty = sys.stdout.isatty() and not quiet
-    drawn = 0
-    seen: dict[int, str] = {}
-    while True:
-        study = client.call("GET", f"/api/studies/{study_id}")
-        if tty:
-            lines = table(study)
-            if drawn:
-                sys.stdout.write(f"\x1b[{drawn}F\x1b[J")
-            sys.stdout.write("\n".join(lines) + "\n")
-            sys.stdout.flush()
-            drawn = len(lines)
-        elif not quiet:
-            for t in study["trials"]:
-                if seen.get(t["index"]) != t["state"]:
-                    seen[t["index"]] = t["state"]
-                    params = ", ".join(f"{k}={_short(x)}" for k, x in t["params"].items())
-                    value = f" {_short(t['objective'])}" if t.get("objective") is not None else ""
-                    print(f"trial {t['index']} ({params}): {t['state']}{value}", flush=True)
-        if _done(study):
-            if not tty and not quiet:
-                print("\n".join(table(study)), flush=True)
-            return study
-        time.sleep(POLL_S)
+    lines = changed({})
+
+    def line(t: dict[str, Any]) -> str:
+        value = f" {_short(t['objective'])}" if t.get("objective") is not None else ""
+        return f"trial {t['index']} ({params_text(t['params'])}): {t['state']}{value}"
+    return follow_table(client, f"/api/studies/{study_id}", table,
+                        lambda study: lines(study["trials"], lambda t: t["state"], line), quiet)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    path = Path(args.what)
-    if not path.exists():
-        close = difflib.get_close_matches(args.what, SUBCOMMANDS, 1, 0.6)
-        if close and not args.what.endswith(".json"):
-            return _die(f"no graph file {args.what!r} and no subcommand {args.what!r}; did you mean {close[0]}? "
-                        f"(see `cdui study --help`)", 2)
-    try:
-        graph = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        return _die(f"cannot read graph file {args.what}: {exc.strerror} (give a CodefyUI graph file, or one of "
-                    f"{', '.join(SUBCOMMANDS)})", 2)
-    except ValueError as exc:
-        return _die(f"graph file {args.what} is not valid JSON: {exc}")
+    graph = read_graph_arg(args.what, "study", SUBCOMMANDS)
+    if isinstance(graph, int):
+        return graph
     if not args.param:
         return _die("a study needs at least one --param NODE.PARAM=SPEC (e.g. --param optimizer.lr=loguniform:1e-4:"
                     "1e-1)", 2)
@@ -143,25 +120,15 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    problem = subcommand_problem(args, "study", args.study_id, SUBCOMMANDS, NEEDS_ID)
+    if problem is not None:
+        return problem
     if args.what not in SUBCOMMANDS:
-        if args.study_id is not None:
-            return _die(f"unexpected {args.study_id!r} after the graph file (give params with --param)", 2)
         return cmd_create(args)
-    if args.what in NEEDS_ID and not args.study_id:
-        return _die(f"`cdui study {args.what}` needs the study's id (`cdui study list` shows them)", 2)
     client = cli_workers._client(args)
     if args.what == "list":
-        studies = client.call("GET", "/api/studies")["studies"]
-        if args.json:
-            print(json.dumps(studies, indent=2))
-            return 0
-        if not studies:
-            print("no studies")
-        for s in studies:
-            counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
-            print(f"{s['id']}  {s['status']:<9} {s['created_at'][:19].replace('T', ' ')}  {s['total']} of "
-                  f"{s['count']} trials ({counts})  {s.get('name') or ''}".rstrip())
-        return 0
+        return print_listing(client.call("GET", "/api/studies")["studies"], "study",
+                             lambda s: f"{s['total']} of {s['count']} trials", args.json)
     study = client.call("GET", f"/api/studies/{args.study_id}")
     if args.what == "show":
         print(json.dumps(study, indent=2) if args.json else "\n".join(table(study)))
@@ -170,9 +137,9 @@ def cmd_study(args: argparse.Namespace) -> int:
         if not args.name:
             return _die("`cdui study best-save ID --name NAME` needs --name: the saved graph's name", 2)
         out = client.call("POST", f"/api/studies/{study['id']}/best/save", {"name": args.name})
-        params = ", ".join(f"{k}={_short(x)}" for k, x in out["trial"]["params"].items())
         print(json.dumps(out, indent=2) if args.json else
-              f"saved graph {out['name']} with trial {out['trial']['index']}'s params ({params})")
+              f"saved graph {out['name']} with trial {out['trial']['index']}'s params "
+              f"({params_text(out['trial']['params'])})")
         return 0
     if _done(study):
         print(f"study {study['id']} has already {study['status']}: nothing to stop")
@@ -209,24 +176,12 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--parallelism", type=int, default=1, metavar="N", help="trials queued or running at once "
                                                                           "(default 1)")
     s.add_argument("--seed", type=int, default=0, metavar="S", help="the sampler's seed (default 0)")
-    s.add_argument("--objective", default=None, metavar="METRIC",
-                   help="the metric the study optimises (its last value in each run; every step's value feeds "
-                        "the pruner), e.g. val_loss")
-    goal = s.add_mutually_exclusive_group()
-    goal.add_argument("--min", action="store_true", help="lower --objective is better (the default)")
-    goal.add_argument("--max", action="store_true", help="higher --objective is better")
-    s.add_argument("--target", default=None,
-                   help="where each trial runs, as for `cdui run`: any (default), local, a worker NAME, or one-shot")
-    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    add_objective_options(s, "the metric the study optimises (its last value in each run; every step's value "
+                             "feeds the pruner), e.g. val_loss")
+    add_common_options(s, "trial")
     s.add_argument("--name", default=None, help="the study's name (default: the graph's); best-save: the saved "
                                                 "graph's name")
-    s.add_argument(cli_devices.QUEUE_ANYWAY, action="store_true",
-                   help="queue it even when no machine the target may use offers --device (it waits for one)")
     s.add_argument("--wait", action="store_true",
                    help="follow the study to its end with a table of its trials; exit 0 if it found a best trial")
     s.add_argument("--yes", "-y", action="store_true", help="stop: do not ask (needed when not on a terminal)")
-    s.add_argument("--json", action="store_true", help="print the study (or the list) as JSON")
-    s.add_argument("--control", default=None, help=CONTROL_HELP)
-    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
-                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_study)

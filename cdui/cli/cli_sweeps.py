@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,8 @@ def table(sweep: dict[str, Any]) -> list[str]:
                  f"at most {sweep['max_running']} at once")
     best = sweep.get("best")
     if best:
-        params = ", ".join(f"{k}={_short(x)}" for k, x in best["params"].items())
         lines.append(f"best: variant {best['index']} (run {best['run_id']}), {obj['metric'] if obj else ''} "
-                     f"{_short(best['objective'])}, {params}")
+                     f"{_short(best['objective'])}, {params_text(best['params'])}")
     for v in sweep["variants"]:
         if v.get("error") and v["status"] not in ("succeeded",) + LIVE:
             lines.append(f"variant {v['index']}: {v['error']}")
@@ -68,34 +68,62 @@ def _done(sweep: dict[str, Any]) -> bool:
     return sweep["status"] in ("finished", "stopped")
 
 
-def follow(client: Any, sweep_id: str) -> dict[str, Any]:
-    """Poll the sweep until it has finished or stopped; a live table on a terminal, else one line per change."""
-    tty = sys.stdout.isatty()
+def follow_table(client: Any, path: str, table_of: Callable[[dict[str, Any]], list[str]],
+                 changes: Callable[[dict[str, Any]], list[str]], quiet: bool = False) -> dict[str, Any]:
+    """Poll ``path`` (a sweep or a study) until it has finished or stopped: a live table on a terminal,
+    redrawn in place; otherwise each line ``changes`` gives as it changes, then the table once at the end.
+    ``quiet``: nothing printed (``--json``)."""
+    tty = sys.stdout.isatty() and not quiet
     drawn = 0
-    seen: dict[int, tuple[str, Any]] = {}
     while True:
-        sweep = client.call("GET", f"/api/sweeps/{sweep_id}")
+        item = client.call("GET", path)
         if tty:
-            lines = table(sweep)
+            lines = table_of(item)
             if drawn:
                 sys.stdout.write(f"\x1b[{drawn}F\x1b[J")  # back to the table's first line, and clear below
             sys.stdout.write("\n".join(lines) + "\n")
             sys.stdout.flush()
             drawn = len(lines)
-        else:
-            for v in sweep["variants"]:
-                now = (v["status"], v.get("worker_id"))
-                if seen.get(v["index"]) != now:
-                    seen[v["index"]] = now
-                    where = f" on {v['worker_id']}" if v.get("worker_id") else ""
-                    params = ", ".join(f"{k}={_short(x)}" for k, x in v["params"].items())
-                    print(f"variant {v['index']} ({params}): {v['status']}{where}"
-                          + (f" (run {v['run_id']})" if v.get("run_id") else ""), flush=True)
-        if _done(sweep):
-            if not tty:
-                print("\n".join(table(sweep)), flush=True)
-            return sweep
+        elif not quiet:
+            for line in changes(item):
+                print(line, flush=True)
+        if _done(item):
+            if not tty and not quiet:
+                print("\n".join(table_of(item)), flush=True)
+            return item
         time.sleep(POLL_S)
+
+
+def changed(seen: dict[int, Any]) -> Callable[[list[dict[str, Any]], Callable[[dict[str, Any]], Any],
+                                                  Callable[[dict[str, Any]], str]], list[str]]:
+    """The lines of the rows (variants, trials) whose ``state_of`` changed since the last call."""
+    def lines(rows: list[dict[str, Any]], state_of: Callable[[dict[str, Any]], Any],
+              line_of: Callable[[dict[str, Any]], str]) -> list[str]:
+        out = []
+        for row in rows:
+            now = state_of(row)
+            if seen.get(row["index"]) != now:
+                seen[row["index"]] = now
+                out.append(line_of(row))
+        return out
+    return lines
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_short(x)}" for k, x in params.items())
+
+
+def follow(client: Any, sweep_id: str, quiet: bool = False) -> dict[str, Any]:
+    """Poll the sweep until it has finished or stopped; a live table on a terminal, else one line per change."""
+    lines = changed({})
+
+    def line(v: dict[str, Any]) -> str:
+        where = f" on {v['worker_id']}" if v.get("worker_id") else ""
+        return (f"variant {v['index']} ({params_text(v['params'])}): {v['status']}{where}"
+                + (f" (run {v['run_id']})" if v.get("run_id") else ""))
+    return follow_table(client, f"/api/sweeps/{sweep_id}", table,
+                        lambda sweep: lines(sweep["variants"], lambda v: (v["status"], v.get("worker_id")), line),
+                        quiet)
 
 
 def emit_sbatch(sweep: dict[str, Any]) -> str:
@@ -134,20 +162,30 @@ def _errors(err: CduiError) -> int | None:
     return 1
 
 
-def cmd_create(args: argparse.Namespace) -> int:
-    path = Path(args.what)
-    if not path.exists() and args.what not in SUBCOMMANDS:
-        close = difflib.get_close_matches(args.what, SUBCOMMANDS, 1, 0.6)
-        if close and not args.what.endswith(".json"):
-            return _die(f"no graph file {args.what!r} and no subcommand {args.what!r}; did you mean {close[0]}? "
-                        f"(see `cdui sweep --help`)", 2)
+def read_graph_arg(what: str, command: str, subcommands: tuple[str, ...]) -> dict[str, Any] | int:
+    """The graph file named where a subcommand could also stand, or the exit code of a clear error."""
+    path = Path(what)
+    if not path.exists() and what not in subcommands:
+        close = difflib.get_close_matches(what, subcommands, 1, 0.6)
+        if close and not what.endswith(".json"):
+            return _die(f"no graph file {what!r} and no subcommand {what!r}; did you mean {close[0]}? "
+                        f"(see `cdui {command} --help`)", 2)
     try:
         graph = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        return _die(f"cannot read graph file {args.what}: {exc.strerror} (give a CodefyUI graph file, or one of "
-                    f"{', '.join(SUBCOMMANDS)})", 2)
+        return _die(f"cannot read graph file {what}: {exc.strerror} (give a CodefyUI graph file, or one of "
+                    f"{', '.join(subcommands)})", 2)
     except ValueError as exc:
-        return _die(f"graph file {args.what} is not valid JSON: {exc}")
+        return _die(f"graph file {what} is not valid JSON: {exc}")
+    if not isinstance(graph, dict):
+        return _die(f"graph file {what} holds {type(graph).__name__}, not a graph (a JSON object with nodes and edges)")
+    return graph
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    graph = read_graph_arg(args.what, "sweep", SUBCOMMANDS)
+    if isinstance(graph, int):
+        return graph
     if not args.param:
         return _die("a sweep needs at least one --param NODE.PARAM=VALUES (e.g. --param train.lr=0.1,0.01)", 2)
     axes: dict[str, Any] = {}
@@ -198,40 +236,70 @@ def cmd_create(args: argparse.Namespace) -> int:
         return 0
     if not args.json:
         print(f"sweep {sweep['id']}: {sweep['total']} variants", flush=True)
-    final = follow(client, sweep["id"]) if not args.json else _wait_quiet(client, sweep["id"])
+    final = follow(client, sweep["id"], quiet=args.json)
     if args.json:
         print(json.dumps(final, indent=2))
     return 0 if final["counts"].get("succeeded", 0) == final["total"] else 1
 
 
-def _wait_quiet(client: Any, sweep_id: str) -> dict[str, Any]:
-    while True:
-        sweep = client.call("GET", f"/api/sweeps/{sweep_id}")
-        if _done(sweep):
-            return sweep
-        time.sleep(POLL_S)
+def subcommand_problem(args: argparse.Namespace, command: str, item_id: str | None, subcommands: tuple[str, ...],
+                       needs_id: tuple[str, ...]) -> int | None:
+    """The exit code of a misused subcommand (an id after a graph file, a subcommand without its id), else None."""
+    if args.what not in subcommands:
+        if item_id is not None:
+            return _die(f"unexpected {item_id!r} after the graph file (give params with --param)", 2)
+        return None
+    if args.what in needs_id and not item_id:
+        return _die(f"`cdui {command} {args.what}` needs the {command}'s id (`cdui {command} list` shows them)", 2)
+    return None
+
+
+def print_listing(items: list[dict[str, Any]], command: str, of_what: Callable[[dict[str, Any]], str],
+                  as_json: bool) -> int:
+    """``cdui sweep list`` / ``cdui study list``: one line each (id, status, created, counts, name)."""
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return 0
+    if not items:
+        print(f"no {command}s" if command != "study" else "no studies")
+    for s in items:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
+        print(f"{s['id']}  {s['status']:<9} {s['created_at'][:19].replace('T', ' ')}  {of_what(s)} "
+              f"({counts})  {s.get('name') or ''}".rstrip())
+    return 0
+
+
+def add_common_options(s: Any, noun: str) -> None:
+    """The options ``cdui sweep`` and ``cdui study`` share: where each run goes, how to follow, how to reach."""
+    s.add_argument("--target", default=None,
+                   help=f"where each {noun} runs, as for `cdui run`: any (default), local, a worker NAME, or one-shot")
+    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    s.add_argument(cli_devices.QUEUE_ANYWAY, action="store_true",
+                   help="queue it even when no machine the target may use offers --device (it waits for one)")
+    s.add_argument("--json", action="store_true", help=f"print the {'study' if noun == 'trial' else 'sweep'} "
+                                                       "(or the list) as JSON")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
+    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
+                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
+
+
+def add_objective_options(s: Any, what: str) -> None:
+    s.add_argument("--objective", default=None, metavar="METRIC", help=what)
+    goal = s.add_mutually_exclusive_group()
+    goal.add_argument("--min", action="store_true", help="lower --objective is better (the default)")
+    goal.add_argument("--max", action="store_true", help="higher --objective is better")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    problem = subcommand_problem(args, "sweep", args.sweep_id, SUBCOMMANDS, NEEDS_ID)
+    if problem is not None:
+        return problem
     if args.what not in SUBCOMMANDS:
-        if args.sweep_id is not None:
-            return _die(f"unexpected {args.sweep_id!r} after the graph file (give params with --param)", 2)
         return cmd_create(args)
-    if args.what in NEEDS_ID and not args.sweep_id:
-        return _die(f"`cdui sweep {args.what}` needs the sweep's id (`cdui sweep list` shows them)", 2)
     client = _client(args)
     if args.what == "list":
-        sweeps = client.call("GET", "/api/sweeps")["sweeps"]
-        if args.json:
-            print(json.dumps(sweeps, indent=2))
-            return 0
-        if not sweeps:
-            print("no sweeps")
-        for s in sweeps:
-            counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
-            print(f"{s['id']}  {s['status']:<9} {s['created_at'][:19].replace('T', ' ')}  {s['total']} variants "
-                  f"({counts})  {s.get('name') or ''}".rstrip())
-        return 0
+        return print_listing(client.call("GET", "/api/sweeps")["sweeps"], "sweep",
+                             lambda s: f"{s['total']} variants", args.json)
     sweep = client.call("GET", f"/api/sweeps/{args.sweep_id}")
     if args.what == "show":
         print(json.dumps(sweep, indent=2) if args.json else "\n".join(table(sweep)))
@@ -287,14 +355,8 @@ def add_commands(sub: Any) -> None:
                         "random: --count variants drawn with --seed")
     s.add_argument("--count", type=int, default=None, metavar="N", help="how many variants --mode random draws")
     s.add_argument("--seed", type=int, default=0, metavar="S", help="--mode random's seed (default 0)")
-    s.add_argument("--objective", default=None, metavar="METRIC",
-                   help="the metric that ranks the variants (its last value in each run), e.g. val_loss")
-    goal = s.add_mutually_exclusive_group()
-    goal.add_argument("--min", action="store_true", help="lower --objective is better (the default)")
-    goal.add_argument("--max", action="store_true", help="higher --objective is better")
-    s.add_argument("--target", default=None,
-                   help="where each variant runs, as for `cdui run`: any (default), local, a worker NAME, or one-shot")
-    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: any free device)")
+    add_objective_options(s, "the metric that ranks the variants (its last value in each run), e.g. val_loss")
+    add_common_options(s, "variant")
     s.add_argument("--devices", type=int, default=None, metavar="N",
                    help="a device set per variant: N devices of --device's kind on one worker")
     s.add_argument("--record-outputs", action="store_true", help="keep each node's outputs of every variant")
@@ -302,8 +364,6 @@ def add_commands(sub: Any) -> None:
                    help="at most N of the sweep's runs queued or running at once; the rest wait in the sweep "
                         "(default 4)")
     s.add_argument("--name", default=None, help="the sweep's name (default: the graph's)")
-    s.add_argument(cli_devices.QUEUE_ANYWAY, action="store_true",
-                   help="queue it even when no machine the target may use offers --device (it waits for one)")
     s.add_argument("--wait", action="store_true",
                    help="follow the sweep to its end with a table of its variants; exit 0 only if every one succeeded")
     s.add_argument("--emit-sbatch", action="store_true",
@@ -311,8 +371,4 @@ def add_commands(sub: Any) -> None:
                         "sweep's variants (pipe it to sbatch)")
     s.add_argument("--keep-runs", action="store_true", help="delete: keep the sweep's runs (default: deleted too)")
     s.add_argument("--yes", "-y", action="store_true", help="stop, delete: do not ask (needed when not on a terminal)")
-    s.add_argument("--json", action="store_true", help="print the sweep (or the list) as JSON")
-    s.add_argument("--control", default=None, help=CONTROL_HELP)
-    s.add_argument("--ca-fingerprint", default=None, metavar="sha256:HEX",
-                   help="through a TLS proxy with a self-signed certificate: its key's fingerprint (pinned)")
     s.set_defaults(func=cmd_sweep)

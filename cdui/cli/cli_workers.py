@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -513,6 +514,9 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
     held = hold_spool(ud, control, cred)
     if isinstance(held, int):
         return held
+    # Ignored until serve() handles it: an SSH worker's pushed pack sends SIGUSR1 to the PID in the pidfile, which
+    # would otherwise end an agent still starting.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     with daemon.PidFile(pidfile).held():
         try:
             agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),

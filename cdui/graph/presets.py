@@ -1,7 +1,8 @@
 """The installed preset library: CodefyUI's three built-in presets (LSTM
 Sequence, Simple CNN Classifier, Training Pipeline), shipped as package data in
-``cdui/graph/builtin_presets/``, plus the presets a user saves in the data folder's
-``presets/`` (a file there replaces a built-in of the same name).
+``cdui/graph/builtin_presets/``, the presets of the installed plugin packs (their
+``presets/*.json``, named ``<pack>:<name>``), plus the presets a user saves in the data
+folder's ``presets/`` (a file there replaces a built-in of the same name).
 
 A graph's own embedded presets are used only for names the library lacks
 (CodefyUI's order: the registry first); see cdui.graph.model.parse.
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdui.core.layout import package_dir
+from cdui.nodes import packs
 
 log = logging.getLogger(__name__)
 BUILTIN_DIR = package_dir("graph/builtin_presets")
@@ -37,9 +39,14 @@ def _read_folder(folder: Path, into: dict[str, dict[str, Any]]) -> None:
             into[str(d.get("preset_name") or d.get("name") or p.stem)] = d
 
 
-def preset_library(user_folder: Path | None = None) -> dict[str, dict[str, Any]]:
+def preset_library(user_folder: Path | None = None, plugin_store: Path | None = None) -> dict[str, dict[str, Any]]:
     lib: dict[str, dict[str, Any]] = {}
     _read_folder(BUILTIN_DIR, lib)
+    if plugin_store is not None:
+        for _entry, folder in packs.installed(plugin_store):
+            m = packs.read_manifest(folder)
+            if not m.problems:
+                lib.update(packs.pack_presets(m))
     if user_folder is not None:
         _read_folder(user_folder, lib)
     return lib

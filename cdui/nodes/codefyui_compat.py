@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import math
 import random
 import re
@@ -32,6 +33,9 @@ from cdui.nodes.base import Node, Param, Port, Step, StepRecorder
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdui.graph.context import RunContext
+
+log = logging.getLogger("cdui.plugins")
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
 class DataType(str, Enum):  # noqa: UP042 - as CodefyUI declares it, so str() and format() give what packs expect
@@ -255,31 +259,73 @@ def seeded_linear_init(module: Any, seed: int) -> Any:
 
 
 class ExecutionContext:
-    """What a CodefyUI node's ``execute(..., context=)`` reads, backed by cdui's run context."""
+    """What a CodefyUI node's ``execute(..., context=)`` reads.
 
-    def __init__(self, ctx: RunContext) -> None:
-        self.run_context = ctx
-        self.verbose = bool(getattr(ctx, "verbose", False))
-        self.device = ctx.device
-        self.current_node_id = ctx.node_id
-        self.graph_id = ctx.run_id
-        # Weights live for the run only: the module a node built is kept while the run lasts.
-        self.weights_persistent = False
-        self.node_state_store = None
+    Built two ways. cdui builds it for each node call from the run's context (:meth:`for_run`), so that it
+    reports warnings and log lines into the run and keeps a stateful node's module for the run. A pack's
+    own code or tests build it as CodefyUI's dataclass is built, by keyword (``ExecutionContext(device="cpu",
+    verbose=True, seed=7)``): then it stands alone, with CodefyUI's defaults, a stop flag of its own, and
+    nowhere to report to but the ``cdui.plugins`` log.
+    """
+
+    def __init__(self, run_context: RunContext | None = None, *, device: str = "cpu", verbose: bool = False,
+                 seed: int | None = None, deterministic: bool = False, graph_id: str = "",
+                 execution_id: str = "", current_node_id: str = "", weights_persistent: bool = True,
+                 node_state_store: Any = None, backward_mode: bool = False, auto_backward: bool = False,
+                 max_workers: int = 4) -> None:
+        self.run_context = run_context
+        self.device = device
+        self.verbose = verbose
+        self.seed = seed
+        self.deterministic = deterministic
+        self.graph_id = graph_id
+        self.execution_id = execution_id
+        self.current_node_id = current_node_id
+        self.weights_persistent = weights_persistent
+        self.node_state_store = node_state_store
+        self.backward_mode = backward_mode
+        self.auto_backward = auto_backward
+        self.max_workers = max_workers
+        self.grad_targets: dict[tuple[str, str], Any] = {}
+        self._stopped = False
+
+    @classmethod
+    def for_run(cls, ctx: RunContext) -> ExecutionContext:
+        """The context of one node call of a cdui run. Weights live for the run only (the module a node
+        built is kept while the run lasts), and a cdui run takes no run seed."""
+        return cls(ctx, device=str(ctx.device or "cpu"), verbose=bool(getattr(ctx, "verbose", False)),
+                   graph_id=ctx.run_id, execution_id=ctx.run_id, current_node_id=ctx.node_id or "",
+                   weights_persistent=False)
 
     def derive_seed(self, label: str) -> int | None:
-        """The seed of ``label`` under the run's seed; None: cdui runs take no run seed (so packs fall back to
-        their own, as CodefyUI's do for an unseeded run)."""
-        return None
+        """The seed of ``label`` under the run's seed; None on an unseeded run (every cdui run: packs then
+        fall back to their own seeding, as CodefyUI's do)."""
+        return None if self.seed is None else derive_seed(self.seed, label)
+
+    def make_generator(self, label: str) -> Any:
+        return make_generator(self.derive_seed(label))
 
     def log_warning(self, kind: str, message: str, node_id: str | None = None, **data: Any) -> None:
-        self.run_context.warning(kind, message, **data)
+        if self.run_context is not None:
+            self.run_context.warning(kind, message, **data)
+        else:
+            log.warning("%s: %s", kind, message)
 
     def log(self, message: str, level: str = "info") -> None:
-        self.run_context.log(message, level)
+        if self.run_context is not None:
+            self.run_context.log(message, level)
+        else:
+            log.log(_LOG_LEVELS.get(level, logging.INFO), "%s", message)
+
+    def cancel(self) -> None:
+        self._stopped = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self.should_stop()
 
     def should_stop(self) -> bool:
-        return self.run_context.should_stop()
+        return self._stopped or (self.run_context is not None and self.run_context.should_stop())
 
 
 def _enum_value(v: Any) -> str:
@@ -346,7 +392,7 @@ def adapt(cls: Any, type_name: str, pack: str) -> type[Node]:
         args: list[Any] = [inputs, params]
         if with_progress:
             args.append(_progress(ctx))
-        kwargs = {"context": ExecutionContext(ctx)} if with_context else {}
+        kwargs = {"context": ExecutionContext.for_run(ctx)} if with_context else {}
         out: dict[str, Any] = node.execute(*args, **kwargs)
         return out
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cdui.nodes import pack_deps
+
 MANIFEST = "cdui.plugin.toml"
 LOCKFILE = "installed.json"
 ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?$")
@@ -44,6 +46,8 @@ MAX_FILE_BYTES = 64 * 1024 ** 2
 MAX_TOTAL_BYTES = 256 * 1024 ** 2
 MAX_MANIFEST_BYTES = 256 * 1024
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+PRESETS_DIR = "presets"
+MAX_PRESET_BYTES = 1 << 20
 
 
 class PackError(Exception):
@@ -71,6 +75,8 @@ class Manifest:
     modules: list[str] = field(default_factory=list)
     capabilities: list[str] = field(default_factory=list)
     allowed_modules: list[str] = field(default_factory=list)
+    python_deps: dict[str, str] = field(default_factory=dict)
+    frontend_entry: str | None = None  # [frontend] entry, a file under frontend/ (recorded, not served: see docs)
     problems: list[str] = field(default_factory=list)
 
     def node_files(self) -> list[Path]:
@@ -85,6 +91,18 @@ class Manifest:
         if not d.is_dir():
             return []
         return sorted(str(p.relative_to(self.folder)) for p in d.rglob("*.json") if p.is_file())
+
+    def preset_files(self) -> list[Path]:
+        """The presets the pack ships: ``presets/*.json`` (a fixed folder name, as in CodefyUI)."""
+        d = self.folder / PRESETS_DIR
+        return sorted(p for p in d.glob("*.json") if p.is_file() and not p.is_symlink()) if d.is_dir() else []
+
+    def frontend_files(self) -> list[str]:
+        """The files of ``frontend/``, relative to the pack (at most 200 listed)."""
+        d = self.folder / "frontend"
+        if not d.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.folder)) for p in d.rglob("*") if p.is_file())[:200]
 
 
 def _inside(folder: Path, rel: str) -> bool:
@@ -154,6 +172,15 @@ def read_manifest(folder: Path) -> Manifest:
         problems.append(f"[security] capabilities {caps!r} must be a list of {', '.join(CAPABILITIES)}")
     else:
         m.capabilities = caps
+    m.python_deps, dep_problems = pack_deps.parse(data.get("python_deps"))
+    problems.extend(dep_problems)
+    front = data.get("frontend") if isinstance(data.get("frontend"), dict) else {}
+    assert isinstance(front, dict)
+    entry = front.get("entry")
+    # CodefyUI's rule: a relative POSIX path under frontend/; anything else counts as no frontend.
+    if isinstance(entry, str) and entry.startswith("frontend/") and ".." not in entry.split("/") \
+            and _inside(folder, entry):
+        m.frontend_entry = entry
     allowed = sec.get("allowed_modules", [])
     if not isinstance(allowed, list) or not all(isinstance(c, str) for c in allowed):
         problems.append("[security] allowed_modules must be a list of module names")
@@ -450,13 +477,40 @@ class Installed:
     entry: dict[str, Any]
     manifest: Manifest
     problems: list[str]  # the safety check's, installed anyway under --trust
+    deps_installed: list[str] = field(default_factory=list)  # [python_deps] pip installed (--install-deps)
+
+
+def _ensure_deps(m: Manifest, what: Path, search: list[Path], install_deps: bool) -> list[str]:
+    """The pack's ``[python_deps]`` that cdui's environment lacks, installed from the ``search`` folders' wheels
+    when ``install_deps`` (pip with ``--no-index``), else refused naming each; the requirements installed."""
+    missing = [d for d in pack_deps.check(m.python_deps) if not d.satisfied]
+    if not missing:
+        return []
+    reqs = [d.requirement for d in missing]
+    hint = pack_deps.offline_hint(reqs)
+    if not install_deps:
+        raise PackError(f"{what}: pack {m.id!r} needs Python distributions that cdui's environment lacks",
+                        [d.describe() for d in missing], hint=hint)
+    folders = [f for f in search if f.is_dir()]
+    if not folders:
+        raise PackError(f"{what}: --install-deps has no folder of wheels to install {', '.join(reqs)} from", [],
+                        hint="set CODEFYUI_PLUGIN_SOURCES or CODEFYUI_WHEELHOUSE to folders holding their wheels")
+    ok, tail = pack_deps.install(reqs, folders)
+    still = [d for d in pack_deps.check(m.python_deps) if not d.satisfied]
+    if not ok or still:
+        raise PackError(f"{what}: {', '.join(reqs)} could not be installed from {', '.join(map(str, folders))} "
+                        "(pip --no-index)", [d.describe() for d in still] + ([tail] if tail else []), hint=hint)
+    return reqs
 
 
 def install(source: str, store: Path, search: Iterable[Path] = (), *, trust: bool = False,
-            force: bool = False, expect_sha256: str | None = None) -> Installed:
+            force: bool = False, expect_sha256: str | None = None, install_deps: bool = False) -> Installed:
     """Install one pack from ``source`` (a folder, an archive, or a name found in ``search``) into ``store``
     and lock it. Raises :class:`PackError` listing every problem (with ``trust``, the safety check's
-    findings are installed anyway and returned; manifest problems never are)."""
+    findings are installed anyway and returned; manifest problems never are). A pack whose ``[python_deps]``
+    cdui's environment lacks is refused, or with ``install_deps`` they are installed from the wheels in the
+    ``search`` folders, offline."""
+    search = list(search)
     path = Path(source).expanduser()
     kind = "folder" if path.is_dir() else "archive" if path.is_file() else "name"
     if kind == "name":
@@ -491,6 +545,7 @@ def install(source: str, store: Path, search: Iterable[Path] = (), *, trust: boo
             raise PackError(f"{path}: refused, the safety check found {len(found_problems)} problem(s)",
                             found_problems, hint="remove them, or install anyway with --trust if you trust "
                                                  "whoever wrote the pack (it runs as you)")
+        deps_installed = _ensure_deps(m, path, search, install_deps)
         lock = read_lock(store)
         old = lock.get(m.id)
         if old is not None and not force and old.get("sha256") != sha:
@@ -506,9 +561,11 @@ def install(source: str, store: Path, search: Iterable[Path] = (), *, trust: boo
     entry = {"id": m.id, "name": m.name, "version": m.version, "format": m.fmt, "source": str(path),
              "source_kind": kind, "sha256": sha, "installed_at": int(time.time()),
              "trusted": bool(found_problems)}
+    if m.python_deps:
+        entry["python_deps"] = sorted(m.python_deps.values())
     lock[m.id] = entry
     write_lock(store, lock)
-    return Installed(entry, read_manifest(target), found_problems)
+    return Installed(entry, read_manifest(target), found_problems, deps_installed)
 
 
 def install_pushed(pack_id: str, version: str, pin: str, tree: str, data: bytes, store: Path) -> Installed:
@@ -534,6 +591,33 @@ def install_pushed(pack_id: str, version: str, pin: str, tree: str, data: bytes,
                      "source": "pushed by the control plane", "source_kind": "pushed"}
     write_lock(store, lock)
     return Installed(lock[pack_id], done.manifest, [])
+
+
+MAX_PUSHED_BYTES = 64 * 1024 ** 2  # a pushed archive read from a stream (ssh); more is refused before reading on
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def receive_pushed(stream: Any, size: int, pack_id: str, version: str, pin: str, tree: str,
+                   store: Path) -> Installed:
+    """Install a pack whose archive arrives on ``stream`` (``size`` bytes: an SSH worker's side of ``cdui plugin
+    push``), checked as :func:`install_pushed` checks one from the connection. Every value is checked before
+    any byte is read; a stream that ends early is refused. Raises :class:`PackError`."""
+    if not ID_RE.match(pack_id):
+        raise PackError(f"{pack_id!r} is not a pack id", [], hint="the control plane sends the installed pack's id")
+    bad = [f"{name} {value!r} is not a sha256 (64 hex digits)" for name, value in (("--pin", pin), ("--tree", tree))
+           if not SHA256_RE.match(value)]
+    if bad:
+        raise PackError("the pushed pack's checksums are malformed", bad, hint="push it again")
+    if not 0 < size <= MAX_PUSHED_BYTES:
+        raise PackError(f"a pushed archive of {size} bytes is refused (1 to {MAX_PUSHED_BYTES // 1024 ** 2} MiB)",
+                        [], hint="install a larger pack on the worker with `cdui plugin install`")
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = stream.read(min(1024 * 1024, size - len(buf)))
+        if not chunk:
+            raise PackError(f"the pushed archive ended after {len(buf)} of {size} bytes", [], hint="push it again")
+        buf += chunk
+    return install_pushed(pack_id, version, pin, tree, bytes(buf), store)
 
 
 def link(folder: Path, store: Path) -> Installed:
@@ -598,7 +682,30 @@ def describe(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     m = read_manifest(folder)
     out = {**entry, "folder": str(folder), "present": (folder / MANIFEST).is_file(),
            "description": m.description, "nodes": node_names(m) if not m.problems else [],
-           "examples": m.examples() if not m.problems else []}
+           "examples": m.examples() if not m.problems else [],
+           "python_deps": [{"requirement": d.requirement, "installed": d.installed, "satisfied": d.satisfied}
+                           for d in pack_deps.check(m.python_deps)],
+           "presets": sorted(pack_presets(m)), "frontend": m.frontend_entry,
+           "frontend_files": m.frontend_files()}
     if m.problems:
         out["problems"] = m.problems
+    return out
+
+
+
+def pack_presets(m: Manifest) -> dict[str, dict[str, Any]]:
+    """The presets a pack ships (``presets/*.json``, a fixed folder name as in CodefyUI) by their names under the
+    pack's namespace, ``<id>:<name>`` (the name: the file's ``preset_name`` or ``name``, else its stem), as its
+    node types are; a file that is not a JSON object, or over 1 MiB, is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in m.preset_files():
+        try:
+            if p.stat().st_size > MAX_PRESET_BYTES:
+                continue
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict):
+            name = f"{m.id}:{d.get('preset_name') or d.get('name') or p.stem}"
+            out[name] = {**d, "preset_name": name}
     return out

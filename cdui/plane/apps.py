@@ -1,5 +1,5 @@
 """Published apps (docs/apps.md): a saved graph frozen as numbered versions behind a slug, called with
-an API key, served by a warm process on the control plane.
+an API key, served by a warm process on the control plane or on a worker.
 
 - **Versions** are immutable snapshots (the graph as :meth:`RunService.admit` stores a run's: its
   installed presets embedded), made by ``publish``, which checks the graph as ``/api/graph/run``
@@ -20,11 +20,19 @@ an API key, served by a warm process on the control plane.
   ``CODEFYUI_APP_MAX_RSS_MB`` after an invoke, and once its version is no longer the active one and
   its last invoke has answered: activating another version never drops an invoke in flight. A crash
   fails only the invoke in flight (503 ``app_process_lost``); the next invoke starts a fresh process.
+  The processes are a :class:`cdui.run.serving.ServingPool`'s, the same on a worker's agent.
+- **Placement**: the app's ``serve_on`` (``local``, ``any`` or a worker) and ``serve_device`` say where an
+  invoke runs (:func:`cdui.plane.sched.app_placement.place_app`). An invoke on a worker is an
+  ``app_invoke`` over that worker's connection, answered by ``app_answer`` (waited for by request id, as
+  recorded outputs are); a worker not connected is a 503 ``app_worker_offline`` naming it. A worker on
+  another machine fetches the version's weights by sha256 from the download route, which lets it have
+  only the files of versions it was sent (:meth:`AppService.may_download`).
+- **Slots**: each warm process holds a slot of its device (``RunService.app_slots``), so runs queue for it;
+  an idle one gives it back to a queued run that may use the device.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -32,9 +40,8 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -42,11 +49,12 @@ from aiohttp import web
 from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import sha256_file
 from cdui.graph.contract import Contract, contract_of, fill_inputs
-from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.plane.runs import RunService
+from cdui.plane.sched.app_placement import LOCAL, Refuse, check_serve_on, place_app
+from cdui.plane.worker_session import Conn, RemoteExecutor
 from cdui.run import canvas_proc, runner
-from cdui.run.spare import RunProcess, exit_text
-from cdui.wire.devicesets import device_matches
+from cdui.run.serving import STOP_WAIT_S, PoolLimits, ServingPool
+from cdui.wire import protocol
 from cdui.wire.job import Job, JobFiles
 
 log = logging.getLogger(__name__)
@@ -63,14 +71,34 @@ GIT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$")
 WEIGHTS_FOLDER = "app-weights"
 SNAPSHOT_MAX_BYTES = 8 * 1024 ** 3
 SNAPSHOTS_KEPT = 32  # versions' graphs kept in memory for invokes (each up to CODEFYUI_MAX_GRAPH_BYTES)
-STOP_WAIT_S = 5.0  # how long an invoke past its timeout has to end after its stop, before its process is killed
-SWEEP_EVERY_S = 5.0
-STDERR_KEPT = 20  # the last lines of a warm process's stderr, for the message when it dies
 DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 60.0, 3600.0
 INVOKES_LISTED_MAX = 500
-# The start of the event lines an invoke reads (the run process writes "kind" first: cdui/run/runproc.py).
-_WANTED = (b'{"kind": "' + GRAPH_OUTPUT_EVENT.encode() + b'"', b'{"kind": "result"')
-LOST = "the app's serving process ended during this invoke; the next invoke starts a new one"
+# An invoke on a worker is answered by the worker within its timeout (and the stop's wait); past this much
+# more the control plane stops waiting (the link may be slow, the answer large) and answers 504 itself.
+REMOTE_MARGIN_S = 30.0
+# The HTTP status of each way a worker says an invoke did not run to a result (protocol.APP_ERROR_CODES): the
+# worker names the code, never the status.
+REMOTE_STATUS = {"app_process_lost": 503, "timeout": 504, "app_prepare_failed": 503, "app_failed": 500}
+DEVICE_MAX = 128
+# While runs are queued, a serving process idle this long gives its slot back (checked every YIELD_EVERY_S).
+YIELD_IDLE_S = 2.0
+YIELD_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How one invoke's graph ended, wherever it ran: the run's result line and its GraphOutputs."""
+    result: dict[str, Any]
+    outputs: dict[str, Any]
+    output_error: dict[str, Any] | None
+
+
+@dataclass
+class WorkerVersion:
+    """What a version needs to be served by another machine: the files its graph reads (its weights), sent as
+    a transfer run's inputs are."""
+    files: JobFiles
+    reason: str | None  # why it cannot be served by a worker that has not this server's folders, or None
 
 
 def check_slug(slug: str) -> str:
@@ -110,169 +138,24 @@ def bounded_json(value: Any, limit: int) -> str:
     return text
 
 
-@dataclass
-class _Call:
-    """One invoke on a warm process: what its graph's GraphOutputs gave, and its end."""
-    done: asyncio.Future[dict[str, Any]]
-    outputs: dict[str, Any] = field(default_factory=dict)
-    output_error: dict[str, Any] | None = None
-
-
-class WarmProcess:
-    """One app version's serving process, seen from the control plane."""
-
-    def __init__(self, slug: str, version: int, slot: str, proc: RunProcess, index: int = 0) -> None:
-        self.slug, self.version, self.slot, self.proc, self.index = slug, version, slot, proc, index
-        self.lock = asyncio.Lock()  # one invoke at a time
-        self.waiting = 0  # invokes holding or waiting for the lock
-        self.current: _Call | None = None
-        self.last_used = time.monotonic()
-        self.retired = False  # its version is no longer active: it ends once its last invoke has answered
-        self.invokes = 0
-        self.exited = asyncio.Event()
-        self.stderr: list[str] = []
-        self.ending: str | None = None
-        self.tasks: list[asyncio.Task[Any]] = []
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.returncode is None and not self.exited.is_set()
-
-    def start(self) -> None:
-        self.tasks = [asyncio.ensure_future(self._read_stdout()), asyncio.ensure_future(self._read_stderr()),
-                      asyncio.ensure_future(self._watch())]
-
-    async def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        while True:
-            try:
-                line = await self.proc.stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                continue  # longer than any event may be: dropped
-            if not line:
-                return
-            call = self.current
-            # Only two kinds of line matter here; the others (node statuses, logs) are not decoded at all.
-            if call is None or call.done.done() or not line.startswith(_WANTED):
-                continue
-            try:
-                ev = json.loads(line)
-                kind, data = ev["kind"], ev.get("data")
-            except (ValueError, KeyError, TypeError):
-                continue
-            if kind == GRAPH_OUTPUT_EVENT and isinstance(data, dict):
-                if "error" in data and call.output_error is None:
-                    call.output_error = {**data["error"], "node_id": data.get("node_id")}
-                elif "value" in data:
-                    call.outputs[str(data.get("name"))] = data["value"]
-            elif kind == "result" and isinstance(data, dict):
-                call.done.set_result(data)
-
-    async def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        while True:
-            line = await self.proc.stderr.readline()
-            if not line:
-                return
-            text = line.decode(errors="replace").rstrip("\n")
-            if text.strip():
-                self.stderr = [*self.stderr[-(STDERR_KEPT - 1):], text[:1000]]
-                log.debug("app %s v%d process %s: %s", self.slug, self.version, self.proc.pid, text[:1000])
-
-    async def _watch(self) -> None:
-        rc = await self.proc.wait()
-        await asyncio.gather(*self.tasks[:2], return_exceptions=True)
-        self.exited.set()
-        call, self.current = self.current, None
-        if call is not None and not call.done.done():
-            why = self.ending or exit_text(self.proc, rc)
-            call.done.set_exception(CduiError(
-                "app_process_lost", f"app {self.slug!r} version {self.version}: the {why}; {LOST}",
-                hint="call again: a new process serves it", status=503,
-                details={"stderr_tail": self.stderr[-5:]}))
-
-    async def call(self, job: Job, timeout: float) -> tuple[dict[str, Any], _Call]:
-        """Run one job; its result line and what its outputs gave. Holds :attr:`lock`."""
-        if not self.alive:
-            raise CduiError("app_process_lost", f"app {self.slug!r} version {self.version}: its serving process "
-                            f"has ended; {LOST}", hint="call again", status=503)
-        call = _Call(asyncio.get_running_loop().create_future())
-        self.current = call
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((canvas_proc.JOB + job.to_json() + "\n").encode())
-            await self.proc.stdin.drain()
-        except (ConnectionError, RuntimeError):
-            pass  # the process is gone: its watch fails the call
-        try:
-            result = await asyncio.wait_for(asyncio.shield(call.done), timeout)
-        except TimeoutError:
-            await self._stop(call)
-            raise CduiError("timeout", f"the invoke did not end within {timeout:g} s; it was stopped",
-                            hint="raise timeout_s, or make the graph faster", status=504) from None
-        finally:
-            if self.current is call:
-                self.current = None
-            self.invokes += 1
-            self.last_used = time.monotonic()
-        return result, call
-
-    async def _stop(self, call: _Call) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((canvas_proc.STOP + "\n").encode())
-            await self.proc.stdin.drain()
-        except (ConnectionError, RuntimeError):
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(call.done), STOP_WAIT_S)
-        except Exception:  # noqa: BLE001 - it did not end (or its process died): a fresh one serves the next
-            self.kill("it did not stop within its invoke's timeout")
-            # Gone before the lock is let go: the invoke waiting for it must find it dead, not write to it.
-            await self.exited.wait()
-            if call.done.done():
-                call.done.exception()  # its loss is this timeout's, already answered
-
-    def kill(self, why: str) -> None:
-        self.ending = self.ending or why
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def describe(self) -> dict[str, Any]:
-        return {"slug": self.slug, "version": self.version, "pid": self.proc.pid, "device": self.slot,
-                "state": "busy" if self.current is not None else "idle", "waiting": self.waiting,
-                "invokes": self.invokes, "idle_s": round(time.monotonic() - self.last_used, 1),
-                "rss_bytes": _rss_bytes(self.proc.pid), "retired": self.retired}
-
-
-def _rss_bytes(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 class AppService:
     def __init__(self, service: RunService) -> None:
         self.service = service
         self.store = service.store
         cfg = service.config
-        self.idle_timeout = float(cfg["CODEFYUI_APP_IDLE_TIMEOUT_S"])
-        self.max_rss = int(cfg["CODEFYUI_APP_MAX_RSS_MB"]) * 1024 * 1024
         self.max_waiting = int(cfg["CODEFYUI_APP_MAX_WAITING"])
         self.record_max = int(cfg["CODEFYUI_APP_RECORD_MAX_BYTES"])
         self.records_kept = int(cfg["CODEFYUI_APP_INVOKES_KEPT"])
-        self.cache_max = int(cfg["CODEFYUI_CANVAS_CACHE_MAX_MB"]) * 1024 * 1024
-        self.per_version = int(cfg["CODEFYUI_APP_PROCESSES"])
-        # (slug, version, device, index) -> its process; up to per_version of them for one version and device.
-        self.procs: dict[tuple[str, int, str, int], WarmProcess] = {}
-        self._starting: dict[tuple[str, int, str, int], asyncio.Lock] = {}
-        self._launching: set[tuple[str, int, str, int]] = set()  # processes being started
+        # This server's serving processes; each holds a slot of its device, as a run does.
+        self.pool = ServingPool(service.spares, PoolLimits.from_config(cfg),
+                                lambda: service.hold_app_slots(LOCAL, self.pool.slots()))
+        self._yielder: asyncio.Task[None] | None = None
+        # Each version served by a worker: the files it reads; and each worker's files it may download for the
+        # versions it was sent (a worker credential downloads nothing else: cdui/plane/http/api_files.py).
+        self._worker_versions: dict[tuple[str, int], WorkerVersion] = {}
+        self._granted: dict[str, set[tuple[str, str]]] = {}
+        # Which apps each worker was sent invokes of (told of each activation).
+        self._sent: dict[str, set[str]] = {}
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
@@ -285,53 +168,46 @@ class AppService:
         self._keys: dict[str, int] = {}
         self._apps_gen = 0
         self._keys_gen = 0
-        self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        self._sweeper = asyncio.ensure_future(self._sweep())
+        self.pool.start()
+        self._yielder = asyncio.ensure_future(self._yield_slots())
 
     async def close(self) -> None:
         self._closing = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        for p in list(self.procs.values()):
-            await self._end(p, "the server stopped")
+        if self._yielder is not None:
+            self._yielder.cancel()
+            await asyncio.gather(self._yielder, return_exceptions=True)
+        await self.pool.close()
 
-    async def _sweep(self) -> None:
+    async def _yield_slots(self) -> None:
+        """Invokes and runs share the devices' slots fairly: a warm process holds its slot while it serves, and
+        gives it back once it has been idle YIELD_IDLE_S while a queued run may use that device (the next
+        invoke starts a new process). Here, and on each worker that reports an idle one."""
+        wants = self.service.wants_slot
         while True:
-            await asyncio.sleep(min(SWEEP_EVERY_S, max(0.5, self.idle_timeout / 4)))
-            now = time.monotonic()
-            for p in list(self.procs.values()):
-                if not p.alive:
-                    self._forget(p)
-                elif p.waiting == 0 and now - p.last_used > self.idle_timeout:
-                    log.info("app %s v%d: its process %s was idle %.0f s: ended", p.slug, p.version, p.proc.pid,
-                             now - p.last_used)
-                    await self._end(p, "idle")
-
-    def _forget(self, p: WarmProcess) -> None:
-        key = (p.slug, p.version, p.slot, p.index)
-        if self.procs.get(key) is p:
-            del self.procs[key]
-
-    async def _end(self, p: WarmProcess, why: str) -> None:
-        self._forget(p)
-        if p.proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                p.proc.stdin.close()
-        p.kill(why)
-        await p.exited.wait()
+            await asyncio.sleep(YIELD_EVERY_S)
+            if not self.service.queue.lanes:
+                continue
+            await self.pool.end_idle(YIELD_IDLE_S, lambda device: wants(LOCAL, device))
+            for name, ex in list(self.service.executors.items()):
+                if not isinstance(ex, RemoteExecutor):
+                    continue
+                devices = sorted({p["device"] for p in ex.conn.serving or () if p["state"] == "idle"
+                                  and wants(name, p["device"])})
+                if devices:
+                    await ex.conn.send(protocol.AppReleaseIdle(YIELD_IDLE_S, devices))
 
     async def retire(self, slug: str, keep: int | None) -> None:
-        """Every process of ``slug`` but version ``keep``'s ends, each once its invokes have answered."""
-        for p in list(self.procs.values()):
-            if p.slug == slug and p.version != keep:
-                p.retired = True
-                self._forget(p)
-                if p.waiting == 0:
-                    await self._end(p, "its version is no longer the active one")
+        """Every serving process of ``slug`` but version ``keep``'s ends, each once its invokes have answered:
+        this server's, and those of each connected worker it was ever sent to."""
+        await self.pool.retire(slug, keep)
+        for worker, slugs in self._sent.items():
+            conn = self._conn(worker)
+            if slug in slugs and conn is not None:
+                await conn.send(protocol.AppRetire(slug, keep))
 
     # -- publish and versions ----------------------------------------------------------
     async def publish(self, slug: str, body: dict[str, Any], source: str, graph: dict[str, Any]) -> dict[str, Any]:
@@ -345,6 +221,7 @@ class AppService:
         if git_commit is not None and not GIT_COMMIT.match(git_commit):
             raise CduiError("bad_request", f"git_commit {git_commit[:70]!r} is not a commit id",
                             hint="give the commit's hexadecimal id (4 to 64 digits), e.g. from `git rev-parse HEAD`")
+        serving = check_serving(body["serve_on"], body.get("serve_device")) if "serve_on" in body else None
         contract = contract_of(graph)  # 409 with the reason, as /api/graph/run answers
         try:
             admitted = await self.service.admit(graph, {"target": "local"})
@@ -359,7 +236,7 @@ class AppService:
                                  "them) and publish again", status=409)
         snapshot, copied = await asyncio.to_thread(self._keep_weights, admitted.stored_graph)
         got = await self.store.apps.publish(slug, create, source, snapshot, contract.to_json(), note,
-                                            record_io, git_commit, git_dirty, self.service.clock.time())
+                                            record_io, git_commit, git_dirty, self.service.clock.time(), serving)
         if got is None:
             raise CduiError("app_not_found", f"app {slug!r} does not exist",
                             hint='pass "create": true to create it (cdui apps publish does on its first publish)',
@@ -457,8 +334,9 @@ class AppService:
         await self.retire(slug, None)
         for key in [k for k in self._snapshots if k[0] == slug]:
             del self._snapshots[key]
-        for lock_key in [k for k in self._starting if k[0] == slug]:
-            del self._starting[lock_key]
+        for wv in [k for k in self._worker_versions if k[0] == slug]:
+            del self._worker_versions[wv]
+        self.pool.forget_app(slug)
         return {"slug": slug, "deleted": True}
 
     async def snapshot(self, slug: str, version: int) -> tuple[dict[str, Any], Contract]:
@@ -512,59 +390,59 @@ class AppService:
         self._keys.clear()
         return row
 
-    # -- invoke ------------------------------------------------------------------------
-    def _slot(self, wanted: Any) -> str:
-        if wanted is not None and not isinstance(wanted, str):
-            raise CduiError("bad_request", f"device={wanted!r} is not a device name",
+    # -- where an app is served ----------------------------------------------------------
+    async def set_serving(self, slug: str, serve_on: Any, device: Any) -> dict[str, Any]:
+        """Serve ``slug`` on ``serve_on`` (``local``, ``any`` or a worker's name), on ``device`` there (None: a
+        card if it has one). Invokes from the next on go there; processes already warm elsewhere end once
+        their invokes have answered."""
+        check_slug(slug)
+        serve_on, device = check_serving(serve_on, device)
+        changed = await self.store.apps.set_serving(slug, serve_on, device, self.service.clock.time())
+        self._forget_app(slug)
+        if not changed:
+            raise CduiError("app_not_found", f"app {slug!r} not found", hint="list them: GET /api/apps", status=404)
+        await self.retire(slug, None)  # the next invoke starts a process where the app is served now
+        return {"slug": slug, "serve_on": serve_on, "serve_device": device}
+
+    def _conn(self, worker: str) -> Conn | None:
+        ex = self.service.executors.get(worker)
+        return ex.conn if isinstance(ex, RemoteExecutor) and not ex.conn.ws.closed else None
+
+    def _workers(self) -> dict[str, list[str]]:
+        """The connected workers that may serve apps (not one-shot agents: they take one run and leave)."""
+        return {name: ex.devices() for name, ex in self.service.executors.items()
+                if isinstance(ex, RemoteExecutor) and not ex.one_shot and not ex.conn.ws.closed}
+
+    def _place(self, app: dict[str, Any], version: int, wanted: Any) -> tuple[str, str]:
+        if wanted is not None and (not isinstance(wanted, str) or len(wanted) > DEVICE_MAX):
+            raise CduiError("bad_request", f"device={str(wanted)[:DEVICE_MAX]!r} is not a device name",
                             hint='leave it out, or give e.g. "cpu" or "cuda:0"')
         local = self.service.executors.get("local")
-        devices = local.devices() if local is not None else ["cpu"]
-        fits = [d for d in devices if device_matches(wanted, d)]
-        if wanted in (None, "", "auto"):
-            fits.sort(key=lambda d: (d == "cpu", d))
-        if not fits:
-            raise CduiError("bad_device", f"device {wanted!r} is not one of the control plane's: "
-                            f"{', '.join(devices)}", hint="leave device out, or name one of those")
-        return fits[0]
+        slug = app["slug"]
+        # Where the version is warm: a worker with a serving process of it is preferred by serve_on "any".
+        warm = {p["worker"] or LOCAL: 1 for p in self.describe() if (p["slug"], p["version"]) == (slug, version)}
+        got = place_app(app["serve_on"], wanted if wanted is not None else app["serve_device"],
+                        local.devices() if local is not None else ["cpu"], self._workers(), warm)
+        if isinstance(got, Refuse):
+            raise CduiError(got.code, got.message, hint=got.hint.replace("{slug}", slug), status=got.status,
+                            details={"worker": app["serve_on"]} if got.code == "app_worker_offline" else None)
+        return got.executor, got.device
 
-    async def _process(self, slug: str, version: int, slot: str) -> WarmProcess:
-        """An idle process of this version on ``slot``; else a new one while there are fewer than
-        CODEFYUI_APP_PROCESSES (started or starting); else the one with the fewest invokes waiting."""
-        while True:
-            pool = [p for (s, v, d, _i), p in self.procs.items() if (s, v, d) == (slug, version, slot) and p.alive]
-            idle = [p for p in pool if p.waiting == 0]
-            if idle:
-                return idle[0]
-            taken = {p.index for p in pool} | {k[3] for k in self._launching if k[:3] == (slug, version, slot)}
-            free = [i for i in range(self.per_version) if i not in taken]
-            if free:
-                return await self._start(slug, version, slot, free[0])
-            if pool:
-                return min(pool, key=lambda p: p.waiting)
-            # Every process this version may have is still starting: wait for one, then choose again.
-            starting = next(k for k in self._launching if k[:3] == (slug, version, slot))
-            async with self._starting.setdefault(starting, asyncio.Lock()):
-                pass
+    # -- downloads a worker may make ---------------------------------------------------
+    def may_download(self, worker: str, folder: str, name: str) -> bool:
+        """Whether ``worker`` was sent a version whose graph reads upload ``folder``/``name`` (its weights)."""
+        return (folder, name) in self._granted.get(worker, ())
 
-    async def _start(self, slug: str, version: int, slot: str, index: int) -> WarmProcess:
-        key = (slug, version, slot, index)
-        self._launching.add(key)  # before any wait: invokes arriving meanwhile count it as taken
-        try:
-            async with self._starting.setdefault(key, asyncio.Lock()):
-                env, _device = runner.run_env(slot)
-                proc = await self.service.spares.process(*runner.process_shape(), env)
-                assert proc.stdin is not None
-                hello = {"tab": f"app-{slug}", "cache_max_bytes": self.cache_max}
-                proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n").encode())
-                await proc.stdin.drain()
-                p = WarmProcess(slug, version, slot, proc, index)
-                p.start()
-                self.procs[key] = p
-                log.info("app %s v%d: process %s started on %s", slug, version, proc.pid, slot)
-                return p
-        finally:
-            self._launching.discard(key)
+    async def _worker_version(self, slug: str, version: int, graph: dict[str, Any]) -> WorkerVersion:
+        got = self._worker_versions.get((slug, version))
+        if got is None:
+            plan = await asyncio.to_thread(self.service.file_plan, graph, {})
+            got = WorkerVersion(JobFiles("transfer", tuple(plan.inputs), self.service.config["CODEFYUI_MOUNT_LABEL"]),
+                                None if plan.transfer_ok else plan.reason)
+            self._worker_versions[(slug, version)] = got
+        return got
 
+    # -- invoke ------------------------------------------------------------------------
     def _job(self, slug: str, version: int, graph: dict[str, Any], slot: str) -> Job:
         svc = self.service
         _env, proc_device = runner.run_env(slot)
@@ -587,8 +465,8 @@ class AppService:
             raise CduiError("app_unpublished", f"app {slug!r} is unpublished: no version is active",
                             hint=f"activate one: POST /api/apps/{slug}/activate {{\"version\": N}}", status=409)
         envelope: dict[str, Any] = {"status": None, "run_id": None, "invoke_id": None, "graph": app["graph_name"],
-                                    "app": slug, "version": version, "device": None, "outputs": {}, "error": None,
-                                    "timing": {}}
+                                    "app": slug, "version": version, "device": None, "worker": None, "outputs": {},
+                                    "error": None, "timing": {}}
         status = 200
         try:
             raw = body.get("timeout_s", DEFAULT_TIMEOUT_S)
@@ -597,8 +475,9 @@ class AppService:
                                 f"(0, {MAX_TIMEOUT_S:.0f}]", hint="give timeout_s in seconds, or leave it out")
             graph, contract = await self.snapshot(slug, version)
             filled = fill_inputs(graph, contract, body.get("inputs"))
-            slot = self._slot(body.get("device"))
+            where, slot = self._place(app, version, body.get("device"))
             envelope["device"] = slot
+            envelope["worker"] = None if where == LOCAL else where
             if self.waiting.get(slug, 0) >= self.max_waiting:
                 raise CduiError("app_busy", f"app {slug!r} has {self.max_waiting} invokes in flight or waiting, "
                                 "the most CODEFYUI_APP_MAX_WAITING allows", hint="retry shortly", status=429)
@@ -607,20 +486,25 @@ class AppService:
                                 status=503)
             self.waiting[slug] = self.waiting.get(slug, 0) + 1
             try:
-                result, call = await self._run(slug, version, slot, filled, float(raw))
+                if where == LOCAL:
+                    result, call = await self.pool.run(slug, version, slot, self._job(slug, version, filled, slot),
+                                                       float(raw))
+                    ended = Ended(result, call.outputs, call.output_error)
+                else:
+                    ended = await self._run_remote(where, slug, version, slot, graph, filled, float(raw))
             finally:
                 self.waiting[slug] -= 1
                 if not self.waiting[slug]:
                     del self.waiting[slug]
-            envelope["outputs"] = call.outputs
-            envelope["status"] = str(result.get("status") or "failed")
+            envelope["outputs"] = ended.outputs
+            envelope["status"] = str(ended.result.get("status") or "failed")
             if envelope["status"] != "succeeded":
-                envelope["error"] = call.output_error or {
-                    "code": f"run_{envelope['status']}", "message": result.get("error") or envelope["status"],
-                    "node_id": result.get("node_id"), "details": None}
+                envelope["error"] = ended.output_error or {
+                    "code": f"run_{envelope['status']}", "message": ended.result.get("error") or envelope["status"],
+                    "node_id": ended.result.get("node_id"), "details": None}
                 envelope["error"].setdefault("details", None)
             else:
-                missing = sorted(set(contract.outputs) - set(call.outputs))
+                missing = sorted(set(contract.outputs) - set(ended.outputs))
                 if missing:
                     envelope["status"] = "failed"
                     envelope["error"] = {"code": "missing_outputs", "message": f"the invoke ended without "
@@ -643,34 +527,73 @@ class AppService:
             outputs_text, self.service.clock.time(), self.records_kept)
         return status, envelope
 
-    async def _run(self, slug: str, version: int, slot: str, graph: dict[str, Any],
-                   timeout: float) -> tuple[dict[str, Any], _Call]:
-        job = self._job(slug, version, graph, slot)
-        while True:
-            p = await self._process(slug, version, slot)
-            p.waiting += 1
-            try:
-                async with p.lock:
-                    if p.alive:
-                        return await p.call(job, timeout)
-                # It died while this invoke waited behind another: this one runs on a fresh process.
-            finally:
-                p.waiting -= 1
-                await self._after(p)
-
-    async def _after(self, p: WarmProcess) -> None:
-        if not p.alive or p.waiting:
-            return
-        rss = _rss_bytes(p.proc.pid) if self.max_rss > 0 else None
-        if p.retired:
-            await self._end(p, "its version is no longer the active one")
-        elif rss is not None and rss > self.max_rss:
-            log.warning("app %s v%d: its process %s holds %d MB, over CODEFYUI_APP_MAX_RSS_MB=%d: ended",
-                        p.slug, p.version, p.proc.pid, rss // 2**20, self.max_rss // 2**20)
-            await self._end(p, "over its memory bound")
+    async def _run_remote(self, worker: str, slug: str, version: int, slot: str, graph: dict[str, Any],
+                          filled: dict[str, Any], timeout: float) -> Ended:
+        """One invoke on ``worker``'s serving process, sent over its connection; its answer as an :class:`Ended`."""
+        conn = self._conn(worker)
+        if conn is None:
+            raise _offline(worker, "is not connected")
+        job = self._job(slug, version, filled, slot)
+        if not conn.same_machine:
+            # Another machine: its own folders, and the version's weights fetched by sha256 from here.
+            wv = await self._worker_version(slug, version, graph)
+            if wv.reason is not None:
+                raise CduiError("app_not_servable", f"app {slug!r} version {version} cannot be served on worker "
+                                f"{worker}: {wv.reason}", hint="serve it here (serve_on \"local\") or on a worker "
+                                "that mounts this server's data folder", status=409)
+            job = replace(job.without_local_paths(), files=wv.files)
+            self._granted.setdefault(worker, set()).update((i["folder"], i["name"]) for i in wv.files.inputs)
+        self._sent.setdefault(worker, set()).add(slug)
+        request_id = secrets.token_hex(8)
+        answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        conn.outputs.waiting[request_id] = answered
+        try:
+            if not await conn.send(protocol.AppInvoke(request_id, slug, version, job, timeout)):
+                raise _offline(worker, "disconnected before the invoke could be sent")
+            await asyncio.wait({answered}, timeout=timeout + STOP_WAIT_S + REMOTE_MARGIN_S)
+        finally:
+            conn.outputs.waiting.pop(request_id, None)
+        if answered.cancelled():  # the connection ended (PendingOutputs.gone)
+            raise _offline(worker, "disconnected during the invoke")
+        if not answered.done():
+            raise CduiError("timeout", f"worker {worker} did not answer the invoke within {timeout:g} s and "
+                            f"{STOP_WAIT_S + REMOTE_MARGIN_S:g} s more", hint="raise timeout_s, or check the worker",
+                            status=504)
+        answer = answered.result()
+        if not isinstance(answer, protocol.AppAnswer):
+            raise CduiError("app_failed", f"worker {worker} answered the invoke with a {answer.type} message",
+                            status=502)
+        if answer.error is not None:
+            code = str(answer.error["code"])
+            raise CduiError(code, f"worker {worker}: {answer.error.get('message') or code}",
+                            hint=answer.error.get("hint"), status=REMOTE_STATUS.get(code, 500),
+                            details=answer.error.get("details"))
+        assert answer.result is not None  # the protocol gives exactly one of result and error
+        return Ended(answer.result, answer.outputs, answer.output_error)
 
     def describe(self) -> list[dict[str, Any]]:
-        return [p.describe() for p in self.procs.values() if p.alive]
+        """Every serving process: this server's, and each connected worker's as its agent last reported them."""
+        out = [{**p, "worker": None} for p in self.pool.describe()]
+        for name, ex in sorted(self.service.executors.items()):
+            if isinstance(ex, RemoteExecutor) and ex.conn.serving:
+                out.extend({**p, "worker": name} for p in ex.conn.serving)
+        return out
+
+
+def check_serving(serve_on: Any, device: Any) -> tuple[str, str | None]:
+    why = check_serve_on(serve_on)
+    if why is not None:
+        raise CduiError("bad_serve_on", why, hint="cdui workers lists the workers' names", status=422)
+    if device is not None and (not isinstance(device, str) or not device or len(device) > DEVICE_MAX):
+        raise CduiError("bad_request", f"device={str(device)[:DEVICE_MAX]!r} is not a device name",
+                        hint='leave it out, or give e.g. "cpu", "cuda" or "cuda:0"')
+    return serve_on, device
+
+
+def _offline(worker: str, what: str) -> CduiError:
+    return CduiError("app_worker_offline", f"the app is served on worker {worker!r}, which {what}",
+                     hint=f"call again once worker {worker} is back, or serve the app elsewhere "
+                          "(cdui apps serve-on SLUG local)", status=503, details={"worker": worker})
 
 
 APPS: web.AppKey[AppService] = web.AppKey("apps")

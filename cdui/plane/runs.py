@@ -71,7 +71,7 @@ from cdui.wire.devicesets import device_kind
 from cdui.wire.event import Event
 from cdui.wire.job import Job, JobFiles
 from cdui.wire.runopts import RunOptions, parse_run_options
-from cdui.wire.target import AnyWorker, Local, Target, target_json
+from cdui.wire.target import AnyWorker, Local, Target, Worker, target_json
 
 log = logging.getLogger(__name__)
 CP = "cp"  # the source name of events born on the control plane
@@ -232,6 +232,9 @@ class RunService:
         self.executors: dict[str, Executor] = {}
         self.secrets: dict[str, list[Any]] = {}
         self.active = HeldSlots()  # run id -> (executor, device), with the slots in use counted as they change
+        # (executor, device) -> slots held by published apps' warm serving processes there (cdui/plane/apps.py):
+        # a loaded process holds its slot as a run does, so runs queue for it as for another run.
+        self.app_slots: dict[tuple[str, str], int] = {}
         self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -281,6 +284,53 @@ class RunService:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
         return t
+
+    def hold_app_slots(self, executor: str, devices: list[str]) -> None:
+        """The serving processes on ``executor`` now hold one slot each on ``devices`` (one entry per process),
+        instead of what they held before; a change lets the dispatcher look again."""
+        old = {k: v for k, v in self.app_slots.items() if k[0] == executor}
+        new: dict[tuple[str, str], int] = {}
+        for d in devices:
+            new[(executor, d)] = new.get((executor, d), 0) + 1
+        if new == old:
+            return
+        for k in old:
+            del self.app_slots[k]
+        self.app_slots.update(new)
+        self.wake(executor)
+
+    def wants_slot(self, executor: str, device: str) -> bool:
+        """Whether a run at the head of its queue lane may run on ``executor``'s ``device`` (its target and device
+        allow it): an idle app process holding that slot gives it back (cdui/plane/apps.py)."""
+        for lane in self.queue.lanes.values():
+            run = lane.head()
+            if run is None:
+                continue
+            match run.target:
+                case Local():
+                    here = executor == "local"
+                case AnyWorker():
+                    here = True
+                case Worker(name=name):
+                    here = executor == name or executor.startswith(name + ".")
+                case _:
+                    here = False
+            wanted = run.options.get("device")
+            if here and (not isinstance(wanted, str)
+                         or any(devicesets.device_matches(w, device) for w in wanted.split(","))):
+                return True
+        return False
+
+    def app_holders(self, executor: str) -> list[tuple[str, str, str]]:
+        """The slots warm app processes hold on ``executor``, as :meth:`runs_on` lists runs' (id, executor, device)."""
+        return [("app", ex, dev) for (ex, dev), n in self.app_slots.items() if ex == executor for _ in range(n)]
+
+    def slots_used(self) -> dict[tuple[str, str], int]:
+        """Slots in use per (executor, device): runs' and warm app processes'."""
+        used = dict(self.active.used)  # counted as runs come and go, not again per pass (HeldSlots)
+        for k, n in self.app_slots.items():
+            used[k] = used.get(k, 0) + n
+        return used
 
     def wake(self, freed: str | None = None) -> None:
         """A run may start now: the dispatch loop makes a pass. ``freed``: the one executor a run
@@ -391,9 +441,9 @@ class RunService:
     # -- submit ------------------------------------------------------------
     def preset_library(self) -> dict[str, dict[str, Any]]:
         """The installed presets: CodefyUI's built-in ones shipped with cdui,
-        then the data folder's ``presets/*.json`` (a file there replaces a
-        built-in of the same name)."""
-        return preset_library(self.layout.folder("presets"))
+        the installed plugin packs' (``<pack>:<name>``), then the data folder's
+        ``presets/*.json`` (a file there replaces a built-in of the same name)."""
+        return preset_library(self.layout.folder("presets"), self.config.plugin_store)
 
     async def submit(self, graph: Any, options: Any) -> dict[str, Any]:
         if self.store.full:
@@ -847,7 +897,7 @@ class RunService:
         if not self.queue.lanes:
             return
         t0 = time.perf_counter()
-        used = dict(self.active.used)  # counted as runs come and go, not again per pass (HeldSlots)
+        used = self.slots_used()
         # The memory held on devices shared by memory: only where some device is shared (else no run's
         # placement reads it, and counting it over thousands of running runs would cost every pass).
         used_mb = self.devicebook.used_mb(self.active) if self.devicebook.shared else {}

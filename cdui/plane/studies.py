@@ -27,6 +27,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -99,6 +100,11 @@ class StudyService:
         self._live: dict[str, _Live] = {}
         self._watch: dict[str, asyncio.Task[None]] = {}   # trial run id -> its metric watcher
         self._trial_of: dict[str, tuple[str, int]] = {}   # trial run id -> (study id, trial index)
+        # Optuna's asking and telling (a TPE ask is milliseconds of Python and numpy at a hundred trials) run in
+        # one thread of their own, not on the event loop: the API, dispatch and the other trials' events go on
+        # meanwhile. One thread: the calls of all studies take turns, so no Optuna object is used by two at once
+        # (each study's own calls are also ordered by its lock).
+        self._sampler_thread = ThreadPoolExecutor(1, thread_name_prefix="cdui-optuna")
 
     # -- the run listener -------------------------------------------------------------------
     async def on_terminal(self, run_id: str, status: str) -> None:
@@ -127,6 +133,7 @@ class StudyService:
     async def on_shutdown(self) -> None:
         for task in self._watch.values():
             task.cancel()
+        self._sampler_thread.shutdown(wait=False, cancel_futures=True)
 
     async def check_target(self, target: Target, graph: Any, files: FilePlan) -> None:
         """Any target a run takes, a study takes."""
@@ -136,12 +143,15 @@ class StudyService:
             self.runs.spawn(self._advance(sweep_id))
 
     # -- Optuna's side ------------------------------------------------------------------------
-    def _timed(self, live: _Live, fn: Callable[[], Any]) -> Any:
-        t = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            live.sampler_s += time.perf_counter() - t
+    async def _timed(self, live: _Live, fn: Callable[[], Any]) -> Any:
+        """``fn`` (a call into Optuna) in the sampler's thread; its time is counted in ``sampler_s``."""
+        def timed() -> Any:
+            t = time.perf_counter()
+            try:
+                return fn()
+            finally:
+                live.sampler_s += time.perf_counter() - t  # only this thread adds to it
+        return await asyncio.get_running_loop().run_in_executor(self._sampler_thread, timed)
 
     async def _load(self, sweep_id: str) -> _Live:
         """The study's Optuna object, rebuilt from its stored trials the first time."""
@@ -263,13 +273,13 @@ class StudyService:
             total, busy = await self.store.studies.pending(sweep_id)
             room = min(live.spec.parallelism - busy, live.spec.n_trials - total)
             for _ in range(max(0, room)):
-                trial = self._timed(live, lambda: live.study.ask(live.distributions))
+                trial = await self._timed(live, lambda: live.study.ask(live.distributions))
                 idx = await self.store.studies.add_trial(sweep_id, dict(trial.params), live.spec.n_trials)
                 if idx != trial.number:
                     # Not stored (the study was stopped meanwhile), or numbered unlike the stored trials: this
                     # in-memory study no longer matches the store, so it is rebuilt from the store when next needed.
                     number, fail = trial.number, load_optuna().trial.TrialState.FAIL
-                    self._timed(live, lambda: live.study.tell(number, state=fail))  # noqa: B023 (called at once)
+                    await self._timed(live, lambda: live.study.tell(number, state=fail))  # noqa: B023 (called at once)
                     self._live.pop(sweep_id, None)
                     if idx is None:
                         break
@@ -328,12 +338,12 @@ class StudyService:
                 if not reported:
                     trial.report(value, step)
                 return bool(trial.should_prune())
-            if not self._timed(live, decide):
+            if not await self._timed(live, decide):
                 return False
             if await self.store.sweeps.run_status(run_id) in TERMINAL:
                 return False  # it ended meanwhile: its ending tells the study how it went
             await self.store.studies.mark(sweep_id, idx, "pruned")
-            self._timed(live, lambda: live.study.tell(idx, state=optuna.trial.TrialState.PRUNED))
+            await self._timed(live, lambda: live.study.tell(idx, state=optuna.trial.TrialState.PRUNED))
         await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
             f"trial {idx} of study {sweep_id} pruned at step {step} ({live.spec.objective['metric']}={value:g}): "
             "its run is stopped, its metrics so far are kept")})
@@ -357,9 +367,9 @@ class StudyService:
             trials = live.study.get_trials(deepcopy=False)
             if self._live.get(sweep_id) is live and idx < len(trials) and trials[idx].state == T.RUNNING:
                 if status == "succeeded" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._timed(live, lambda: live.study.tell(idx, float(value)))
+                    await self._timed(live, lambda: live.study.tell(idx, float(value)))
                 else:
-                    self._timed(live, lambda: live.study.tell(idx, state=T.FAIL))
+                    await self._timed(live, lambda: live.study.tell(idx, state=T.FAIL))
         await self._advance(sweep_id)
 
     # -- the API ------------------------------------------------------------------------------

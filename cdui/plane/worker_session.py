@@ -138,7 +138,7 @@ class PendingOutputs:
         self.waiting: dict[str, asyncio.Future[Any]] = {}
 
     def answered(self, msg: protocol.OutputsAnswer | protocol.RawAnswer | protocol.LogAnswer
-                 | protocol.PluginPushAnswer) -> None:
+                 | protocol.PluginPushAnswer | protocol.AppAnswer) -> None:
         fut = self.waiting.pop(msg.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
@@ -178,6 +178,8 @@ class Conn:
     gpu: list[dict[str, Any]] | None = None
     gpu_at: float | None = None
     outputs: PendingOutputs = field(default_factory=PendingOutputs)
+    # The published apps' serving processes its agent last reported (heartbeat.serving); None: it never served one.
+    serving: list[dict[str, Any]] | None = None
 
     async def send(self, msg: protocol.ServerMessage) -> bool:
         if self.ws.closed:
@@ -613,8 +615,10 @@ class WorkerSession:
                 elif isinstance(m, protocol.Heartbeat):
                     await self.heartbeat(m)
                 elif isinstance(m, (protocol.OutputsAnswer, protocol.RawAnswer, protocol.LogAnswer,
-                                    protocol.PluginPushAnswer)):
-                    conn.outputs.answered(m)  # a pushed pack's answer waits there too (cdui/plane/http/api_plugins.py)
+                                    protocol.PluginPushAnswer, protocol.AppAnswer)):
+                    # A pushed pack's answer waits there too (cdui/plane/http/api_plugins.py), and an app
+                    # invoke's (cdui/plane/apps.py).
+                    conn.outputs.answered(m)
                 else:
                     await conn.send(protocol.Error("hello was already received"))
             except DiskFull:
@@ -650,6 +654,10 @@ class WorkerSession:
             conn.tls = m.tls
         if m.gpu is not None:
             conn.gpu, conn.gpu_at = m.gpu, conn.last_seen
+        if m.serving is not None:
+            conn.serving = m.serving
+            # Each serving process holds a slot of its device there, as a run does (queued runs wait for it).
+            self.m.runs.hold_app_slots(conn.name, [p["device"] for p in m.serving])
         if m.labels is not None:
             labels = self._with_mount(conn, dict(m.labels))
             if labels != conn.labels:
@@ -728,6 +736,7 @@ class WorkerSession:
         m, name = self.m, conn.name
         log.warning("worker %s disconnected", name)
         conn.outputs.gone()
+        m.runs.hold_app_slots(name, [])  # its serving processes hold no slot here while it is away
         for run_id, _, _ in m.runs.runs_on(name):
             if m.closing and m.handover:
                 continue  # a stop for a restart: the run stays running, for the next start to adopt

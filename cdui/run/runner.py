@@ -188,6 +188,8 @@ class RunHandle:
         self._texts: list[str | None] = []  # with on_texts: each pending event's text, or None
         self._more = asyncio.Event()  # something was recorded (or the recorder closed) since the last look
         self._closed = False  # nothing is recorded after what is pending
+        self._delivering = False  # the deliverer is handing a batch to the sink right now
+        self._drained = asyncio.Event()  # set each time the deliverer has handed over everything pending
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_task: asyncio.Task[Any] | None = None
@@ -217,6 +219,7 @@ class RunHandle:
         while True:
             await self._more.wait()
             self._more.clear()
+            self._delivering = True
             while self._pending:
                 batch = self._pending[:DELIVER_BATCH]
                 del self._pending[:DELIVER_BATCH]
@@ -229,8 +232,21 @@ class RunHandle:
                         await self.on_events(batch)
                 except Exception:  # the sink must not kill the recorder; it logs its own failures
                     log.exception("run %s: delivering %d events failed", self.run_id, len(batch))
+            self._delivering = False
+            self._drained.set()
             if self._closed:
                 return
+
+    async def _delivered_so_far(self) -> None:
+        """Until every event recorded so far has been through the sink. The sink acts on some (an agent
+        queues an ``artifact`` event's file for upload there), and the finishing step must see them all:
+        a run that ended while a batch was still on its way (a slow or cut link holds the sink in its send)
+        would otherwise have its last uploads finished before its artifact was queued, and lose the file."""
+        if not self._tasks or self._tasks[0].done():
+            return
+        while self._pending or self._delivering:
+            self._drained.clear()
+            await self._drained.wait()
 
     async def _read_events(self) -> None:
         """Read the event lines in chunks (the run writes them in batches), each chunk's
@@ -466,6 +482,7 @@ class RunHandle:
         if self.before_final is not None:
             # e.g. the agent's final uploads: the end is reported only after them,
             # so a finished run's files are all there.
+            await self._delivered_so_far()
             try:
                 final = await self.before_final(final)
             except Exception:

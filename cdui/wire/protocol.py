@@ -13,12 +13,14 @@ agent -> control plane
               tls: {pin, next} | null}  (a pinned agent over TLS: the key it matched, its next pin)
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.plane.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
-  heartbeat  {runs: [run ids still running], labels, tls}
+  heartbeat  {runs: [run ids still running], labels, tls, gpu, serving: [{slug, version, device, pid, state}]}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.run.outputs)
   raw_answer {request_id, chunk, size, sha256, data, error, code}  (one chunk of a recorded raw tensor file)
   probe_answer {nonce, cannot_read, cannot_write: {folder: reason}}  (the answer to ``probe``)
   log_answer {request_id, lines, first, last}  (the newest lines of the agent's own log, bounded)
   plugin_push_answer {request_id, pack_id, ok, message}  (the answer to ``plugin_push``)
+  app_answer {request_id, result: {status, error, node_id} | null, outputs, output_error,
+             error: {code, message, hint, details} | null}  (the end of an ``app_invoke``)
 control plane -> agent
   probe      {nonce_file, folders}  (before the welcome, only to an agent whose hello names the control
              plane's machine id: can it read that file and write those folders? see cdui.wire.same_machine)
@@ -38,6 +40,10 @@ control plane -> agent
   log_request {request_id, after, lines}  (the agent's log lines after number ``after``; 0: the last ``lines``)
   plugin_push {request_id, pack_id, version, pin, tree_sha256, data}  (a plugin pack, base64 of its .tar.gz:
              an agent started with CODEFYUI_AGENT_ACCEPT_PLUGINS=1 installs it, see docs/plugins.md)
+  app_invoke {request_id, slug, version, job, timeout_s}  (one invoke of a published app this worker serves,
+             on its warm process for that version: docs/apps.md)
+  app_retire {slug, keep}  (end the app's serving processes but version ``keep``'s, once their invokes answered)
+  app_release_idle {idle_s, devices}  (runs wait for those devices' slots: end the serving processes idle that long)
 
 Each message is a dataclass below with one ``to_json()`` for the way out; the
 way in is :func:`parse_agent_message` on the control plane and
@@ -242,10 +248,15 @@ class Heartbeat:
     # Each CUDA card's use now, [{device, util, used_mb, total_mb}] (cdui/agent/gpu_usage.py); sent at a
     # bounded rate, absent in between (the last one stands) and always on a machine without CUDA cards.
     gpu: list[dict[str, Any]] | None = None
+    # The published apps' serving processes it holds, [{slug, version, device, pid, state}]
+    # (cdui/agent/app_serving.py); absent from an agent that never served an app.
+    serving: list[dict[str, Any]] | None = None
     type: ClassVar[str] = "heartbeat"
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"type": self.type, "runs": self.runs}
+        if self.serving is not None:
+            d["serving"] = self.serving
         if self.labels is not None:
             d["labels"] = self.labels
         if self.tls is not None:
@@ -279,6 +290,28 @@ def _gpu(v: Any, where: str) -> list[dict[str, Any]] | None:
                 raise ProtocolError(f"{where}[{i}].{key} is not a whole number from 0 to {high}: {str(x)[:40]!r}")
             row[key] = x
         out.append(row)
+    return out
+
+
+MAX_SERVING = 256  # serving processes one heartbeat reports
+SERVING_STATES = ("busy", "idle")
+
+
+def _serving(v: Any, where: str) -> list[dict[str, Any]] | None:
+    """``[{slug, version, device, pid, state}]``: each serving process of a published app on the worker."""
+    if v is None:
+        return None
+    out = []
+    for i, p in enumerate(_list(v, where, MAX_SERVING)):
+        if not isinstance(p, dict):
+            raise ProtocolError(f"{where}[{i}] must be an object, got {type(p).__name__}")
+        state = _str(_req(p, "state", str, f"{where}[{i}]"), f"{where}[{i}].state")
+        if state not in SERVING_STATES:
+            raise ProtocolError(f"{where}[{i}].state={state!r} is not one of {', '.join(SERVING_STATES)}")
+        out.append({"slug": _str(_req(p, "slug", str, f"{where}[{i}]"), f"{where}[{i}].slug", 64),
+                    "version": _int(_req(p, "version", int, f"{where}[{i}]"), f"{where}[{i}].version", 1),
+                    "device": _str(_req(p, "device", str, f"{where}[{i}]"), f"{where}[{i}].device"),
+                    "pid": _int(_req(p, "pid", int, f"{where}[{i}]"), f"{where}[{i}].pid"), "state": state})
     return out
 
 
@@ -489,13 +522,16 @@ def parse_agent_message(raw: str) -> AgentMessage:
                                                               "heartbeat.runs", MAX_ITEMS)]
         labels = _opt(d, "labels", dict, None, "heartbeat")
         return Heartbeat(running, None if labels is None else _labels(labels, "heartbeat.labels"),
-                         _tls(d.get("tls"), "heartbeat.tls"), _gpu(d.get("gpu"), "heartbeat.gpu"))
+                         _tls(d.get("tls"), "heartbeat.tls"), _gpu(d.get("gpu"), "heartbeat.gpu"),
+                         _serving(d.get("serving"), "heartbeat.serving"))
     if t == "outputs_answer":
         return _outputs_answer(d)
     if t == "raw_answer":
         return _raw_answer(d)
     if t == "log_answer":
         return _log_answer(d)
+    if t == "app_answer":
+        return _app_answer(d)
     if t == "plugin_push_answer":
         w = "plugin_push_answer"
         ok = _req(d, "ok", bool, w)
@@ -849,9 +885,126 @@ class PluginPushAnswer(_Flat):
 # A pushed pack's base64 text: what fits in one message beside its other fields.
 MAX_PUSH_DATA = MAX_MESSAGE - 64 * 1024
 
+# -- published apps served by a worker (docs/apps.md; the agent's side is cdui/agent/app_serving.py) -----
+# The worker keeps one warm process per app version it serves; the control plane sends each invoke as a
+# job (the version's graph with the caller's inputs filled in) and waits for its answer by request id.
+APP_ERROR_CODES = ("app_process_lost", "timeout", "app_prepare_failed", "app_failed")
+MAX_APP_OUTPUTS = 256  # GraphOutput values in one answer
+MAX_APP_TIMEOUT_S = 3600.0
+_APP_SLUG = re.compile(r"[a-z][a-z0-9-]{0,63}")
+
+
+@dataclass(frozen=True)
+class AppInvoke:
+    """Run ``job`` on the warm process of app ``slug`` version ``version`` (started if there is none);
+    stop it past ``timeout_s``. The job's files name the version's weights, fetched once by sha256."""
+
+    request_id: str
+    slug: str
+    version: int
+    job: Job
+    timeout_s: float
+    type: ClassVar[str] = "app_invoke"
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.type, "request_id": self.request_id, "slug": self.slug,
+                           "version": self.version, "timeout_s": self.timeout_s, "job": self.job.to_dict()},
+                          allow_nan=False)
+
+
+@dataclass(frozen=True)
+class AppRetire(_Flat):
+    """Every serving process of ``slug`` but version ``keep``'s (None: all) ends once its invokes answered."""
+
+    slug: str
+    keep: int | None
+    type: ClassVar[str] = "app_retire"
+
+
+@dataclass(frozen=True)
+class AppReleaseIdle(_Flat):
+    """Runs wait for slots of ``devices``: end every serving process on one of them that has been idle ``idle_s``
+    (the next invoke starts one)."""
+
+    idle_s: float
+    devices: list[str]
+    type: ClassVar[str] = "app_release_idle"
+
+
+@dataclass(frozen=True)
+class AppAnswer(_Flat):
+    """The end of one invoke: the run's ``result`` ({status, error, node_id}), the values its GraphOutputs
+    gave and the first GraphOutput error; or ``error`` ({code, message, hint, details}, the code one of
+    APP_ERROR_CODES) where the invoke did not run to a result."""
+
+    request_id: str
+    result: dict[str, Any] | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    output_error: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    type: ClassVar[str] = "app_answer"
+
+
+def _app_invoke(d: dict[str, Any]) -> AppInvoke:
+    w = "app_invoke"
+    slug = _str(_req(d, "slug", str, w), f"{w}.slug", 64)
+    if not _APP_SLUG.fullmatch(slug):
+        raise ProtocolError(f"{w}.slug={slug!r} is not an app slug")
+    try:
+        job = Job.from_dict(_req(d, "job", dict, w))
+    except JobError as exc:
+        raise ProtocolError(f"{w}: {exc}") from None
+    return AppInvoke(_str(_req(d, "request_id", str, w), f"{w}.request_id"), slug,
+                     _int(_req(d, "version", int, w), f"{w}.version", 1), job,
+                     _number(d, "timeout_s", w, 0.001, MAX_APP_TIMEOUT_S))
+
+
+def _small_object(v: Any, where: str, keys: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """An object of the given keys only (others dropped), each of its type or null, strings bounded."""
+    if not isinstance(v, dict):
+        raise ProtocolError(f"{where} must be an object, got {type(v).__name__}")
+    out: dict[str, Any] = {}
+    for k, typ in keys.items():
+        x = v.get(k)
+        if x is None:
+            out[k] = None
+        elif not isinstance(x, typ) or isinstance(x, bool) and typ is not bool:
+            raise ProtocolError(f"{where}.{k} has type {type(x).__name__}")
+        elif isinstance(x, str):
+            out[k] = _str(x, f"{where}.{k}", MAX_TEXT)
+        else:
+            _check_depth(x, f"{where}.{k}")
+            out[k] = x
+    return out
+
+
+def _app_answer(d: dict[str, Any]) -> AppAnswer:
+    w = "app_answer"
+    result = None if d.get("result") is None else _small_object(
+        d["result"], f"{w}.result", {"status": str, "error": str, "node_id": str})
+    if result is not None and (result["status"] is None or len(result["status"]) > MAX_NAME):
+        raise ProtocolError(f"{w}.result.status must be a run status")
+    outputs = _opt(d, "outputs", dict, {}, w)
+    if len(outputs) > MAX_APP_OUTPUTS:
+        raise ProtocolError(f"{w}.outputs has {len(outputs)} values, over the limit of {MAX_APP_OUTPUTS}")
+    for k in outputs:
+        _str(k, f"{w}.outputs key")
+    _check_depth(outputs, f"{w}.outputs")
+    output_error = None if d.get("output_error") is None else _small_object(
+        d["output_error"], f"{w}.output_error", {"code": str, "message": str, "node_id": str, "details": dict})
+    error = None if d.get("error") is None else _small_object(
+        d["error"], f"{w}.error", {"code": str, "message": str, "hint": str, "details": dict})
+    if error is not None and error["code"] not in APP_ERROR_CODES:
+        raise ProtocolError(f"{w}.error.code={str(error['code'])[:40]!r} is not one of {', '.join(APP_ERROR_CODES)}")
+    if (result is None) == (error is None):
+        raise ProtocolError(f"{w}: give exactly one of result and error")
+    return AppAnswer(_str(_req(d, "request_id", str, w), f"{w}.request_id"), result, outputs, output_error, error)
+
+
 ServerMessage = (Welcome | Refused | Assign | Ack | Stop | Revoked | Error | S3CredentialsMessage | OutputsRequest
-                 | Probe | RawRequest | LogRequest | PluginPush)
-AgentMessage = Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer | PluginPushAnswer
+                 | Probe | RawRequest | LogRequest | PluginPush | AppInvoke | AppRetire | AppReleaseIdle)
+AgentMessage = (Hello | Events | Heartbeat | OutputsAnswer | ProbeAnswer | RawAnswer | LogAnswer | PluginPushAnswer
+                | AppAnswer)
 
 
 def _number(d: dict[str, Any], key: str, where: str, low: float, high: float) -> float:
@@ -953,6 +1106,17 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                           _str(_req(d, "pack_id", str, w), f"{w}.pack_id", 128),
                           _str(_opt(d, "version", str, "", w), f"{w}.version", 128), pin, tree,
                           _str(_req(d, "data", str, w), f"{w}.data", MAX_PUSH_DATA))
+    if t == "app_invoke":
+        return _app_invoke(d)
+    if t == "app_release_idle":
+        w = "app_release_idle"
+        return AppReleaseIdle(_number(d, "idle_s", w, 0.0, 86400.0),
+                              [_str(x, f"{w}.devices[]") for x in _list(_req(d, "devices", list, w), f"{w}.devices",
+                                                                        MAX_SMALL_LIST)])
+    if t == "app_retire":
+        keep = d.get("keep")
+        return AppRetire(_str(_req(d, "slug", str, "app_retire"), "app_retire.slug", 64),
+                         None if keep is None else _int(keep, "app_retire.keep", 1))
     raise ProtocolError(f"unknown message type {str(t)[:64]!r}")
 
 

@@ -107,12 +107,23 @@ async def unpublish(request: web.Request) -> web.Response:
 async def patch(request: web.Request) -> web.Response:
     slug = _slug(request)
     body = await _body(request)
-    record = body.get("record_io")
-    if not isinstance(record, bool):
-        raise CduiError("bad_request", f"record_io={record!r} is not true or false",
-                        hint='give {"record_io": true} or {"record_io": false}')
-    await _svc(request).set_record_io(slug, record)
-    return web.json_response({"slug": slug, "record_io": record})
+    unknown = sorted(set(body) - {"record_io", "serve_on", "serve_device"})
+    if unknown or not body:
+        raise CduiError("bad_request", f"PATCH /api/apps/{slug} changes record_io, serve_on and serve_device; got "
+                        f"{unknown[:5] or 'nothing'}", hint='give e.g. {"record_io": false} or {"serve_on": "w2"}')
+    out: dict[str, Any] = {"slug": slug}
+    if "record_io" in body:
+        record = body["record_io"]
+        if not isinstance(record, bool):
+            raise CduiError("bad_request", f"record_io={record!r} is not true or false",
+                            hint='give {"record_io": true} or {"record_io": false}')
+        await _svc(request).set_record_io(slug, record)
+        out["record_io"] = record
+    if "serve_on" in body or "serve_device" in body:
+        svc = _svc(request)
+        serve_on = body.get("serve_on", (await svc.app(slug))["serve_on"])
+        out.update(await svc.set_serving(slug, serve_on, body.get("serve_device")))
+    return web.json_response(out)
 
 
 async def delete(request: web.Request) -> web.Response:

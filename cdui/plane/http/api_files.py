@@ -18,6 +18,7 @@ from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import check_name, safe_join
 from cdui.core.units import size_text
 from cdui.plane.appkeys import CONFIG
+from cdui.plane.apps import APPS
 from cdui.plane.files.receive import TEMP_PREFIX, receive, refuse_temporary_name, sweep_stale
 from cdui.plane.files.transfer import worker_may_download
 from cdui.plane.runs import RUNS
@@ -99,7 +100,10 @@ async def download(request: web.Request) -> web.StreamResponse:
     kind, folder = _folder(request)
     name = request.match_info["name"]
     if request.get("auth") == "worker":
-        if not await worker_may_download(request, kind, name):
+        apps = request.app.get(APPS)
+        # An input of one of its runs, or a file a version of an app it serves reads (the version's weights).
+        if not (apps is not None and apps.may_download(request["worker"], kind, name)) \
+                and not await worker_may_download(request, kind, name):
             raise CduiError("forbidden", f"worker {request['worker']} may not download {kind}/{name}: it is not an "
                                          f"input of one of its runs", status=403)
     path = safe_join(folder, name)

@@ -23,6 +23,7 @@ from cdui.nodes import packs
 from cdui.nodes.registry import build_registry
 from cdui.plane.http.httpjson import DEFAULT_LIMIT, read_object
 from cdui.plane.runs import RUNS
+from cdui.plane.ssh import ssh_workers
 from cdui.plane.workers import WORKERS
 from cdui.run import catalog
 from cdui.wire import protocol
@@ -110,8 +111,10 @@ async def _push_one(app: web.Application, worker: str, msg_for: Any) -> dict[str
 
 
 async def push_plugin(request: web.Request) -> web.Response:
-    """Send an installed pack to one worker or all connected ones over their connection; each agent that
-    accepts packs (CODEFYUI_AGENT_ACCEPT_PLUGINS=1) checks its sha256, installs it and reports its new catalog."""
+    """Send an installed pack to one worker or all of them. An SSH worker gets it over its own ssh (any size; the
+    remote cdui installs it), any other connected worker over its connection (one message); either side installs
+    it only if it accepts pushed packs (CODEFYUI_AGENT_ACCEPT_PLUGINS=1 there), checks that its files hash to this
+    copy's, records this lockfile's sha256 and reports its new catalog."""
     pid = request.match_info["id"]
     body = await read_object(request, DEFAULT_LIMIT)
     to = body.get("to")
@@ -124,20 +127,41 @@ async def push_plugin(request: web.Request) -> web.Response:
         raise NotFound("plugin pack", pid, hint="install it here first: `cdui plugin install`")
     folder = packs.pack_folder(store, {**entry, "id": pid})
     data, tree = await asyncio.to_thread(_pack_archive, folder)
-    encoded = base64.b64encode(data).decode()
-    if len(encoded) > protocol.MAX_PUSH_DATA:
-        raise CduiError("pack_too_large", f"pack {pid!r} is {len(data)} bytes packed, too large for one message",
-                        hint="install it on each worker with `cdui plugin install`", status=413)
+    pin, version = str(entry.get("sha256")), str(entry.get("version", ""))
+    if entry.get("source_kind") == "folder" and tree != pin:
+        # Installed from a folder, the lockfile's sha256 is that of its files: the copy here was changed since.
+        raise CduiError("pack_changed", f"the installed files of pack {pid!r} hash to {tree[:12]}, not the "
+                        f"lockfile's {pin[:12]}: they were changed after the install",
+                        hint="install it again (`cdui plugin install --force ...`), then push", status=409)
     manager = request.app[WORKERS]
-    names = sorted(n for n, c in manager.conns.items() if not c.ws.closed) if to == "all" else [to]
-    if to != "all" and not await manager.store.workers.exists(to):
-        raise NotFound("worker", to, hint="list them with `cdui workers list`")
+    sshw = request.app.get(ssh_workers.SSH_WORKERS)
+    by_ssh = {r["name"] for r in await sshw.rows()} if sshw is not None else set()
+    encoded = base64.b64encode(data).decode()
+    too_large = len(encoded) > protocol.MAX_PUSH_DATA
+    if to == "all":
+        names = sorted({n for n, c in manager.conns.items() if not c.ws.closed} | by_ssh)
+    else:
+        names = [to]
+        if to not in by_ssh and not await manager.store.workers.exists(to):
+            raise NotFound("worker", to, hint="list them with `cdui workers list`")
+        if to not in by_ssh and too_large:
+            raise CduiError("pack_too_large", f"pack {pid!r} is {len(data)} bytes packed, too large for one "
+                            "message", hint="install it on each worker with `cdui plugin install`", status=413)
 
     def make(request_id: str) -> protocol.PluginPush:
-        return protocol.PluginPush(request_id, pid, str(entry.get("version", "")), str(entry.get("sha256")), tree,
-                                   encoded)
-    results = await asyncio.gather(*(_push_one(request.app, n, make) for n in names))
-    return web.json_response({"pack": pid, "sha256": entry.get("sha256"), "results": list(results)})
+        return protocol.PluginPush(request_id, pid, version, pin, tree, encoded)
+
+    async def one(name: str) -> dict[str, Any]:
+        if sshw is not None and name in by_ssh:
+            done = await sshw.push_pack(name, pid, version, pin, tree, data)
+            if done is not None:
+                return {"worker": name, "ok": done[0], "message": done[1], "via": "ssh"}
+        if too_large:
+            return {"worker": name, "ok": False, "message": f"not sent: {len(data)} bytes packed is too large for "
+                    "one message; install it there with `cdui plugin install`"}
+        return await _push_one(request.app, name, make)
+    results = await asyncio.gather(*(one(n) for n in names))
+    return web.json_response({"pack": pid, "sha256": pin, "results": list(results)})
 
 
 def setup(app: web.Application) -> None:

@@ -83,6 +83,9 @@ class WorkerRoutes:
                 # without CUDA cards, or offline).
                 "gpu": conn.gpu if conn is not None else None,
                 "gpu_at": iso(conn.gpu_at) if conn is not None and conn.gpu_at is not None else None,
+                # The published apps' serving processes it holds (each holds a slot of its device), as its agent
+                # last reported them.
+                "serving": (conn.serving or []) if conn is not None else [],
                 # Proven by the agent's answer to the same-machine probe, never by the id it claims.
                 "same_machine": self.m.same_machine.get(r["name"], NOT_PROVEN).same,
                 "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,
@@ -90,7 +93,8 @@ class WorkerRoutes:
                 "update": update_state(r["version"], self.m.updating.get(r["name"])),
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
-                **self.m.runs.devicebook.card(r["name"], devices, here,
+                # Published apps' warm processes there hold slots as runs do: counted in each device's in_use.
+                **self.m.runs.devicebook.card(r["name"], devices, here + self.m.runs.app_holders(r["name"]),
                                               conn.hello.device_memory or {} if conn is not None else {},
                                               self.m.runs.caps),
             })

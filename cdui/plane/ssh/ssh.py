@@ -136,6 +136,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "tunnel": ("prelude", "launcher", "starting", "tunnel"),
     "stop": ("prelude", "starting", "stop_agent", "stop"),
     "cleanup": ("prelude", "launcher", "starting", "stop_agent", "cleanup"),
+    "plugin": ("prelude", "launcher", "plugin"),
 }
 END = "# end of the script sent by cdui"
 # Reads exactly the script's bytes (dd bs=1: one byte per read, so not one byte of what follows,
@@ -206,6 +207,14 @@ def cleanup_script(iid: str, slot: int, remote_cdui: str) -> str:
                               "CDUI": remote_cdui})
 
 
+def plugin_script(iid: str, slot: int, remote_cdui: str, pack_id: str, version: str, pin: str, tree: str,
+                  size: int) -> str:
+    """A pushed plugin pack (scripts/plugin.sh): ``size`` bytes of its archive follow the script on stdin; the
+    remote cdui installs them (its own opt-in and sha256 checks), then the slot's agent reads its catalog again."""
+    return render("plugin", {"MARK": MARK, "SLOT_DIR": remote_dir_rel(iid, slot), "CDUI": remote_cdui,
+                             "ID": pack_id, "VERSION": version, "PIN": pin, "TREE": tree, "SIZE": str(size)})
+
+
 @dataclass(frozen=True)
 class Command:
     """One ssh to run: its argv, and the bytes its stdin starts with (the script)."""
@@ -220,10 +229,11 @@ def tunnel_command(t: Target, iid: str, slot: int, remote_abs_dir: str, local_so
                                         REMOTE_COMMAND], sent(tunnel_script(iid, slot, remote_cdui, name)))
 
 
-def short_command(t: Target, script: str, ssh: str = "ssh") -> Command:
-    """A short-lived ssh (preparation, stop, cleanup): no forwarding at all; stdin ends after the script."""
+def short_command(t: Target, script: str, ssh: str = "ssh", data: bytes = b"") -> Command:
+    """A short-lived ssh (preparation, stop, cleanup, a pushed pack): no forwarding at all; stdin ends after the
+    script and ``data`` (what the script reads from stdin)."""
     return Command(base_args(t, ssh) + ["-o", "ClearAllForwardings=yes", "--", t.target, REMOTE_COMMAND],
-                   sent(script))
+                   sent(script) + data)
 
 
 # -- what an ended ssh means ------------------------------------------------------------------
@@ -308,3 +318,22 @@ def parse_mark(line: str) -> tuple[str, str] | None:
         return None
     word, _, rest = s[len(MARK):].strip().partition(" ")
     return word, rest
+
+
+def plugin_outcome(rc: int | None, output: list[str], pack_id: str, timeout_s: float) -> tuple[bool, str]:
+    """What a pushed pack's ssh (scripts/plugin.sh) came to: (installed, the line ``cdui plugin push`` prints)."""
+    if rc is None:
+        return False, f"not installed: no answer over ssh within {timeout_s:g} s"
+    marks = [f"{word} {rest}".strip() for word, rest in (m for m in map(parse_mark, output) if m is not None)]
+    if rc == 0:
+        done = next((line.strip() for line in output if line.startswith("installed ")), f"installed {pack_id}")
+        if any(m.startswith("catalog reload") for m in marks):
+            return True, f"{done} over ssh; its agent reads its catalog again and reconnects"
+        return True, f"{done} over ssh; no agent runs there now: it reports the pack when it starts"
+    missing = [m for m in marks if m.endswith(": not found")]
+    if rc == 127 and missing:  # the remote cdui's path as the SSH worker records it
+        return False, f"not installed: {missing[-1]} (the SSH worker's remote cdui)"
+    errors = [line.strip().removeprefix("cdui: error: ") for line in output if line.startswith("cdui: error: ")]
+    if errors:
+        return False, errors[-1]
+    return False, f"not installed: ssh ended with code {rc}{_detail(_last_line(output))}"

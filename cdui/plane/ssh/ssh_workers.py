@@ -57,6 +57,7 @@ SHUTDOWN_BUDGET_S = 25.0
 CLEANUP_WAIT_S = 60.0
 TOKEN_TTL_S = 600.0
 MAX_PATH = 1024
+PLUGIN_PUSH_S = 300.0  # a pushed pack: copied over ssh, unpacked, checked and installed by the remote cdui
 
 
 class SshWorkers:
@@ -137,6 +138,22 @@ class SshWorkers:
     def _target(self, r: SshWorkerRow | SshCleanupRow) -> ssh.Target:
         return ssh.Target(r["target"], int(r["port"]), r["identity"] or None,
                           self.config["CODEFYUI_SSH_STRICT_HOST_KEY_CHECKING"])
+
+    async def push_pack(self, name: str, pack_id: str, version: str, pin: str, tree: str,
+                        data: bytes) -> tuple[bool, str] | None:
+        """``cdui plugin push`` to SSH worker ``name`` over its own ssh (None: no SSH worker of that name): the
+        archive follows the script on ssh's stdin, the remote cdui installs it if that side accepts pushed packs
+        and its files hash to ``tree``, and the slot's agent reads its catalog again."""
+        r = await self.row(name)
+        if r is None:
+            return None
+        script = ssh.plugin_script(self.iid, r["slot"], r["remote_cdui"], pack_id, version, pin, tree, len(data))
+        rc, lines = await run_short(ssh.short_command(self._target(r), script, self.ssh_binary, data),
+                                    PLUGIN_PUSH_S, self.clock)
+        ok, message = ssh.plugin_outcome(rc, lines, pack_id, PLUGIN_PUSH_S)
+        log.log(logging.INFO if ok else logging.WARNING, "plugin pack %s pushed to SSH worker %s: %s", pack_id, name,
+                message)
+        return ok, message
 
     async def _launch_token(self, name: str) -> str:
         """A one-time 10-minute token for this start; bound to the worker once it has enrolled.

@@ -33,7 +33,7 @@ class AppRows:
     # -- apps and versions ---------------------------------------------------------
     async def publish(self, slug: str, create: bool, source: str, graph: dict[str, Any], contract: dict[str, Any],
                       note: str | None, record_io: bool | None, git_commit: str | None, git_dirty: bool | None,
-                      now: float) -> tuple[int, bool] | None:
+                      now: float, serving: tuple[str, str | None] | None = None) -> tuple[int, bool] | None:
         """Store the next version of ``slug`` and make it the active one, in one transaction; (version,
         whether the app was created), or None when the app does not exist and ``create`` is false."""
         def fn(c: sqlite3.Connection) -> tuple[int, bool] | None:
@@ -54,12 +54,15 @@ class AppRows:
                       (version, source, now, slug))
             if record_io is not None:
                 c.execute("UPDATE apps SET record_io=? WHERE slug=?", (int(record_io), slug))
+            if serving is not None:
+                c.execute("UPDATE apps SET serve_on=?, serve_device=? WHERE slug=?", (*serving, slug))
             return version, created
         return await self.db.write(fn)
 
     async def all(self) -> list[dict[str, Any]]:
         rows = await self.db.read(lambda c: every(
-            c, "SELECT a.slug, a.graph_name, a.active_version, a.record_io, a.created_at, a.updated_at, "
+            c, "SELECT a.slug, a.graph_name, a.active_version, a.record_io, a.serve_on, a.serve_device, "
+               "a.created_at, a.updated_at, "
                "(SELECT COUNT(*) FROM app_versions v WHERE v.slug=a.slug) AS versions_count, "
                "(SELECT COUNT(*) FROM app_invokes i WHERE i.slug=a.slug) AS invokes_count "
                "FROM apps a ORDER BY a.slug"))
@@ -69,7 +72,8 @@ class AppRows:
 
     async def get(self, slug: str) -> dict[str, Any] | None:
         row = await self.db.read(lambda c: one(
-            c, "SELECT slug, graph_name, active_version, record_io, created_at, updated_at FROM apps WHERE slug=?",
+            c, "SELECT slug, graph_name, active_version, record_io, serve_on, serve_device, created_at, updated_at "
+               "FROM apps WHERE slug=?",
             (slug,)))
         if row is not None:
             row["record_io"] = bool(row["record_io"])
@@ -105,6 +109,11 @@ class AppRows:
     async def set_record_io(self, slug: str, record_io: bool, now: float) -> bool:
         return await self.db.write(lambda c: c.execute(
             "UPDATE apps SET record_io=?, updated_at=? WHERE slug=?", (int(record_io), now, slug)).rowcount == 1)
+
+    async def set_serving(self, slug: str, serve_on: str, device: str | None, now: float) -> bool:
+        return await self.db.write(lambda c: c.execute(
+            "UPDATE apps SET serve_on=?, serve_device=?, updated_at=? WHERE slug=?",
+            (serve_on, device, now, slug)).rowcount == 1)
 
     async def delete(self, slug: str) -> bool:
         """The app, its versions and its invoke records."""

@@ -281,6 +281,12 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     );
     CREATE INDEX app_invokes_slug ON app_invokes(slug, id);
     """,
+    # apps.serve_on: where an app's invokes run: 'local' (this server), 'any' (a connected worker) or a worker's
+    # name; serve_device: the device there (NULL: a card if it has one). See cdui/plane/sched/app_placement.py.
+    """
+    ALTER TABLE apps ADD COLUMN serve_on TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE apps ADD COLUMN serve_device TEXT;
+    """,
 ]
 
 

@@ -314,6 +314,9 @@ function workerCard(w) {
       fact("Address", w.address),
       fact("Mounts", labelsText(w.mounts || w.labels)), fact("Last seen", time(w.last_seen)),
       fact("Environment", fp), catalogFacts(w),
+      // Published apps' warm processes here: each holds a slot of its device (counted in Devices' "in use").
+      fact("Serving", (w.serving || []).map((p) => `${p.slug} v${p.version} on ${p.device} (${p.state}, pid ${p.pid})`)
+        .join(", ")),
       fact("Runs", runs.length ? runs.map((id) => h("button", {
         type: "button", class: "link mono", "aria-label": `Show run ${id}`, onclick: () => ctx.select(id) }, id)) : "")),
     gpuBars(w),
