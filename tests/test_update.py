@@ -398,27 +398,38 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
     """A direct agent with CODEFYUI_AGENT_AUTO_UPDATE=1 is refused by the updated control plane, fetches the
     bundle over its credential, installs it into its own installation's envs/, waits for its run (which
     was going during the update) and restarts itself on the new version, same pid: the run succeeds, and
-    no command was run on the worker's side."""
+    no command was run on the worker's side. A second opted-in agent whose installation cannot take a new
+    environment (its envs/ is a file) keeps its version and ends as a refused agent does, saying why."""
     _, out = made
     cp = Install(tmp_path / "cp", tmp_path / "cp-ud", tmp_path / "cp-data")
-    worker_root = tmp_path / "worker"
+    worker_root, broken_root = tmp_path / "worker", tmp_path / "broken"
     Install(worker_root, tmp_path / "w-ud", tmp_path / "w-data")  # the worker's own installation
+    Install(broken_root, tmp_path / "w2-ud", tmp_path / "w2-data")
+    (broken_root / "envs").write_text("not a folder")
     track_log(tmp_path / "cp-ud" / "cdui.log", "cdui start (background, control plane)")
     agent: Proc | None = None
+    broken: Proc | None = None
     try:
         cp("start", "--port", str(free_port()))
         url = json.loads((tmp_path / "cp-ud" / "server.json").read_text())["url"]
-        token = cp.api("POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})["token"]
-        agent = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", url, "--token", token,
-                      "--name", "w1", "--devices", "cpu", "--foreground"],
-                     env_for(tmp_path / "w-ud", tmp_path / "w-data",
-                             {"CODEFYUI_AGENT_AUTO_UPDATE": "1", "CODEFYUI_INSTALL_ROOT": str(worker_root)}),
-                     tmp_path / "agent.log", name="agent-w1")
-        agent.spawn()
+
+        def opted_in(name: str, root: Path) -> Proc:
+            token = cp.api("POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})["token"]
+            env = env_for(tmp_path / f"{name}-ud", tmp_path / "w-data",
+                          {"CODEFYUI_AGENT_AUTO_UPDATE": "1", "CODEFYUI_INSTALL_ROOT": str(root)})
+            env.pop(envs.LAUNCHER_ROOT_ENV, None)  # started as `python -m cdui`, not by a launcher
+            a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", url, "--token", token,
+                      "--name", name, "--devices", "cpu", "--foreground"], env, tmp_path / f"{name}.log",
+                     name=f"agent-{name}")
+            a.spawn()
+            return a
+        agent, broken = opted_in("w1", worker_root), opted_in("w2", broken_root)
 
         def worker() -> dict[str, Any] | None:
             return next((w for w in cp.api("GET", "/api/workers")["workers"] if w["name"] == "w1"), None)
         wait_for(lambda: (worker() or {}).get("online"), 120, what="w1 online", detail=agent.log_tail)
+        wait_for(lambda: any(w["name"] == "w2" and w["online"] for w in cp.api("GET", "/api/workers")["workers"]),
+                 120, what="w2 online", detail=broken.log_tail)
         assert worker()["version"] == __version__  # type: ignore[index]
         assert worker()["update"] == {"state": "current"}  # type: ignore[index]
 
@@ -429,6 +440,14 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
         r = cp("update", "--from", str(out))
         assert "runs in flight" not in r.stdout and f"to {NEW_VERSION}-1" in r.stdout, explain(r)
         assert cp.health()["version"] == NEW_VERSION
+
+        wait_for(lambda: not broken.alive, 180, what="w2 to give up", detail=broken.log_tail)
+        assert broken.returncode == 2, broken.log_tail()
+        said = broken.log_text()
+        assert f"this agent could not update itself and keeps cdui {__version__}: " in said, said[-3000:]
+        assert (f"cdui: error: refused by the control plane: version mismatch: worker {__version__}, control plane "
+                f"{NEW_VERSION}") in said, said[-3000:]
+        assert (broken_root / "envs").read_text() == "not a folder" and "restarting on the new version" not in said
 
         # Refused, the agent updates itself and then waits for its run: the gate holds the run until then.
         wait_for(lambda: f"waiting for 1 runs to end before restarting on the new version: {run['id']}"
@@ -449,8 +468,9 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
         assert f"restarting on the new version: {worker_root / 'envs' / (NEW_VERSION + '-1')}/bin/python -P -m " \
                f"cdui agent start" in agent.log_text()
     finally:
-        if agent is not None:
-            agent.stop()
+        for a in (agent, broken):
+            if a is not None:
+                a.stop()
         cp("stop", check=False)
         untrack_log(tmp_path / "cp-ud" / "cdui.log")
 
