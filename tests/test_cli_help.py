@@ -44,8 +44,8 @@ def test_every_command_has_help() -> None:
 @pytest.mark.parametrize(("argv", "line"), [
     (["strat"], "cdui: error: argument COMMAND: invalid choice: 'strat' (choose from 'start', 'stop', 'status', "
                 "'token', 'run', 'api', 'install', 'test', 'wheelhouse', 'workers', 'agent', 'runs', 'sweep', 'study', "
-                "'datasets', 'config', 'backup', 'restore', 'logs', 'plugin', 'project', 'apps', 'keys'); did you mean "
-                "start? (see `cdui --help`)"),
+                "'datasets', 'config', 'backup', 'restore', 'logs', 'release', 'update', 'plugin', 'project', "
+                "'apps', 'keys'); did you mean start? (see `cdui --help`)"),
     (["runs", "lsit"], "cdui: error: argument SUBCOMMAND: invalid choice: 'lsit' (choose from 'list', 'show', 'logs', "
                        "'stop', 'delete', 'download', 'clone', 'outputs', 'tag', 'note'); did you mean list? (see "
                        "`cdui runs --help`)"),
@@ -60,8 +60,8 @@ def test_every_command_has_help() -> None:
     (["--badflag"], "cdui: error: unrecognized arguments: --badflag (see `cdui --help`)"),
     (["frobnicate"], "cdui: error: argument COMMAND: invalid choice: 'frobnicate' (choose from 'start', 'stop', "
                      "'status', 'token', 'run', 'api', 'install', 'test', 'wheelhouse', 'workers', 'agent', 'runs', "
-                     "'sweep', 'study', 'datasets', 'config', 'backup', 'restore', 'logs', 'plugin', 'project', "
-                     "'apps', 'keys') (see `cdui --help`)"),
+                     "'sweep', 'study', 'datasets', 'config', 'backup', 'restore', 'logs', 'release', 'update', "
+                     "'plugin', 'project', 'apps', 'keys') (see `cdui --help`)"),
 ])
 def test_a_mistyped_command_or_flag_gets_a_did_you_mean(argv: list[str], line: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

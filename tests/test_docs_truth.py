@@ -51,7 +51,9 @@ def test_readme_lists_shipped_commands_as_working_and_absent_ones_as_not_yet() -
     works = section(readme, "Works now", "Not in cdui yet")
     later = section(readme, "Not in cdui yet", "\n## ")
     shipped, planned = cdui_commands(works), cdui_commands(later)
-    assert len(shipped) >= 6 and len(planned) >= 1, (shipped, planned)
+    # The list of what is not in cdui yet may name no command at all (what is left of a shipped command is
+    # said in words there); a command it names must not exist.
+    assert len(shipped) >= 6, (shipped, planned)
     assert [c for c in shipped if not is_command(c)] == []
     assert [c for c in planned if is_command(c)] == []
     # Sweeps and studies (a search choosing a sweep's next variants) shipped: `cdui study` exists, and the

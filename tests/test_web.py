@@ -280,6 +280,16 @@ def test_workers_section(worker_setup, browser):
          "meters": [["gpu-util", 37, 100, "cuda:0 utilisation"], ["gpu-mem", 40960, 81920, "cuda:0 memory in use"]]},
         {"device": "cuda:1", "text": "cuda:1utilisation not reported0.5 of 80.0 GiB",
          "meters": [["gpu-mem", 512, 81920, "cuda:1 memory in use"]]}]}, bars
+    # Its update state (docs/updating.md) is shown only while it is not on the control plane's version.
+    assert w["update"] == {"state": "current"} and "Update" not in text, text
+    shown = page.evaluate("""async () => {
+      const m = await import("/web/workers.js");
+      return [m.updateText({state: "current"}), m.updateText(undefined),
+              m.updateText({state: "updating", to: "9.9.9", since: "2026-12-03T08:00:00.000Z"}),
+              m.updateText({state: "behind", to: "9.9.9"})];
+    }""")
+    assert shown[:2] == ["", ""] and shown[2].startswith("updating to 9.9.9 (since "), shown
+    assert shown[3] == "behind: the control plane runs 9.9.9; refused until this worker runs it", shown
     # Loopback HTTP is not flagged as unencrypted (only a LAN link would be).
     assert w["unencrypted"] is False and page.locator(f"{card} .mark-warn").count() == 0
     assert page.is_hidden("#workers-empty")

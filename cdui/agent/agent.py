@@ -38,23 +38,24 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from cdui import __version__
 from cdui.agent import connect_policy as policy
-from cdui.agent import gpu_usage
+from cdui.agent import gpu_usage, self_update
 from cdui.agent.app_serving import AgentApps
 from cdui.agent.oneshot_agent import OneShot
 from cdui.agent.run_files import run_files
 from cdui.agent.spool import RunSpool, base_dir, live_run_ids, spooled_runs
-from cdui.core import exit_codes, logfile
+from cdui.core import envs, exit_codes, logfile
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
 from cdui.core.clock import Clock, SystemClock, wait_event
 from cdui.core.config import load
+from cdui.core.errors import CduiError
 from cdui.core.layout import read_roots_label
 from cdui.core.trust import AiohttpPinMismatch, Trust, presented_fingerprint, untrusted_message
 from cdui.nodes import packs
@@ -228,6 +229,10 @@ class Agent:
         self._stop_event = asyncio.Event()  # ends a backoff wait: the agent is leaving
         self._acked = asyncio.Event()  # an acknowledgement arrived or the connection ended
         self.exit_code = exit_codes.OK
+        # Set once an opted-in agent installed the control plane's update and its runs ended: the caller
+        # replaces the process with this interpreter's agent (cdui/agent/self_update.py).
+        self.reexec: Path | None = None
+        self.install_root = envs.launcher_root()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._early_stops: set[str] = set()
         self.one_shot = one_shot
@@ -312,6 +317,8 @@ class Agent:
                         down_since = self.clock.monotonic()
                     self.ws = None
                     self._acked.set()
+                if failure is not None and self._may_update(failure) and await self._update(session):
+                    return exit_codes.OK
                 if failure is not None:
                     decision = policy.decide(failure, tunnel=bool(self.uds), one_shot_took_run=(
                         None if self.one_shot is None else self.one_shot.taken is not None))
@@ -345,6 +352,39 @@ class Agent:
         if self.one_shot is not None and self.one_shot.exit_code is not None:
             return self.one_shot.exit_code
         return self.exit_code
+
+    def _may_update(self, failure: policy.Failure) -> bool:
+        return (isinstance(failure, policy.Refusal) and failure.code == "version_mismatch"
+                and bool(self.config["CODEFYUI_AGENT_AUTO_UPDATE"]) and self.one_shot is None)
+
+    async def _update(self, session: aiohttp.ClientSession) -> bool:
+        """Refused for its version: install the control plane's bundle, wait for this agent's runs to end,
+        and leave :attr:`reexec` set. False (the running version untouched, or a stop asked for meanwhile)
+        when it did not come to that; the refusal then ends the agent as usual."""
+        self._status("updating", "refused for its version: installing the control plane's update bundle")
+        try:
+            python = await self_update.install_offered(session, self.control, self.credential, self.user_data,
+                                                       self.install_root, __version__)
+        except (CduiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.error("this agent could not update itself and keeps cdui %s: %s", __version__, exc)
+            return False
+        running = sorted(r.run_id for r in self.runs.values() if r.running)
+        if running:
+            log.info("waiting for %d runs to end before restarting on the new version: %s", len(running),
+                     ", ".join(running))
+        while any(r.running for r in self.runs.values()) and not self.stopping:
+            await wait_event(self.clock, self._stop_event, 1.0)
+        if self.stopping:
+            return False  # installed and switched: the next start runs the new version
+        await self._stop_all_runs()  # none is left; the warm spare goes
+        self.reexec = python
+        return True
+
+    def become_updated(self) -> NoReturn:
+        """After :meth:`run` returned with :attr:`reexec` set (and the process let go of its pidfile and spool):
+        replace this process with the updated agent."""
+        assert self.reexec is not None
+        self_update.reexec(self.reexec, self.install_root)
 
     async def _untrusted(self, exc: aiohttp.ClientConnectorCertificateError) -> str:
         """What an untrusted certificate is reported as; the first report names the presented key."""

@@ -30,6 +30,7 @@ from cdui.cli import (
     cli_runs,
     cli_studies,
     cli_sweeps,
+    cli_update,
     cli_workers,
     daemon,
 )
@@ -445,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_studies.add_commands(sub)
     cli_datasets.add_commands(sub)
     cli_ops.add_commands(sub)
+    cli_update.add_commands(sub)
     cli_plugin.add_commands(sub)
     cli_project_pins.add_parsers(cli_project.add_parsers(sub))
     cli_apps.add_commands(sub)

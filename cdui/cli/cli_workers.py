@@ -86,6 +86,15 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def update_flag(update: Any) -> str:
+    """The list's word on a worker's update state (docs/updating.md): nothing while it is current."""
+    if not isinstance(update, dict) or update.get("state") == "current":
+        return ""
+    if update.get("state") == "updating":
+        return f" [updating to {update.get('to')} since {update.get('since')}]"
+    return f" [behind: the control plane runs {update.get('to')}]"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     res = _client(args).call("GET", "/api/workers")
     if args.json:
@@ -96,6 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for w in res["workers"]:
         devs = ", ".join(f"{d['device']} {d['in_use']}/{d['slots']}" for d in w["devices"]) or "-"
         flags = (" [degraded]" if w.get("degraded") else "") + (" [unencrypted HTTP]" if w.get("unencrypted") else "")
+        flags += update_flag(w.get("update"))
         if w.get("tls_pin") or w.get("tls_next_pin"):
             flags += f" [pin {(w.get('tls_pin') or '?')[:19]}…" + (
                 f", next {w['tls_next_pin'][:19]}…]" if w.get("tls_next_pin") else "]")
@@ -512,10 +522,13 @@ def _run_foreground(cfg: Any, control: str, cred: dict[str, Any], devices: list[
             agent = Agent(control, cred["credential"], cred["name"], devices or detect_devices(), ud, machine_id(),
                           labels=_labels_fn(ud), status_file=ud / "agent-status.json", config=cfg,
                           trust=checks[0] if checks else None, on_connected=checks[1] if checks else None, uds=uds)
-            return asyncio.run(serve(agent))
+            code = asyncio.run(serve(agent))
         finally:
             # Before the pidfile goes: whoever starts an agent once it is gone finds the spool free.
             held.release()
+    if agent.reexec is not None:  # updated itself (CODEFYUI_AGENT_AUTO_UPDATE): the same pid runs the new version
+        agent.become_updated()
+    return code
 
 
 def cmd_agent_stop(args: argparse.Namespace) -> int:

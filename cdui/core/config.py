@@ -197,6 +197,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token", secret=True),
+    Setting("CODEFYUI_AGENT_AUTO_UPDATE", False, _bool, "1: refused for its version, the agent installs the control plane's update bundle (every sha256 checked) into a new environment and restarts itself on it, once its runs ended", "0 or 1"),
     Setting("CODEFYUI_AGENT_ACCEPT_PLUGINS", False, _bool, "1 lets the control plane push plugin packs to this agent (`cdui plugin push`), which installs them: new code runs here", "0 or 1"),
     Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),

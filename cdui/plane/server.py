@@ -50,7 +50,7 @@ from pathlib import Path
 from aiohttp import web
 
 from cdui import __version__
-from cdui.core import project
+from cdui.core import envs, project
 from cdui.core.atomic import write_private
 from cdui.core.clock import Clock, SystemClock
 from cdui.core.config import Config
@@ -80,6 +80,7 @@ from cdui.plane.http import (
     share_memory,
     web_session,
     worker_routes,
+    worker_update,
 )
 from cdui.plane.http.httpjson import Handler, error_middleware
 from cdui.plane.looplag import LoopLag
@@ -106,7 +107,8 @@ PUBLIC_PATHS = {"/api/health", "/api/health/live", "/metrics", "/api/auth/bootst
                 "/favicon.ico", "/api/workers/enroll", "/ws/worker"}
 PUBLIC_PREFIXES = ("/web/",)
 # What a worker credential may do over plain HTTP: its own runs' inputs and results, nothing of the user's API.
-WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
+WORKER_ROUTES = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload"
+                           r"|GET /api/worker-update/(manifest|files/[^/]+))$")
 # Where a browser cannot send a header: the event WebSocket and download links.
 QUERY_TOKEN_ROUTES = re.compile(r"^(/ws/runs/[^/]+|/api/(files|images|models)/download/.+"
                                 r"|/api/runs/[^/]+/artifacts/[^/]+/download)$")
@@ -232,7 +234,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if worker is not None:
             if not WORKER_ROUTES.match(f"{request.method} {path}"):
                 raise CduiError("forbidden", f"a worker credential cannot use {request.method} {path}",
-                                hint="workers may only download their runs' inputs and upload their outputs",
+                                hint="workers may only download their runs' inputs and upload their outputs (and fetch "
+                                     "the update bundle)",
                                 status=403)
             request["auth"] = "worker"
             request["worker"] = worker
@@ -409,6 +412,7 @@ def build_app(config: Config, clock: Clock) -> web.Application:
     web_session.setup(app)
     api_outputs.setup(app)
     api_worker_log.setup(app)
+    worker_update.setup(app)
     api_canvas.setup(app)
     metrics.setup(app)
     api_plugins.setup(app)
@@ -565,13 +569,21 @@ async def _run_until_signal(app: web.Application, host: str, port: int, shutdown
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+    def handover() -> None:
+        # SIGUSR2, sent by `cdui update` before it starts the new version: runs on workers go on, and the next
+        # start adopts them as after any restart, instead of being told to stop.
+        app[WORKERS].handover = True
+        stop.set()
+    loop.add_signal_handler(envs.HANDOVER_SIGNAL, handover)
     try:
         await web.TCPSite(runner, host, port).start()
         listening()
         await stop.wait()
-        log.info("stopping: asking active runs to stop")
+        log.info("stopping%s: asking active runs to stop", " for a restart, leaving worker runs to be adopted"
+                 if app[WORKERS].handover else "")
         await app[RUNS].close()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, envs.HANDOVER_SIGNAL):
             loop.remove_signal_handler(sig)
         await runner.cleanup()

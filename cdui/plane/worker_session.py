@@ -218,6 +218,8 @@ class Manager(Protocol):
     @property
     def closing(self) -> bool: ...
     @property
+    def handover(self) -> bool: ...
+    @property
     def machine_id(self) -> str: ...
     @property
     def turns(self) -> Turns: ...
@@ -736,6 +738,8 @@ class WorkerSession:
         conn.outputs.gone()
         m.runs.hold_app_slots(name, [])  # its serving processes hold no slot here while it is away
         for run_id, _, _ in m.runs.runs_on(name):
+            if m.closing and m.handover:
+                continue  # a stop for a restart: the run stays running, for the next start to adopt
             if m.closing:
                 # Nobody would be left to wait for its return: the server is stopping.
                 await m.runs.finish(run_id, "interrupted",

@@ -63,6 +63,9 @@ class WorkerManager:
         self.store = self.runs.store
         self.conns: dict[str, Conn] = {}
         self.rejected: dict[str, dict[str, Any]] = {}
+        # Workers whose agent fetched this control plane's update bundle (cdui/plane/http/worker_update.py) and
+        # has not come back on its version yet: {"to", "since"} by name, for GET /api/workers.
+        self.updating: dict[str, dict[str, Any]] = {}
         self._revoked_seen: dict[str, float] = {}
         self.timers: dict[str, asyncio.Task[Any]] = {}
         self.grace = float(self.config["CODEFYUI_WORKER_RESUME_GRACE_S"])
@@ -78,6 +81,7 @@ class WorkerManager:
         self.limiter = enroll.EnrollLimiter(int(self.config["CODEFYUI_ENROLL_RATE_PER_MIN"]),
                                            clock=self.clock.monotonic)
         self.closing = False
+        self.handover = False  # set by the handover stop (envs.HANDOVER_SIGNAL): worker runs are left to adopt
         self._ended = asyncio.Event()
         self.unstored: set[str] = set()  # workers whose events a full disk kept from being stored
         # Each worker's drain flag as last set by an operator in this process. A session reads its row
@@ -152,6 +156,7 @@ class WorkerManager:
         """An admitted connection becomes the worker's current one (a newer one replaces it)."""
         self.conns[conn.name] = conn
         self.rejected.pop(conn.name, None)
+        self.updating.pop(conn.name, None)  # admitted: its version is this control plane's
         if self._watch_task is None and not self.closing:
             self._watch_task = self.runs.spawn(self._watch())
 
@@ -276,6 +281,10 @@ class WorkerManager:
         ``server._run_until_signal``), so a worker that stops its run at once
         has its final events stored and the run ends as it really did."""
         self.closing = True
+        if self.handover:
+            # A stop for a restart (`cdui update`): the workers keep their runs, and the next start adopts them
+            # (their rows stay running) as it does after a crash.
+            return
         grace = float(self.config["CODEFYUI_SHUTDOWN_GRACE_S"])
         for run_id, name, _ in self.runs.runs_on():
             if name == "local":

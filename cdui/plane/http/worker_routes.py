@@ -34,6 +34,17 @@ NOT_PROVEN = Verdict(False)
 log = logging.getLogger("cdui.plane.workers")  # the same logger as before the split, so log filters keep working
 
 
+def update_state(version: str | None, updating: dict[str, Any] | None) -> dict[str, Any]:
+    """A worker's update state for GET /api/workers: ``updating`` (its agent fetched the update bundle and
+    has not come back on this version), ``current`` (it runs this control plane's version) or ``behind``
+    (it last connected with another version: it is refused until it runs this one)."""
+    if updating is not None:
+        return {"state": "updating", **updating}
+    if version == __version__:
+        return {"state": "current"}
+    return {"state": "behind", "to": __version__}
+
+
 class WorkerRoutes:
     def __init__(self, manager: WorkerManager) -> None:
         self.m = manager
@@ -79,6 +90,7 @@ class WorkerRoutes:
                 "same_machine": self.m.same_machine.get(r["name"], NOT_PROVEN).same,
                 "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
+                "update": update_state(r["version"], self.m.updating.get(r["name"])),
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
                 # Published apps' warm processes there hold slots as runs do: counted in each device's in_use.

@@ -220,6 +220,13 @@ class SshWorkers:
         has not reported by then end ``interrupted`` (the agent was told to stop them)."""
         deadline = self.clock.monotonic() + SHUTDOWN_BUDGET_S
         names = list(self.sups)
+        if self.app[WORKERS].handover:
+            # A stop for a restart (`cdui update`): each ssh ends and its remote agent goes on with its runs; the
+            # next start's ssh attaches to it, and the runs are adopted.
+            for name in names:
+                self.sups[name].stopping = True
+                await self._end(name)
+            return
 
         async def stop_one(name: str) -> None:
             sup = self.sups[name]

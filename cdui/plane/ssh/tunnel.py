@@ -39,11 +39,14 @@ MAX_BODY = 1024 ** 2  # the enrollment body is small; the upload route streams i
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TUNNEL_WORKER: web.AppKey[str] = web.AppKey("tunnel_worker")
 # (method, the main app's route pattern) of every route a tunnel serves.
+# The update routes: an SSH worker's agent follows `cdui update` through its tunnel (docs/updating.md).
 ROUTES = (("GET", "/ws/worker"), ("POST", "/api/workers/enroll"), ("GET", "/api/{kind}/download/{name:.+}"),
-          ("POST", "/api/runs/{run_id}/artifacts/upload"))
-NEEDS_WORKER = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload)$")
+          ("POST", "/api/runs/{run_id}/artifacts/upload"), ("GET", "/api/worker-update/manifest"),
+          ("GET", "/api/worker-update/files/{name}"))
+NEEDS_WORKER = re.compile(r"^(GET /api/(files|images|models)/download/.+|POST /api/runs/[^/]+/artifacts/upload"
+                          r"|GET /api/worker-update/(manifest|files/[^/]+))$")
 SERVED = re.compile(r"^(GET /ws/worker|POST /api/workers/enroll|GET /api/(files|images|models)/download/.+"
-                    r"|POST /api/runs/[^/]+/artifacts/upload)$")
+                    r"|POST /api/runs/[^/]+/artifacts/upload|GET /api/worker-update/(manifest|files/[^/]+))$")
 
 
 def _not_found(request: web.Request) -> CduiError:

@@ -292,6 +292,13 @@ function shareToggle(w, shared) {
     " Share by memory");
 }
 
+// A worker's update state (docs/updating.md), shown only while it is not on the control plane's version.
+export function updateText(u) {
+  if (!u || u.state === "current") return "";
+  if (u.state === "updating") return `updating to ${u.to} (since ${time(u.since)})`;
+  return `behind: the control plane runs ${u.to}; refused until this worker runs it`;
+}
+
 function workerCard(w) {
   const runs = w.runs || [];
   const devices = (w.devices || []).map(deviceText).join(", ");
@@ -303,7 +310,8 @@ function workerCard(w) {
   return h("li", { class: `worker card-item status-${String(w.status || "").replace(/[^a-z_-]/gi, "")}`, dataset: { worker: w.name } },
     h("div", { class: "worker-head" }, h("strong", { class: "worker-name" }, w.name), badges(w)),
     h("dl", { class: "facts compact" },
-      fact("Version", w.version), fact("Devices", devices), fact("Address", w.address),
+      fact("Version", w.version), fact("Update", updateText(w.update)), fact("Devices", devices),
+      fact("Address", w.address),
       fact("Mounts", labelsText(w.mounts || w.labels)), fact("Last seen", time(w.last_seen)),
       fact("Environment", fp), catalogFacts(w),
       // Published apps' warm processes here: each holds a slot of its device (counted in Devices' "in use").

@@ -40,7 +40,9 @@ else
     touch "$d/agent.log"
     off=$(wc -c <"$d/agent.log")
     CODEFYUI_AGENT_TOKEN=$t
-    export CODEFYUI_AGENT_TOKEN
+    # The control plane keeps this agent: it follows `cdui update` through this tunnel (docs/updating.md).
+    CODEFYUI_AGENT_AUTO_UPDATE=1
+    export CODEFYUI_AGENT_TOKEN CODEFYUI_AGENT_AUTO_UPDATE
     if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi
     # $s is setsid or nothing. The background PID ($!) is this command's own (setsid execs the
     # sh), whose command line says `agent start`: what is_agent looks for in agent.starting.
@@ -49,7 +51,7 @@ else
     $s sh -c '"$@" </dev/null >>"$0/agent.log" 2>&1; echo $? >"$0/agent.exit"' "$d" "$cdui" \
         agent start --uds "$d/sock" --foreground --control "$URL" --name "$NAME" &
     echo $! >"$d/agent.starting"
-    unset CODEFYUI_AGENT_TOKEN t
+    unset CODEFYUI_AGENT_TOKEN CODEFYUI_AGENT_AUTO_UPDATE t
     i=0
     while [ ! -s "$d/agent.pid" ] && [ ! -s "$d/agent.exit" ] && [ "$i" -lt 600 ]; do
         sleep 0.1
