@@ -16,6 +16,7 @@ from cdui.agent.connect_policy import (
     Untrusted,
     advice,
     decide,
+    follows_update,
     reset_backoff,
     tunnel_gone,
 )
@@ -102,3 +103,16 @@ def test_backoff_resets_after_a_connection_that_stayed_up_a_minute(up_s: float, 
 def test_an_ssh_agent_stops_once_its_tunnel_stayed_away_past_the_grace(tunnel: bool, down_s: float, grace_s: float,
                                                                         gone: bool) -> None:
     assert tunnel_gone(tunnel, down_s, grace_s) is gone
+
+
+@pytest.mark.parametrize("setting,owner_allows,follows", [
+    ("1", False, True),       # the agent's own opt-in: always
+    ("1", True, True),
+    ("panel", True, True),    # the default: as the owner chose in the Workers panel
+    ("panel", False, False),
+    ("0", True, False),       # the agent's own veto wins over the panel
+    ("0", False, False),
+])
+def test_an_agent_follows_an_update_by_its_setting_or_else_the_owners_panel(setting: str, owner_allows: bool,
+                                                                            follows: bool) -> None:
+    assert follows_update(setting, owner_allows) is follows

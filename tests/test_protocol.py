@@ -52,6 +52,7 @@ SERVER_MESSAGES: list[protocol.ServerMessage] = [
                                                 "r3": protocol.RunAnswer(9, "drop")}),
     protocol.Welcome("1.0", "w1", 0.5, 0.0),
     protocol.Refused("name_in_use", "worker w1 is already connected"),
+    protocol.Refused("version_mismatch", "version mismatch: worker 1, control plane 2", update=True),
     protocol.Assign("r1", JOB),
     protocol.Assign("r2", Job(run_id="r2", graph={})),
     protocol.Ack("r1", 12),

@@ -398,8 +398,10 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
     """A direct agent with CODEFYUI_AGENT_AUTO_UPDATE=1 is refused by the updated control plane, fetches the
     bundle over its credential, installs it into its own installation's envs/, waits for its run (which
     was going during the update) and restarts itself on the new version, same pid: the run succeeds, and
-    no command was run on the worker's side. A second opted-in agent whose installation cannot take a new
-    environment (its envs/ is a file) keeps its version and ends as a refused agent does, saying why."""
+    no command was run on the worker's side. A second agent, opted in from the Workers panel ("follow updates",
+    its own setting left at its default) rather than by its setting, whose installation cannot take a new
+    environment (its envs/ is a file), tries the update, keeps its version and ends as a refused agent does,
+    saying why."""
     _, out = made
     cp = Install(tmp_path / "cp", tmp_path / "cp-ud", tmp_path / "cp-data")
     worker_root, broken_root = tmp_path / "worker", tmp_path / "broken"
@@ -413,17 +415,20 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
         cp("start", "--port", str(free_port()))
         url = json.loads((tmp_path / "cp-ud" / "server.json").read_text())["url"]
 
-        def opted_in(name: str, root: Path) -> Proc:
+        def opted_in(name: str, root: Path, by_setting: bool = True) -> Proc:
             token = cp.api("POST", "/api/workers/tokens", {"ttl_s": 600, "uses": 1})["token"]
-            env = env_for(tmp_path / f"{name}-ud", tmp_path / "w-data",
-                          {"CODEFYUI_AGENT_AUTO_UPDATE": "1", "CODEFYUI_INSTALL_ROOT": str(root)})
+            env = env_for(tmp_path / f"{name}-ud", tmp_path / "w-data", {"CODEFYUI_INSTALL_ROOT": str(root)})
+            if by_setting:
+                env["CODEFYUI_AGENT_AUTO_UPDATE"] = "1"
+            else:
+                env.pop("CODEFYUI_AGENT_AUTO_UPDATE", None)  # its default: as the Workers panel says
             env.pop(envs.LAUNCHER_ROOT_ENV, None)  # started as `python -m cdui`, not by a launcher
             a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", url, "--token", token,
                       "--name", name, "--devices", "cpu", "--foreground"], env, tmp_path / f"{name}.log",
                      name=f"agent-{name}")
             a.spawn()
             return a
-        agent, broken = opted_in("w1", worker_root), opted_in("w2", broken_root)
+        agent, broken = opted_in("w1", worker_root), opted_in("w2", broken_root, by_setting=False)
 
         def worker() -> dict[str, Any] | None:
             return next((w for w in cp.api("GET", "/api/workers")["workers"] if w["name"] == "w1"), None)
@@ -432,6 +437,12 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
                  120, what="w2 online", detail=broken.log_tail)
         assert worker()["version"] == __version__  # type: ignore[index]
         assert worker()["update"] == {"state": "current"}  # type: ignore[index]
+        # w2 follows because its owner said so (the Workers panel's switch; here its command, through bin/cdui).
+        r = cp("workers", "follow-updates", "w2", "on")
+        assert r.stdout == ("worker w2: its agent follows `cdui update` (unless it has CODEFYUI_AGENT_AUTO_UPDATE=0)"
+                            "\n"), explain(r)
+        assert [w["follow_updates"] for w in cp.api("GET", "/api/workers")["workers"] if w["name"] in ("w1", "w2")] \
+            == [False, True]
 
         gate = tmp_path / "gate-open"
         run = cp.api("POST", "/api/runs", {"graph": _gated(gate), "options": {"target": {"worker": "w1"}}})
@@ -446,7 +457,7 @@ def test_an_opted_in_agent_follows_the_update_and_its_run_in_flight_succeeds(mad
         said = broken.log_text()
         assert f"this agent could not update itself and keeps cdui {__version__}: " in said, said[-3000:]
         assert (f"cdui: error: refused by the control plane: version mismatch: worker {__version__}, control plane "
-                f"{NEW_VERSION}") in said, said[-3000:]
+                f"{NEW_VERSION}; the owner lets this worker follow the update") in said, said[-3000:]
         assert (broken_root / "envs").read_text() == "not a folder" and "restarting on the new version" not in said
 
         # Refused, the agent updates itself and then waits for its run: the gate holds the run until then.

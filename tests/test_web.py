@@ -318,6 +318,15 @@ def test_workers_section(worker_setup, browser):
     page.click("input[aria-label='Share by memory on worker gpu-box']")
     page.wait_for_selector(f"{card} :text('cpu (1/1 in use)')")
     assert card_of()["share_by_memory"] == []
+    # Follow updates: the owner lets the worker's agent install `cdui update`'s bundle; on, then off again.
+    follow = "input[aria-label='Follow updates on worker gpu-box']"
+    assert card_of()["follow_updates"] is False and not page.is_checked(follow)
+    page.click(follow)
+    wait_for(lambda: card_of()["follow_updates"] is True, 60, what="follow_updates stored")
+    page.wait_for_selector(f"{follow}:checked")  # the card drawn again from the stored setting
+    page.click(follow)
+    wait_for(lambda: card_of()["follow_updates"] is False, 60, what="follow_updates off")
+    page.wait_for_selector(f"{follow}:not(:checked)")
 
     # Remove takes a second click, and the first says what the second will do.
     page.click("button[aria-label='Remove worker gpu-box']")

@@ -18,6 +18,10 @@ def hello(name: str = "gpu1", version: str = V) -> str:
     return json.dumps(protocol.hello(version, name, ["cpu"], {}, "m1", []))
 
 
+TO_FOLLOW = ("; to follow, copy the control plane's update bundle here and run `cdui update --from BUNDLE`, or let "
+             "the agent update itself: CODEFYUI_AGENT_AUTO_UPDATE=1 on this machine, or \"follow updates\" for worker "
+             "gpu1 in the Workers panel (docs/updating.md)")
+
 CASES: list[tuple[str, Any, Any, Any, Any, Refuse]] = [
     ("unknown credential", None, None, None, None,
      Refuse("unknown_credential", "this control plane does not know the agent's credential")),
@@ -29,12 +33,19 @@ CASES: list[tuple[str, Any, Any, Any, Any, Refuse]] = [
                        "connect", "gpu1", "revoked credential (was superseded by a reissue)", "h1")),
     ("no hello in time", ROW, None, NoHello("no hello within 30 s"), None,
      Refuse("bad_hello", "no hello within 30 s")),
+    # The agent is told what to do about it; the list of refused connections keeps the short form.
     ("older agent", ROW, None, hello(version="1.0.0"), None,
-     Refuse("version_mismatch", f"version mismatch: worker 1.0.0, control plane {V}", "gpu1",
+     Refuse("version_mismatch", f"version mismatch: worker 1.0.0, control plane {V}{TO_FOLLOW}", "gpu1",
             f"version mismatch: worker 1.0.0, control plane {V}")),
     ("no version at all", ROW, None, "{}", None,
-     Refuse("version_mismatch", f"version mismatch: worker unknown, control plane {V}", "gpu1",
+     Refuse("version_mismatch", f"version mismatch: worker unknown, control plane {V}{TO_FOLLOW}", "gpu1",
             f"version mismatch: worker unknown, control plane {V}")),
+    ("older agent of a worker whose owner lets it follow updates", {**ROW, "auto_update": 1}, None,
+     hello(version="1.0.0"), None,
+     Refuse("version_mismatch", f"version mismatch: worker 1.0.0, control plane {V}; the owner lets this worker "
+                                "follow the update: an agent that allows it (CODEFYUI_AGENT_AUTO_UPDATE not 0) "
+                                "installs it and restarts", "gpu1",
+            f"version mismatch: worker 1.0.0, control plane {V}", update=True)),
     ("first message not a hello", ROW, None, json.dumps({"version": V, "type": "heartbeat", "runs": []}), None,
      Refuse("bad_hello", "the first message must be a hello", "gpu1", "bad hello: the first message must be a hello")),
     ("another worker's credential", ROW, None, hello(name="gpu2"), None,

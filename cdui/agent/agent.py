@@ -87,9 +87,10 @@ def stop_wait_s(outputs_write_timeout_s: float) -> float:
 
 
 class Refused(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, update: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.update = update  # a version refusal that says the owner lets this worker follow the update
 
 
 def credential_key(control: str) -> str:
@@ -305,7 +306,7 @@ class Agent:
                 try:
                     await self._connect_once(session)
                 except Refused as exc:
-                    failure = policy.Refusal(exc.code, str(exc))
+                    failure = policy.Refusal(exc.code, str(exc), exc.update)
                 except AiohttpPinMismatch as exc:
                     failure = policy.PinMismatch(str(exc.error))
                 except aiohttp.ClientConnectorCertificateError as exc:
@@ -355,7 +356,8 @@ class Agent:
 
     def _may_update(self, failure: policy.Failure) -> bool:
         return (isinstance(failure, policy.Refusal) and failure.code == "version_mismatch"
-                and bool(self.config["CODEFYUI_AGENT_AUTO_UPDATE"]) and self.one_shot is None)
+                and policy.follows_update(self.config["CODEFYUI_AGENT_AUTO_UPDATE"], failure.update)
+                and self.one_shot is None)
 
     async def _update(self, session: aiohttp.ClientSession) -> bool:
         """Refused for its version: install the control plane's bundle, wait for this agent's runs to end,
@@ -518,7 +520,7 @@ class Agent:
         except protocol.ProtocolError as exc:
             raise aiohttp.ClientError(f"the control plane's first message does not fit the protocol: {exc}") from None
         if isinstance(msg, protocol.Refused):
-            raise Refused(msg.code, msg.message)
+            raise Refused(msg.code, msg.message, msg.update)
         if not isinstance(msg, protocol.Welcome):
             raise aiohttp.ClientError(f"expected a welcome, got {msg.type!r}")
         return msg

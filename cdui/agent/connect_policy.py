@@ -46,6 +46,7 @@ class Refusal:
 
     code: str
     message: str
+    update: bool = False  # version_mismatch: the owner lets this worker follow the update (the Workers panel)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,13 @@ def decide(failure: Failure, *, one_shot_took_run: bool | None = None, tunnel: b
     if isinstance(failure, Untrusted):
         return Retry(f"{failure.message}; retrying", failure.message, logging.ERROR)
     return Retry(f"control plane {failure.control} unreachable: {failure.reason}", f"unreachable: {failure.reason}")
+
+
+def follows_update(setting: str, owner_allows: bool) -> bool:
+    """Whether an agent refused for its version installs the control plane's update: its own
+    CODEFYUI_AGENT_AUTO_UPDATE (``1`` always, ``0`` never) or, left at ``panel``, the owner's choice for its
+    worker in the Workers panel (``owner_allows``, sent with the refusal)."""
+    return setting == "1" or (setting == "panel" and owner_allows)
 
 
 def reset_backoff(up_s: float) -> bool:

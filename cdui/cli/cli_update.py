@@ -162,9 +162,12 @@ def _plan_lines(root: Path, e: envs.Envs, manifest: bundle.Manifest, src: Path, 
             what = "already at that version"
         elif w.get("ssh"):
             what = "follows: its agent updates itself through its tunnel, after its runs"
+        elif w.get("follow_updates"):
+            what = ("follows: \"follow updates\" is on in the Workers panel (unless its agent has "
+                    "CODEFYUI_AGENT_AUTO_UPDATE=0)")
         else:
-            what = ("follows if its agent has CODEFYUI_AGENT_AUTO_UPDATE=1; else refused until updated on its "
-                    "machine (`cdui update --from BUNDLE` there)")
+            what = ("follows if its agent has CODEFYUI_AGENT_AUTO_UPDATE=1 (or with \"follow updates\" on in the "
+                    "Workers panel); else refused until updated on its machine (`cdui update --from BUNDLE` there)")
         lines.append(f"  worker {w.get('name')} ({kind}, {w.get('status')}, cdui {w.get('version') or '?'}): {what}")
     if not workers:
         lines.append("  workers: none enrolled")

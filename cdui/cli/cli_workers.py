@@ -174,6 +174,14 @@ def cmd_share_by_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_follow_updates(args: argparse.Namespace) -> int:
+    res = _client(args).call("POST", f"/api/workers/{args.name}/follow-updates", {"enabled": args.state == "on"})
+    print(f"worker {args.name}: " + ("its agent follows `cdui update` (unless it has CODEFYUI_AGENT_AUTO_UPDATE=0)"
+                                     if res["follow_updates"] else
+                                     "its agent follows `cdui update` only with CODEFYUI_AGENT_AUTO_UPDATE=1"))
+    return 0
+
+
 # -- agent -----------------------------------------------------------------------------
 def _check_control(url: str) -> str:
     u = urlsplit(url)
@@ -599,6 +607,14 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--device", default=None, help="only this device, e.g. cuda:0 (default: every device)")
     s.add_argument("--control", default=None, help=CONTROL_HELP)
     s.set_defaults(func=cmd_share_by_memory)
+    s = wsub.add_parser("follow-updates", help="let a worker's agent install the control plane's `cdui update` "
+                                               "(the Workers panel's \"Follow updates\")")
+    s.add_argument("name", metavar="NAME", help="the worker's name (`cdui workers list` shows them)")
+    s.add_argument("state", choices=("on", "off"), help="on: its agent updates itself when refused for its version "
+                                                         "(unless set to CODEFYUI_AGENT_AUTO_UPDATE=0); off: only "
+                                                         "with CODEFYUI_AGENT_AUTO_UPDATE=1")
+    s.add_argument("--control", default=None, help=CONTROL_HELP)
+    s.set_defaults(func=cmd_follow_updates)
 
     add_ssh_commands(wsub)
 

@@ -49,6 +49,15 @@ def _bool(v: str) -> bool:
     raise ValueError(v)
 
 
+def _follow(v: str) -> str:
+    """CODEFYUI_AGENT_AUTO_UPDATE: ``panel`` (as the owner chose for the worker in the Workers panel),
+    ``1`` (always) or ``0`` (never, whatever the panel says)."""
+    s = v.strip().lower()
+    if s in ("", "panel"):
+        return "panel"
+    return "1" if _bool(s) else "0"
+
+
 def _size(v: str) -> int:
     s = v.strip().upper().replace(" ", "")
     for suffix, mult in (("GIB", GiB), ("MIB", 1024 ** 2), ("KIB", 1024), ("GB", 10 ** 9), ("MB", MB),
@@ -197,7 +206,7 @@ SETTINGS: list[Setting] = [
     Setting("CODEFYUI_RUN_OUTPUT_STORE_MAX_MB", 2048, _int, "recorded outputs a worker keeps", "MB"),
     Setting("CODEFYUI_WORKER_OUTPUTS_WRITE_TIMEOUT_S", 300.0, _float, "time for a run to write recorded outputs after it ends", "seconds"),
     Setting("CODEFYUI_AGENT_TOKEN", None, _str, "enrollment token when --token is not given", "a token", secret=True),
-    Setting("CODEFYUI_AGENT_AUTO_UPDATE", False, _bool, "1: refused for its version, the agent installs the control plane's update bundle (every sha256 checked) into a new environment and restarts itself on it, once its runs ended", "0 or 1"),
+    Setting("CODEFYUI_AGENT_AUTO_UPDATE", "panel", _follow, "1: refused for its version, the agent installs the control plane's update bundle (every sha256 checked) into a new environment and restarts itself on it, once its runs ended; panel: only when the owner turned on \"follow updates\" for its worker in the Workers panel; 0: never", "panel, 1 or 0"),
     Setting("CODEFYUI_AGENT_ACCEPT_PLUGINS", False, _bool, "1 lets the control plane push plugin packs to this agent (`cdui plugin push`), which installs them: new code runs here", "0 or 1"),
     Setting("CODEFYUI_NODES_HIDE", [], _list, "node types this installation leaves out of its node catalog and runs, as if not installed (to try a degraded worker)", "comma-separated node types"),
     Setting("CODEFYUI_AGENT_RUN_RETENTION_KEEP_LAST", 20, _int, "finished run folders an agent keeps in agent-runs/ (0 keeps all)", "an integer"),

@@ -415,7 +415,7 @@ class WorkerSession:
             if decision.listed_name is not None:
                 self.m.reject(decision.listed_name, decision.listed_reason or decision.code, self.address,
                               decision.listed_once_per)
-            await ws.send_str(protocol.Refused(decision.code, decision.message).to_json())
+            await ws.send_str(protocol.Refused(decision.code, decision.message, decision.update).to_json())
             await ws.close()
             return None
         name, hello = decision.name, decision.hello

@@ -678,6 +678,10 @@ class ProbeAnswer(_Flat):
 class Refused(_Flat):
     code: str
     message: str
+    # With code version_mismatch: the owner let this worker follow `cdui update` (the Workers panel), so an
+    # agent that did not refuse updates itself (CODEFYUI_AGENT_AUTO_UPDATE=0) fetches the update. Older agents
+    # read no such field: they stay refused, as before.
+    update: bool = False
     type: ClassVar[str] = "refused"
 
 
@@ -1049,7 +1053,8 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
                        _number(d, "resume_grace_s", "welcome", 0.0, 30 * 86400.0), runs)
     if t == "refused":
         return Refused(_str(_req(d, "code", str, "refused"), "refused.code"),
-                       _str(_opt(d, "message", str, "", "refused"), "refused.message", MAX_TEXT))
+                       _str(_opt(d, "message", str, "", "refused"), "refused.message", MAX_TEXT),
+                       bool(_opt(d, "update", bool, False, "refused")))
     if t == "assign":
         run_id = _str(_req(d, "run_id", str, "assign"), "assign.run_id")
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness import FakeAgent, Plane, eventually
 
+from cdui import __version__
 from cdui.plane.runs import iso
 from cdui.plane.workers import WORKERS
 from cdui.wire import protocol
@@ -437,3 +438,40 @@ async def test_events_messages_back_to_back_are_stored_once_in_order_across_a_di
             assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
         finally:
             await agent.close()
+
+
+async def test_follow_updates_from_the_panel_goes_with_the_version_refusal(tmp_path):
+    """"Follow updates" (the Workers panel's switch, POST /api/workers/{name}/follow-updates) is stored with the
+    worker and sent with its next version refusal (``update: true``), with what its agent will do; without it, the
+    refusal says how to follow. The route refuses what is not a boolean and a worker that does not exist."""
+    async with _plane(tmp_path) as cp:
+        w1 = FakeAgent(cp, "w1", ("cpu",))
+        await w1.enroll()
+
+        async def refused() -> dict:
+            async with w1._session.ws_connect(cp.url.replace("http", "ws", 1) + "/ws/worker",
+                                              headers={"Authorization": f"Bearer {w1.credential}"}) as ws:
+                await ws.send_str(json.dumps(protocol.hello("0.0.1", "w1", ["cpu"], {}, "fake-machine", [])))
+                msg = await ws.receive(timeout=60)
+                return json.loads(msg.data)
+        try:
+            first = await refused()
+            assert first["type"] == "refused" and first["code"] == "version_mismatch" and first["update"] is False
+            assert "run `cdui update --from BUNDLE`" in first["message"] and "CODEFYUI_AGENT_AUTO_UPDATE=1" in \
+                first["message"], first
+            assert await cp.call("POST", "/api/workers/w1/follow-updates", {"enabled": True}) == {
+                "name": "w1", "follow_updates": True}
+            assert (await cp.worker("w1"))["follow_updates"] is True
+            second = await refused()
+            assert second["update"] is True and "the owner lets this worker follow the update" in second["message"]
+            listed = [r for r in (await cp.call("GET", "/api/workers"))["rejected"] if r["name"] == "w1"]
+            assert [r["reason"] for r in listed] == [f"version mismatch: worker 0.0.1, control plane {__version__}"]
+            status, body = await cp.api("POST", "/api/workers/w1/follow-updates", {"enabled": "yes"})
+            assert (status, body["error"]["code"]) == (400, "bad_request") and "'yes'" in body["error"]["message"]
+            status, body = await cp.api("POST", "/api/workers/nobody/follow-updates", {"enabled": True})
+            assert status == 404
+            assert await cp.call("POST", "/api/workers/w1/follow-updates", {"enabled": False}) == {
+                "name": "w1", "follow_updates": False}
+            assert (await refused())["update"] is False
+        finally:
+            await w1.close()

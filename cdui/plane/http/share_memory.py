@@ -1,4 +1,7 @@
-"""The route that turns "Share by memory" on or off for a worker, or for one of its devices.
+"""The routes of the Workers panel's per-worker switches: "Share by memory" (below) and "Follow updates"
+(:func:`set_follow_updates`).
+
+The route that turns "Share by memory" on or off for a worker, or for one of its devices.
 
 ``POST /api/workers/{name}/share-by-memory {"enabled": true, "device": "cuda:0"}``
 (``device`` left out: every device of the worker). The setting is stored in the
@@ -101,5 +104,21 @@ def offered_devices(stored: str | None, executors: Iterable[Any], credential: st
     return out
 
 
+async def set_follow_updates(request: web.Request) -> web.Response:
+    """``POST /api/workers/{name}/follow-updates {"enabled": true}``: the owner lets the worker's agent follow
+    `cdui update` (docs/updating.md "Workers"). Its next version refusal says so, and an agent left at
+    CODEFYUI_AGENT_AUTO_UPDATE=panel (the default) installs the update; one set to 0 never does."""
+    name = request.match_info["name"]
+    body = await read_object(request, DEFAULT_LIMIT)
+    enabled = body.get("enabled")
+    if not isinstance(enabled, bool):
+        raise CduiError("bad_request", f"enabled must be true or false, got {str(enabled)[:40]!r}",
+                        hint='send {"enabled": true} or {"enabled": false}')
+    if not await request.app[STORE].workers.set_auto_update(name, enabled):
+        raise NotFound("worker", name, hint="list workers with `cdui workers list`")
+    return web.json_response({"name": name, "follow_updates": enabled})
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/workers/{name}/share-by-memory", set_share)
+    app.router.add_post("/api/workers/{name}/follow-updates", set_follow_updates)

@@ -91,6 +91,8 @@ class WorkerRoutes:
                 "same_machine_note": self.m.same_machine.get(r["name"], NOT_PROVEN).note,
                 "connected_at": iso(conn.connected_at) if conn is not None else None,
                 "update": update_state(r["version"], self.m.updating.get(r["name"])),
+                # The owner lets its agent follow `cdui update` (the Workers panel; POST .../follow-updates).
+                "follow_updates": bool(r.get("auto_update")),
                 **self.m.runs.oneshot.card(r["name"], r, self.m, iso),
                 **self._sync_card(r["name"], conn),
                 # Published apps' warm processes there hold slots as runs do: counted in each device's in_use.

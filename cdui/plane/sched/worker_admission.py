@@ -41,6 +41,8 @@ class Refuse:
     listed_reason: str | None = None
     # Set for a revoked credential: its refusals are listed once an hour, not at every retry.
     listed_once_per: str | None = None
+    # A version refusal of a worker whose owner let it follow `cdui update` (the Workers panel).
+    update: bool = False
 
 
 Decision = Accept | Refuse
@@ -67,7 +69,15 @@ def decide(row: Mapping[str, Any] | None, old: Mapping[str, Any] | None, first: 
     version = protocol.peek_version(first)
     if version != server_version:
         msg = f"version mismatch: worker {version or 'unknown'}, control plane {server_version}"
-        return Refuse("version_mismatch", msg, name, msg)
+        follows = bool(row.get("auto_update"))
+        # What to do about it, for the agent's one refusal line (the list of refused connections keeps the short
+        # form). After the versions, past a ';': the SSH supervisor reads the two versions up to it.
+        told = msg + ("; the owner lets this worker follow the update: an agent that allows it "
+                      "(CODEFYUI_AGENT_AUTO_UPDATE not 0) installs it and restarts" if follows else
+                      f"; to follow, copy the control plane's update bundle here and run `cdui update --from BUNDLE`, "
+                      f"or let the agent update itself: CODEFYUI_AGENT_AUTO_UPDATE=1 on this machine, or "
+                      f"\"follow updates\" for worker {name} in the Workers panel (docs/updating.md)")
+        return Refuse("version_mismatch", told, name, msg, update=follows)
     try:
         hello = protocol.parse_agent_message(first)
         if not isinstance(hello, protocol.Hello):

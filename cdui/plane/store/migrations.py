@@ -287,6 +287,11 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     ALTER TABLE apps ADD COLUMN serve_on TEXT NOT NULL DEFAULT 'local';
     ALTER TABLE apps ADD COLUMN serve_device TEXT;
     """,
+    # workers.auto_update: the owner let this worker's agent follow `cdui update` from the Workers panel
+    # (docs/updating.md "Workers"); 0: only an agent with CODEFYUI_AGENT_AUTO_UPDATE=1 follows.
+    """
+    ALTER TABLE workers ADD COLUMN auto_update INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 

@@ -30,6 +30,7 @@ class WorkerRow(TypedDict):
     one_shot: int                   # its own last agent was one-shot
     one_shot_run: str | None        # the run that agent took (None: none yet, or none at all)
     share_by_memory: str | None     # JSON list of the devices that admit runs by memory ("*": all); None: off
+    auto_update: int                # the owner lets its agent follow `cdui update` (the Workers panel)
 
 
 class OldCredential(TypedDict):
@@ -147,6 +148,12 @@ class WorkerRows:
                                                            (name,)).rowcount == 1)
         return await self.db.write(lambda c: c.execute("UPDATE workers SET disabled=0, drained=0 WHERE name=?",
                                                        (name,)).rowcount == 1)
+
+    async def set_auto_update(self, name: str, enabled: bool) -> bool:
+        """The owner's choice from the Workers panel; False when no such worker."""
+        def fn(c: sqlite3.Connection) -> bool:
+            return c.execute("UPDATE workers SET auto_update=? WHERE name=?", (int(enabled), name)).rowcount > 0
+        return bool(await self.db.write(fn))
 
     async def set_share_by_memory(self, name: str, devices: list[str] | None) -> None:
         """``devices``: those that admit runs by memory (``["*"]``: all); None: off."""

@@ -292,6 +292,22 @@ function shareToggle(w, shared) {
     " Share by memory");
 }
 
+// "Follow updates": the owner lets this worker's agent install the control plane's `cdui update` bundle when it
+// is refused for its version (an agent set to CODEFYUI_AGENT_AUTO_UPDATE=0 never does; docs/updating.md).
+// An SSH worker's agent always follows: the control plane starts it so.
+function followToggle(w) {
+  return h("label", { class: "follow-updates" },
+    h("input", { type: "checkbox", checked: !!w.follow_updates, "aria-label": `Follow updates on worker ${w.name}`,
+      onchange: (e) => ctx.act(async () => {
+        try {
+          await api("POST", `/api/workers/${encodeURIComponent(w.name)}/follow-updates`, { enabled: e.target.checked });
+        } finally {
+          await refresh();
+        }
+      }) }),
+    " Follow updates");
+}
+
 // A worker's update state (docs/updating.md), shown only while it is not on the control plane's version.
 export function updateText(u) {
   if (!u || u.state === "current") return "";
@@ -332,6 +348,7 @@ function workerCard(w) {
       w.ssh || w.disabled ? (w.disabled ? button(w, "Enable", "enable") : button(w, "Disable", "disable")) : null,
       !w.ssh ? button(w, "Reissue", "reissue") : null,
       shareToggle(w, shared),
+      !w.ssh ? followToggle(w) : null,
       button(w, ...removeAction)),
     confirmAction ? h("div", { class: "confirm", role: "alert" },
       h("p", {}, CONFIRM[confirmAction](w)),
