@@ -684,6 +684,12 @@ class Refused(_Flat):
     update: bool = False
     type: ClassVar[str] = "refused"
 
+    def to_json(self) -> str:
+        d: dict[str, Any] = {"type": self.type, "code": self.code, "message": self.message}
+        if self.update:
+            d["update"] = True  # absent otherwise: the message is the one every agent version knows
+        return json.dumps(d)
+
 
 @dataclass(frozen=True)
 class Assign:

@@ -47,7 +47,10 @@ async def test_changed_hello_format_still_gets_the_version_reason_and_connecting
                                           "runs": "all of them"}))
             refused = json.loads((await ws.receive(timeout=30)).data)
         reason = f"version mismatch: worker 99.0.0, control plane {__version__}"
-        assert refused == {"type": "refused", "code": "version_mismatch", "message": reason}
+        assert refused == {"type": "refused", "code": "version_mismatch", "message": reason + (
+            "; to follow, copy the control plane's update bundle here and run `cdui update --from BUNDLE`, or let "
+            "the agent update itself: CODEFYUI_AGENT_AUTO_UPDATE=1 on this machine, or \"follow updates\" for worker "
+            f"{agent.name} in the Workers panel (docs/updating.md)")}
         rejected = (await cp.call("GET", "/api/workers"))["rejected"]
         assert [(r["name"], r["reason"]) for r in rejected] == [("w1", reason)]
         await agent.connect()
