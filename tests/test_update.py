@@ -303,6 +303,52 @@ def test_release_bundle_lists_the_wheel_with_its_sha256(made: tuple[Install, Pat
 
 
 @pytest.mark.e2e
+def test_update_from_a_folder_of_wheels_or_a_git_ref_of_the_checkout(made: tuple[Install, Path],
+                                                                   tmp_path: Path) -> None:
+    """`--from` also takes a folder of wheels without a manifest (a wheelhouse holding one cdui wheel) and a git
+    ref of the installation's checkout, built into a bundle of cdui alone; --plan shows each one's version and
+    changes nothing. A folder without a cdui wheel, and a name that is neither a path nor a ref, are refused."""
+    _, out = made
+    inst = Install(tmp_path / "inst", tmp_path / "ud", tmp_path / "data")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    shutil.copyfile(next(out.glob("cdui-*.whl")), wheels / next(out.glob("cdui-*.whl")).name)
+    r = inst("update", "--from", str(wheels), "--plan")
+    assert f"{wheels} is a folder of wheels (no manifest.json): its files are checked as they are now" in r.stdout
+    assert f"control plane: cdui {__version__} -> {NEW_VERSION}" in r.stdout, explain(r)
+    assert r.stdout.endswith("nothing was changed (--plan)\n") and not (inst.root / "envs").exists(), explain(r)
+    empty = tmp_path / "no-cdui"
+    empty.mkdir()
+    r = inst("update", "--from", str(empty), "--plan", check=False)
+    assert r.returncode == 1 and "has no manifest.json and 0 cdui wheels" in r.stderr, explain(r)
+
+    # The installation as a git checkout: a tagged commit of the next version, then this version on top.
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("no git command: a git ref cannot be read")
+
+    def run_git(*args: str) -> None:
+        subprocess.run([git, "-C", str(inst.root), "-c", "user.name=lab", "-c", "user.email=lab@example.com",
+                        *args], check=True, capture_output=True, timeout=120)
+    shutil.copytree(REPO_ROOT / "cdui", inst.root / "cdui", ignore=shutil.ignore_patterns("__pycache__"))
+    init = inst.root / "cdui" / "__init__.py"
+    mine = init.read_text()
+    init.write_text(mine.replace(f'__version__ = "{__version__}"', f'__version__ = "{NEW_VERSION}"'))
+    run_git("init", "-q")
+    run_git("add", "pyproject.toml", "cdui")
+    run_git("commit", "-q", "-m", "next")
+    run_git("tag", "next-release")
+    init.write_text(mine)
+    run_git("commit", "-q", "-am", "this version")
+    r = inst("update", "--from", "next-release", "--plan")
+    assert "building a bundle of the checkout's next-release (" in r.stdout, explain(r)
+    assert f"control plane: cdui {__version__} -> {NEW_VERSION}" in r.stdout, explain(r)
+    assert r.stdout.endswith("nothing was changed (--plan)\n") and not (inst.root / "envs").exists(), explain(r)
+    r = inst("update", "--from", "no-such-release", "--plan", check=False)
+    assert r.returncode == 1 and "'no-such-release' is not a git ref of the checkout" in r.stderr, explain(r)
+
+
+@pytest.mark.e2e
 def test_update_plan_tamper_update_and_rollback_of_the_control_plane(made: tuple[Install, Path],
                                                                      tmp_path: Path) -> None:
     """--plan changes nothing; a bundle with one changed byte is refused with the old version still

@@ -19,6 +19,7 @@ from ``envs/current``: a broken new environment can always be rolled back.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -54,6 +55,36 @@ def _checkout(source: str | None) -> Path:
     return src
 
 
+def build_bundle(src: Path, folder: Path, wheelhouse: Path | None, tmp: Path) -> bundle.Manifest:
+    """cdui's wheel built from the checkout ``src`` (and the other wheels of ``wheelhouse``) into ``folder``,
+    with the manifest of them all. Built from a copy of what the wheel holds, so the checkout gains no build/
+    folder; ``--no-build-isolation``: setuptools from this environment, so an offline machine builds too."""
+    copy = tmp / "src"
+    copy.mkdir()
+    shutil.copy2(src / "pyproject.toml", copy / "pyproject.toml")
+    shutil.copytree(src / "cdui", copy / "cdui", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-w", str(folder), str(copy)], capture_output=True, text=True,
+                       cwd=tmp, stdin=subprocess.DEVNULL)
+    wheels = sorted(folder.glob("cdui-*.whl"))
+    if r.returncode != 0 or len(wheels) != 1:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-10:])
+        raise CduiError("build_failed", f"building cdui's wheel from {src} failed (exit {r.returncode}):\n{tail}")
+    return _manifest_of(folder, wheels[0].name, wheelhouse)
+
+
+def _manifest_of(folder: Path, wheel: str, wheelhouse: Path | None) -> bundle.Manifest:
+    """Copy the other wheels of ``wheelhouse`` beside cdui's ``wheel`` in ``folder`` and write the manifest."""
+    names = [wheel]
+    for p in sorted(wheelhouse.glob("*.whl")) if wheelhouse else []:
+        if p.is_file() and not p.is_symlink() and not p.name.startswith("cdui-"):
+            shutil.copyfile(p, folder / p.name)
+            names.append(p.name)
+    manifest = bundle.make_manifest(folder, wheel.split("-")[1], wheel, names)
+    (folder / bundle.MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    return manifest
+
+
 def cmd_release_bundle(args: argparse.Namespace) -> int:
     try:
         src = _checkout(args.source)
@@ -72,28 +103,11 @@ def cmd_release_bundle(args: argparse.Namespace) -> int:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         try:
-            # Built from a copy of what the wheel holds, so the checkout gains no build/ folder;
-            # --no-build-isolation: setuptools from this environment, so an offline machine builds too.
-            copy = Path(tmp) / "src"
-            copy.mkdir()
-            shutil.copy2(src / "pyproject.toml", copy / "pyproject.toml")
-            shutil.copytree(src / "cdui", copy / "cdui", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                                "--no-index", "-w", str(folder), str(copy)], capture_output=True, text=True,
-                               cwd=tmp, stdin=subprocess.DEVNULL)
-            wheels = sorted(folder.glob("cdui-*.whl"))
-            if r.returncode != 0 or len(wheels) != 1:
-                tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-10:])
-                return _die(f"building cdui's wheel from {src} failed (exit {r.returncode}):\n{tail}", 1)
-            wheel = wheels[0].name
-            version = wheel.split("-")[1]
-            names = [wheel]
-            for p in sorted(wheelhouse.glob("*.whl")) if wheelhouse else []:
-                if p.is_file() and not p.name.startswith("cdui-"):
-                    shutil.copyfile(p, folder / p.name)
-                    names.append(p.name)
-            manifest = bundle.make_manifest(folder, version, wheel, names)
-            (folder / bundle.MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+            try:
+                manifest = build_bundle(src, folder, wheelhouse, Path(tmp))
+            except CduiError as err:
+                return _die(str(err), 1)
+            version = manifest.version
             if as_tar:
                 with tarfile.open(out, "w") as tar:
                     for name in [bundle.MANIFEST, *(f.name for f in manifest.files)]:
@@ -215,6 +229,61 @@ def _restart(root: Path, pid: int, info: dict[str, Any] | None) -> None:
                         "see `cdui logs`; `cdui update --rollback` returns to the previous version")
 
 
+def _bundle_from(given: str, root: Path, tmp: Path) -> Path:
+    """What ``--from`` names, as a bundle to stage: a bundle (a folder with its manifest, or a ``.tar``) as it
+    is; a folder of wheels without a manifest (a wheelhouse, e.g. from `bin/cdui wheelhouse`: one cdui wheel and
+    its dependencies), given a manifest of its files as they are now; or a git ref of the installation's checkout
+    (a tag, branch or commit), built into a bundle of cdui alone. Only a release bundle's manifest was made on the
+    machine that built it: the other two are checked against themselves, which guards the copy, not the source."""
+    path = Path(given).expanduser()
+    if path.exists():
+        path = path.absolute()
+        if path.is_dir() and not (path / bundle.MANIFEST).exists():
+            wheels = sorted(p for p in path.glob("cdui-*.whl") if p.is_file() and not p.is_symlink())
+            if len(wheels) != 1:
+                raise bundle.BundleRefused(
+                    f"{path} has no {bundle.MANIFEST} and {len(wheels)} cdui wheels (cdui-*.whl): a wheelhouse for "
+                    f"`cdui update` holds exactly one (make a bundle with `cdui release bundle` instead)")
+            folder = tmp / "wheelhouse"
+            folder.mkdir()
+            shutil.copyfile(wheels[0], folder / wheels[0].name)
+            print(f"{path} is a folder of wheels (no {bundle.MANIFEST}): its files are checked as they are now",
+                  flush=True)
+            _manifest_of(folder, wheels[0].name, path)
+            return folder
+        return path
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        raise bundle.BundleRefused(f"no bundle, folder of wheels or .tar at {path}, and "
+                                   + (f"{root} is not a git checkout" if git else "no git command here")
+                                   + " to read a git ref from: give the path of a bundle made by `cdui release bundle`")
+    if given.startswith("-") or len(given) > 200:
+        raise bundle.BundleRefused(f"{given[:80]!r} is not a bundle path or a git ref")
+    r = subprocess.run([git, "-C", str(root), "rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise bundle.BundleRefused(f"no bundle at {path}, and {given!r} is not a git ref of the checkout {root} "
+                                   f"(`git -C {root} tag` and `git -C {root} branch -a` list them)")
+    commit = r.stdout.strip()
+    checkout = tmp / "ref"
+    checkout.mkdir()
+    archive = subprocess.run([git, "-C", str(root), "archive", "--format=tar", commit, "pyproject.toml", "cdui"],
+                             capture_output=True, stdin=subprocess.DEVNULL)
+    if archive.returncode != 0:
+        raise bundle.BundleRefused(f"git archive of {given} ({commit[:12]}) failed: "
+                                   f"{archive.stderr.decode(errors='replace').strip()[-300:]}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(checkout, filter="data")
+    print(f"building a bundle of the checkout's {given} ({commit[:12]})...", flush=True)
+    folder = tmp / "built"
+    folder.mkdir()
+    try:
+        build_bundle(_checkout(str(checkout)), folder, None, tmp)
+    except CduiError as err:
+        raise bundle.BundleRefused(err.message) from None
+    return folder
+
+
 def cmd_update(args: argparse.Namespace) -> int:
     if (args.src is None) == (not args.rollback):
         return _die("give the bundle (`cdui update --from BUNDLE`) or `cdui update --rollback`, one of the two", 2)
@@ -231,22 +300,22 @@ def cmd_update(args: argparse.Namespace) -> int:
             print(f"switched {e.folder / envs.CURRENT} from {was} back to {now} "
                   f"(cdui {envs.installed_version(e.python(now))})")
         else:
-            src = Path(args.src).expanduser().absolute()
             ud = private_dir(cfg.user_data)
             keep = bundle.offered_dir(ud)
             with tempfile.TemporaryDirectory(prefix="staging-", dir=private_dir(keep.parent)) as tmp:
                 staged = Path(tmp) / "bundle"
                 try:
+                    src = _bundle_from(args.src, root, Path(tmp))
                     manifest = bundle.stage(src, staged)
                 except bundle.BundleRefused as err:
-                    return _die(f"refusing the bundle {src}: {err}; nothing was installed, the running version "
-                                f"is unchanged", 1)
+                    return _die(f"refusing the bundle {args.src}: {err}; nothing was installed, the running "
+                                f"version is unchanged", 1)
                 if args.plan:
                     for line in _plan_lines(root, e, manifest, src, client, pid):
                         print(line)
                     print("nothing was changed (--plan)")
                     return 0
-                print(f"bundle {src}: cdui {manifest.version}, {len(manifest.files)} files, every sha256 matches; "
+                print(f"bundle {args.src}: cdui {manifest.version}, {len(manifest.files)} files, every sha256 matches; "
                       f"installing into a new environment...", flush=True)
                 try:
                     new = envs.install(e, staged, manifest)
@@ -297,7 +366,8 @@ def add_commands(sub: Any) -> None:
 
     s = sub.add_parser("update", help="update this installation from a release bundle, offline (or roll back)")
     s.add_argument("--from", dest="src", default=None, metavar="BUNDLE",
-                   help="the bundle folder or .tar made by `cdui release bundle`")
+                   help="the bundle folder or .tar made by `cdui release bundle`, a folder of wheels (one of them "
+                        "cdui's), or a git ref of this checkout (a tag, branch or commit)")
     s.add_argument("--plan", action="store_true", help="print what would change, change nothing")
     s.add_argument("--rollback", action="store_true", help="return to the environment before the last switch")
     s.add_argument("--no-restart", action="store_true",
