@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -699,3 +700,29 @@ def install_ticker(data_dir: Path) -> None:
     """The Ticker node in ``data_dir``'s custom nodes (a control plane's or an agent's)."""
     (data_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
     (data_dir / "custom_nodes" / "ticker.py").write_text(TICKER)
+
+
+def stand_in_python(tmp_path: Path, source: str) -> str:
+    """An interpreter path that runs the script ``source`` whatever arguments the launcher passes: a run
+    process stand-in that speaks the launcher's stdout protocol (cdui/run/runner.py)."""
+    script = tmp_path / "stand_in.py"
+    script.write_text(source)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def tracked_copy(dest: Path, untracked: bool = False) -> Path:
+    """A copy of this checkout's files git tracks (``untracked``: and those not yet added that it does not
+    ignore: the checkout as it is), links kept as links."""
+    args = ["git", "ls-files", "-z", *(["--cached", "--others", "--exclude-standard"] if untracked else [])]
+    files = subprocess.run(args, cwd=REPO_ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src, dst = REPO_ROOT / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(src.readlink())
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    return dest

@@ -13,7 +13,6 @@ protocol: one artifact event, then its result, then it exits.
 from __future__ import annotations
 
 import asyncio
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from cdui.core.layout import Layout
 from cdui.run import runner
 from cdui.wire.job import Job
+from procs import stand_in_python
 
 STAND_IN = textwrap.dedent('''
     import json, sys, time
@@ -32,15 +32,6 @@ STAND_IN = textwrap.dedent('''
     emit("artifact", {"kind": "checkpoint", "name": "checkpoint.bin", "path": "/nowhere/checkpoint.bin"})
     emit("result", {"status": "succeeded", "error": None})
 ''')
-
-
-def _python(tmp_path: Path) -> str:
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
-    exe = tmp_path / "python"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
-    exe.chmod(0o755)
-    return str(exe)
 
 
 def test_the_finishing_step_waits_for_events_still_on_their_way(tmp_path: Path) -> None:
@@ -65,7 +56,7 @@ def test_the_finishing_step_waits_for_events_still_on_their_way(tmp_path: Path) 
             seen_by_finish.extend(e["kind"] for e in delivered)
             return final
         handle.before_final = before_final
-        await handle.start(job, python=_python(tmp_path))
+        await handle.start(job, python=stand_in_python(tmp_path, STAND_IN))
         assert handle.proc is not None
         await asyncio.wait_for(handle.proc.wait(), 120)
         # The process is gone; the link stays held a while longer, as a cut's would.

@@ -9,7 +9,6 @@ run sends the same ``outputs_writing`` line from cdui/run/outputs.py's
 from __future__ import annotations
 
 import asyncio
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from cdui.core.layout import Layout
 from cdui.run import outputs, runner
 from cdui.wire.job import Job
+from procs import stand_in_python
 
 STAND_IN = textwrap.dedent('''
     import json, sys, time
@@ -36,16 +36,6 @@ STAND_IN = textwrap.dedent('''
 ''')
 
 
-def _python(tmp_path: Path) -> str:
-    """An interpreter path that runs the stand-in whatever arguments the launcher passes."""
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
-    exe = tmp_path / "python"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
-    exe.chmod(0o755)
-    return str(exe)
-
-
 def _final_after_stop(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
     job = Job(run_id="r1", graph={"nodes": [], "edges": []}, slot_device="cpu", options=options,
               layout=Layout.for_data_dir(tmp_path).to_json())
@@ -56,7 +46,7 @@ def _final_after_stop(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]
         async def sink(batch: list[dict[str, Any]]) -> None:
             events.extend(batch)
         handle = runner.RunHandle(job.run_id, sink, tmp_path / "run.log", [])
-        await handle.start(job, python=_python(tmp_path))
+        await handle.start(job, python=stand_in_python(tmp_path, STAND_IN))
         # The stop grace (3 s) is far longer than the stand-in takes to answer the stop on a busy machine
         # (it is reading stdin by then), and far shorter than its 8 s of writing.
         def ready() -> bool:

@@ -24,7 +24,7 @@ from cdui import __version__
 from cdui.cli import cli_workers
 from cdui.core import bundle, envs
 from cdui.plane.http import worker_routes
-from procs import REPO_ROOT, Proc, env_for, free_port, graph, node, track_log, trig, untrack_log, wait_for
+from procs import REPO_ROOT, Proc, env_for, free_port, graph, node, track_log, tracked_copy, trig, untrack_log, wait_for
 from sshd import running as running_sshd
 from syspkgs import requires_command
 
@@ -222,21 +222,6 @@ def test_a_workers_update_state(version: str, updating: dict[str, Any] | None, s
 
 
 # -- e2e: the control plane through bin/cdui -----------------------------------------------------
-def _tracked_copy(dest: Path) -> Path:
-    # Tracked and not yet committed files alike: the bundle is of the checkout as it is.
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
-                           check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src, dst = REPO_ROOT / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(src.readlink())
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    return dest
-
-
 class Install:
     """An installation root of its own: bin/cdui (a copy of the launcher), pyproject.toml (what the
     launcher's install stamp is checked against) and .venv (this checkout's, linked)."""
@@ -277,7 +262,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Install, Pa
     """One installation with a background server, and one bundle of the bumped version for it."""
     tmp = tmp_path_factory.mktemp("update")
     inst = Install(tmp / "install", tmp / "ud", tmp / "data")
-    src = _tracked_copy(tmp / "src")
+    src = tracked_copy(tmp / "src", untracked=True)
     init = src / "cdui" / "__init__.py"
     init.write_text(init.read_text().replace(f'__version__ = "{__version__}"', f'__version__ = "{NEW_VERSION}"'))
     out = tmp / "bundle"

@@ -10,7 +10,6 @@ files, so the checkout's editable install stays out of the new venv).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,26 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from procs import REPO_ROOT, ServerProc, load_example, wait_run
+from procs import REPO_ROOT, ServerProc, load_example, tracked_copy, wait_run
 
 pytestmark = pytest.mark.e2e
 
 
-def _tracked_copy(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src, dst = REPO_ROOT / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(src.readlink())
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    return dest
-
-
 def _venv_with_wheel(tmp: Path) -> Path:
-    src = _tracked_copy(tmp / "src")
+    src = tracked_copy(tmp / "src")
     wheels = tmp / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(wheels), str(src)], check=True, cwd=tmp)
