@@ -123,7 +123,8 @@ def test_a_tpe_study_improves_on_its_first_trials_and_prunes_a_bad_one(lab: Any)
         log = log["events"] if isinstance(log, dict) else log
         assert any("pruned at step" in str(e["data"].get("message")) for e in log if e["kind"] == "log")
     assert s["counts"]["pruned"] == len(pruned)
-    assert s["importances"] is None or set(s["importances"]) == {"optimizer.lr"}
+    # one param has all the importance (fANOVA's shares add up to 1), from 4 complete trials on
+    assert s["importances"] == ({"optimizer.lr": 1.0} if len(s["history"]) >= 4 else None), s["history"]
     listed = server.call("GET", "/api/studies")["studies"]
     assert s["id"] in [x["id"] for x in listed]
 

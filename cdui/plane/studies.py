@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "install it with `bin/cdui start --extras studies` (or pip install 'cdui[studies]'), then try again"
 MIN_IMPORTANCE = 4          # finished trials before param importances are computed
 IMPORTANCE_EVERY_S = 10.0   # at most this often while fewer than a tenth more trials finished
+IMPORTANCE_COST_SHARE = 0.05  # fits of a watched study's importances take at most this share of a core
 MAX_LISTED = 500
 MAX_CURVE = 10_000          # intermediate values kept per trial
 EVENTS_PAGE = 2000
@@ -89,7 +90,9 @@ class _Live:
         self.distributions = distributions
         self.lock = asyncio.Lock()
         self.sampler_s = 0.0       # time spent in the sampler and pruner (bench/studies.py reads it)
-        self.importance: tuple[int, float, dict[str, float] | None] | None = None  # (finished, when, importances)
+        # (finished trials, when, importances, the fit's CPU seconds) of the last fit; whether one is running now
+        self.importance: tuple[int, float, dict[str, float] | None, float] | None = None
+        self.importance_busy = False
 
 
 class StudyService:
@@ -484,26 +487,34 @@ class StudyService:
             live = await self._load(sweep_id)
         except CduiError:
             return None
-        # fANOVA fits a forest (tenths of a second at 100 trials, on the control plane's CPU): a page polling a
-        # busy study gets the last answer until a tenth more trials finished or some seconds passed.
-        if live.importance is not None:
-            count, at, last = live.importance
-            if count == finished or (finished < count + max(1, count // 10)
-                                     and time.monotonic() - at < IMPORTANCE_EVERY_S):
-                return last
+        if len(live.distributions) == 1:
+            # fANOVA's shares add up to 1: a study of one param gives it all, with no forest to fit.
+            return {next(iter(live.distributions)): 1.0}
+        # fANOVA fits a forest (about half a second of the control plane's CPU at 100 trials of one param, more
+        # with more): a page polling a busy study gets the last answer until a tenth more trials finished or some
+        # seconds passed, and never sooner than IMPORTANCE_COST_SHARE allows after the last fit took its time, so
+        # that the fits of a study being watched take at most that share of a core from the trials themselves.
+        # One fit at a time per study; readers meanwhile get the last answer.
+        if not fit_due(live.importance, live.importance_busy, finished, time.monotonic()):
+            return live.importance[2] if live.importance is not None else None
         optuna = load_optuna()
         study = live.study
 
-        def compute() -> dict[str, float] | None:
+        def compute() -> tuple[dict[str, float] | None, float]:
+            t = time.thread_time()
             try:
                 # fANOVA with a fixed seed: the same trials give the same answer at every read
                 evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
                 got = optuna.importance.get_param_importances(study, evaluator=evaluator)
             except (ValueError, RuntimeError):  # e.g. every finished trial has the same params
-                return None
-            return {k: round(float(v), 6) for k, v in got.items()}
-        result = await asyncio.to_thread(compute)
-        live.importance = (finished, time.monotonic(), result)
+                return None, time.thread_time() - t
+            return {k: round(float(v), 6) for k, v in got.items()}, time.thread_time() - t
+        live.importance_busy = True
+        try:
+            result, cost = await asyncio.to_thread(compute)
+        finally:
+            live.importance_busy = False
+        live.importance = (finished, time.monotonic(), result, cost)
         return result
 
     async def list(self, limit: int = 100) -> dict[str, Any]:
@@ -533,6 +544,22 @@ class StudyService:
         for key, value in best["params"].items():
             set_param(graph, key, value, declared)
         return graph, best
+
+
+def fit_due(last: tuple[int, float, Any, float] | None, busy: bool, finished: int, now: float) -> bool:
+    """Whether a read of a study with ``finished`` complete trials fits its importances again, given the last
+    fit (finished trials then, when, its answer, its CPU seconds) and whether one is running: not while one
+    runs; not for the same trials; not sooner than the last fit's cost allows (``IMPORTANCE_COST_SHARE``);
+    then once a tenth more trials finished or ``IMPORTANCE_EVERY_S`` passed."""
+    if busy:
+        return False
+    if last is None:
+        return True
+    count, at, _answer, cost = last
+    since = now - at
+    if count == finished or since < cost / IMPORTANCE_COST_SHARE:
+        return False
+    return finished >= count + max(1, count // 10) or since >= IMPORTANCE_EVERY_S
 
 
 def _point(ev: dict[str, Any], metric: str) -> tuple[int, float] | None:
