@@ -57,3 +57,27 @@ def test_a_variant_is_claimed_once_with_its_run_and_never_after_a_stop(tmp_path:
         finally:
             store.close()
     asyncio.run(body())
+
+
+def test_a_variant_whose_run_ended_shows_running_until_its_ending_is_recorded(tmp_path: Path) -> None:
+    """Between a run's end and the sweep service recording it (its final metrics) on the variant, the variant
+    reads as running: a sweep (or study) read then is not finished with its last result missing."""
+    async def body() -> None:
+        store = Store(tmp_path / "db.sqlite3")
+        store.open()
+        try:
+            rows = store.sweeps
+            await rows.create("s1", "sweep", "lr", {"mode": "grid"}, {"target": "any"}, {"nodes": []}, 1,
+                              [{"t.lr": 0.1}], time.time())
+            assert await store.create_run(new_run("r0"), ("s1", 0)) is True
+            await store.finish_run("r0", "succeeded", None, time.time(), "cp", None)
+            got = await rows.variants("s1")
+            assert [(v["status"], v["metrics"]) for v in got] == [("running", None)]
+            assert (await rows.listing(10))[0]["counts"] == {"running": 1}
+            await rows.ended("r0", "succeeded", {"loss": 0.25})
+            got = await rows.variants("s1")
+            assert [(v["status"], v["metrics"]) for v in got] == [("succeeded", {"loss": 0.25})]
+            assert (await rows.listing(10))[0]["counts"] == {"succeeded": 1}
+        finally:
+            store.close()
+    asyncio.run(body())
