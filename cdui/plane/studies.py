@@ -90,6 +90,7 @@ class _Live:
         self.distributions = distributions
         self.lock = asyncio.Lock()
         self.sampler_s = 0.0       # time spent in the sampler and pruner (bench/studies.py reads it)
+        self.sampler_cpu_s = 0.0   # ... of it, the CPU time of the sampler's thread (not waiting for a core)
         # (finished trials, when, importances, the fit's CPU seconds) of the last fit; whether one is running now
         self.importance: tuple[int, float, dict[str, float] | None, float] | None = None
         self.importance_busy = False
@@ -149,11 +150,12 @@ class StudyService:
     async def _timed(self, live: _Live, fn: Callable[[], Any]) -> Any:
         """``fn`` (a call into Optuna) in the sampler's thread; its time is counted in ``sampler_s``."""
         def timed() -> Any:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn()
             finally:
-                live.sampler_s += time.perf_counter() - t  # only this thread adds to it
+                live.sampler_s += time.perf_counter() - t  # only this thread adds to them
+                live.sampler_cpu_s += time.thread_time() - cpu
         return await asyncio.get_running_loop().run_in_executor(self._sampler_thread, timed)
 
     async def _load(self, sweep_id: str) -> _Live:
@@ -478,6 +480,7 @@ class StudyService:
         # Seconds this control plane spent in Optuna's sampler and pruner for it since it was loaded
         # (bench/studies.py compares them with the study's wall time).
         out["sampler_s"] = round(live.sampler_s, 4) if live is not None else None
+        out["sampler_cpu_s"] = round(live.sampler_cpu_s, 4) if live is not None else None
         return out
 
     async def _importances(self, sweep_id: str, finished: int) -> dict[str, float] | None:
