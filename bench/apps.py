@@ -121,7 +121,9 @@ def main() -> int:
         for n in train["nodes"]:
             if n["id"] == "train":
                 n["data"]["params"]["epochs"] = 1
-    with server({"CODEFYUI_APP_PROCESSES": str(PROCESSES)}) as srv:
+    # Each serving process holds a slot of its device: one slot per process.
+    with server({"CODEFYUI_APP_PROCESSES": str(PROCESSES),
+                 "CODEFYUI_RUN_QUEUE_MAX_CONCURRENT": f"cpu={PROCESSES}"}) as srv:
         say("training the iris MLP (examples/iris_train.json as a local run)")
         r = srv.call("POST", "/api/runs", {"graph": train, "options": {"target": "local", "device": "cpu"}})
         end = wait_run(srv, r["id"])

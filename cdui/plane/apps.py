@@ -138,6 +138,22 @@ def bounded_json(value: Any, limit: int) -> str:
     return text
 
 
+class LocalSlots:
+    """This server's device slots, as its serving pool takes them (:class:`cdui.run.serving.SlotGate`)."""
+
+    def __init__(self, service: RunService) -> None:
+        self.service = service
+
+    def try_take(self, slot: str) -> bool:
+        return self.service.try_app_slot(LOCAL, slot)
+
+    async def take(self, slot: str, timeout: float) -> None:
+        await self.service.take_app_slot(LOCAL, slot, timeout)
+
+    def release(self, slot: str) -> None:
+        self.service.release_app_slot(LOCAL, slot)
+
+
 class AppService:
     def __init__(self, service: RunService) -> None:
         self.service = service
@@ -148,7 +164,7 @@ class AppService:
         self.records_kept = int(cfg["CODEFYUI_APP_INVOKES_KEPT"])
         # This server's serving processes; each holds a slot of its device, as a run does.
         self.pool = ServingPool(service.spares, PoolLimits.from_config(cfg),
-                                lambda: service.hold_app_slots(LOCAL, self.pool.slots()))
+                                lambda: service.hold_app_slots(LOCAL, self.pool.slots()), LocalSlots(service))
         self._yielder: asyncio.Task[None] | None = None
         # Each version served by a worker: the files it reads; and each worker's files it may download for the
         # versions it was sent (a worker credential downloads nothing else: cdui/plane/http/api_files.py).
@@ -156,6 +172,8 @@ class AppService:
         self._granted: dict[str, set[tuple[str, str]]] = {}
         # Which apps each worker was sent invokes of (told of each activation).
         self._sent: dict[str, set[str]] = {}
+        # (worker, app, version, device) -> held by the one invoke starting the version's process there.
+        self._cold: dict[tuple[str, str, int, str], asyncio.Lock] = {}
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
@@ -189,7 +207,7 @@ class AppService:
         wants = self.service.wants_slot
         while True:
             await asyncio.sleep(YIELD_EVERY_S)
-            if not self.service.queue.lanes:
+            if not self.service.queue.lanes and not self.service.slot_waiters:
                 continue
             await self.pool.end_idle(YIELD_IDLE_S, lambda device: wants(LOCAL, device))
             for name, ex in list(self.service.executors.items()):
@@ -204,6 +222,8 @@ class AppService:
         """Every serving process of ``slug`` but version ``keep``'s ends, each once its invokes have answered:
         this server's, and those of each connected worker it was ever sent to."""
         await self.pool.retire(slug, keep)
+        for key in [k for k, lock in self._cold.items() if k[1] == slug and k[2] != keep and not lock.locked()]:
+            del self._cold[key]
         for worker, slugs in self._sent.items():
             conn = self._conn(worker)
             if slug in slugs and conn is not None:
@@ -491,7 +511,7 @@ class AppService:
                                                        float(raw))
                     ended = Ended(result, call.outputs, call.output_error)
                 else:
-                    ended = await self._run_remote(where, slug, version, slot, graph, filled, float(raw))
+                    ended = await self._on_worker(where, slug, version, slot, graph, filled, float(raw))
             finally:
                 self.waiting[slug] -= 1
                 if not self.waiting[slug]:
@@ -526,6 +546,36 @@ class AppService:
             slug, version, key_id, str(envelope["status"]), error_text, round(took * 1000, 3), inputs_text,
             outputs_text, self.service.clock.time(), self.records_kept)
         return status, envelope
+
+    async def _on_worker(self, worker: str, slug: str, version: int, slot: str, graph: dict[str, Any],
+                         filled: dict[str, Any], timeout: float) -> Ended:
+        """An invoke on ``worker``: when it has no process of the version on ``slot`` (as its heartbeats tell),
+        this invoke starts one there, and first takes a slot of that device as the control plane's own
+        serving pool does (waiting its turn with the runs queued before it). One such invoke at a time per
+        version and device; the others find the process it started."""
+        conn = self._conn(worker)
+        if conn is None:
+            raise _offline(worker, "is not connected")
+
+        def warm() -> bool:
+            return any((p.get("slug"), p.get("version"), p.get("device")) == (slug, version, slot)
+                       for p in conn.serving or ())
+        if warm():
+            return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+        async with self._cold.setdefault((worker, slug, version, slot), asyncio.Lock()):
+            if warm():
+                return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+            try:
+                await self.service.take_app_slot(worker, slot, timeout)
+            except TimeoutError:
+                raise CduiError("timeout", f"no slot of {slot} on worker {worker} came free within {timeout:g} s "
+                                f"for app {slug!r} version {version}'s serving process: runs or other apps' "
+                                "processes hold every one", hint="call again later, or give the device more slots "
+                                "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)", status=504) from None
+            try:
+                return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+            finally:
+                self.service.release_app_slot(worker, slot)  # the worker's heartbeat reports the process's own
 
     async def _run_remote(self, worker: str, slug: str, version: int, slot: str, graph: dict[str, Any],
                           filled: dict[str, Any], timeout: float) -> Ended:

@@ -100,6 +100,16 @@ class Admitted:
     secrets: list[tuple[SecretPath, Any]]
 
 
+@dataclass(eq=False)
+class SlotWaiter:
+    """A cold invoke waiting for a slot of ``executor``'s ``device`` for its app version's first serving
+    process (:meth:`RunService.take_app_slot`); ``since``: when it came, on the service's clock."""
+    executor: str
+    device: str
+    since: float
+    granted: asyncio.Future[None]
+
+
 class RunListener(Protocol):
     """What the run service tells an executor's owner (the worker manager) and asks of it."""
 
@@ -235,6 +245,10 @@ class RunService:
         # (executor, device) -> slots held by published apps' warm serving processes there (cdui/plane/apps.py):
         # a loaded process holds its slot as a run does, so runs queue for it as for another run.
         self.app_slots: dict[tuple[str, str], int] = {}
+        # (executor, device) -> slots taken for serving processes about to start (take_app_slot), and the cold
+        # invokes waiting for one, in arrival order: they take turns with queued runs by arrival.
+        self.app_reserved: dict[tuple[str, str], int] = {}
+        self.slot_waiters: list[SlotWaiter] = []
         self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -301,10 +315,16 @@ class RunService:
 
     def wants_slot(self, executor: str, device: str) -> bool:
         """Whether a run at the head of its queue lane may run on ``executor``'s ``device`` (its target and device
-        allow it): an idle app process holding that slot gives it back (cdui/plane/apps.py)."""
+        allow it), or a cold invoke waits for a slot there: an idle app process holding that slot gives it back
+        (cdui/plane/apps.py)."""
+        return (any(w.executor == executor and device in devicesets.members(w.device) for w in self.slot_waiters)
+                or self._run_wants(executor, device, None))
+
+    def _run_wants(self, executor: str, device: str, before: float | None) -> bool:
+        """Whether a run at the head of its lane (queued before ``before``, when given) may use the slot."""
         for lane in self.queue.lanes.values():
             run = lane.head()
-            if run is None:
+            if run is None or (before is not None and run.created_at >= before):
                 continue
             match run.target:
                 case Local():
@@ -326,11 +346,85 @@ class RunService:
         return [("app", ex, dev) for (ex, dev), n in self.app_slots.items() if ex == executor for _ in range(n)]
 
     def slots_used(self) -> dict[tuple[str, str], int]:
-        """Slots in use per (executor, device): runs' and warm app processes'."""
+        """Slots in use per (executor, device): runs' and warm app processes' (and those about to start)."""
         used = dict(self.active.used)  # counted as runs come and go, not again per pass (HeldSlots)
         for k, n in self.app_slots.items():
             used[k] = used.get(k, 0) + n
+        for k, n in self.app_reserved.items():
+            used[k] = used.get(k, 0) + n
         return used
+
+    # -- slots for serving processes about to start ---------------------------------------
+    def _app_slot_free(self, executor: str, device: str, used: dict[tuple[str, str], int]) -> bool:
+        ex = self.executors.get(executor)
+        if ex is None or ex.unavailable_reason():
+            return False
+        share = self.devicebook.setting(executor) if self.devicebook.shared else None
+        return all(used.get((executor, d), 0) < self.caps.slots(executor, d)
+                   or (share is not None and devicesets.shares(share, d)) for d in devicesets.members(device))
+
+    def _reserve(self, executor: str, device: str, n: int) -> None:
+        for d in devicesets.members(device):
+            left = self.app_reserved.get((executor, d), 0) + n
+            if left > 0:
+                self.app_reserved[(executor, d)] = left
+            else:
+                self.app_reserved.pop((executor, d), None)
+
+    def try_app_slot(self, executor: str, device: str) -> bool:
+        """Take a slot of ``executor``'s ``device`` for a serving process about to start, if one is free now and
+        neither a queued run nor a cold invoke waits for one there (an extra process of a busy version takes no
+        slot from them: its invokes wait for the processes it has instead)."""
+        if (self.wants_slot(executor, device)
+                or not self._app_slot_free(executor, device, self.slots_used())):
+            return False
+        self._reserve(executor, device, 1)
+        return True
+
+    async def take_app_slot(self, executor: str, device: str, timeout: float) -> None:
+        """Take a slot of ``executor``'s ``device`` for the first serving process of an app version there: at once
+        when one is free and no run queued before now waits for one; else wait for one, taking turns with the
+        queued runs by arrival (the dispatch pass grants it, :meth:`_grant_app_slots`). Raises TimeoutError after
+        ``timeout`` s. Each slot taken is given back with :meth:`release_app_slot` once the process holds its own
+        (or did not start)."""
+        now = self.clock.time()
+        key = (executor, device)
+        if (not any((w.executor, w.device) == key for w in self.slot_waiters)
+                and not self._run_wants(executor, device, now)
+                and self._app_slot_free(executor, device, self.slots_used())):
+            self._reserve(executor, device, 1)
+            return
+        w = SlotWaiter(executor, device, now, asyncio.get_running_loop().create_future())
+        self.slot_waiters.append(w)
+        self.wake(executor)
+        try:
+            await asyncio.wait_for(asyncio.shield(w.granted), timeout)
+        except BaseException:
+            if w in self.slot_waiters:
+                self.slot_waiters.remove(w)
+            if w.granted.done() and not w.granted.cancelled():
+                self.release_app_slot(executor, device)  # granted just as it gave up
+            else:
+                w.granted.cancel()
+            raise
+
+    def release_app_slot(self, executor: str, device: str) -> None:
+        self._reserve(executor, device, -1)
+        self.wake(executor)
+
+    def _grant_app_slots(self) -> None:
+        """Each waiting cold invoke, oldest first, whose slot is free and wanted by no run queued before it,
+        takes it."""
+        used = self.slots_used()
+        for w in list(self.slot_waiters):
+            if w.granted.done():
+                self.slot_waiters.remove(w)
+            elif (self._app_slot_free(w.executor, w.device, used)
+                  and not self._run_wants(w.executor, w.device, w.since)):
+                self.slot_waiters.remove(w)
+                self._reserve(w.executor, w.device, 1)
+                devicesets.take(used, w.executor, w.device)
+                w.granted.set_result(None)
 
     def wake(self, freed: str | None = None) -> None:
         """A run may start now: the dispatch loop makes a pass. ``freed``: the one executor a run
@@ -894,6 +988,8 @@ class RunService:
         placed until its head must wait. Its cost grows with the lanes and the runs placed,
         not with the backlog. A pass that has taken PASS_BUDGET_S stops and wakes the loop for the
         next, so the event loop is never held longer than that by one."""
+        if self.slot_waiters:
+            self._grant_app_slots()  # before the runs queued after them
         if not self.queue.lanes:
             return
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cdui.core.errors import CduiError
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
@@ -72,6 +72,7 @@ class WarmProcess:
         self.stderr: list[str] = []
         self.ending: str | None = None
         self.tasks: list[asyncio.Task[Any]] = []
+        self.on_exit: Callable[[WarmProcess], None] | None = None  # told once the process has ended
 
     @property
     def alive(self) -> bool:
@@ -122,6 +123,8 @@ class WarmProcess:
         rc = await self.proc.wait()
         await asyncio.gather(*self.tasks[:2], return_exceptions=True)
         self.exited.set()
+        if self.on_exit is not None:
+            self.on_exit(self)
         call, self.current = self.current, None
         if call is not None and not call.done.done():
             why = self.ending or exit_text(self.proc, rc)
@@ -210,14 +213,31 @@ class PoolLimits:
                    int(cfg["CODEFYUI_APP_PROCESSES"]), int(cfg["CODEFYUI_CANVAS_CACHE_MAX_MB"]) * 1024 * 1024)
 
 
+class SlotGate(Protocol):
+    """The device slots serving processes take, where a scheduler shares them with runs (the control plane's:
+    :meth:`cdui.plane.runs.RunService.take_app_slot`). A slot taken is given back once the started process
+    holds its own (the pool's ``on_change`` reports it), or when none started."""
+
+    def try_take(self, slot: str) -> bool: ...
+
+    async def take(self, slot: str, timeout: float) -> None: ...  # TimeoutError when none came in time
+
+    def release(self, slot: str) -> None: ...
+
+
 class ServingPool:
     """This machine's serving processes, by app version and device. ``on_change`` is told whenever a process
-    starts or ends (the agent reports its processes to the control plane then)."""
+    starts or ends (the agent reports its processes to the control plane then). With a ``gate``, the first
+    process of a version on a device waits for a slot of it, and a further one starts only on a free slot
+    (its invokes otherwise wait for the version's processes); without one (a worker's agent: the control
+    plane takes the slot before it sends a cold invoke), processes start as invokes need them."""
 
-    def __init__(self, spares: SparePool, limits: PoolLimits, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, spares: SparePool, limits: PoolLimits, on_change: Callable[[], None] | None = None,
+                 gate: SlotGate | None = None) -> None:
         self.spares = spares
         self.limits = limits
         self.on_change = on_change
+        self.gate = gate
         self.procs: dict[ProcKey, WarmProcess] = {}
         self._starting: dict[ProcKey, asyncio.Lock] = {}
         self._launching: set[ProcKey] = set()  # processes being started
@@ -276,49 +296,72 @@ class ServingPool:
         for lock_key in [k for k in self._starting if k[0] == slug]:
             del self._starting[lock_key]
 
-    async def _process(self, slug: str, version: int, slot: str) -> WarmProcess:
+    async def _process(self, slug: str, version: int, slot: str, timeout: float) -> WarmProcess:
         """An idle process of this version on ``slot``; else a new one while there are fewer than
-        ``per_version`` (started or starting); else the one with the fewest invokes waiting."""
+        ``per_version`` (started or starting) and, after the first, a slot is free; else the one with the
+        fewest invokes waiting."""
         while True:
             pool = [p for (s, v, d, _i), p in self.procs.items() if (s, v, d) == (slug, version, slot) and p.alive]
             idle = [p for p in pool if p.waiting == 0]
             if idle:
                 return idle[0]
-            taken = {p.index for p in pool} | {k[3] for k in self._launching if k[:3] == (slug, version, slot)}
+            launching = [k for k in self._launching if k[:3] == (slug, version, slot)]
+            taken = {p.index for p in pool} | {k[3] for k in launching}
             free = [i for i in range(self.limits.per_version) if i not in taken]
-            if free:
-                return await self._start(slug, version, slot, free[0])
+            if free and not pool and not launching:
+                return await self._start(slug, version, slot, free[0], timeout)  # the first: waits for a slot
+            if free and (self.gate is None or self.gate.try_take(slot)):
+                return await self._start(slug, version, slot, free[0], None)
             if pool:
                 return min(pool, key=lambda p: p.waiting)
             # Every process this version may have is still starting: wait for one, then choose again.
-            starting = next(k for k in self._launching if k[:3] == (slug, version, slot))
-            async with self._starting.setdefault(starting, asyncio.Lock()):
+            async with self._starting.setdefault(launching[0], asyncio.Lock()):
                 pass
 
-    async def _start(self, slug: str, version: int, slot: str, index: int) -> WarmProcess:
+    async def _start(self, slug: str, version: int, slot: str, index: int, slot_wait: float | None) -> WarmProcess:
+        """Start process ``index`` of the version on ``slot``. With a gate: ``slot_wait`` None means its slot was
+        taken already (try_take), else it waits up to that long for one."""
         key = (slug, version, slot, index)
         self._launching.add(key)  # before any wait: invokes arriving meanwhile count it as taken
         try:
             async with self._starting.setdefault(key, asyncio.Lock()):
-                env, _device = runner.run_env(slot)
-                proc = await self.spares.process(*runner.process_shape(), env)
-                assert proc.stdin is not None
-                hello = {"tab": f"app-{slug}", "cache_max_bytes": self.limits.cache_max}
-                proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n").encode())
-                await proc.stdin.drain()
-                p = WarmProcess(slug, version, slot, proc, index)
-                p.start()
-                self.procs[key] = p
-                log.info("app %s v%d: process %s started on %s", slug, version, proc.pid, slot)
-                self._changed()
-                return p
+                if self.gate is not None and slot_wait is not None:
+                    try:
+                        await self.gate.take(slot, slot_wait)
+                    except TimeoutError:
+                        raise CduiError("timeout", f"no slot of {slot} came free within {slot_wait:g} s for app "
+                                        f"{slug!r} version {version}'s serving process: runs or other apps' "
+                                        "processes hold every one", hint="call again later, or give the device "
+                                        "more slots (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)", status=504) from None
+                try:
+                    return await self._launch(slug, version, slot, index)
+                finally:
+                    if self.gate is not None:
+                        self.gate.release(slot)  # the process holds its own slot now (or none started)
         finally:
             self._launching.discard(key)
+
+    async def _launch(self, slug: str, version: int, slot: str, index: int) -> WarmProcess:
+        key = (slug, version, slot, index)
+        env, _device = runner.run_env(slot)
+        proc = await self.spares.process(*runner.process_shape(), env)
+        assert proc.stdin is not None
+        hello = {"tab": f"app-{slug}", "cache_max_bytes": self.limits.cache_max}
+        proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n").encode())
+        await proc.stdin.drain()
+        p = WarmProcess(slug, version, slot, proc, index)
+        # A process that ends (a crash, a kill) gives its slot back at once, not at the next sweep.
+        p.on_exit = self._forget
+        p.start()
+        self.procs[key] = p
+        log.info("app %s v%d: process %s started on %s", slug, version, proc.pid, slot)
+        self._changed()
+        return p
 
     async def run(self, slug: str, version: int, slot: str, job: Job, timeout: float) -> tuple[dict[str, Any], Call]:
         """Run one invoke's job on a process of this version on ``slot``: its result line and outputs."""
         while True:
-            p = await self._process(slug, version, slot)
+            p = await self._process(slug, version, slot, timeout)
             p.waiting += 1
             try:
                 async with p.lock:

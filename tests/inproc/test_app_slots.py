@@ -5,6 +5,7 @@ worker's heartbeat or this server's serving pool calls); the serving processes t
 with a real agent in tests/test_apps_on_worker.py."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tests.inproc.harness import FakeAgent, Plane, eventually
@@ -33,5 +34,51 @@ async def test_a_run_waits_for_a_slot_a_serving_process_holds_and_starts_once_it
 
             cp.runs.hold_app_slots(agent.name, [])  # the process ended: its slot is free
             assert (await agent.assignment())["run_id"] == run["id"]
+        finally:
+            await agent.close()
+
+
+async def test_a_cold_invoke_takes_its_turn_for_a_slot_with_the_queued_runs(tmp_path: Path) -> None:
+    """The first serving process of a version takes a slot of its device (RunService.take_app_slot): at once when
+    one is free; else it waits, and gets the slot before runs queued after it, after runs queued before it."""
+    async with Plane(tmp_path / "ud", tmp_path / "data") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            runs = cp.runs
+            # A free slot is taken at once, and given back.
+            await runs.take_app_slot(agent.name, "cpu", 60)
+            assert runs.slots_used()[(agent.name, "cpu")] == 1
+            runs.release_app_slot(agent.name, "cpu")
+            assert runs.slots_used().get((agent.name, "cpu"), 0) == 0
+
+            first = await cp.submit({"target": {"worker": agent.name}, "device": "cpu"})
+            assert (await agent.assignment())["run_id"] == first["id"]
+            # The run holds the one slot: a further process of a busy version does not start ...
+            assert runs.try_app_slot(agent.name, "cpu") is False
+            # ... the first one of a version waits for the slot, up to its invoke's timeout ...
+            try:
+                await runs.take_app_slot(agent.name, "cpu", 0.2)
+                raise AssertionError("a slot was taken while the run held it")
+            except TimeoutError:
+                pass
+            assert runs.slot_waiters == []
+            # ... and, waiting, comes before a run queued after it.
+            cold = asyncio.ensure_future(runs.take_app_slot(agent.name, "cpu", 120))
+            await eventually(lambda: len(runs.slot_waiters) == 1, "the cold invoke to wait for the slot")
+            assert runs.wants_slot(agent.name, "cpu") is True  # an idle serving process there would give it back
+            later = await cp.submit({"target": {"worker": agent.name}, "device": "cpu"})
+            await agent.status(first["id"], "running", pid=1, device="cpu")
+            await agent.status(first["id"], "succeeded", error=None)
+            await asyncio.wait_for(cold, 60)
+            assert (await cp.run(later["id"]))["status"] == "queued"
+            assert runs.try_app_slot(agent.name, "cpu") is False  # the slot is the invoke's now
+            # The process started holds the slot itself (its heartbeat), then gives it back: the run starts.
+            runs.hold_app_slots(agent.name, ["cpu"])
+            runs.release_app_slot(agent.name, "cpu")
+            assert (await cp.run(later["id"]))["status"] == "queued"
+            runs.hold_app_slots(agent.name, [])
+            assert (await agent.assignment())["run_id"] == later["id"]
         finally:
             await agent.close()

@@ -36,7 +36,32 @@ SLOW_NODES = textwrap.dedent('''
         def execute(self, inputs, params, ctx):
             time.sleep(float(inputs["value"]))
             return {"value": inputs["value"]}
+
+
+    class WaitFileNode(Node):
+        """Waits until the file its input names exists (a run that holds its slot until the test lets it go)."""
+        NODE_NAME = "TestWaitFile"
+        @classmethod
+        def define_inputs(cls):
+            return [Port("value", "ANY", "a file's path")]
+
+        @classmethod
+        def define_outputs(cls):
+            return [Port("value", "ANY", "the same path")]
+
+        def execute(self, inputs, params, ctx):
+            import os
+            while not os.path.exists(inputs["value"]):
+                time.sleep(0.05)
+            return {"value": inputs["value"]}
 ''')
+
+
+def waits_for(path: Path) -> dict[str, Any]:
+    """A run that ends once ``path`` exists."""
+    return {"nodes": [n("start", "Start"), n("in", "GraphInput", name="path", type="string", default=str(path)),
+                      n("wait", "TestWaitFile")],
+            "edges": [t("in"), e("in", "value", "wait", "value")]}
 
 
 def scaled(factor: float) -> dict[str, Any]:
@@ -142,6 +167,8 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
         os.killpg(pid, signal.SIGKILL)
         status, out = await asyncio.wait_for(pending, 60)
         assert (status, out["error"]["code"]) == (503, "app_process_lost"), out
+        # Its slot was given back as it ended, before its invoke was answered (not at the pool's next sweep).
+        assert cp.runs.app_slots == {}
         status, out = await client.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [2]}})
         assert (status, out["outputs"]["scaled"]["values"]) == (200, [10.0])
 
@@ -186,7 +213,8 @@ async def test_publish_invoke_versions_keys_and_a_crash_mid_invoke(plane_dirs: d
 
 @pytest.mark.e2e  # serving processes are real processes with torch imported
 async def test_a_version_gets_more_processes_while_every_one_is_busy(plane_dirs: dict[str, Path]) -> None:
-    async with Plane(**plane_dirs, CODEFYUI_APP_PROCESSES="2") as cp:
+    # Each process holds a slot of the device: two slots for two processes.
+    async with Plane(**plane_dirs, CODEFYUI_APP_PROCESSES="2", CODEFYUI_RUN_QUEUE_MAX_CONCURRENT="cpu=2") as cp:
         await cp.call("PUT", "/api/graphs/scale", scaled(3.0), expect=201)
         await cp.call("POST", "/api/apps/scaler/publish", {"graph": "scale", "create": True}, expect=201)
         slow = {"inputs": {"values": [1], "seconds": 1.5}}
@@ -194,6 +222,30 @@ async def test_a_version_gets_more_processes_while_every_one_is_busy(plane_dirs:
         assert [(status, out["status"]) for status, out in answers] == [(200, "succeeded")] * 3, answers
         pids = {p["pid"] for p in (await cp.call("GET", "/api/apps"))["serving"]}
         assert len(pids) == 2  # the third invoke waited for one of the two
+
+
+@pytest.mark.e2e  # serving processes are real processes with torch imported
+async def test_a_cold_invoke_waits_for_the_slot_a_run_holds(plane_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """One cpu slot (the default), held by a run: the app's first serving process waits for it rather than run
+    beside the run, and a further process of a busy version is not started on a slot that is not free."""
+    async with Plane(**plane_dirs, CODEFYUI_APP_PROCESSES="2") as cp:
+        await cp.call("PUT", "/api/graphs/scale", scaled(3.0), expect=201)
+        await cp.call("POST", "/api/apps/scaler/publish", {"graph": "scale", "create": True}, expect=201)
+        go = tmp_path / "go"
+        run = await cp.call("POST", "/api/runs", {"graph": waits_for(go), "options": {"device": "cpu"}}, expect=201)
+        await cp.wait_status(run["id"], "running", timeout=120)
+        invoke = asyncio.ensure_future(cp.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}}))
+        await eventually(lambda: len(cp.runs.slot_waiters) == 1, "the invoke to wait for the run's slot", 60)
+        assert (await cp.call("GET", "/api/apps"))["serving"] == []
+        go.write_text("")
+        status, out = await asyncio.wait_for(invoke, 120)
+        assert (status, out["outputs"]["scaled"]["values"]) == (200, [3.0]), out
+        assert (await cp.run(run["id"]))["status"] == "succeeded"
+        # Three slow invokes at once: one slot, one process (the others wait for it).
+        slow = {"inputs": {"values": [1], "seconds": 1}}
+        answers = await asyncio.gather(*(cp.api("POST", "/api/apps/scaler/invoke", slow) for _ in range(3)))
+        assert [(status, out["status"]) for status, out in answers] == [(200, "succeeded")] * 3, answers
+        assert len({p["pid"] for p in (await cp.call("GET", "/api/apps"))["serving"]}) == 1
 
 
 async def test_a_key_opens_only_invokes_and_everything_survives_a_crash(dirs: dict[str, Path]) -> None:
