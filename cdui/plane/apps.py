@@ -50,7 +50,8 @@ from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import sha256_file
 from cdui.graph.contract import Contract, contract_of, fill_inputs
 from cdui.plane.runs import RunService
-from cdui.plane.sched.app_placement import LOCAL, Refuse, check_serve_on, place_app
+from cdui.plane.sched import catalog_check
+from cdui.plane.sched.app_placement import ANY, LOCAL, Refuse, check_serve_on, place_app
 from cdui.plane.worker_session import Conn, RemoteExecutor
 from cdui.run import canvas_proc, runner
 from cdui.run.serving import STOP_WAIT_S, PoolLimits, ServingPool
@@ -428,12 +429,18 @@ class AppService:
         ex = self.service.executors.get(worker)
         return ex.conn if isinstance(ex, RemoteExecutor) and not ex.conn.ws.closed else None
 
-    def _workers(self) -> dict[str, list[str]]:
-        """The connected workers that may serve apps (not one-shot agents: they take one run and leave)."""
+    def _workers(self, graph: dict[str, Any] | None = None) -> dict[str, list[str]]:
+        """The connected workers that may serve apps (not one-shot agents: they take one run and leave); with
+        ``graph``, only those whose node catalog has every type it uses."""
         return {name: ex.devices() for name, ex in self.service.executors.items()
-                if isinstance(ex, RemoteExecutor) and not ex.one_shot and not ex.conn.ws.closed}
+                if isinstance(ex, RemoteExecutor) and not ex.one_shot and not ex.conn.ws.closed
+                and (graph is None or not self._missing(ex, graph))}
 
-    def _place(self, app: dict[str, Any], version: int, wanted: Any) -> tuple[str, str]:
+    def _missing(self, ex: RemoteExecutor, graph: dict[str, Any]) -> list[str]:
+        """The node types ``graph`` uses that the worker lacks (it reported a catalog unlike this server's)."""
+        return catalog_check.missing_types(ex.catalog, graph, {}, self.service.registry.preset_params)
+
+    def _place(self, app: dict[str, Any], version: int, wanted: Any, graph: dict[str, Any]) -> tuple[str, str]:
         if wanted is not None and (not isinstance(wanted, str) or len(wanted) > DEVICE_MAX):
             raise CduiError("bad_request", f"device={str(wanted)[:DEVICE_MAX]!r} is not a device name",
                             hint='leave it out, or give e.g. "cpu" or "cuda:0"')
@@ -442,7 +449,10 @@ class AppService:
         # Where the version is warm: a worker with a serving process of it is preferred by serve_on "any".
         warm = {p["worker"] or LOCAL: 1 for p in self.describe() if (p["slug"], p["version"]) == (slug, version)}
         got = place_app(app["serve_on"], wanted if wanted is not None else app["serve_device"],
-                        local.devices() if local is not None else ["cpu"], self._workers(), warm)
+                        local.devices() if local is not None else ["cpu"],
+                        # "any" passes over a worker that lacks a node type of the version; a named worker is
+                        # refused naming them (_on_worker).
+                        self._workers(graph if app["serve_on"] == ANY else None), warm)
         if isinstance(got, Refuse):
             raise CduiError(got.code, got.message, hint=got.hint.replace("{slug}", slug), status=got.status,
                             details={"worker": app["serve_on"]} if got.code == "app_worker_offline" else None)
@@ -495,7 +505,7 @@ class AppService:
                                 f"(0, {MAX_TIMEOUT_S:.0f}]", hint="give timeout_s in seconds, or leave it out")
             graph, contract = await self.snapshot(slug, version)
             filled = fill_inputs(graph, contract, body.get("inputs"))
-            where, slot = self._place(app, version, body.get("device"))
+            where, slot = self._place(app, version, body.get("device"), graph)
             envelope["device"] = slot
             envelope["worker"] = None if where == LOCAL else where
             if self.waiting.get(slug, 0) >= self.max_waiting:
@@ -556,6 +566,12 @@ class AppService:
         conn = self._conn(worker)
         if conn is None:
             raise _offline(worker, "is not connected")
+        ex = self.service.executors.get(worker)
+        missing = self._missing(ex, graph) if isinstance(ex, RemoteExecutor) else []
+        if missing:
+            refused = catalog_check.refuse_missing(worker, missing)
+            refused.status = 409
+            raise refused
 
         def warm() -> bool:
             return any((p.get("slug"), p.get("version"), p.get("device")) == (slug, version, slot)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.inproc.harness import FakeAgent, Plane, eventually
+from cdui.run.catalog import node_catalog
+from tests.inproc.harness import FakeAgent, Plane, e, eventually, n, t
 
 
 async def test_a_run_waits_for_a_slot_a_serving_process_holds_and_starts_once_it_is_given_back(
@@ -82,3 +83,41 @@ async def test_a_cold_invoke_takes_its_turn_for_a_slot_with_the_queued_runs(tmp_
             assert (await agent.assignment())["run_id"] == later["id"]
         finally:
             await agent.close()
+
+
+async def test_an_app_is_not_sent_to_a_worker_that_lacks_one_of_its_node_types(tmp_path: Path) -> None:
+    """A worker whose node catalog lacks a type the version uses: named in serve_on, the invoke is refused
+    naming the type (409 missing_node_types, before any slot or message); with serve_on any, a worker that has
+    every type serves it."""
+    async with Plane(tmp_path / "ud", tmp_path / "data") as cp:
+        own = node_catalog(cp.runs.registry)
+        lacking = FakeAgent(cp, name="w1", catalog={"types": [x for x in own["types"] if x != "ScalarMultiply"],
+                                                    "hash": "sha256:" + "0" * 64})
+        whole = FakeAgent(cp, name="w2")
+        try:
+            for agent in (lacking, whole):
+                await agent.enroll()
+                await agent.connect()
+            scale = {"nodes": [n("start", "Start"), n("in", "GraphInput", name="values", type="json"),
+                               n("mul", "ScalarMultiply", scalar=3.0), n("out", "GraphOutput", name="scaled")],
+                     "edges": [t("in"), e("in", "value", "mul", "tensor"), e("mul", "tensor", "out", "value")]}
+            await cp.call("PUT", "/api/graphs/scale", scale, expect=201)
+            await cp.call("POST", "/api/apps/scaler/publish", {"graph": "scale", "create": True, "serve_on": "w1"},
+                          expect=201)
+            status, out = await cp.api("POST", "/api/apps/scaler/invoke", {"inputs": {"values": [1]}})
+            assert (status, out["error"]["code"], out["worker"]) == (409, "missing_node_types", "w1"), out
+            assert "ScalarMultiply" in out["error"]["message"] and out["error"]["details"]["missing"] == \
+                ["ScalarMultiply"]
+            assert cp.runs.slot_waiters == [] and cp.runs.app_reserved == {}
+            assert [m for m in lacking.inbox if m.get("type") == "app_invoke"] == []
+
+            await cp.call("PATCH", "/api/apps/scaler", {"serve_on": "any"})
+            pending = asyncio.ensure_future(cp.api("POST", "/api/apps/scaler/invoke",
+                                                   {"inputs": {"values": [1]}, "timeout_s": 1}))
+            sent = await whole.message("app_invoke")
+            assert (sent["slug"], sent["version"]) == ("scaler", 1)
+            assert [m for m in lacking.inbox if m.get("type") == "app_invoke"] == []
+            pending.cancel()
+        finally:
+            for agent in (lacking, whole):
+                await agent.close()
