@@ -293,6 +293,30 @@ def _describe(pid: int) -> str:
     return f"pid {pid}: {cmd[:200]}"
 
 
+class AgentProc(Proc):
+    """A real agent (``python -m cdui agent start --foreground``) enrolling with ``token`` at ``control``, its
+    user data and data folders under ``tmp`` by its name; ``prepare`` is given its data folder first (to
+    install custom nodes there)."""
+
+    def __init__(self, tmp: Path, control: str, token: str, name: str = "w2", mount: str | None = None,
+                 machine: str = "another-machine", prepare: Callable[[Path], None] | None = None) -> None:
+        self.user_data = tmp / f"agent-{name}"
+        self.data_dir = tmp / f"agent-{name}-data"
+        if prepare is not None:
+            prepare(self.data_dir)
+        cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--token", token,
+               "--name", name, "--devices", "cpu", "--foreground"]
+        if mount is not None:
+            cmd += ["--mount", f"data={mount}"]
+        super().__init__(cmd, env_for(self.user_data, self.data_dir, {"CODEFYUI_MACHINE_ID": machine}),
+                         tmp / f"agent-{name}.log", name=f"agent-{name}")
+
+    @property
+    def credential(self) -> str:
+        files = list((self.user_data / "agent").glob("*.token"))
+        return str(json.loads(files[0].read_text())["credential"])
+
+
 class ProcessSweep:
     """What was running when a scope (a test, a module) began, so that its end
     can find what the scope started and left running.

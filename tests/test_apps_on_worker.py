@@ -23,8 +23,19 @@ from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, ServerProc, edge, graph, load_example, node, start_then, trig, wait_for, wait_run
-from test_files_on_workers import Agent
+from procs import (
+    REPO_ROOT,
+    AgentProc,
+    ServerProc,
+    edge,
+    graph,
+    load_example,
+    node,
+    start_then,
+    trig,
+    wait_for,
+    wait_run,
+)
 
 pytestmark = pytest.mark.e2e  # real server, agent and serving processes (torch imported)
 
@@ -98,7 +109,7 @@ def cdui(srv: ServerProc, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Setup:
-    def __init__(self, cp: ServerProc, agent: Agent, key: str, key_id: int) -> None:
+    def __init__(self, cp: ServerProc, agent: AgentProc, key: str, key_id: int) -> None:
         self.cp, self.agent, self.key, self.key_id = cp, agent, key, key_id
 
     def invoke(self, slug: str, inputs: dict[str, Any]) -> tuple[int, Any]:
@@ -116,7 +127,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         (data / "custom_nodes").mkdir(parents=True, exist_ok=True)
         (data / "custom_nodes" / "pid_nodes.py").write_text(PID_NODES)
     cp.start()
-    agent = Agent(tmp, cp.url, cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1})["token"])
+    agent = AgentProc(tmp, cp.url, cp.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1})["token"])
     try:
         agent.spawn()
         train = load_example()

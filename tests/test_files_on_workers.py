@@ -18,10 +18,9 @@ import pytest
 
 from procs import (
     REPO_ROOT,
-    Proc,
+    AgentProc,
     ServerProc,
     edge,
-    env_for,
     graph,
     load_example,
     node,
@@ -108,23 +107,12 @@ def iris_on_upload(name: str = "train.csv", checkpoint_every: int = 0) -> dict[s
     return g
 
 
-class Agent(Proc):
+class Agent(AgentProc):
+    """An agent with this file's test nodes installed in its data folder."""
+
     def __init__(self, tmp: Path, control: str, token: str, name: str = "w2", mount: str | None = None,
                  machine: str = "another-machine") -> None:
-        self.user_data = tmp / f"agent-{name}"
-        self.data_dir = tmp / f"agent-{name}-data"
-        install_nodes(self.data_dir)
-        cmd = [sys.executable, "-m", "cdui", "agent", "start", "--control", control, "--token", token,
-               "--name", name, "--devices", "cpu", "--foreground"]
-        if mount is not None:
-            cmd += ["--mount", f"data={mount}"]
-        super().__init__(cmd, env_for(self.user_data, self.data_dir, {"CODEFYUI_MACHINE_ID": machine}),
-                         tmp / f"agent-{name}.log", name=f"agent-{name}")
-
-    @property
-    def credential(self) -> str:
-        files = list((self.user_data / "agent").glob("*.token"))
-        return json.loads(files[0].read_text())["credential"]
+        super().__init__(tmp, control, token, name, mount, machine, prepare=install_nodes)
 
 
 def start_server(tmp: Path, **env: str) -> ServerProc:
