@@ -54,7 +54,7 @@ from cdui.plane.sched import catalog_check
 from cdui.plane.sched.app_placement import ANY, LOCAL, Refuse, check_serve_on, place_app
 from cdui.plane.worker_session import Conn, RemoteExecutor
 from cdui.run import canvas_proc, runner
-from cdui.run.serving import STOP_WAIT_S, PoolLimits, ServingPool
+from cdui.run.serving import STOP_WAIT_S, PoolLimits, ServingPool, no_slot
 from cdui.wire import protocol
 from cdui.wire.job import Job, JobFiles
 
@@ -584,10 +584,7 @@ class AppService:
             try:
                 await self.service.take_app_slot(worker, slot, timeout)
             except TimeoutError:
-                raise CduiError("timeout", f"no slot of {slot} on worker {worker} came free within {timeout:g} s "
-                                f"for app {slug!r} version {version}'s serving process: runs or other apps' "
-                                "processes hold every one", hint="call again later, or give the device more slots "
-                                "(CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)", status=504) from None
+                raise no_slot(f"{slot} on worker {worker}", slug, version, timeout) from None
             try:
                 return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
             finally:

@@ -188,6 +188,15 @@ class WarmProcess:
                 "rss_bytes": rss_bytes(self.proc.pid), "retired": self.retired}
 
 
+def no_slot(slot: str, slug: str, version: int, waited: float) -> CduiError:
+    """The answer to an invoke whose version's first serving process found no slot of ``slot`` (a device, or
+    "DEVICE on worker W") within its timeout."""
+    return CduiError("timeout", f"no slot of {slot} came free within {waited:g} s for app {slug!r} version "
+                     f"{version}'s serving process: runs or other apps' processes hold every one",
+                     hint="call again later, or give the device more slots (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)",
+                     status=504)
+
+
 def rss_bytes(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -329,10 +338,7 @@ class ServingPool:
                     try:
                         await self.gate.take(slot, slot_wait)
                     except TimeoutError:
-                        raise CduiError("timeout", f"no slot of {slot} came free within {slot_wait:g} s for app "
-                                        f"{slug!r} version {version}'s serving process: runs or other apps' "
-                                        "processes hold every one", hint="call again later, or give the device "
-                                        "more slots (CODEFYUI_RUN_QUEUE_MAX_CONCURRENT)", status=504) from None
+                        raise no_slot(slot, slug, version, slot_wait) from None
                 try:
                     return await self._launch(slug, version, slot, index)
                 finally:
