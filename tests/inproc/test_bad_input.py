@@ -57,6 +57,8 @@ QUERIES: list[tuple[str, str]] = [
     ("/api/runs?limit=x", f"limit='x' is not an integer from 0 to {2 ** 63 - 1}"),
     (f"/api/runs/RUN/events?after={BIG}", f"after='{BIG}' is not an integer from 0 to {2 ** 63 - 1}"),
     ("/api/runs/RUN/events?after=-1", f"after='-1' is not an integer from 0 to {2 ** 63 - 1}"),
+    ("/api/sweeps?limit=0", "limit='0' is not an integer from 1 to 500"),
+    ("/api/studies?limit=x", "limit='x' is not an integer from 1 to 500"),
 ]
 
 

@@ -22,7 +22,7 @@ from aiohttp import web
 from cdui.core.errors import CduiError
 from cdui.plane.apps import API_KEY_ID, APPS, INVOKES_LISTED_MAX, KEY_PREFIX, AppService, check_slug
 from cdui.plane.http import api_graphs
-from cdui.plane.http.httpjson import read_json
+from cdui.plane.http.httpjson import query_limit, read_json
 from cdui.plane.runs import RUNS
 
 # What an API key may call: "METHOD path".
@@ -133,10 +133,8 @@ async def delete(request: web.Request) -> web.Response:
 async def invokes(request: web.Request) -> web.Response:
     svc = _svc(request)
     app = await svc.app(_slug(request))
-    raw = request.query.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= INVOKES_LISTED_MAX:
-        raise CduiError("bad_request", f"limit={raw[:20]!r} is not a number from 1 to {INVOKES_LISTED_MAX}")
-    return web.json_response({"slug": app["slug"], "invokes": await svc.store.apps.invokes(app["slug"], int(raw))})
+    limit = query_limit(request, 50, INVOKES_LISTED_MAX)
+    return web.json_response({"slug": app["slug"], "invokes": await svc.store.apps.invokes(app["slug"], limit)})
 
 
 async def invoke(request: web.Request) -> web.Response:

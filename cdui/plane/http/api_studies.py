@@ -14,7 +14,7 @@ from aiohttp import web
 
 from cdui.core.errors import CduiError
 from cdui.plane.http.api_graphs import check_name, save_graph
-from cdui.plane.http.httpjson import read_json
+from cdui.plane.http.httpjson import query_limit, read_json
 from cdui.plane.runs import RUNS
 from cdui.plane.studies import MAX_LISTED, STUDIES, StudyService
 
@@ -32,11 +32,7 @@ async def create(request: web.Request) -> web.Response:
 
 
 async def listing(request: web.Request) -> web.Response:
-    raw = request.query.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
-        raise CduiError("bad_query", f"limit={raw[:50]!r} is not an integer from 1 to {MAX_LISTED}",
-                        hint="e.g. ?limit=50")
-    return web.json_response(await _studies(request).list(int(raw)))
+    return web.json_response(await _studies(request).list(query_limit(request, 100, MAX_LISTED)))
 
 
 async def get(request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from cdui.core.errors import CduiError
-from cdui.plane.http.httpjson import read_json
+from cdui.plane.http.httpjson import query_limit, read_json
 from cdui.plane.runs import RUNS
 from cdui.plane.sweeps import MAX_LISTED, SWEEPS, SweepService
 
@@ -30,10 +30,7 @@ async def create(request: web.Request) -> web.Response:
 
 
 async def listing(request: web.Request) -> web.Response:
-    raw = request.query.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
-        raise CduiError("bad_query", f"limit={raw!r} is not an integer from 1 to {MAX_LISTED}", hint="e.g. ?limit=50")
-    return web.json_response(await _sweeps(request).list(int(raw)))
+    return web.json_response(await _sweeps(request).list(query_limit(request, 100, MAX_LISTED)))
 
 
 async def get(request: web.Request) -> web.Response:

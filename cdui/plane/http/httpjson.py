@@ -92,6 +92,16 @@ async def read_object(request: web.Request, limit: int, setting: str | None = No
     return body
 
 
+def query_limit(request: web.Request, default: int, maximum: int) -> int:
+    """The ``limit`` query parameter, an integer from 1 to ``maximum`` (``default`` when absent); else 400
+    ``bad_query`` naming the value."""
+    raw = request.query.get("limit", str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise CduiError("bad_query", f"limit={raw[:50]!r} is not an integer from 1 to {maximum}",
+                        hint=f"e.g. ?limit={min(50, maximum)}")
+    return int(raw)
+
+
 def error_response(err: CduiError) -> web.Response:
     return web.json_response(err.to_json(), status=err.status)
 
