@@ -8,14 +8,13 @@ Chromium or Playwright is missing."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from procs import Proc, ServerProc, env_for
+from procs import ServerProc
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -103,17 +102,6 @@ def drag_drop(page: Any, source: Any, target: Any, x: float, y: float) -> None:
     page.mouse.move(tx + 1, ty + 1)
     page.mouse.move(tx, ty)
     page.mouse.up()
-
-
-def spawn_agent(server: ServerProc, tmp: Path, name: str) -> Proc:
-    """A real agent (``cdui agent start --foreground``, cpu) enrolled on ``server`` as ``name``, its state
-    and log in ``tmp``; started, not waited for (the caller stops it)."""
-    token = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
-    a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--token", token,
-              "--name", name, "--devices", "cpu", "--foreground"],
-             env_for(tmp / "agent-ud", tmp / "agent-data"), tmp / "agent.log", name=f"agent-{name}")
-    a.spawn()
-    return a
 
 
 class CanvasPage:

@@ -22,6 +22,7 @@ running; processes that a longer-lived fixture owns survive.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -624,6 +625,42 @@ class LogSectionsPlugin:
 def load_example(name: str = "iris_train.json") -> dict[str, Any]:
     """A graph from the repository's ``examples/`` folder."""
     return json.loads((REPO_ROOT / "examples" / name).read_text(encoding="utf-8"))
+
+
+def iris_example(epochs: int = 1) -> dict[str, Any]:
+    """The iris example, training for ``epochs`` epochs."""
+    g = load_example()
+    for n in g["nodes"]:
+        if n["id"] == "train":
+            n["data"]["params"]["epochs"] = epochs
+    return g
+
+
+def spawn_agent(server: ServerProc, tmp: Path, name: str) -> Proc:
+    """A real agent (``cdui agent start --foreground``, cpu) enrolled on ``server`` as ``name``, its state
+    and log in ``tmp``; started, not waited for (the caller stops it)."""
+    token = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
+    a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--token", token,
+              "--name", name, "--devices", "cpu", "--foreground"],
+             env_for(tmp / f"{name}-ud", tmp / f"{name}-data"), tmp / f"{name}.log", name=f"agent-{name}")
+    a.spawn()
+    return a
+
+
+@contextlib.contextmanager
+def lab_of(tmp: Path, server_name: str, agent_names: tuple[str, ...]) -> Iterator[tuple[ServerProc, list[Proc]]]:
+    """A server and real agents named ``agent_names``, all online; stopped at the end."""
+    server = ServerProc(tmp, name=server_name).start()
+    agents = [spawn_agent(server, tmp, name) for name in agent_names]
+    try:
+        wait_for(lambda: {w["name"] for w in server.call("GET", "/api/workers")["workers"] if w["online"]}
+                 >= set(agent_names), 180, 0.2, f"workers {', '.join(agent_names)} online",
+                 detail=lambda: agents[0].log_tail(20))
+        yield server, agents
+    finally:
+        for a in agents:
+            a.stop()
+        server.stop()
 
 
 def long_training_graph(epochs: int = 100000) -> dict[str, Any]:

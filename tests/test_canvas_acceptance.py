@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from canvas_page import ROOT, CanvasPage, chromium, drag_drop, server_proc, spawn_agent
-from procs import Proc, ServerProc, wait_for, wait_run
+from canvas_page import ROOT, CanvasPage, chromium, drag_drop, server_proc
+from procs import Proc, ServerProc, spawn_agent, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
 

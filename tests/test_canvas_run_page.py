@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from canvas_page import CanvasPage, module_fixtures, spawn_agent
-from procs import ServerProc, load_example, wait_for, wait_run
+from canvas_page import CanvasPage, module_fixtures
+from procs import ServerProc, load_example, spawn_agent, wait_for, wait_run
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from canvas_page import LONG, module_fixtures, spawn_agent
-from procs import REPO_ROOT, load_example, wait_for
+from canvas_page import LONG, module_fixtures
+from procs import REPO_ROOT, load_example, spawn_agent, wait_for
 
 pytestmark = pytest.mark.e2e
 

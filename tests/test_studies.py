@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, env_for, load_example, wait_for
+from procs import REPO_ROOT, Proc, ServerProc, iris_example, lab_of, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,36 +29,10 @@ LR = {"loguniform": [0.0001, 0.1]}
 OBJECTIVE = {"metric": "lr", "goal": "min"}
 
 
-def iris(epochs: int) -> dict[str, Any]:
-    g = load_example()
-    for n in g["nodes"]:
-        if n["id"] == "train":
-            n["data"]["params"]["epochs"] = epochs
-    return g
-
-
-def spawn_agent(server: ServerProc, tmp: Path, name: str) -> Proc:
-    token = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
-    a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--token", token,
-              "--name", name, "--devices", "cpu", "--foreground"],
-             env_for(tmp / f"{name}-ud", tmp / f"{name}-data"), tmp / f"{name}.log", name=f"agent-{name}")
-    a.spawn()
-    return a
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: Any) -> Iterator[tuple[ServerProc, list[Proc]]]:
-    tmp = tmp_path_factory.mktemp("studies")
-    server = ServerProc(tmp, name="studies-server").start()
-    agents = [spawn_agent(server, tmp, name) for name in ("s1", "s2")]
-    try:
-        wait_for(lambda: {w["name"] for w in server.call("GET", "/api/workers")["workers"] if w["online"]}
-                 >= {"s1", "s2"}, 180, 0.2, "workers s1 and s2 online", detail=lambda: agents[0].log_tail(20))
-        yield server, agents
-    finally:
-        for a in agents:
-            a.stop()
-        server.stop()
+    with lab_of(tmp_path_factory.mktemp("studies"), "studies-server", ("s1", "s2")) as got:
+        yield got
 
 
 def wait_study(server: ServerProc, sid: str, timeout: float = 400) -> dict[str, Any]:
@@ -85,14 +58,15 @@ def test_a_tpe_study_improves_on_its_first_trials_and_prunes_a_bad_one(lab: Any)
     # a search axis naming no param of the graph: every error listed, nothing stored
     before = server.call("GET", "/api/studies")["studies"]
     status, body = server.api("POST", "/api/studies", {
-        "graph": iris(1), "axes": {"optimzer.lr": LR, "train.epoch": [1, 2]}, "objective": OBJECTIVE})
+        "graph": iris_example(1), "axes": {"optimzer.lr": LR, "train.epoch": [1, 2]}, "objective": OBJECTIVE})
     assert status == 400 and body["error"]["code"] == "invalid_study", body
     text = " ".join(e["message"] for e in body["error"]["details"])
     assert "did you mean optimizer?" in text and "did you mean epochs?" in text, text
     assert server.call("GET", "/api/studies")["studies"] == before
     epochs = 20
     s = server.call("POST", "/api/studies", {
-        "graph": iris(epochs), "options": {"target": "any"}, "axes": {"optimizer.lr": LR}, "objective": OBJECTIVE,
+        "graph": iris_example(epochs), "options": {"target": "any"}, "axes": {"optimizer.lr": LR},
+        "objective": OBJECTIVE,
         "n_trials": 12, "parallelism": 2, "seed": 7, "sampler": {"name": "tpe", "startup_trials": 3},
         "pruner": {"name": "median", "startup_trials": 2}})
     assert s["kind"] == "study" and s["n_trials"] == 12 and s["total"] <= 2, s
@@ -137,7 +111,7 @@ def cdui(server: ServerProc, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_study_survives_a_kill_9_of_the_control_plane(lab: Any) -> None:
     server, agents = lab
     g = Path(server.tmp) / "iris-study.json"
-    g.write_text(json.dumps(iris(10)))
+    g.write_text(json.dumps(iris_example(10)))
     r = cdui(server, "study", str(g), "--param", "optimizer.lr=loguniform:1e-4:1e-1", "--param",
              "train.epochs=5,10", "--n-trials", "6", "--parallelism", "2", "--seed", "3", "--objective", "lr", "--min",
              "--name", "kill-me")
@@ -191,14 +165,15 @@ def test_without_optuna_a_study_is_refused_with_the_install_command(tmp_path: Pa
     server = ServerProc(tmp_path, name="no-optuna").start({"PYTHONPATH": str(hide)})
     try:
         status, body = server.api("POST", "/api/studies", {
-            "graph": iris(1), "axes": {"optimizer.lr": LR}, "objective": OBJECTIVE, "options": {"target": "local"}})
+            "graph": iris_example(1), "axes": {"optimizer.lr": LR}, "objective": OBJECTIVE,
+            "options": {"target": "local"}})
         assert status == 501 and body["error"]["code"] == "studies_unavailable", body
         assert "bin/cdui start --extras studies" in body["error"]["hint"], body
         # a bad request is still told what is wrong first (it does not need Optuna to be judged)
-        status, body = server.api("POST", "/api/studies", {"graph": iris(1), "axes": {"optimizer.lr": LR}})
+        status, body = server.api("POST", "/api/studies", {"graph": iris_example(1), "axes": {"optimizer.lr": LR}})
         assert status == 400 and "needs an objective" in body["error"]["message"], body
         status, body = server.api("POST", "/api/sweeps", {
-            "graph": iris(1), "axes": {"optimizer.lr": [0.01]}, "options": {"target": "local"}})
+            "graph": iris_example(1), "axes": {"optimizer.lr": [0.01]}, "options": {"target": "local"}})
         assert status == 201, body
         # the studies' routes are the owner's, as the sweeps' are
         status, body = server.api("GET", "/api/studies", token=False)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from procs import REPO_ROOT, Proc, ServerProc, env_for, load_example, wait_for
+from procs import REPO_ROOT, Proc, ServerProc, iris_example, lab_of, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -27,37 +26,11 @@ BIN = str(REPO_ROOT / "bin" / "cdui")
 LIVE = ("queued", "running", "disconnected")
 
 
-def iris(epochs: int = 1) -> dict[str, Any]:
-    g = load_example()
-    for n in g["nodes"]:
-        if n["id"] == "train":
-            n["data"]["params"]["epochs"] = epochs
-    return g
-
-
-def spawn_agent(server: ServerProc, tmp: Path, name: str) -> Proc:
-    token = server.call("POST", "/api/workers/tokens", {"ttl_s": 3600, "uses": 1}, expect=201)["token"]
-    a = Proc([sys.executable, "-m", "cdui", "agent", "start", "--control", server.url, "--token", token,
-              "--name", name, "--devices", "cpu", "--foreground"],
-             env_for(tmp / f"{name}-ud", tmp / f"{name}-data"), tmp / f"{name}.log", name=f"agent-{name}")
-    a.spawn()
-    return a
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: Any) -> Iterator[tuple[ServerProc, list[Proc]]]:
     """A server and two agents (w1, w2), both online."""
-    tmp = tmp_path_factory.mktemp("sweeps")
-    server = ServerProc(tmp, name="sweeps-server").start()
-    agents = [spawn_agent(server, tmp, name) for name in ("w1", "w2")]
-    try:
-        wait_for(lambda: {w["name"] for w in server.call("GET", "/api/workers")["workers"] if w["online"]}
-                 >= {"w1", "w2"}, 180, 0.2, "workers w1 and w2 online", detail=lambda: agents[0].log_tail(20))
-        yield server, agents
-    finally:
-        for a in agents:
-            a.stop()
-        server.stop()
+    with lab_of(tmp_path_factory.mktemp("sweeps"), "sweeps-server", ("w1", "w2")) as got:
+        yield got
 
 
 def cdui(server: ServerProc, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -104,7 +77,7 @@ def max_overlap(runs: list[dict[str, Any]]) -> int:
 def test_a_bad_value_refuses_the_whole_sweep_listing_every_error(lab: Any) -> None:
     server, _ = lab
     status, body = server.api("POST", "/api/sweeps", {
-        "graph": iris(), "options": {"target": "any"},
+        "graph": iris_example(), "options": {"target": "any"},
         "axes": {"optimizer.lr": [0.01, -1, "fast"], "train.epochs": [1, 0], "trian.seed": [1]}})
     assert status == 400, body
     assert body["error"]["code"] == "invalid_sweep", body
@@ -114,7 +87,7 @@ def test_a_bad_value_refuses_the_whole_sweep_listing_every_error(lab: Any) -> No
     # nothing is left to validate, so the node's name alone comes first; then the values one by one.
     assert any("trian.seed=1: the graph has no node 'trian'; did you mean train?" in m for m in messages), text
     status, body = server.api("POST", "/api/sweeps", {
-        "graph": iris(), "options": {"target": "any"},
+        "graph": iris_example(), "options": {"target": "any"},
         "axes": {"optimizer.lr": [0.01, -1, "fast"], "train.epochs": [1, 0]}})
     assert status == 400, body
     details = body["error"]["details"]
@@ -127,7 +100,7 @@ def test_a_bad_value_refuses_the_whole_sweep_listing_every_error(lab: Any) -> No
     assert server.call("GET", "/api/runs") == []
     # The command line lists them too, one per line, and exits 1.
     g = Path(server.tmp) / "iris1.json"
-    g.write_text(json.dumps(iris()))
+    g.write_text(json.dumps(iris_example()))
     r2 = cdui(server, "sweep", str(g), "--param", "optimizer.lr=0.01,-1", "--param", "train.epochs=1,0")
     assert r2.returncode == 1, explain(r2)
     assert "error(s) in the sweep's variants; nothing was stored" in r2.stderr and \
@@ -138,7 +111,7 @@ def test_a_bad_value_refuses_the_whole_sweep_listing_every_error(lab: Any) -> No
 def test_a_grid_sweep_on_two_agents_each_variant_its_own_params(lab: Any) -> None:
     server, _ = lab
     g = Path(server.tmp) / "iris-grid.json"
-    g.write_text(json.dumps(iris()))
+    g.write_text(json.dumps(iris_example()))
     r = cdui(server, "sweep", str(g), "--param", "optimizer.lr=0.1,0.03,0.01", "--param", "train.epochs=1:2:1",
              "--target", "any", "--max-running", "2", "--objective", "val_loss", "--min", "--wait")
     assert r.returncode == 0, explain(r)
@@ -194,7 +167,7 @@ def test_stop_then_retry(lab: Any) -> None:
     server, _ = lab
     # Variant 0 trains (practically) for ever; one at a time, so 1 and 2 wait in the sweep.
     sweep = server.call("POST", "/api/sweeps", {
-        "graph": iris(), "mode": "list", "options": {"target": "any"}, "max_running": 1,
+        "graph": iris_example(), "mode": "list", "options": {"target": "any"}, "max_running": 1,
         "axes": {"train.epochs": [100000, 1, 1]}}, expect=201)
     sid = sweep["id"]
     assert sweep["variants"][0]["status"] in LIVE, sweep
@@ -231,7 +204,7 @@ def test_stop_then_retry(lab: Any) -> None:
 def test_a_killed_control_plane_finishes_the_sweep_each_variant_run_once(lab: Any) -> None:
     server, agents = lab
     sweep = server.call("POST", "/api/sweeps", {
-        "graph": iris(), "options": {"target": "any"}, "max_running": 1,
+        "graph": iris_example(), "options": {"target": "any"}, "max_running": 1,
         "axes": {"optimizer.lr": [0.1, 0.05, 0.02, 0.01]}}, expect=201)
     sid = sweep["id"]
 
@@ -253,7 +226,7 @@ def test_a_killed_control_plane_finishes_the_sweep_each_variant_run_once(lab: An
 def test_emit_sbatch_sizes_the_array_to_the_variants(lab: Any) -> None:
     server, _ = lab
     g = Path(server.tmp) / "iris-oneshot.json"
-    g.write_text(json.dumps(iris()))
+    g.write_text(json.dumps(iris_example()))
     r = cdui(server, "sweep", str(g), "--param", "optimizer.lr=0.1,0.01", "--param", "train.epochs=1,2",
              "--target", "one-shot", "--device", "cpu", "--max-running", "3", "--emit-sbatch")
     assert r.returncode == 0, explain(r)
