@@ -1,58 +1,86 @@
 """GET /api/runs's body (cdui/plane/runs.py: EncodedRows): each run's encoded form is reused only while
-its row, its queue reason and (for a disconnected run) the time leave it the same."""
+its row as read, its queue reason and (for a disconnected run) the time leave it the same; the rows
+come from a real store (cdui/plane/store/database.py: ListedRow), as the listing reads them."""
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import replace
+from typing import Any
 
 from cdui.plane.runs import EncodedRows, api_form
-from cdui.plane.store import Run
+from cdui.plane.store import ListedRow, Run, Store
 from cdui.wire.target import AnyWorker, Worker
 
 
-def runs() -> list[Run]:
-    return [
-        Run(id="q1", status="queued", target=AnyWorker(), options={"target": "any", "device": "cpu"},
-            created_at=100.0, name="queued run", queue_reason="waiting for the scheduler"),
-        Run(id="s1", status="succeeded", target=Worker("w1"), options={"target": "w1", "note": "é"},
-            created_at=90.0, worker_id="w1", slot_device="cpu", started_at=91.0, finished_at=92.5, last_seq=4,
-            execution_facts={"python": "3.11"}),
-        Run(id="d1", status="disconnected", target=Worker("w2"), options={"target": "w2"}, created_at=80.0,
-            worker_id="w2", slot_device="cuda:0", started_at=81.0, disconnected_at=85.0, last_seq=2),
-    ]
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
 
 
-def expected(rs: list[Run], reasons: dict[str, str | None], now: float) -> bytes:
-    return json.dumps([api_form(r, reasons.get(r.id), now) for r in rs]).encode()
+def fill(store: Store) -> None:
+    """A queued run, a succeeded one with facts and a disconnected one, oldest last."""
+    async def go() -> None:
+        await store.create_run(Run(id="q1", status="queued", target=AnyWorker(), name="queued run",
+                                   options={"target": "any", "device": "cpu"}, created_at=100.0, graph={"nodes": []},
+                                   queue_reason="waiting for the scheduler"))
+        await store.create_run(Run(id="s1", status="queued", target=Worker("w1"), options={"target": "w1", "note": "é"},
+                                   created_at=90.0, graph={"nodes": []}))
+        await store.create_run(Run(id="d1", status="queued", target=Worker("w2"), options={"target": "w2"},
+                                   created_at=80.0, graph={"nodes": []}))
+        await store.claim_queued_graph("s1", "w1", "cpu", 91.0, lambda facts: {**facts, "python": "3.11"})
+        await store.finish_run("s1", "succeeded", None, 92.5, "cp", None)
+        await store.claim_queued_graph("d1", "w2", "cuda:0", 81.0)
+        await store.mark_disconnected("d1", 85.0)
+    run(go())
 
 
-def test_the_listing_is_byte_for_byte_what_encoding_the_whole_list_gives() -> None:
+def expected(rows: list[ListedRow], reasons: dict[str, str | None], now: float) -> bytes:
+    return json.dumps([api_form(r.run(), reasons.get(r.id), now) for r in rows]).encode()
+
+
+def test_the_listing_is_byte_for_byte_what_encoding_the_whole_list_gives(store: Store) -> None:
+    fill(store)
     rows = EncodedRows()
+    listed_rows = store.list_rows_sync()
+    assert [r.id for r in listed_rows] == ["q1", "s1", "d1"]
+    assert [r.run() for r in listed_rows] == store.list_runs_sync()
     reasons = {"q1": "waiting for a free cpu slot: slots in use on 2 (w1, w2)"}
-    body = rows.encode(runs(), reasons, 200.0)
-    assert body == expected(runs(), reasons, 200.0)
+    body = rows.encode(listed_rows, reasons, 200.0)
+    assert body == expected(listed_rows, reasons, 200.0)
     listed = json.loads(body)
     assert [r["queue_reason"] for r in listed] == [reasons["q1"], None, None]
+    assert [r["status"] for r in listed] == ["queued", "succeeded", "disconnected"]
+    assert listed[1]["execution_facts"] == {"python": "3.11"} and listed[1]["options"]["note"] == "é"
     assert listed[2]["worker_status"]["disconnected_s"] == 115.0
     # Read again (new, equal rows), later: the disconnected run's time moved on, the rest are reused.
     kept = dict(rows._kept)
-    assert rows.encode(runs(), reasons, 230.0) == expected(runs(), reasons, 230.0)
+    again = store.list_rows_sync()
+    assert again == listed_rows and again[0] is not listed_rows[0]
+    assert rows.encode(again, reasons, 230.0) == expected(again, reasons, 230.0)
     assert set(kept) == {"q1", "s1"} and all(rows._kept[k][2] is kept[k][2] for k in kept)
 
 
-def test_a_changed_row_or_reason_is_encoded_again() -> None:
+def test_a_changed_row_or_reason_is_encoded_again(store: Store) -> None:
+    fill(store)
     rows = EncodedRows()
-    rs = runs()
-    rows.encode(rs, {"q1": "first reason"}, 200.0)
-    rs2 = [replace(rs[0], status="running", worker_id="w3", started_at=201.0), replace(rs[1], last_seq=5), rs[2]]
-    assert rows.encode(rs2, {}, 202.0) == expected(rs2, {}, 202.0)
-    assert rows.encode(rs, {"q1": "second reason"}, 203.0) == expected(rs, {"q1": "second reason"}, 203.0)
-    assert json.loads(rows.encode(rs, {}, 203.0))[0]["queue_reason"] == "waiting for the scheduler"
+    rows.encode(store.list_rows_sync(), {"q1": "first reason"}, 200.0)
+    run(store.claim_queued_graph("q1", "w3", "cpu", 201.0))
+    changed = store.list_rows_sync()
+    body = rows.encode(changed, {}, 202.0)
+    assert body == expected(changed, {}, 202.0)
+    assert json.loads(body)[0]["status"] == "running" and json.loads(body)[0]["worker_id"] == "w3"
+    run(store.requeue("q1", "waiting for the scheduler"))
+    back = store.list_rows_sync()
+    assert rows.encode(back, {"q1": "second reason"}, 203.0) == expected(back, {"q1": "second reason"}, 203.0)
+    assert json.loads(rows.encode(back, {}, 203.0))[0]["queue_reason"] == "waiting for the scheduler"
 
 
-def test_it_keeps_at_most_its_bound_and_lists_nothing_as_an_empty_array() -> None:
+def test_it_keeps_at_most_its_bound_and_lists_nothing_as_an_empty_array(store: Store) -> None:
+    async def many() -> None:
+        for i in range(5):
+            await store.create_run(Run(id=f"r{i}", status="queued", target=AnyWorker(), options={}, created_at=i))
+    run(many())
     rows = EncodedRows(keep=2)
-    many = [replace(runs()[1], id=f"r{i}") for i in range(5)]
-    assert rows.encode(many, {}, 1.0) == expected(many, {}, 1.0)
-    assert list(rows._kept) == ["r3", "r4"]
+    listed = store.list_rows_sync()
+    assert rows.encode(listed, {}, 1.0) == expected(listed, {}, 1.0)
+    assert list(rows._kept) == ["r1", "r0"]
     assert rows.encode([], {}, 1.0) == b"[]" == json.dumps([]).encode()

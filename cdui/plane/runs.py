@@ -60,7 +60,7 @@ from cdui.plane.sched.catalog_check import any_skips
 from cdui.plane.sched.free_order import FreeOrder
 from cdui.plane.sched.placement import FilePlan, analyze, read_roots_message, transfer_verdict, unreadable
 from cdui.plane.sched.queue import Blocked, ExecutorView, Placement, block, parse_caps, place
-from cdui.plane.store import ACTIVE, TERMINAL, Run, RunFilter, Store
+from cdui.plane.store import ACTIVE, TERMINAL, ListedRow, Run, RunFilter, Store
 from cdui.plane.subscription import Subscription
 from cdui.run import outputs, runner
 from cdui.run.catalog import with_run_report
@@ -1271,9 +1271,9 @@ class RunService:
         now = self.clock.time()
 
         def listing() -> bytes:
-            runs = self.store.list_runs_sync(status, limit, where)
-            of = {r.id: reasons.get(self.queue.lane_key(r.id) or "") for r in runs if r.status == "queued"}
-            return self._rows.encode(runs, of, now)
+            rows = self.store.list_rows_sync(status, limit, where)
+            of = {r.id: reasons.get(self.queue.lane_key(r.id) or "") for r in rows if r.status == "queued"}
+            return self._rows.encode(rows, of, now)
         return await asyncio.to_thread(listing)
 
     def subscribe(self, run_id: str) -> Subscription:
@@ -1362,28 +1362,32 @@ class EncodedRows:
     """Each listed run's API form, encoded, kept while its row and queue reason stay the same.
 
     A run's form depends on its row, its queue reason (queued runs) and the time (a disconnected run's
-    ``worker_status``): a row read again equal to the kept one, with the same reason, reuses the kept
-    bytes; a disconnected run is encoded every time. At most ``keep`` runs are kept (the oldest
+    ``worker_status``): a row read again equal to the kept one (compared as read, see
+    :class:`~cdui.plane.store.database.ListedRow`), with the same reason, reuses the kept bytes without
+    being decoded; a disconnected run is encoded every time. At most ``keep`` runs are kept (the oldest
     listed go first). Used from a worker thread, one listing at a time or several: a lost race encodes
     a run twice, never a wrong one."""
 
     def __init__(self, keep: int = 4096) -> None:
         self.keep = keep
-        self._kept: dict[str, tuple[Run, str | None, bytes]] = {}
+        self._kept: dict[str, tuple[ListedRow, str | None, bytes]] = {}
 
-    def encode(self, runs: Sequence[Run], reasons: dict[str, str | None], now: float) -> bytes:
+    def encode(self, rows: Sequence[ListedRow], reasons: dict[str, str | None], now: float) -> bytes:
+        """The JSON array of ``rows``' API forms (``reasons``: the queue's reason of each queued run, by id)."""
         parts: list[bytes] = []
         kept = self._kept
-        for run in runs:
-            reason = reasons.get(run.id)
-            old = kept.get(run.id)
-            if old is not None and old[1] == reason and old[0] == run:
+        for row in rows:
+            run_id = row.id
+            reason = reasons.get(run_id)
+            old = kept.get(run_id)
+            if old is not None and old[1] == reason and old[0] == row:
                 parts.append(old[2])
                 continue
+            run = row.run()
             data = json.dumps(api_form(run, reason, now)).encode()
             if run.status != "disconnected":
-                kept.pop(run.id, None)
-                kept[run.id] = (run, reason, data)
+                kept.pop(run_id, None)
+                kept[run_id] = (row, reason, data)
             parts.append(data)
         while len(kept) > self.keep:
             kept.pop(next(iter(kept)), None)

@@ -95,11 +95,17 @@ class Placement:
 
 def choose_device(ex: ExecutorView, wanted: str | None, used: dict[tuple[str, str], int],
                   caps: Caps) -> str | None:
-    devs = [d for d in ex.devices() if device_matches(wanted, d)]
+    return _free_device(ex.name, [d for d in ex.devices() if device_matches(wanted, d)], wanted, used, caps)
+
+
+def _free_device(name: str, matching: list[str], wanted: str | None, used: dict[tuple[str, str], int],
+                 caps: Caps) -> str | None:
+    """:func:`choose_device` of an executor whose devices that match ``wanted`` are ``matching``."""
+    devs = matching
     if wanted in (None, "", "auto"):
-        devs.sort(key=lambda d: (d == "cpu", d))  # GPUs first when the run does not care
+        devs = sorted(matching, key=lambda d: (d == "cpu", d))  # GPUs first when the run does not care
     for d in devs:
-        if used.get((ex.name, d), 0) < caps.slots(ex.name, d):
+        if used.get((name, d), 0) < caps.slots(name, d):
             return d
     return None
 
@@ -268,23 +274,27 @@ def place(target: Target, wanted: str | None, executors: Mapping[str, ExecutorVi
         if needs == "mount" and not ex.mounted():
             reasons.append(("no data mount", name, f"{name} has no `data` mount"))
             continue
-        missing = unreadable(reads, ex.read_roots())
+        # A run that reads no absolute path needs no read roots (reading them parses the worker's labels):
+        # the reason over hundreds of busy workers is worked out on the event loop.
+        missing = unreadable(reads, ex.read_roots()) if reads else None
         if missing:
             reasons.append((f"not allowed to read {missing[0]}", name,
                             f"{name} does not allow reading {missing[0]} (CODEFYUI_READ_ROOTS)"))
             continue
-        if not any(device_matches(wanted, d) for d in ex.devices()):
+        devices = ex.devices()
+        busy = [d for d in devices if device_matches(wanted, d)]
+        if not busy:
             reasons.append((f"no {wanted} device", name,
-                            f"{name} offers no {wanted} device (it has {', '.join(ex.devices()) or 'none'})"))
+                            f"{name} offers no {wanted} device (it has {', '.join(devices) or 'none'})"))
             continue
         if (name, kind) in blocked:
             reasons.append((f"an earlier {kind} run waits", name, f"an earlier run for {kind} is waiting on {name}"))
             continue
-        dev = choose_device(ex, wanted, used, caps) if ask is None else device_fit.choose(ex, wanted, used, caps, ask)
+        dev = (_free_device(name, busy, wanted, used, caps) if ask is None
+               else device_fit.choose(ex, wanted, used, caps, ask))
         if dev is not None:
             backend = None if needs == "none" else ("mount" if ex.mounted() else "transfer")
             return Placement(name, dev, backend)
-        busy = [d for d in ex.devices() if device_matches(wanted, d)]
         reasons.append(("slots in use", name, f"all slots of {name} {'/'.join(busy)} are in use" if ask is None
                         else device_fit.busy_text(name, wanted, ask, ex.devices())))
     if not tried:

@@ -17,12 +17,12 @@ statement is written out for each use, never assembled from names
 """
 from __future__ import annotations
 
-from cdui.plane.store.database import ACTIVE, BATCH_EVENTS, BATCH_JOBS, TERMINAL, Run, RunFilter, Store
+from cdui.plane.store.database import ACTIVE, BATCH_EVENTS, BATCH_JOBS, TERMINAL, ListedRow, Run, RunFilter, Store
 from cdui.plane.store.migrations import MIGRATIONS, migrate
 from cdui.plane.store.ssh import SshCleanupRow, SshWorkerRow, SshWorkerRows
 from cdui.plane.store.tokens import TokenListing, TokenRow, TokenRows
 from cdui.plane.store.workers import OldCredential, WorkerRow, WorkerRows
 
-__all__ = ["ACTIVE", "BATCH_EVENTS", "BATCH_JOBS", "MIGRATIONS", "TERMINAL", "OldCredential", "Run", "RunFilter",
-           "SshCleanupRow", "SshWorkerRow", "SshWorkerRows", "Store", "TokenListing", "TokenRow", "TokenRows",
-           "WorkerRow", "WorkerRows", "migrate"]
+__all__ = ["ACTIVE", "BATCH_EVENTS", "BATCH_JOBS", "MIGRATIONS", "TERMINAL", "ListedRow", "OldCredential", "Run",
+           "RunFilter", "SshCleanupRow", "SshWorkerRow", "SshWorkerRows", "Store", "TokenListing", "TokenRow",
+           "TokenRows", "WorkerRow", "WorkerRows", "migrate"]
