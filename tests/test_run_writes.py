@@ -48,16 +48,18 @@ def test_a_runs_message_is_stored_with_its_statuses_changes_of_the_row_in_one_tr
         before = store.commits
         events = [status(1, "running", pid=1), {"src_seq": 2, "kind": "log", "data": {"message": "hi"}, "at": 2.0},
                   status(3, "succeeded", error=None)]
-        stored, acked, ended = await store.append_status_events("r1", "worker:w1", events, at=7.5)
+        stored, acked, endings = await store.append_status_events("r1", "worker:w1", events, at=7.5)
         assert store.commits - before == 1
-        assert acked == 3 and [e["seq"] for e in stored] == [1, 2, 3] and ended == [None, None, True]
+        # The endings: each final status's place among the stored events, and whether it ended the run.
+        assert acked == 3 and [e["seq"] for e in stored] == [1, 2, 3] and endings == [(2, True)]
         assert row(store, "r1") == {"status": "succeeded", "error": None, "finished_at": 7.5, "queue_reason": None,
                                     "last_seq": 3}
         # A replay stores nothing and changes nothing; a later ending does not replace the first one.
-        assert await store.append_status_events("r1", "worker:w1", events, at=9.0) == ([], 3, [])
-        stored, acked, ended = await store.append_status_events("r1", "worker:w1", [status(4, "failed", error="x")],
-                                                                at=9.0)
-        assert acked == 4 and [e["data"]["status"] for e in stored] == ["failed"] and ended == [False]
+        stored, acked, endings = await store.append_status_events("r1", "worker:w1", events, at=9.0)
+        assert (list(stored), acked, endings) == ([], 3, [])
+        stored, acked, endings = await store.append_status_events("r1", "worker:w1", [status(4, "failed", error="x")],
+                                                                  at=9.0)
+        assert acked == 4 and [e["data"]["status"] for e in stored] == ["failed"] and endings == [(0, False)]
         assert row(store, "r1")["status"] == "succeeded" and row(store, "r1")["finished_at"] == 7.5
     run(go())
 
@@ -66,9 +68,9 @@ def test_a_status_that_is_not_text_is_stored_and_changes_nothing(store: Store) -
     async def go() -> None:
         await store.create_run(new_run("r2"))
         await store.claim_queued_graph("r2", "w1", "cpu", 5.0)
-        stored, acked, ended = await store.append_status_events(
+        stored, acked, endings = await store.append_status_events(
             "r2", "worker:w1", [{"src_seq": 1, "kind": "status", "data": {"status": ["succeeded"]}, "at": 1.0}], at=2.0)
-        assert acked == 1 and len(stored) == 1 and ended == [None]
+        assert acked == 1 and len(stored) == 1 and endings == []
         assert row(store, "r2")["status"] == "running" and row(store, "r2")["finished_at"] is None
     run(go())
 

@@ -286,3 +286,39 @@ def test_a_database_that_refuses_writes_is_a_problem_until_a_write_succeeds(tmp_
         assert run(s.get_run("refused")) is None and run(s.get_run("after")) is not None
     finally:
         s.close()
+
+
+def test_a_run_s_own_events_come_back_as_columns_read_as_the_dicts_append_events_gives(store: Store) -> None:
+    """append_status_events hands the stored events back as columns (StoredEvents): read, they are the
+    dicts append_events gives for the same events (a missing data, a null or zero time, an int time and
+    a final status as stored), made once; its endings are the final statuses' places and whether each
+    ended the run."""
+    odd = [{"src_seq": 1, "kind": "status", "data": {"status": "running"}, "at": 1_700_000_000.5},
+           {"src_seq": 2, "kind": "log", "at": None},
+           {"src_seq": 3, "kind": "log", "data": None, "at": 0.0},
+           {"src_seq": 4, "kind": "metric", "data": {"v": 1.5}, "at": 1_700_000_001},
+           {"src_seq": 5, "kind": "status", "data": {"status": "succeeded", "error": None}, "at": 1_700_000_002.0},
+           {"src_seq": 6, "kind": "status", "data": {"status": "failed", "error": "late"}, "at": 1_700_000_003.0}]
+
+    async def go() -> None:
+        await store.create_run(new_run("cols", status="queued"))
+        await store.create_run(new_run("dicts", status="queued"))
+        before = time.time()
+        stored, acked, endings = await store.append_status_events("cols", "local", [dict(e) for e in odd], 123.0)
+        plain, plain_acked = await store.append_events("dicts", "local", [dict(e) for e in odd])
+        assert (acked, plain_acked, len(stored)) == (6, 6, 6)
+        got = list(stored)
+        assert got is not plain and stored[0] is got[0] and list(stored) == got  # made once, read again as such
+        for a, b in zip(got, plain, strict=True):
+            assert a.keys() == b.keys() == {"seq", "kind", "data", "at"}
+            if a["seq"] in (2, 3):  # no data and no time: {} and the time they were stored
+                assert a["data"] == b["data"] == {} and a["at"] >= before and b["at"] >= before
+            else:
+                assert a == b
+        assert [e["seq"] for e in got] == [1, 2, 3, 4, 5, 6]
+        assert type(got[3]["at"]) is float and got[3]["at"] == 1_700_000_001.0
+        assert endings == [(4, True), (5, False)]  # the first ending stored wins
+        row = await store.get_run("cols")
+        assert row is not None and (row.status, row.error, row.last_seq) == ("succeeded", None, 6)
+        assert await store.events("cols") == got  # what was stored reads back as what came back
+    run(go())

@@ -54,6 +54,7 @@ from cdui.core import envs, exit_codes, logfile
 from cdui.core.atomic import atomic_write
 from cdui.core.backoff import backoff_delays
 from cdui.core.clock import Clock, SystemClock, wait_event
+from cdui.core.collector import collect_young_less_often
 from cdui.core.config import load
 from cdui.core.errors import CduiError
 from cdui.core.layout import read_roots_label
@@ -876,6 +877,8 @@ async def serve(agent: Agent) -> int:
     # collector's full passes, which a run logging flat out sets off every few thousand events,
     # need not walk it again and again (each pass stalled the event forwarding for milliseconds).
     gc.freeze()
+    # And a run's events, alive in batches until they are acknowledged, set off far fewer young collections.
+    collect_young_less_often()
     return await agent.run()
 
 

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -257,7 +258,7 @@ class RunService:
         self.listeners: list[RunListener] = []
         # Called with each batch of a run's events as stored, before what they change (a run's ending) is
         # applied: a service that follows some runs' events without reading them back (a sweep's metrics).
-        self.event_taps: list[Callable[[str, list[dict[str, Any]]], None]] = []
+        self.event_taps: list[Callable[[str, Sequence[dict[str, Any]]], None]] = []
         self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.stop_pending: set[str] = set()
         self.abandoned: set[str] = set()  # local runs ended for a full disk, their process still stopping
@@ -670,25 +671,29 @@ class RunService:
             # A run's usual message (running, its ending, its logs): the statuses' changes of the run's row
             # are made in the transaction that stores the events, one writer round trip instead of one
             # more per status; what follows on the loop (the ending's slot, listeners, watchers) is as below.
-            stored, acked, ended = await self.store.append_status_events(run_id, src, events, self.clock.time(),
-                                                                          max_bytes=limit, texts=texts)
+            stored, acked, endings = await self.store.append_status_events(run_id, src, events, self.clock.time(),
+                                                                            max_bytes=limit, texts=texts)
             for tap in self.event_taps:
                 tap(run_id, stored)
             self.counts.events.inc(len(stored))
-            for ev, now_ended in zip(stored, ended, strict=True):
+            if not endings and not self.subscribers.get(run_id):
+                return acked  # a flood nobody watches: no event of it is made into a dict here
+            ended = dict(endings)
+            for i, ev in enumerate(stored):
+                now_ended = ended.get(i)
                 if now_ended is not None:
                     await self._ended(run_id, ev["data"]["status"], now_ended, [])
                 for q in list(self.subscribers.get(run_id, ())):
                     q.put_nowait(ev)
             return acked
         # Events born here get their src_seq inside the writer's transaction (no read-then-write race).
-        stored, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit,
-                                                       texts=None if src == CP else texts)
+        added, acked = await self.store.append_events(run_id, src, events, assign=(src == CP), max_bytes=limit,
+                                                      texts=None if src == CP else texts)
         for tap in self.event_taps:
-            tap(run_id, stored)
-        self.counts.events.inc(len(stored))
+            tap(run_id, added)
+        self.counts.events.inc(len(added))
         watchers = list(self.subscribers.get(run_id, ()))
-        for ev in stored:
+        for ev in added:
             if ev["kind"] in APPLIED:
                 await self._apply(run_id, src, ev)
                 watchers = list(self.subscribers.get(run_id, ()))  # some may have come or gone meanwhile
@@ -1402,6 +1407,11 @@ def _status_only(events: list[dict[str, Any]]) -> bool:
     """Whether of the events' kinds that change more than the log (APPLIED) there are statuses only, each
     with an error that is text or null (as a run's own ending has): such a message is stored with its
     statuses' changes of the run's row in one transaction (RunService.record_wire)."""
+    applied = APPLIED.intersection(map(dict.get, events, repeat("kind")))
+    if not applied:
+        return True  # the usual message of a flood: its kinds taken in one pass, none of them applied
+    if applied != {"status"}:
+        return False
     for e in events:
         kind = e.get("kind")
         if kind == "status":

@@ -53,6 +53,7 @@ from cdui import __version__
 from cdui.core import envs, project
 from cdui.core.atomic import write_private
 from cdui.core.clock import Clock, SystemClock
+from cdui.core.collector import collect_young_less_often
 from cdui.core.config import Config
 from cdui.core.errors import CduiError
 from cdui.core.layout import WEB_DIR
@@ -523,10 +524,12 @@ def quiet_full_collections(lag: LoopLag | None = None) -> asyncio.Task[None]:
     the largest delay any request saw. What exists once the server has started (modules, the node
     registry, the app) lives as long as the server, so it is frozen out of every later pass; the
     automatic full passes are replaced by one every ``FULL_COLLECTION_EVERY_S``, made when the loop is
-    quiet (see :func:`full_collections`; the young generations are still collected as usual, so most
-    cyclic garbage goes as soon as before)."""
+    quiet (see :func:`full_collections`; the young generations are still collected, the youngest
+    less often than Python's default, see :mod:`cdui.core.collector`, so most cyclic garbage goes
+    within a few batches of events)."""
     gc.collect()
     gc.freeze()
+    collect_young_less_often()  # a flood's batches of live events set off far fewer young collections
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 2 ** 31 - 1)
     return asyncio.get_running_loop().create_task(full_collections(lag, SystemClock()), name="full-collections")

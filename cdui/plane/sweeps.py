@@ -19,6 +19,7 @@ import copy
 import logging
 import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -203,7 +204,7 @@ class SweepService:
                               self.runs.preset_library(), self.runs.config["CODEFYUI_GRAPH_MAX_NODES"],
                               self.runs.layout if isinstance(target, Local) else None)
 
-    def _tap(self, run_id: str, events: list[dict[str, Any]]) -> None:
+    def _tap(self, run_id: str, events: Sequence[dict[str, Any]]) -> None:
         if not events or run_id not in self._run_sweep:
             return
         first = events[0]["seq"]

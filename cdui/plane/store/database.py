@@ -45,10 +45,12 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from cdui.core.diskfull import DiskFull, Reserve, free_bytes, is_disk_full
 from cdui.core.private import make_private, private_dir
@@ -763,29 +765,31 @@ class Store:
 
     async def append_status_events(self, run_id: str, src: str, events: list[dict[str, Any]], at: float,
                                    max_bytes: int = 0, texts: list[str | None] | None = None
-                                   ) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
+                                   ) -> tuple[StoredEvents, int, list[tuple[int, bool]]]:
         """:meth:`append_events` of a run's own events (not the control plane's), and in the same
         transaction what each stored ``status`` event changes in the run's row, in the events' order:
         ``running`` what :meth:`mark_running` changes, a final status what :meth:`finish_run` changes
         (finished at ``at``; the first ending stored wins). One writer round trip where a run's usual
         message (running, then its ending) took three. Returns (stored events, acked src_seq, and for
-        each stored event whether its final status ended the run now: None for any other event)."""
-        def fn(c: sqlite3.Connection) -> tuple[list[dict[str, Any]], int, list[bool | None]]:
-            stored, acked = _append(c, run_id, src, events, False, max_bytes, texts)
-            ended: list[bool | None] = []
-            for ev in stored:
-                data = ev["data"]
-                status = data.get("status") if ev["kind"] == "status" and isinstance(data, dict) else None
-                if not isinstance(status, str):
-                    ended.append(None)  # not a status a run's row follows (a worker may send anything)
-                    continue
-                if status == "running":
-                    c.execute(_MARK_RUNNING, (run_id,))
-                elif status in TERMINAL:
-                    ended.append(c.execute(_FINISH, (status, data.get("error"), at, run_id)).rowcount == 1)
-                    continue
-                ended.append(None)
-            return stored, acked, ended
+        each stored final status its index among them and whether it ended the run now).
+
+        The stored events come back as :class:`StoredEvents`, whose dicts are made only when someone
+        reads them: a flood nobody watches costs the writer no dict per event."""
+        def fn(c: sqlite3.Connection) -> tuple[StoredEvents, int, list[tuple[int, bool]]]:
+            stored, acked = _append_columns(c, run_id, src, events, False, max_bytes, texts)
+            endings: list[tuple[int, bool]] = []
+            kinds, datas = stored.kinds, stored.datas
+            if "status" in kinds:
+                for i, kind in enumerate(kinds):
+                    data = datas[i]
+                    status = data.get("status") if kind == "status" and isinstance(data, dict) else None
+                    if not isinstance(status, str):
+                        continue  # not a status a run's row follows (a worker may send anything)
+                    if status == "running":
+                        c.execute(_MARK_RUNNING, (run_id,))
+                    elif status in TERMINAL:
+                        endings.append((i, c.execute(_FINISH, (status, data.get("error"), at, run_id)).rowcount == 1))
+            return stored, acked, endings
         return await self.write(fn, weight=len(events), run_id=run_id)
 
     async def finish_run(self, run_id: str, status: str, error: str | None, at: float, src: str,
@@ -884,7 +888,20 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
     """The events part of a write job: accept each source's next ``src_seq`` only,
     give each accepted event the run's next ``seq``; no event's data stored over ``max_bytes``.
     ``texts``: each event's own JSON text where kept (see :func:`event_chunks.insert`), used when the
-    batch is exactly the source's next numbers in turn (a replay or disorder is taken event by event)."""
+    batch is exactly the source's next numbers in turn (a replay or disorder is taken event by event).
+    Returns the stored events as ``{"seq", "kind", "data", "at"}`` dicts, and the acked ``src_seq``."""
+    stored, acked = _append_columns(c, run_id, src, events, assign, max_bytes, texts)
+    return stored.dicts(), acked
+
+
+_SRC_SEQ, _KIND = itemgetter("src_seq"), itemgetter("kind")
+_get = dict.get
+
+
+def _append_columns(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str, Any]],
+                    assign: bool, max_bytes: int = 0,
+                    texts: list[str | None] | None = None) -> tuple[StoredEvents, int]:
+    """:func:`_append`, the stored events handed back as columns (:class:`StoredEvents`)."""
     r = c.execute("SELECT last_seq FROM runs WHERE id=?", (run_id,)).fetchone()
     if r is None:
         raise KeyError(run_id)
@@ -893,11 +910,21 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
     acked = a[0] if a else 0
     batch = [dict(e, src_seq=acked + i + 1) for i, e in enumerate(events)] if assign else events
     now = time.time()
-    # The usual batch is exactly the source's next numbers, in turn: taken a column at a time.
-    if [int(e["src_seq"]) for e in batch] == list(range(acked + 1, acked + len(batch) + 1)):
-        kinds = [str(e["kind"]) for e in batch]
-        datas = [e.get("data") or {} for e in batch]
-        ats = [float(e.get("at") or now) for e in batch]
+    # The usual batch is exactly the source's next numbers, in turn: taken a column at a time, each
+    # column in one call where its values are already what is stored (a flood's hundreds of thousands
+    # of events a second; anything else is converted value by value, as it always was).
+    expected = list(range(acked + 1, acked + len(batch) + 1))
+    seqs = list(map(_SRC_SEQ, batch))
+    if seqs == expected or [int(s) for s in seqs] == expected:
+        kinds = list(map(_KIND, batch))
+        if not _all_of(kinds, str):
+            kinds = [str(k) for k in kinds]
+        datas = list(map(_get, batch, repeat("data")))
+        if not all(datas):  # a missing, null or empty data is stored as {}
+            datas = [d or {} for d in datas]
+        ats: list[Any] = list(map(_get, batch, repeat("at")))
+        if not (_all_of(ats, float) and all(ats)):  # a missing, null or zero time is the time it is stored
+            ats = [float(t or now) for t in ats]
     else:  # a replay, a gap or disorder in it: in src_seq order, as a sender's order is not trusted
         kinds, datas, ats = _accepted(sorted(batch, key=lambda e: int(e["src_seq"])), acked, now)
         texts = None
@@ -909,8 +936,51 @@ def _append(c: sqlite3.Connection, run_id: str, src: str, events: list[dict[str,
         acked += len(kinds)
     c.execute("INSERT INTO run_sources (run_id, src, acked) VALUES (?,?,?) "
               "ON CONFLICT(run_id, src) DO UPDATE SET acked=excluded.acked", (run_id, src, acked))
-    return [{"seq": first + i, "kind": k, "data": d, "at": t}
-            for i, (k, d, t) in enumerate(zip(kinds, datas, ats, strict=True))], acked
+    return StoredEvents(first, kinds, datas, ats), acked
+
+
+def _all_of(values: list[Any], typ: type) -> bool:
+    """Whether every value is exactly of type ``typ`` (one pass in C: a set of their types)."""
+    return not values or set(map(type, values)) == {typ}
+
+
+class StoredEvents(Sequence[dict[str, Any]]):
+    """Events as the store stored them, kept as columns (their kinds, data and times; the first one's
+    run ``seq``, the rest following), each read as ``{"seq", "kind", "data", "at"}``.
+
+    The dicts are made on the first read, once, in order; every later read gets the same dicts. A run
+    logging flat out that nobody watches has its events stored and acknowledged without them."""
+
+    __slots__ = ("first", "kinds", "datas", "ats", "_dicts")
+
+    def __init__(self, first: int, kinds: list[str], datas: list[Any], ats: list[float]) -> None:
+        self.first = first
+        self.kinds = kinds
+        self.datas = datas
+        self.ats = ats
+        self._dicts: list[dict[str, Any]] | None = None
+
+    def dicts(self) -> list[dict[str, Any]]:
+        if self._dicts is None:
+            first = self.first
+            self._dicts = [{"seq": first + i, "kind": k, "data": d, "at": t}
+                           for i, (k, d, t) in enumerate(zip(self.kinds, self.datas, self.ats, strict=True))]
+        return self._dicts
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.dicts())
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self.dicts()[i]
 
 
 def _accepted(batch: list[dict[str, Any]], acked: int, now: float) -> tuple[list[str], list[Any], list[float]]:
