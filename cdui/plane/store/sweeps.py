@@ -19,12 +19,9 @@ from cdui.plane.store.base import Db, every, one
 # A run's statuses in which it still counts against its sweep's max_running.
 _LIVE = ("queued", "running", "disconnected")
 RETRYABLE = ("failed", "interrupted", "cancelled")
-# A variant's status as the sweep shows it: its run's while it has one, except that a run which has ended shows
-# as running until the sweep service has recorded its ending (its final metrics) on the variant, so a sweep is
-# never read as finished with its last results still missing.
-_ENDED = "('succeeded','failed','cancelled','interrupted')"
-_SHOWN_STATUS = (f"CASE WHEN r.status IN {_ENDED} AND v.status NOT IN {_ENDED} THEN 'running' "
-                 "ELSE COALESCE(r.status, v.status) END")
+# A variant's status as the sweep shows it (the CASE in the listing's and the variants' SELECT): its run's while it
+# has one, except that a run which has ended shows as running until the sweep service has recorded its ending (its
+# final metrics) on the variant, so a sweep is never read as finished with its last results still missing.
 
 
 def claim_variant(c: sqlite3.Connection, sweep_id: str, idx: int, run_id: str) -> bool:
@@ -87,7 +84,9 @@ class SweepRows:
                    "ORDER BY created_at DESC LIMIT ?", (limit,))]
             for r in rows:
                 r["counts"] = {x["status"]: x["n"] for x in every(
-                    c, f"SELECT {_SHOWN_STATUS} AS status, COUNT(*) AS n FROM sweep_variants v "
+                    c, "SELECT CASE WHEN r.status IN ('succeeded','failed','cancelled','interrupted') "
+                       "AND v.status NOT IN ('succeeded','failed','cancelled','interrupted') THEN 'running' "
+                       "ELSE COALESCE(r.status, v.status) END AS status, COUNT(*) AS n FROM sweep_variants v "
                        "LEFT JOIN runs r ON r.id = v.run_id WHERE v.sweep_id=? GROUP BY 1", (r["id"],))}
             return rows
         return await self.db.read(fn)
@@ -96,7 +95,10 @@ class SweepRows:
         """Every variant in order, with its run's status, worker and times where it has a run."""
         def fn(c: sqlite3.Connection) -> list[dict[str, Any]]:
             return [_variant(r) for r in every(
-                c, f"SELECT v.idx, v.params, v.run_id, {_SHOWN_STATUS} AS status, v.error AS "
+                c, "SELECT v.idx, v.params, v.run_id, CASE WHEN r.status IN "
+                   "('succeeded','failed','cancelled','interrupted') AND v.status NOT IN "
+                   "('succeeded','failed','cancelled','interrupted') THEN 'running' "
+                   "ELSE COALESCE(r.status, v.status) END AS status, v.error AS "
                    "variant_error, r.error AS run_error, v.metrics, v.previous_runs, r.worker_id, r.slot_device, "
                    "r.started_at, r.finished_at, (r.id IS NOT NULL) AS has_run FROM sweep_variants v "
                    "LEFT JOIN runs r ON r.id = v.run_id WHERE v.sweep_id=? ORDER BY v.idx", (sweep_id,))]
