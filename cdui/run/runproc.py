@@ -90,15 +90,21 @@ def _run() -> int:
     atexit.register(out.flush)  # the process ends by os._exit (zygote.exit_now): nothing unflushed stays behind
     secrets: list[Any] = []
 
-    def emit(kind: str, data: dict[str, Any]) -> None:
+    def encode(kind: str, data: dict[str, Any]) -> str:
         # Mask the decoded values first (escaping changes how a secret looks in
         # the line), then the line too, for what default=str turned into text.
-        # The result is the last word: on the pipe before anything can end the process.
         if secrets:
-            line = redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
-        else:
-            line = _encode_event(kind, data)
-        out.write(line, now=(kind == "result"))
+            return redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
+        return _encode_event(kind, data)
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        # The result is the last word: on the pipe before anything can end the process.
+        out.write(encode(kind, data), now=(kind == "result"))
+
+    def emit_held(kind: str, data: dict[str, Any]) -> None:
+        # An invoke's outputs go out with its result (one write, one wake of the pool): a process that dies
+        # before its result fails the invoke whatever it had given.
+        out.write(encode(kind, data), hold=True)
 
     first = sys.stdin.readline()
     if not first:
@@ -106,7 +112,7 @@ def _run() -> int:
     if first.startswith(canvas_proc.HELLO):
         # A canvas process: one job after another, keeping its execution cache and weights between them.
         return canvas_proc.serve(first, emit, secrets, _run_job, _kill_own_group,
-                                 lambda vid, vjob: _Served(vid, vjob, emit))
+                                 lambda vid, vjob: _Served(vid, vjob, emit_held))
     try:
         job = Job.from_json(first)
     except JobError as exc:
@@ -289,9 +295,12 @@ class _EventPipe:
         self.unflushed = threading.Event()
         threading.Thread(target=self._flush_batches, daemon=True, name="events-flush").start()
 
-    def write(self, line: str, now: bool = False) -> None:
+    def write(self, line: str, now: bool = False, hold: bool = False) -> None:
+        """``now``: flushed at once; ``hold``: left in the buffer for the next line written ``now``."""
         with self.lock:
             self.out.write(line)
+            if hold:
+                return
             t = self.clock()
             if t - self.window >= FLUSH_EVERY_S:
                 # A window that follows a full one at once is part of a flood: its lines wait in the
