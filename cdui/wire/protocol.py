@@ -961,6 +961,11 @@ class AppAnswer(_Flat):
     error: dict[str, Any] | None = None
     type: ClassVar[str] = "app_answer"
 
+    def to_json(self) -> str:
+        # Its fields as they are (asdict would copy the outputs, a model's whole answer, value by value first).
+        return json.dumps({"type": self.type, "request_id": self.request_id, "result": self.result,
+                           "outputs": self.outputs, "output_error": self.output_error, "error": self.error})
+
 
 def _app_invoke(d: dict[str, Any]) -> AppInvoke:
     w = "app_invoke"
