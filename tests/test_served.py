@@ -10,6 +10,7 @@ import queue
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,16 @@ def test_inputs_go_into_copies_of_their_graph_inputs_and_the_kept_plan_stays(tmp
 class Served:
     """A run process sent the canvas hello, read line by line."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, cache_max_bytes: int = 1 << 20) -> None:
         (tmp / "data").mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdui.run.runproc"], cwd=REPO, stdin=subprocess.PIPE,
+        # torch imported first, as in a process the zygote forks (a fresh one imports it with its first node).
+        argv = ["-c", "import torch; from cdui.run import runproc, zygote; zygote.exit_now(runproc.main([]))"]
+        self.proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=env_for(tmp / "user_data", tmp / "data"), start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.send(canvas_proc.HELLO + json.dumps({"tab": "app-scale", "cache_max_bytes": 1 << 20}) + "\n")
+        self.send(canvas_proc.HELLO + json.dumps({"tab": "app-scale", "cache_max_bytes": cache_max_bytes}) + "\n")
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -169,6 +172,30 @@ def test_a_serving_process_runs_only_the_version_it_was_given(tmp_path: Path) ->
         # A bad input value fails that invoke as a run of the filled graph fails (the node coerces it).
         result, _o, _k = p.answer(served.invoke_line("app-scale-v1", {"in": [1], "off": "x"}))
         assert result["status"] == "failed" and "input 'offset' must be a finite number" in result["error"]
+    finally:
+        p.close()
+
+
+@pytest.mark.e2e  # a real run process, torch imported
+def test_each_invoke_draws_from_the_random_state_of_a_fresh_process(tmp_path: Path) -> None:
+    """torch's seed at the start of every invoke, as a fresh run process has it (nothing cached here, so the random
+    tensor is drawn again each time)."""
+    g = graph([node("start", "Start"), node("in", "GraphInput", name="x", type="json"),
+               node("rand", "TensorCreate", shape="4", fill="randn"), node("out", "GraphOutput", name="drawn"),
+               node("out2", "GraphOutput", name="x")],
+              [trig("start", "in"), trig("start", "rand"), edge("rand", "tensor", "out", "value"),
+               edge("in", "value", "out2", "value")])
+    p = Served(tmp_path, cache_max_bytes=0)
+    try:
+        p.send(served.version_line("app-rand-v1", replace(version_job(tmp_path, "app-rand-v1"), graph=g)))
+        drawn = []
+        for i in range(3):
+            result, outputs, _k = p.answer(served.invoke_line("app-rand-v1", {"in": i}))
+            assert result["status"] == "succeeded", result
+            drawn.append(outputs["drawn"]["values"])
+        # Each from the seed the process started with (torch picks one per process), not from where the last
+        # invoke's draw left the generator.
+        assert drawn[0] == drawn[1] == drawn[2], drawn
     finally:
         p.close()
 

@@ -364,6 +364,19 @@ class _Maker:
         return self.made
 
 
+def _cards_started(torch: Any) -> bool:
+    """Whether torch.manual_seed would seed a card's generator now rather than queue it for the card's start:
+    CUDA, XPU or MTIA initialised (or a torch without the check), MPS present, or a custom device."""
+    for name in ("cuda", "xpu", "mtia"):
+        started = getattr(getattr(torch, name, None), "is_initialized", None)
+        if started is None or started():
+            return True
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    if mps is None or mps.is_available():
+        return True
+    return bool(torch._C._get_privateuse1_backend_name() != "privateuseone")
+
+
 def stats(cache: ExecutionCache, weights: KeptWeights) -> dict[str, Any]:
     return {"cache_entries": len(cache.entries), "cache_bytes": cache.nbytes,
             "weights": len(weights.kept), "weights_bytes": weights.nbytes}
@@ -413,14 +426,24 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
         time.sleep(ORPHAN_GRACE_S)
         kill_own_group()
 
-    def fresh(job: Job) -> threading.Event:
-        """A job's start: its stop event, the random state and the secrets a fresh run process has."""
+    seeded = [False]  # torch.manual_seed(seed) was called once in this process
+
+    def fresh(job: Job, invoke: bool = False) -> threading.Event:
+        """A job's (or an app invoke's) start: its stop event, the random state and the secrets a fresh run
+        process has."""
         stop = threading.Event()
         running[0] = stop
         # Each run starts from the random state a fresh run process has (torch's fixed default seed; python's
         # and numpy's from the OS), whatever earlier runs of this process drew.
         if torch is not None and seed is not None:
-            torch.manual_seed(seed)
+            if invoke and seeded[0] and not _cards_started(torch):
+                # What torch.manual_seed does beyond this is queue the same seed for each card's generator until
+                # the card starts, which the first call did; it formats a stack trace per card to do so, a
+                # twentieth of a small model's invoke.
+                torch.default_generator.manual_seed(seed)
+            else:
+                torch.manual_seed(seed)
+                seeded[0] = True
         random.seed()
         np = sys.modules.get("numpy")
         if np is not None:
@@ -460,7 +483,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
                 emit("result", {"status": "failed", "error": f"the serving process cannot run an invoke of "
                                 f"{invoke.version_id!r}: {version}"})
                 continue
-            stop = fresh(version[1])
+            stop = fresh(version[1], invoke=True)
             result = version[2].run(invoke, stop, _Maker(cache, weights, code))
             emit("result", result)
             secrets[:] = []
