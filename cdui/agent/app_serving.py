@@ -1,14 +1,16 @@
 """Published apps served on this worker (docs/apps.md): the agent's side of ``app_invoke`` and ``app_retire``.
 
 The control plane sends each invoke of an app placed here (``serve_on``) over the agent's own connection
-(the worker opens no port), as a job: the version's graph with the caller's inputs filled in. The agent
-runs it on the version's warm process (:class:`cdui.run.serving.ServingPool`, the same as the control
-plane's own) and answers ``app_answer`` with the run's result and what its GraphOutputs gave.
+(the worker opens no port) as the caller's inputs, with the version's job (its graph, its files) until this
+agent has prepared the version. The agent runs it on the version's warm process
+(:class:`cdui.run.serving.ServingPool`, the same as the control plane's own) and answers ``app_answer`` with
+the run's result and what its GraphOutputs gave; an invoke without a job for a version not prepared here is
+answered ``app_not_prepared`` (the control plane sends it again with the job).
 
 A version is **prepared** once, at its first invoke here: its job's files (the weights the version keeps,
 ``models/app-weights/<sha256>/<name>``) are fetched as a transfer run's inputs are, by the control plane's
 download route, each checked against its sha256 and kept in the agent's cache; the job is then laid out
-for this machine (its own folders, its own recorded-outputs rules) and only its graph changes between
+for this machine (its own folders, its own recorded-outputs rules), and only the inputs change between
 invokes. The control plane names which file to fetch; nothing here opens a path it names outside the
 version's own data folder. A version that is retired (``app_retire``) is forgotten with its processes.
 """
@@ -18,7 +20,7 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdui.agent.run_files import run_files
@@ -36,9 +38,10 @@ FOLDER = "agent-apps"  # under the agent's user data: one data folder per app ve
 
 @dataclass
 class Prepared:
-    """A version ready to serve here: its job laid out for this machine, graph aside."""
+    """A version ready to serve here: its job laid out for this machine, and that job for each device."""
     job: Job
     folder: str
+    jobs: dict[str, Job] = field(default_factory=dict)
 
 
 class AgentApps:
@@ -68,7 +71,12 @@ class AgentApps:
             self._started = True
         try:
             job = await self._job(msg)
-            result, call = await self.pool.run(msg.slug, msg.version, job.slot_device, job, msg.timeout_s)
+            if job is None:
+                return protocol.AppAnswer(msg.request_id, error={
+                    "code": "app_not_prepared", "message": f"worker {self.agent.name} has not prepared app "
+                    f"{msg.slug!r} version {msg.version}: send the invoke with the version's job",
+                    "hint": None, "details": None})
+            result, call = await self.pool.run(msg.slug, msg.version, msg.device, job, msg.inputs, msg.timeout_s)
         except CduiError as exc:
             code = exc.code if exc.code in protocol.APP_ERROR_CODES else "app_failed"
             return protocol.AppAnswer(msg.request_id, error={"code": code, "message": exc.message[:protocol.MAX_TEXT],
@@ -82,32 +90,39 @@ class AgentApps:
                "node_id": _text(result.get("node_id"))}
         return protocol.AppAnswer(msg.request_id, result=res, outputs=call.outputs, output_error=call.output_error)
 
-    async def _job(self, msg: protocol.AppInvoke) -> Job:
+    async def _job(self, msg: protocol.AppInvoke) -> Job | None:
+        """The version's job laid out here for the invoke's device; None: the version is not prepared here and
+        the invoke does not carry its job."""
         key = (msg.slug, msg.version)
         ready = self.prepared.get(key)
         if ready is None:
+            if msg.job is None:
+                return None
             async with self._preparing.setdefault(key, asyncio.Lock()):
                 ready = self.prepared.get(key)
                 if ready is None:
-                    ready = await self._prepare(msg)
+                    ready = await self._prepare(msg, msg.job)
                     self.prepared[key] = ready
-        _env, device = runner.run_env(msg.job.slot_device)
-        return replace(ready.job, graph=msg.job.graph, slot_device=msg.job.slot_device, process_device=device)
+        got = ready.jobs.get(msg.device)
+        if got is None:
+            _env, device = runner.run_env(msg.device)
+            got = ready.jobs[msg.device] = replace(ready.job, slot_device=msg.device, process_device=device)
+        return got
 
-    async def _prepare(self, msg: protocol.AppInvoke) -> Prepared:
+    async def _prepare(self, msg: protocol.AppInvoke, job: Job) -> Prepared:
         a = self.agent
         folder = f"app-{msg.slug}-v{msg.version}"
         log.info("app %s v%d: preparing to serve it here (%d weights file(s))", msg.slug, msg.version,
-                 len(msg.job.files.inputs))
+                 len(job.files.inputs))
         stop = asyncio.Event()
 
         def record(kind: str, data: dict[str, Any]) -> None:
             log.info("app %s v%d: %s", msg.slug, msg.version, data.get("message", kind))
 
-        files = run_files(folder, msg.job.files, a.user_data / FOLDER, a.labels(), getattr(a, "session", None),
+        files = run_files(folder, job.files, a.user_data / FOLDER, a.labels(), getattr(a, "session", None),
                           a.control, a.credential, a.grace_s, record, stop)
         try:
-            local = files.job_for_this_machine(msg.job, a.config)
+            local = files.job_for_this_machine(job, a.config)
             local = outputs.for_this_machine(local, a.user_data, a.config)
             await files.fetch_inputs()
         except Exception as exc:

@@ -11,7 +11,9 @@ answers 409 with the reason (:class:`ContractError`).
 
 :func:`fill_inputs` returns a copy of the graph with each caller's value
 written, raw, into its GraphInput's ``value`` param; the node coerces it in the
-run's process (cdui.nodes.builtin.graph_io).
+run's process (cdui.nodes.builtin.graph_io). A published app's serving process
+plans its version once and is sent only :func:`input_values`, which it writes
+into the same params (cdui/run/served.py).
 """
 from __future__ import annotations
 
@@ -121,8 +123,8 @@ def _reachable(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], starts:
     return seen
 
 
-def fill_inputs(graph: dict[str, Any], contract: Contract, values: Any) -> dict[str, Any]:
-    """A copy of ``graph`` with the caller's ``values`` in their GraphInputs.
+def input_values(contract: Contract, values: Any) -> dict[str, Any]:
+    """The caller's ``values`` by the node id of their GraphInput (as given, not copied).
 
     Unknown names and missing required inputs are refused (400) naming them."""
     if values is None:
@@ -137,19 +139,24 @@ def fill_inputs(graph: dict[str, Any], contract: Contract, values: Any) -> dict[
     if missing:
         raise CduiError("missing_inputs", f"required input(s) {missing} were not given",
                         hint="give a value for every required input in 'inputs'")
+    return {contract.inputs[name]["node_id"]: value for name, value in values.items()}
+
+
+def fill_inputs(graph: dict[str, Any], contract: Contract, values: Any) -> dict[str, Any]:
+    """A copy of ``graph`` with the caller's ``values`` in their GraphInputs.
+
+    Unknown names and missing required inputs are refused (400) naming them."""
+    by_id = input_values(contract, values)
     # Only the GraphInputs given a value are copied (the node, its data and its params); every other part is
-    # the given graph's own, shared, so neither may be changed in place afterwards. A published app's
-    # snapshot is filled this way at every invoke: a deep copy of it cost about a millisecond of the event
-    # loop each time.
-    by_id = {d["node_id"]: name for name, d in contract.inputs.items()}
+    # the given graph's own, shared, so neither may be changed in place afterwards.
     nodes = []
     for n in graph.get("nodes") or []:
-        if isinstance(n, dict) and n.get("id") in by_id and by_id[n["id"]] in values:
+        if isinstance(n, dict) and n.get("id") in by_id:
             data = n.get("data")
             data = dict(data) if isinstance(data, dict) else {}
             params = data.get("params")
             params = dict(params) if isinstance(params, dict) else {}
-            params["value"] = copy.deepcopy(values[by_id[n["id"]]])
+            params["value"] = copy.deepcopy(by_id[n["id"]])
             data["params"] = params
             n = {**n, "data": data}
         nodes.append(n)

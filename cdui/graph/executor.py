@@ -76,7 +76,7 @@ class NodeCache(Protocol):
 class Executor:
     def __init__(self, registry: Registry, ctx: RunContext,
                  on_outputs: Callable[[str, str, dict[str, Any]], None] | None = None,
-                 cache: NodeCache | None = None) -> None:
+                 cache: NodeCache | None = None, statuses: bool = True) -> None:
         self.registry = registry
         self.ctx = ctx
         # Nodes return their __steps__ only while a run records its outputs, where the steps are kept.
@@ -85,6 +85,9 @@ class Executor:
         self.on_outputs = on_outputs
         # A canvas run's cache: an unchanged node answers from it (node_status "cached") instead of running.
         self.cache = cache
+        # False: no node_status or node_steps events (an app's serving process, whose invokes nobody watches
+        # node by node: describing each node's outputs cost more than running a small model).
+        self.statuses = statuses
 
     def run(self, plan: Plan) -> dict[str, dict[str, Any]]:
         self.ctx.run_preset = lambda name, inputs: self.run_preset(plan, name, inputs)
@@ -94,6 +97,7 @@ class Executor:
                  report: bool = True) -> dict[str, dict[str, Any]]:
         outputs: dict[str, dict[str, Any]] = {}
         cache = self.cache if report and not injected else None
+        statuses = report and self.statuses
         keys: dict[str, tuple[str, bool]] = {}
         for pn in order:
             self.ctx.check_stop()
@@ -115,20 +119,20 @@ class Executor:
                     continue
             prev = (self.ctx.node_id, self.ctx.node_type)
             self.ctx.node_id, self.ctx.node_type = pn.id, pn.type
-            if report:
+            if statuses:
                 self.ctx.emit("node_status", {"status": "running", "type": pn.type})
             t0 = time.monotonic()
             try:
                 node = pn.cls()
                 result = node.execute(inputs, dict(pn.params), self.ctx) or {}
             except RunStopped:
-                if report:
+                if statuses:
                     self.ctx.emit("node_status", {"status": "stopped", "type": pn.type})
                 raise
             except NodeFailed:
                 raise
             except Exception as exc:  # a node's own failure: report it with the node named
-                if report:
+                if statuses:
                     self.ctx.emit("node_status", {"status": "failed", "type": pn.type,
                                                   "error": f"{type(exc).__name__}: {exc}"})
                 raise NodeFailed(pn.origin, pn.type, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
@@ -150,13 +154,14 @@ class Executor:
         when outputs are recorded, each step's values as outputs ``__step__<i>__<name>`` beside the node's own,
         with ``__step__<i>__meta`` saying what the step was (CodefyUI's names for them)."""
         listed = [_step_dict(s) for s in (steps if isinstance(steps, (list, tuple)) else [])][:MAX_STEPS]
-        prev = self.ctx.node_id
-        self.ctx.node_id = pn.id
-        self.ctx.emit("node_steps", {"type": pn.type, "steps": [
-            {"name": s["name"], "description": s["description"], "scalars": s["scalars"],
-             "values": {k: _summary(v) for k, v in list(s["tensors"].items())[:MAX_STEP_VALUES]}}
-            for s in listed]})
-        self.ctx.node_id = prev
+        if self.statuses:
+            prev = self.ctx.node_id
+            self.ctx.node_id = pn.id
+            self.ctx.emit("node_steps", {"type": pn.type, "steps": [
+                {"name": s["name"], "description": s["description"], "scalars": s["scalars"],
+                 "values": {k: _summary(v) for k, v in list(s["tensors"].items())[:MAX_STEP_VALUES]}}
+                for s in listed]})
+            self.ctx.node_id = prev
         extra: dict[str, Any] = {}
         if self.on_outputs is not None:
             for i, s in enumerate(listed):
@@ -169,12 +174,13 @@ class Executor:
 
     def _report_done(self, pn: PlanNode, result: dict[str, Any], status: str, seconds: float,
                      step_values: dict[str, Any] | None = None) -> None:
-        prev = self.ctx.node_id
-        self.ctx.node_id = pn.id
-        self.ctx.emit("node_status", {
-            "status": status, "type": pn.type, "seconds": round(seconds, 3),
-            "outputs": {k: _summary(v) for k, v in result.items()}})
-        self.ctx.node_id = prev
+        if self.statuses:
+            prev = self.ctx.node_id
+            self.ctx.node_id = pn.id
+            self.ctx.emit("node_status", {
+                "status": status, "type": pn.type, "seconds": round(seconds, 3),
+                "outputs": {k: _summary(v) for k, v in result.items()}})
+            self.ctx.node_id = prev
         if self.on_outputs is not None:
             self.on_outputs(pn.id, pn.type, {**result, **step_values} if step_values else result)
 

@@ -157,6 +157,16 @@ def check_node(cls: type[Node], type_name: str, raw: dict[str, Any], origin: str
     return params
 
 
+def preflight_errors(plan: Plan, layout: Layout) -> list[dict[str, Any]]:
+    """:func:`check_node`'s check of what each planned node needs on the machine (``layout``) alone: a serving
+    process plans its version once and checks this again at each invoke (cdui/run/served.py)."""
+    errors: list[dict[str, Any]] = []
+    for pn in plan.order:
+        for code, message in pn.cls.preflight(pn.params, layout):
+            errors.append(err(pn.origin, code, f"{pn.type} {pn.origin!r}: {message}"))
+    return errors
+
+
 def _reachable(g: Graph) -> set[str]:
     starts = [n.id for n in g.nodes.values() if n.type == START_TYPE]
     fwd: dict[str, list[str]] = defaultdict(list)

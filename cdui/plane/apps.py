@@ -48,7 +48,7 @@ from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.core.paths import sha256_file
-from cdui.graph.contract import Contract, contract_of, fill_inputs
+from cdui.graph.contract import Contract, contract_of, input_values
 from cdui.plane.runs import RunService
 from cdui.plane.sched import catalog_check
 from cdui.plane.sched.app_placement import ANY, LOCAL, Refuse, check_serve_on, place_app
@@ -72,6 +72,7 @@ GIT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$")
 WEIGHTS_FOLDER = "app-weights"
 SNAPSHOT_MAX_BYTES = 8 * 1024 ** 3
 SNAPSHOTS_KEPT = 32  # versions' graphs kept in memory for invokes (each up to CODEFYUI_MAX_GRAPH_BYTES)
+JOBS_KEPT = 4 * SNAPSHOTS_KEPT  # versions' jobs by device (each names its version's graph, kept above)
 DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 60.0, 3600.0
 INVOKES_LISTED_MAX = 500
 # An invoke on a worker is answered by the worker within its timeout (and the stop's wait); past this much
@@ -79,7 +80,8 @@ INVOKES_LISTED_MAX = 500
 REMOTE_MARGIN_S = 30.0
 # The HTTP status of each way a worker says an invoke did not run to a result (protocol.APP_ERROR_CODES): the
 # worker names the code, never the status.
-REMOTE_STATUS = {"app_process_lost": 503, "timeout": 504, "app_prepare_failed": 503, "app_failed": 500}
+REMOTE_STATUS = {"app_process_lost": 503, "timeout": 504, "app_prepare_failed": 503, "app_failed": 500,
+                 "app_not_prepared": 503}
 DEVICE_MAX = 128
 # While runs are queued, a serving process idle this long gives its slot back (checked every YIELD_EVERY_S).
 YIELD_IDLE_S = 2.0
@@ -175,6 +177,12 @@ class AppService:
         self._sent: dict[str, set[str]] = {}
         # (worker, app, version, device) -> held by the one invoke starting the version's process there.
         self._cold: dict[tuple[str, str, int, str], asyncio.Lock] = {}
+        # The versions each worker's connection was sent the job of and prepared: their invokes carry only
+        # the inputs. A new connection (the agent restarted, or reconnected) starts empty.
+        self._prepared: dict[str, tuple[Conn, set[tuple[str, int]]]] = {}
+        # Each version's job on each device here, built once (versions never change): sent once to each of its
+        # serving processes, which then get only each invoke's inputs.
+        self._jobs: dict[tuple[str, int, str], Job] = {}
         self.waiting: dict[str, int] = {}  # invokes of each app in flight or waiting
         # Each active version's snapshot and contract, read once from the store (versions never change).
         self._snapshots: dict[tuple[str, int], tuple[dict[str, Any], Contract]] = {}
@@ -228,6 +236,9 @@ class AppService:
         for worker, slugs in self._sent.items():
             conn = self._conn(worker)
             if slug in slugs and conn is not None:
+                # The worker forgets the versions it retires: their next invokes carry the job again.
+                _conn, prepared = self._prepared.get(worker, (None, set()))
+                prepared.difference_update({k for k in prepared if k[0] == slug and k[1] != keep})
                 await conn.send(protocol.AppRetire(slug, keep))
 
     # -- publish and versions ----------------------------------------------------------
@@ -355,6 +366,8 @@ class AppService:
         await self.retire(slug, None)
         for key in [k for k in self._snapshots if k[0] == slug]:
             del self._snapshots[key]
+        for job_key in [k for k in self._jobs if k[0] == slug]:
+            del self._jobs[job_key]
         for wv in [k for k in self._worker_versions if k[0] == slug]:
             del self._worker_versions[wv]
         self.pool.forget_app(slug)
@@ -447,7 +460,10 @@ class AppService:
         local = self.service.executors.get("local")
         slug = app["slug"]
         # Where the version is warm: a worker with a serving process of it is preferred by serve_on "any".
-        warm = {p["worker"] or LOCAL: 1 for p in self.describe() if (p["slug"], p["version"]) == (slug, version)}
+        warm = {name: 1 for name, ex in self.service.executors.items() if isinstance(ex, RemoteExecutor)
+                and any((p["slug"], p["version"]) == (slug, version) for p in ex.conn.serving or ())}
+        if self.pool.warm(slug, version):
+            warm[LOCAL] = 1
         got = place_app(app["serve_on"], wanted if wanted is not None else app["serve_device"],
                         local.devices() if local is not None else ["cpu"],
                         # "any" passes over a worker that lacks a node type of the version; a named worker is
@@ -474,14 +490,21 @@ class AppService:
 
     # -- invoke ------------------------------------------------------------------------
     def _job(self, slug: str, version: int, graph: dict[str, Any], slot: str) -> Job:
-        svc = self.service
-        _env, proc_device = runner.run_env(slot)
-        return Job(run_id=f"app-{slug}-v{version}", graph=graph,
-                   options={"graph_max_nodes": svc.config["CODEFYUI_GRAPH_MAX_NODES"], canvas_proc.SERVING: True},
-                   slot_device=slot,
-                   process_device=proc_device, layout=svc.layout.to_json(),
-                   custom_nodes_dir=str(svc.config.custom_nodes_dir), plugins_dir=str(svc.config.plugins_dir),
-                   files=JobFiles(None, (), svc.config["CODEFYUI_MOUNT_LABEL"]))
+        """The version's job on ``slot``: its graph as published (the callers' values go separately)."""
+        got = self._jobs.get((slug, version, slot))
+        if got is None:
+            svc = self.service
+            _env, proc_device = runner.run_env(slot)
+            got = Job(run_id=f"app-{slug}-v{version}", graph=graph,
+                      options={"graph_max_nodes": svc.config["CODEFYUI_GRAPH_MAX_NODES"], canvas_proc.SERVING: True},
+                      slot_device=slot,
+                      process_device=proc_device, layout=svc.layout.to_json(),
+                      custom_nodes_dir=str(svc.config.custom_nodes_dir), plugins_dir=str(svc.config.plugins_dir),
+                      files=JobFiles(None, (), svc.config["CODEFYUI_MOUNT_LABEL"]))
+            self._jobs[(slug, version, slot)] = got
+            while len(self._jobs) > JOBS_KEPT:  # the oldest first: it is built again if asked for
+                del self._jobs[next(iter(self._jobs))]
+        return got
 
     async def invoke(self, slug: str, body: Any, key_id: int | None) -> tuple[int, dict[str, Any]]:
         """Run the active version on ``inputs``; the HTTP status and CodefyUI's envelope. Recorded
@@ -504,7 +527,7 @@ class AppService:
                 raise CduiError("bad_timeout", f"timeout_s={raw!r} is not a number of seconds in "
                                 f"(0, {MAX_TIMEOUT_S:.0f}]", hint="give timeout_s in seconds, or leave it out")
             graph, contract = await self.snapshot(slug, version)
-            filled = fill_inputs(graph, contract, body.get("inputs"))
+            values = input_values(contract, body.get("inputs"))
             where, slot = self._place(app, version, body.get("device"), graph)
             envelope["device"] = slot
             envelope["worker"] = None if where == LOCAL else where
@@ -517,11 +540,11 @@ class AppService:
             self.waiting[slug] = self.waiting.get(slug, 0) + 1
             try:
                 if where == LOCAL:
-                    result, call = await self.pool.run(slug, version, slot, self._job(slug, version, filled, slot),
-                                                       float(raw))
+                    result, call = await self.pool.run(slug, version, slot, self._job(slug, version, graph, slot),
+                                                       values, float(raw))
                     ended = Ended(result, call.outputs, call.output_error)
                 else:
-                    ended = await self._on_worker(where, slug, version, slot, graph, filled, float(raw))
+                    ended = await self._on_worker(where, slug, version, slot, graph, values, float(raw))
             finally:
                 self.waiting[slug] -= 1
                 if not self.waiting[slug]:
@@ -558,7 +581,7 @@ class AppService:
         return status, envelope
 
     async def _on_worker(self, worker: str, slug: str, version: int, slot: str, graph: dict[str, Any],
-                         filled: dict[str, Any], timeout: float) -> Ended:
+                         values: dict[str, Any], timeout: float) -> Ended:
         """An invoke on ``worker``: when it has no process of the version on ``slot`` (as its heartbeats tell),
         this invoke starts one there, and first takes a slot of that device as the control plane's own
         serving pool does (waiting its turn with the runs queued before it). One such invoke at a time per
@@ -577,26 +600,51 @@ class AppService:
             return any((p.get("slug"), p.get("version"), p.get("device")) == (slug, version, slot)
                        for p in conn.serving or ())
         if warm():
-            return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+            return await self._run_remote(worker, slug, version, slot, graph, values, timeout)
         async with self._cold.setdefault((worker, slug, version, slot), asyncio.Lock()):
             if warm():
-                return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+                return await self._run_remote(worker, slug, version, slot, graph, values, timeout)
             try:
                 await self.service.take_app_slot(worker, slot, timeout)
             except TimeoutError:
                 raise no_slot(f"{slot} on worker {worker}", slug, version, timeout) from None
             try:
-                return await self._run_remote(worker, slug, version, slot, graph, filled, timeout)
+                return await self._run_remote(worker, slug, version, slot, graph, values, timeout)
             finally:
                 self.service.release_app_slot(worker, slot)  # the worker's heartbeat reports the process's own
 
     async def _run_remote(self, worker: str, slug: str, version: int, slot: str, graph: dict[str, Any],
-                          filled: dict[str, Any], timeout: float) -> Ended:
+                          values: dict[str, Any], timeout: float) -> Ended:
         """One invoke on ``worker``'s serving process, sent over its connection; its answer as an :class:`Ended`."""
         conn = self._conn(worker)
         if conn is None:
             raise _offline(worker, "is not connected")
-        job = self._job(slug, version, filled, slot)
+        held = self._prepared.get(worker)
+        if held is None or held[0] is not conn:
+            held = self._prepared[worker] = (conn, set())
+        prepared = held[1]
+        self._sent.setdefault(worker, set()).add(slug)
+        job = None if (slug, version) in prepared else await self._worker_job(conn, worker, slug, version, slot, graph)
+        answer = await self._send_invoke(conn, worker, slug, version, slot, values, timeout, job)
+        if answer.error is not None and answer.error.get("code") == "app_not_prepared" and job is None:
+            # The worker no longer has the version (it retired it meanwhile): once more, with its job.
+            prepared.discard((slug, version))
+            job = await self._worker_job(conn, worker, slug, version, slot, graph)
+            answer = await self._send_invoke(conn, worker, slug, version, slot, values, timeout, job)
+        if answer.error is None or answer.error.get("code") not in ("app_prepare_failed", "app_not_prepared"):
+            prepared.add((slug, version))
+        if answer.error is not None:
+            code = str(answer.error["code"])
+            raise CduiError(code, f"worker {worker}: {answer.error.get('message') or code}",
+                            hint=answer.error.get("hint"), status=REMOTE_STATUS.get(code, 500),
+                            details=answer.error.get("details"))
+        assert answer.result is not None  # the protocol gives exactly one of result and error
+        return Ended(answer.result, answer.outputs, answer.output_error)
+
+    async def _worker_job(self, conn: Conn, worker: str, slug: str, version: int, slot: str,
+                          graph: dict[str, Any]) -> Job:
+        """The version's job as ``worker`` gets it to prepare the version."""
+        job = self._job(slug, version, graph, slot)
         if not conn.same_machine:
             # Another machine: its own folders, and the version's weights fetched by sha256 from here.
             wv = await self._worker_version(slug, version, graph)
@@ -606,12 +654,15 @@ class AppService:
                                 "that mounts this server's data folder", status=409)
             job = replace(job.without_local_paths(), files=wv.files)
             self._granted.setdefault(worker, set()).update((i["folder"], i["name"]) for i in wv.files.inputs)
-        self._sent.setdefault(worker, set()).add(slug)
+        return job
+
+    async def _send_invoke(self, conn: Conn, worker: str, slug: str, version: int, slot: str, values: dict[str, Any],
+                           timeout: float, job: Job | None) -> protocol.AppAnswer:
         request_id = secrets.token_hex(8)
         answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         conn.outputs.waiting[request_id] = answered
         try:
-            if not await conn.send(protocol.AppInvoke(request_id, slug, version, job, timeout)):
+            if not await conn.send(protocol.AppInvoke(request_id, slug, version, slot, values, timeout, job)):
                 raise _offline(worker, "disconnected before the invoke could be sent")
             await asyncio.wait({answered}, timeout=timeout + STOP_WAIT_S + REMOTE_MARGIN_S)
         finally:
@@ -626,13 +677,7 @@ class AppService:
         if not isinstance(answer, protocol.AppAnswer):
             raise CduiError("app_failed", f"worker {worker} answered the invoke with a {answer.type} message",
                             status=502)
-        if answer.error is not None:
-            code = str(answer.error["code"])
-            raise CduiError(code, f"worker {worker}: {answer.error.get('message') or code}",
-                            hint=answer.error.get("hint"), status=REMOTE_STATUS.get(code, 500),
-                            details=answer.error.get("details"))
-        assert answer.result is not None  # the protocol gives exactly one of result and error
-        return Ended(answer.result, answer.outputs, answer.output_error)
+        return answer
 
     def describe(self) -> list[dict[str, Any]]:
         """Every serving process: this server's, and each connected worker's as its agent last reported them."""

@@ -21,7 +21,9 @@ ending with that run's ``result`` line; its secrets only on this pipe), and keep
 
 Later stdin lines: ``job <job json>`` (run it), ``stop`` (stop the running job), ``reset`` (drop the
 kept weights; answered by a ``canvas_reset`` line). After each job's ``result`` a ``canvas_stats``
-line says what the cache and the weights hold. The end of stdin ends the process (a running job is
+line says what the cache and the weights hold. A published app's serving process is sent its version
+once (``version``) and then each invoke's inputs (``invoke``), see :mod:`cdui.run.served`.
+The end of stdin ends the process (a running job is
 asked to stop first and the process group is killed after the orphan grace, as for a run process).
 """
 from __future__ import annotations
@@ -38,12 +40,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cdui.core.layout import Layout
 from cdui.graph.secrets import environment_secrets, project_secrets
 from cdui.graph.validate import PlanNode
 from cdui.nodes.base import UPLOAD_FOLDERS
+from cdui.run import served
 from cdui.wire.job import Job, JobError
 
 HELLO = "canvas "
@@ -203,7 +206,7 @@ class RunCache:
     """One canvas run's view of its process's cache and kept weights (:class:`cdui.graph.executor.NodeCache`)."""
 
     def __init__(self, cache: ExecutionCache, weights: KeptWeights, persist: bool, layout: Layout,
-                 device: str, emit: Emit, code: dict[str, str] | None = None) -> None:
+                 device: str, emit: Emit, code: dict[str, str] | None = None, serving: bool = False) -> None:
         self.cache = cache
         self.weights = weights
         self.persist = persist
@@ -211,6 +214,9 @@ class RunCache:
         self.device = device
         self.emit = emit
         self._code: dict[str, str] = {} if code is None else code
+        # An app's serving process keeps no weights, so a key serves only to look up and store outputs: a node
+        # the cache may not answer for (itself or an input not cacheable) needs none, and no file of its is read.
+        self.serving = serving and not persist
         self._seen: set[int] = set()  # modules some node of this run has output
         self.built: list[tuple[str, str, str, Any]] = []  # (node, port, key, module) this run built
 
@@ -267,6 +273,8 @@ class RunCache:
         return facts, True
 
     def key(self, pn: PlanNode, inputs: dict[str, tuple[str, bool, str]]) -> tuple[str, bool]:
+        if self.serving and not (pn.cls.cacheable() and all(c for _k, c, _p in inputs.values())):
+            return "", False
         outside, described = self.outside(pn)
         payload = {"type": pn.type, "params": pn.params, "code": self.code_version(pn.cls), "device": self.device,
                    "inputs": sorted([port, k, src_port] for port, (k, _c, src_port) in inputs.items()),
@@ -350,10 +358,23 @@ class _Maker:
     def __call__(self, job: Job, layout: Layout, device: str, emit: Emit) -> RunCache:
         # A serving process keeps each node's code version from its first job (its registry is kept too);
         # a canvas Run reads them again, so that an edited custom node runs as edited.
-        code = self.code if job.options.get(SERVING) else None
+        serving = bool(job.options.get(SERVING))
         self.made = RunCache(self.cache, self.weights, bool(job.options.get("persist_weights")), layout, device, emit,
-                             code)
+                             self.code if serving else None, serving)
         return self.made
+
+
+def _cards_started(torch: Any) -> bool:
+    """Whether torch.manual_seed would seed a card's generator now rather than queue it for the card's start:
+    CUDA, XPU or MTIA initialised (or a torch without the check), MPS present, or a custom device."""
+    for name in ("cuda", "xpu", "mtia"):
+        started = getattr(getattr(torch, name, None), "is_initialized", None)
+        if started is None or started():
+            return True
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    if mps is None or mps.is_available():
+        return True
+    return bool(torch._C._get_privateuse1_backend_name() != "privateuseone")
 
 
 def stats(cache: ExecutionCache, weights: KeptWeights) -> dict[str, Any]:
@@ -361,9 +382,21 @@ def stats(cache: ExecutionCache, weights: KeptWeights) -> dict[str, Any]:
             "weights": len(weights.kept), "weights_bytes": weights.nbytes}
 
 
-def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_group: Callable[[], None]) -> int:
+class ServedVersion(Protocol):
+    """The version a serving process serves (cdui/run/served.py), planned once."""
+
+    def run(self, invoke: served.Invoke, stop: threading.Event, make_cache: MakeCache | None) -> dict[str, Any]:
+        """Run one invoke with its inputs; its result."""
+
+
+ServeVersion = Callable[[str, Job], ServedVersion]
+
+
+def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_group: Callable[[], None],
+          serve_version: ServeVersion | None = None) -> int:
     """The canvas process's loop, after its first line (``first``); ``run_job`` runs one job as a run
-    process does and returns its result."""
+    process does and returns its result; ``serve_version`` plans an app version's job for its invokes
+    (cdui/run/served.py)."""
     try:
         hello = json.loads(first[len(HELLO):])
         max_bytes = int(hello.get("cache_max_bytes", 0))
@@ -377,6 +410,8 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
     seed = torch.initial_seed() if torch is not None else None
     inbox: queue.Queue[str | None] = queue.Queue()
     running = [threading.Event()]  # the stop event of the job running now
+    # The app version this process serves, or why it has none (a version line it could not read).
+    version: tuple[str, Job, ServedVersion] | str = "it was given no version"
 
     def read_stdin() -> None:
         for line in sys.stdin:
@@ -391,30 +426,24 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
         time.sleep(ORPHAN_GRACE_S)
         kill_own_group()
 
-    threading.Thread(target=read_stdin, daemon=True, name="canvas-stdin").start()
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: running[0].set())
-    emit("canvas_stats", stats(cache, weights))
-    while True:
-        msg = inbox.get()
-        if msg is None:
-            return 0
-        if msg == RESET:
-            emit("canvas_reset", {"reset": weights.clear(), **stats(cache, weights)})
-            continue
-        if not msg.startswith(JOB):
-            emit("log", {"message": f"canvas process: unknown request {msg[:100]!r} ignored", "level": "warning"})
-            continue
-        try:
-            job = Job.from_json(msg[len(JOB):])
-        except JobError as exc:
-            emit("result", {"status": "failed", "error": f"the canvas process could not read its job: {exc}"})
-            continue
+    seeded = [False]  # torch.manual_seed(seed) was called once in this process
+
+    def fresh(job: Job, invoke: bool = False) -> threading.Event:
+        """A job's (or an app invoke's) start: its stop event, the random state and the secrets a fresh run
+        process has."""
         stop = threading.Event()
         running[0] = stop
         # Each run starts from the random state a fresh run process has (torch's fixed default seed; python's
         # and numpy's from the OS), whatever earlier runs of this process drew.
         if torch is not None and seed is not None:
-            torch.manual_seed(seed)
+            if invoke and seeded[0] and not _cards_started(torch):
+                # What torch.manual_seed does beyond this is queue the same seed for each card's generator until
+                # the card starts, which the first call did; it formats a stack trace per card to do so, a
+                # twentieth of a small model's invoke.
+                torch.default_generator.manual_seed(seed)
+            else:
+                torch.manual_seed(seed)
+                seeded[0] = True
         random.seed()
         np = sys.modules.get("numpy")
         if np is not None:
@@ -425,6 +454,49 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
         secrets[:] = [*job.secret_pairs(), *environment_secrets(os.environ), *project_secrets(job.env_secrets)]
         for key, value in job.env_secrets.items():  # the project's .env, as a run process sets it (runproc)
             os.environ.setdefault(key, value)
+        return stop
+
+    threading.Thread(target=read_stdin, daemon=True, name="canvas-stdin").start()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: running[0].set())
+    emit("canvas_stats", stats(cache, weights))
+    while True:
+        msg = inbox.get()
+        if msg is None:
+            return 0
+        if msg == RESET:
+            emit("canvas_reset", {"reset": weights.clear(), **stats(cache, weights)})
+            continue
+        if msg.startswith(served.VERSION) and serve_version is not None:
+            try:
+                version_id, version_job = served.parse_version(msg)
+                version = (version_id, version_job, serve_version(version_id, version_job))
+            except served.ServedError as exc:
+                version = f"it could not read its version: {exc}"
+            continue
+        if msg.startswith(served.INVOKE) and serve_version is not None:
+            try:
+                invoke = served.parse_invoke(msg)
+            except served.ServedError as exc:
+                emit("result", {"status": "failed", "error": f"the serving process could not read its invoke: {exc}"})
+                continue
+            if isinstance(version, str):
+                emit("result", {"status": "failed", "error": f"the serving process cannot run an invoke of "
+                                f"{invoke.version_id!r}: {version}"})
+                continue
+            stop = fresh(version[1], invoke=True)
+            result = version[2].run(invoke, stop, _Maker(cache, weights, code))
+            emit("result", result)
+            secrets[:] = []
+            continue
+        if not msg.startswith(JOB):
+            emit("log", {"message": f"canvas process: unknown request {msg[:100]!r} ignored", "level": "warning"})
+            continue
+        try:
+            job = Job.from_json(msg[len(JOB):])
+        except JobError as exc:
+            emit("result", {"status": "failed", "error": f"the canvas process could not read its job: {exc}"})
+            continue
+        stop = fresh(job)
         maker = _Maker(cache, weights, code)
         result = run_job(job, emit, stop, maker)
         if result.get("status") == "succeeded" and maker.made is not None:

@@ -45,6 +45,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,11 @@ from cdui.graph.context import RunContext, RunStopped
 from cdui.graph.executor import Executor, NodeFailed
 from cdui.graph.model import DEFAULT_MAX_NODES
 from cdui.graph.secrets import environment_secrets, fill_secrets, project_secrets, redact_text, redact_value
-from cdui.graph.validate import validate_graph
+from cdui.graph.validate import Plan, preflight_errors, validate_graph
 from cdui.nodes.base import forget_package_lookups
+from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
 from cdui.nodes.registry import Registry, build_registry
-from cdui.run import canvas_proc, outputs, zygote
+from cdui.run import canvas_proc, outputs, served, zygote
 from cdui.run.catalog import installation_commit, node_catalog, run_facts
 from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
@@ -88,22 +90,29 @@ def _run() -> int:
     atexit.register(out.flush)  # the process ends by os._exit (zygote.exit_now): nothing unflushed stays behind
     secrets: list[Any] = []
 
-    def emit(kind: str, data: dict[str, Any]) -> None:
+    def encode(kind: str, data: dict[str, Any]) -> str:
         # Mask the decoded values first (escaping changes how a secret looks in
         # the line), then the line too, for what default=str turned into text.
-        # The result is the last word: on the pipe before anything can end the process.
         if secrets:
-            line = redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
-        else:
-            line = _encode_event(kind, data)
-        out.write(line, now=(kind == "result"))
+            return redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
+        return _encode_event(kind, data)
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        # The result is the last word: on the pipe before anything can end the process.
+        out.write(encode(kind, data), now=(kind == "result"))
+
+    def emit_held(kind: str, data: dict[str, Any]) -> None:
+        # An invoke's outputs go out with its result (one write, one wake of the pool): a process that dies
+        # before its result fails the invoke whatever it had given.
+        out.write(encode(kind, data), hold=True)
 
     first = sys.stdin.readline()
     if not first:
         return 2
     if first.startswith(canvas_proc.HELLO):
         # A canvas process: one job after another, keeping its execution cache and weights between them.
-        return canvas_proc.serve(first, emit, secrets, _run_job, _kill_own_group)
+        return canvas_proc.serve(first, emit, secrets, _run_job, _kill_own_group,
+                                 lambda vid, vjob: _Served(vid, vjob, emit_held))
     try:
         job = Job.from_json(first)
     except JobError as exc:
@@ -138,40 +147,78 @@ def _run_job(job: Job, emit: Any, stop: threading.Event,
              make_cache: canvas_proc.MakeCache | None = None) -> dict[str, Any]:
     """Run one job's graph, emitting its events; its result (``{"status", "error"}``, and the failed
     node's ``node_id``). ``make_cache``: a canvas process's cache for this run (cdui/run/canvas_proc.py)."""
-    secrets = job.secret_pairs()
+    def run() -> dict[str, Any]:
+        planned = _plan(job, emit)
+        if isinstance(planned, dict):
+            return planned
+        return _execute(job, planned, planned.plan, emit, stop, make_cache)
+    return _ended(run, job, emit, stop)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A job's graph checked and planned on this machine, with what running it needs."""
+    layout: Layout
+    registry: Any
+    plan: Plan
+    slot: str
+    device: str
+
+
+def _plan(job: Job, emit: Any) -> _Planned | dict[str, Any]:
+    """The job's plan, or the failed result of a graph that is not valid here."""
     # The parent narrowed CUDA_VISIBLE_DEVICES to this run's card, so the slot's
     # own number (cuda:1) may not exist here; process_device is what does.
     slot = job.slot_device or "cpu"
     device = job.process_device or slot
-    try:
-        if job.layout is None:
-            raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
-        layout = Layout.from_json(job.layout)
-        if job.options.get(canvas_proc.SERVING):
-            # An app's serving process (cdui/plane/apps.py): its nodes as they were at its first invoke, and
-            # no fingerprint (an invoke is no stored run): both cost more than a small model's forward pass.
-            registry = _serving_registry(job.custom_nodes_dir, job.plugins_dir, job.plugin_store)
-        else:
-            registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
-                                      Path(job.plugins_dir) if job.plugins_dir else None,
-                                      Path(job.plugin_store) if job.plugin_store else None)
-            _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir,
-                          device_facts(slot, job.process_device), job.plugin_store)
-        # The job was read from its own line: without secrets to put in, its graph needs no copy.
-        graph = fill_secrets(job.graph, job.secret_pairs()) if job.secrets else job.graph
-        # The limit the control plane checked the graph against, so a raised limit holds here too.
-        plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
-                                      layout=layout)
-        if plan is None:
-            msg = "; ".join(e["message"] for e in errors[:5])
-            return {"status": "failed", "error": f"graph is not valid on this machine: {msg}"}
-        ctx = RunContext(job.run_id, layout, emit, device=device, stop_event=stop)
-        ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
+    if job.layout is None:
+        raise ValueError("the job names no layout: the launcher must fill in this machine's folders")
+    layout = Layout.from_json(job.layout)
+    if job.options.get(canvas_proc.SERVING):
+        # An app's serving process (cdui/plane/apps.py): its nodes as they were at its first invoke, and
+        # no fingerprint (an invoke is no stored run): both cost more than a small model's forward pass.
+        registry = _serving_registry(job.custom_nodes_dir, job.plugins_dir, job.plugin_store)
+    else:
+        registry = build_registry(Path(job.custom_nodes_dir) if job.custom_nodes_dir else None,
+                                  Path(job.plugins_dir) if job.plugins_dir else None,
+                                  Path(job.plugin_store) if job.plugin_store else None)
+        _report_facts(emit, registry, job.custom_nodes_dir, job.plugins_dir,
+                      device_facts(slot, job.process_device), job.plugin_store)
+    # The job was read from its own line: without secrets to put in, its graph needs no copy.
+    graph = fill_secrets(job.graph, job.secret_pairs()) if job.secrets else job.graph
+    # The limit the control plane checked the graph against, so a raised limit holds here too.
+    plan, errors = validate_graph(graph, registry, max_nodes=job.graph_max_nodes or DEFAULT_MAX_NODES,
+                                  layout=layout)
+    if plan is None:
+        return _invalid(errors)
+    return _Planned(layout, registry, plan, slot, device)
+
+
+def _invalid(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    msg = "; ".join(e["message"] for e in errors[:5])
+    return {"status": "failed", "error": f"graph is not valid on this machine: {msg}"}
+
+
+def _execute(job: Job, planned: _Planned, plan: Plan, emit: Any, stop: threading.Event,
+             make_cache: canvas_proc.MakeCache | None, statuses: bool = True) -> dict[str, Any]:
+    """Run ``plan`` (``planned``'s, or it with an invoke's inputs); the succeeded result, or it raises."""
+    slot, device = planned.slot, planned.device
+    ctx = RunContext(job.run_id, planned.layout, emit, device=device, stop_event=stop)
+    ctx.device_set = process_devices(slot, job.process_device)  # ddp's world size
+    if statuses:
         where = slot if device == slot else f"{slot} ({device} in the run's process)"
         emit("log", {"message": f"running {len(plan.order)} nodes on {where}", "level": "info"})
-        cache = make_cache(job, layout, device, emit) if make_cache is not None else None
-        with outputs.recording(job, emit) as on_outputs:
-            Executor(registry, ctx, on_outputs, cache).run(plan)
+    cache = make_cache(job, planned.layout, device, emit) if make_cache is not None else None
+    with outputs.recording(job, emit) as on_outputs:
+        Executor(planned.registry, ctx, on_outputs, cache, statuses=statuses).run(plan)
+    return {"status": "succeeded", "error": None}
+
+
+def _ended(run: Callable[[], dict[str, Any]], job: Job, emit: Any, stop: threading.Event) -> dict[str, Any]:
+    """``run()``'s result, or the result of what it raised."""
+    secrets = job.secret_pairs()
+    try:
+        return run()
     except RunStopped:
         return {"status": "cancelled", "error": "stopped on request"}
     except NodeFailed as exc:
@@ -180,7 +227,53 @@ def _run_job(job: Job, emit: Any, stop: threading.Event,
     except Exception as exc:  # anything else is a bug of ours; keep the traceback in the log
         emit("log", {"message": redact_text(traceback.format_exc(), secrets), "level": "error"})
         return _failed(stop, f"{type(exc).__name__}: {exc}")
-    return {"status": "succeeded", "error": None}
+
+
+class _Served:
+    """A serving process's version (cdui/run/served.py): planned at its ``version`` line, run with each
+    invoke's inputs. Only its ``graph_output`` events are written: the pool reads nothing else of an invoke,
+    and each line it is sent costs both processes."""
+
+    def __init__(self, version_id: str, job: Job, emit: Any) -> None:
+        self.version_id, self.job = version_id, job
+        self.emit = _outputs_only(emit)
+        got: list[_Planned] = []
+
+        def plan() -> dict[str, Any]:
+            planned = _plan(job, self.emit)
+            if isinstance(planned, dict):
+                return planned
+            got.append(planned)
+            return {}
+        # A version that cannot be planned here fails each of its invokes as a run of it would fail.
+        failure = _ended(plan, job, self.emit, threading.Event())
+        self.planned: _Planned | dict[str, Any] = got[0] if got else failure
+        self.inputs = served.input_ids(got[0].plan) if got else frozenset()
+
+    def run(self, invoke: served.Invoke, stop: threading.Event,
+            make_cache: canvas_proc.MakeCache | None) -> dict[str, Any]:
+        if invoke.version_id != self.version_id:
+            return {"status": "failed", "error": f"this serving process serves {self.version_id!r}, not "
+                                                 f"{invoke.version_id!r}: it was not given that version"}
+        planned = self.planned
+        if not isinstance(planned, _Planned):
+            return planned
+
+        def run() -> dict[str, Any]:
+            plan = served.with_inputs(planned.plan, invoke.inputs, self.inputs)
+            # What a node needs on this machine may have gone since the plan was made (a dataset's files).
+            errors = preflight_errors(plan, planned.layout)
+            if errors:
+                return _invalid(errors)
+            return _execute(self.job, planned, plan, self.emit, stop, make_cache, statuses=False)
+        return _ended(run, self.job, self.emit, stop)
+
+
+def _outputs_only(emit: Any) -> Callable[[str, dict[str, Any]], None]:
+    def outputs_only(kind: str, data: dict[str, Any]) -> None:
+        if kind == GRAPH_OUTPUT_EVENT:
+            emit(kind, data)
+    return outputs_only
 
 
 class _EventPipe:
@@ -202,9 +295,12 @@ class _EventPipe:
         self.unflushed = threading.Event()
         threading.Thread(target=self._flush_batches, daemon=True, name="events-flush").start()
 
-    def write(self, line: str, now: bool = False) -> None:
+    def write(self, line: str, now: bool = False, hold: bool = False) -> None:
+        """``now``: flushed at once; ``hold``: left in the buffer for the next line written ``now``."""
         with self.lock:
             self.out.write(line)
+            if hold:
+                return
             t = self.clock()
             if t - self.window >= FLUSH_EVERY_S:
                 # A window that follows a full one at once is part of a flood: its lines wait in the

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from cdui.core.errors import CduiError
 from cdui.nodes.builtin.graph_io import GRAPH_OUTPUT_EVENT
-from cdui.run import canvas_proc, runner
+from cdui.run import canvas_proc, runner, served
 from cdui.run.spare import RunProcess, SparePool, exit_text
 from cdui.wire.job import Job
 
@@ -60,8 +60,10 @@ class Call:
 class WarmProcess:
     """One app version's serving process, seen from the process that started it."""
 
-    def __init__(self, slug: str, version: int, slot: str, proc: RunProcess, index: int = 0) -> None:
+    def __init__(self, slug: str, version: int, slot: str, proc: RunProcess, index: int = 0,
+                 version_id: str = "") -> None:
         self.slug, self.version, self.slot, self.proc, self.index = slug, version, slot, proc, index
+        self.version_id = version_id  # what the process was told it serves (its version line)
         self.lock = asyncio.Lock()  # one invoke at a time
         self.waiting = 0  # invokes holding or waiting for the lock
         self.current: Call | None = None
@@ -133,8 +135,9 @@ class WarmProcess:
                 hint="call again: a new process serves it", status=503,
                 details={"stderr_tail": self.stderr[-5:]}))
 
-    async def call(self, job: Job, timeout: float) -> tuple[dict[str, Any], Call]:
-        """Run one job; its result line and what its outputs gave. Holds :attr:`lock`."""
+    async def call(self, inputs: dict[str, Any], timeout: float) -> tuple[dict[str, Any], Call]:
+        """Run one invoke of the process's version with ``inputs`` (GraphInput node id -> value); its result line
+        and what its outputs gave. Holds :attr:`lock`."""
         if not self.alive:
             raise CduiError(PROCESS_LOST, f"app {self.slug!r} version {self.version}: its serving process "
                             f"has ended; {LOST}", hint="call again", status=503)
@@ -142,7 +145,7 @@ class WarmProcess:
         self.current = call
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write((canvas_proc.JOB + job.to_json() + "\n").encode())
+            self.proc.stdin.write(served.invoke_line(self.version_id, inputs).encode())
             await self.proc.stdin.drain()
         except (ConnectionError, RuntimeError):
             pass  # the process is gone: its watch fails the call
@@ -197,15 +200,16 @@ def no_slot(slot: str, slug: str, version: int, waited: float) -> CduiError:
                      status=504)
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 def rss_bytes(pid: int) -> int | None:
+    """The process's resident memory (VmRSS), from its one-line ``statm``: read after every invoke."""
     try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 @dataclass(frozen=True)
@@ -305,7 +309,7 @@ class ServingPool:
         for lock_key in [k for k in self._starting if k[0] == slug]:
             del self._starting[lock_key]
 
-    async def _process(self, slug: str, version: int, slot: str, timeout: float) -> WarmProcess:
+    async def _process(self, slug: str, version: int, slot: str, job: Job, timeout: float) -> WarmProcess:
         """An idle process of this version on ``slot``; else a new one while there are fewer than
         ``per_version`` (started or starting) and, after the first, a slot is free; else the one with the
         fewest invokes waiting."""
@@ -318,16 +322,17 @@ class ServingPool:
             taken = {p.index for p in pool} | {k[3] for k in launching}
             free = [i for i in range(self.limits.per_version) if i not in taken]
             if free and not pool and not launching:
-                return await self._start(slug, version, slot, free[0], timeout)  # the first: waits for a slot
+                return await self._start(slug, version, slot, free[0], job, timeout)  # the first: waits for a slot
             if free and (self.gate is None or self.gate.try_take(slot)):
-                return await self._start(slug, version, slot, free[0], None)
+                return await self._start(slug, version, slot, free[0], job, None)
             if pool:
                 return min(pool, key=lambda p: p.waiting)
             # Every process this version may have is still starting: wait for one, then choose again.
             async with self._starting.setdefault(launching[0], asyncio.Lock()):
                 pass
 
-    async def _start(self, slug: str, version: int, slot: str, index: int, slot_wait: float | None) -> WarmProcess:
+    async def _start(self, slug: str, version: int, slot: str, index: int, job: Job,
+                     slot_wait: float | None) -> WarmProcess:
         """Start process ``index`` of the version on ``slot``. With a gate: ``slot_wait`` None means its slot was
         taken already (try_take), else it waits up to that long for one."""
         key = (slug, version, slot, index)
@@ -340,22 +345,24 @@ class ServingPool:
                     except TimeoutError:
                         raise no_slot(slot, slug, version, slot_wait) from None
                 try:
-                    return await self._launch(slug, version, slot, index)
+                    return await self._launch(slug, version, slot, index, job)
                 finally:
                     if self.gate is not None:
                         self.gate.release(slot)  # the process holds its own slot now (or none started)
         finally:
             self._launching.discard(key)
 
-    async def _launch(self, slug: str, version: int, slot: str, index: int) -> WarmProcess:
+    async def _launch(self, slug: str, version: int, slot: str, index: int, job: Job) -> WarmProcess:
         key = (slug, version, slot, index)
         env, _device = runner.run_env(slot)
         proc = await self.spares.process(*runner.process_shape(), env)
         assert proc.stdin is not None
         hello = {"tab": f"app-{slug}", "cache_max_bytes": self.limits.cache_max}
-        proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n").encode())
+        # The version once: each invoke then sends only its inputs (cdui/run/served.py).
+        version_id = job.run_id
+        proc.stdin.write((canvas_proc.HELLO + json.dumps(hello) + "\n" + served.version_line(version_id, job)).encode())
         await proc.stdin.drain()
-        p = WarmProcess(slug, version, slot, proc, index)
+        p = WarmProcess(slug, version, slot, proc, index, version_id)
         # A process that ends (a crash, a kill) gives its slot back at once, not at the next sweep.
         p.on_exit = self._forget
         p.start()
@@ -364,15 +371,18 @@ class ServingPool:
         self._changed()
         return p
 
-    async def run(self, slug: str, version: int, slot: str, job: Job, timeout: float) -> tuple[dict[str, Any], Call]:
-        """Run one invoke's job on a process of this version on ``slot``: its result line and outputs."""
+    async def run(self, slug: str, version: int, slot: str, job: Job, inputs: dict[str, Any],
+                  timeout: float) -> tuple[dict[str, Any], Call]:
+        """Run one invoke on a process of this version on ``slot``: its result line and outputs. ``job`` is the
+        version's (its GraphInputs without the caller's values), sent once to each process it starts;
+        ``inputs`` the caller's values by GraphInput node id."""
         while True:
-            p = await self._process(slug, version, slot, timeout)
+            p = await self._process(slug, version, slot, job, timeout)
             p.waiting += 1
             try:
                 async with p.lock:
                     if p.alive:
-                        return await p.call(job, timeout)
+                        return await p.call(inputs, timeout)
                 # It died while this invoke waited behind another: this one runs on a fresh process.
             finally:
                 p.waiting -= 1
@@ -391,6 +401,10 @@ class ServingPool:
 
     def describe(self) -> list[dict[str, Any]]:
         return [p.describe() for p in self.procs.values() if p.alive]
+
+    def warm(self, slug: str, version: int) -> bool:
+        """Whether a live process of this version is here."""
+        return any(p.alive and (p.slug, p.version) == (slug, version) for p in self.procs.values())
 
     async def end_idle(self, min_idle_s: float, devices: Callable[[str], bool]) -> int:
         """End every process on a device ``devices`` accepts that has had no invoke for ``min_idle_s`` (its slot

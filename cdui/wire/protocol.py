@@ -40,8 +40,8 @@ control plane -> agent
   log_request {request_id, after, lines}  (the agent's log lines after number ``after``; 0: the last ``lines``)
   plugin_push {request_id, pack_id, version, pin, tree_sha256, data}  (a plugin pack, base64 of its .tar.gz:
              an agent started with CODEFYUI_AGENT_ACCEPT_PLUGINS=1 installs it, see docs/plugins.md)
-  app_invoke {request_id, slug, version, job, timeout_s}  (one invoke of a published app this worker serves,
-             on its warm process for that version: docs/apps.md)
+  app_invoke {request_id, slug, version, device, inputs, timeout_s, job}  (one invoke of a published app this
+             worker serves, on its warm process for that version: docs/apps.md; ``job`` null once it has the version)
   app_retire {slug, keep}  (end the app's serving processes but version ``keep``'s, once their invokes answered)
   app_release_idle {idle_s, devices}  (runs wait for those devices' slots: end the serving processes idle that long)
 
@@ -896,9 +896,11 @@ class PluginPushAnswer(_Flat):
 MAX_PUSH_DATA = MAX_MESSAGE - 64 * 1024
 
 # -- published apps served by a worker (docs/apps.md; the agent's side is cdui/agent/app_serving.py) -----
-# The worker keeps one warm process per app version it serves; the control plane sends each invoke as a
-# job (the version's graph with the caller's inputs filled in) and waits for its answer by request id.
-APP_ERROR_CODES = ("app_process_lost", "timeout", "app_prepare_failed", "app_failed")
+# The worker keeps one warm process per app version it serves; the control plane sends each invoke as the
+# caller's inputs, with the version's job (its graph, its files) only until the worker has prepared it, and
+# waits for its answer by request id. A worker that has not prepared the version answers app_not_prepared
+# (it restarted its serving state, or retired the version meanwhile): the invoke is sent again with the job.
+APP_ERROR_CODES = ("app_process_lost", "timeout", "app_prepare_failed", "app_failed", "app_not_prepared")
 MAX_APP_OUTPUTS = 256  # GraphOutput values in one answer
 MAX_APP_TIMEOUT_S = 3600.0
 _APP_SLUG = re.compile(r"[a-z][a-z0-9-]{0,63}")
@@ -906,19 +908,24 @@ _APP_SLUG = re.compile(r"[a-z][a-z0-9-]{0,63}")
 
 @dataclass(frozen=True)
 class AppInvoke:
-    """Run ``job`` on the warm process of app ``slug`` version ``version`` (started if there is none);
-    stop it past ``timeout_s``. The job's files name the version's weights, fetched once by sha256."""
+    """Run app ``slug`` version ``version`` with ``inputs`` (the callers' values by GraphInput node id) on its warm
+    process on ``device`` (started if there is none); stop it past ``timeout_s``. ``job``: the version's job
+    (its graph without the callers' values; its files name the version's weights, fetched once by sha256),
+    sent until the worker has prepared the version, None after."""
 
     request_id: str
     slug: str
     version: int
-    job: Job
+    device: str
+    inputs: dict[str, Any]
     timeout_s: float
+    job: Job | None = None
     type: ClassVar[str] = "app_invoke"
 
     def to_json(self) -> str:
         return json.dumps({"type": self.type, "request_id": self.request_id, "slug": self.slug,
-                           "version": self.version, "timeout_s": self.timeout_s, "job": self.job.to_dict()},
+                           "version": self.version, "device": self.device, "timeout_s": self.timeout_s,
+                           "inputs": self.inputs, "job": None if self.job is None else self.job.to_dict()},
                           allow_nan=False)
 
 
@@ -954,6 +961,11 @@ class AppAnswer(_Flat):
     error: dict[str, Any] | None = None
     type: ClassVar[str] = "app_answer"
 
+    def to_json(self) -> str:
+        # Its fields as they are (asdict would copy the outputs, a model's whole answer, value by value first).
+        return json.dumps({"type": self.type, "request_id": self.request_id, "result": self.result,
+                           "outputs": self.outputs, "output_error": self.output_error, "error": self.error})
+
 
 def _app_invoke(d: dict[str, Any]) -> AppInvoke:
     w = "app_invoke"
@@ -961,12 +973,16 @@ def _app_invoke(d: dict[str, Any]) -> AppInvoke:
     if not _APP_SLUG.fullmatch(slug):
         raise ProtocolError(f"{w}.slug={slug!r} is not an app slug")
     try:
-        job = Job.from_dict(_req(d, "job", dict, w))
+        job = None if d.get("job") is None else Job.from_dict(_req(d, "job", dict, w))
     except JobError as exc:
         raise ProtocolError(f"{w}: {exc}") from None
+    inputs = _req(d, "inputs", dict, w)
+    for k in inputs:
+        _str(k, f"{w}.inputs key")
     return AppInvoke(_str(_req(d, "request_id", str, w), f"{w}.request_id"), slug,
-                     _int(_req(d, "version", int, w), f"{w}.version", 1), job,
-                     _number(d, "timeout_s", w, 0.001, MAX_APP_TIMEOUT_S))
+                     _int(_req(d, "version", int, w), f"{w}.version", 1),
+                     _str(_req(d, "device", str, w), f"{w}.device"), inputs,
+                     _number(d, "timeout_s", w, 0.001, MAX_APP_TIMEOUT_S), job)
 
 
 def _small_object(v: Any, where: str, keys: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
