@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from cdui.core.layout import Layout
 from cdui.graph.secrets import environment_secrets, project_secrets
 from cdui.graph.validate import PlanNode
-from cdui.nodes.base import UPLOAD_FOLDERS
+from cdui.nodes.base import OPTIMIZER, UPLOAD_FOLDERS, Node
 from cdui.run import served
 from cdui.wire.job import Job, JobError
 
@@ -71,26 +71,38 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+def _tensors(value: Any, depth: int = 0, modules: bool = False) -> Iterator[Any]:
     """The tensors ``value`` holds: itself, in lists, tuples and dicts, a dataset's ``tensors``, a
-    data loader's dataset."""
+    data loader's dataset; with ``modules``, a module's parameters and buffers too."""
     torch = _torch()
     if torch is None or depth > WALK_DEPTH:
         return
     if isinstance(value, torch.Tensor):
         yield value
+    elif modules and isinstance(value, torch.nn.Module):
+        yield from value.parameters()
+        yield from value.buffers()
     elif isinstance(value, (list, tuple)):
         if value and not isinstance(value[0], (str, int, float, bool)):
             for v in value:
-                yield from _tensors(v, depth + 1)
+                yield from _tensors(v, depth + 1, modules)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _tensors(v, depth + 1)
+            yield from _tensors(v, depth + 1, modules)
     else:
         for attr in ("tensors", "dataset"):
             inner = getattr(value, attr, None)
             if inner is not None and inner is not value:
-                yield from _tensors(inner, depth + 1)
+                yield from _tensors(inner, depth + 1, modules)
+
+
+def _module_tensors(value: Any) -> list[tuple[Any, tuple[int, ...]]]:
+    """Each module among ``value``'s outputs with the identities of its parameters and buffers, as they are."""
+    torch = _torch()
+    if torch is None:
+        return []
+    return [(m, tuple(id(t) for t in (*m.parameters(), *m.buffers()))) for m in value.values()
+            if isinstance(m, torch.nn.Module)]
 
 
 def _has_weights(value: Any) -> bool:
@@ -106,13 +118,30 @@ def _has_weights(value: Any) -> bool:
     return False
 
 
-class _Entry:
-    __slots__ = ("outputs", "versions", "nbytes")
+def _serving_cacheable(cls: type[Node]) -> bool:
+    """Whether an app's serving process may answer the node from its cache: as a canvas Run may, and also a node
+    that hands back a model (built, or loaded from the version's own weights file, the same at every invoke):
+    the cache watches its parameters and buffers and never hands it out again once a later node changed them.
+    Not a node that says it is not cacheable, writes files or hands back an optimizer (whose state it does not
+    watch)."""
+    if cls.CACHEABLE is not None or cls.cacheable():
+        return cls.cacheable()
+    if cls.ALWAYS_WRITES or cls.WRITES_TO:
+        return False
+    if any(p.param_type == "output_path" or p.writes for p in cls.define_params()):
+        return False
+    return not any(p.data_type == OPTIMIZER for p in cls.define_outputs())
 
-    def __init__(self, outputs: dict[str, Any], versions: list[tuple[Any, int]], nbytes: int) -> None:
+
+class _Entry:
+    __slots__ = ("outputs", "versions", "nbytes", "modules")
+
+    def __init__(self, outputs: dict[str, Any], versions: list[tuple[Any, int]], nbytes: int,
+                 modules: list[tuple[Any, tuple[int, ...]]]) -> None:
         self.outputs = outputs
         self.versions = versions
         self.nbytes = nbytes
+        self.modules = modules  # each module output and the identities of its tensors when it was kept
 
 
 class ExecutionCache:
@@ -128,19 +157,25 @@ class ExecutionCache:
         e = self.entries.get(key)
         if e is None:
             return None
-        # A node downstream changed one of these tensors in place: they are no longer what the node gave.
-        if any(t._version != v for t, v in e.versions):
+        # A node downstream changed one of these tensors in place (or gave a kept module other tensors): they are
+        # no longer what the node gave.
+        if any(t._version != v for t, v in e.versions) or any(
+                tuple(id(t) for t in (*m.parameters(), *m.buffers())) != ids for m, ids in e.modules):
             self.drop(key)
             return None
         self.entries.move_to_end(key)
         return dict(e.outputs)
 
-    def put(self, key: str, outputs: dict[str, Any]) -> None:
-        if self.max_bytes <= 0 or _has_weights(outputs):
-            return  # a module with weights is a live object training changes: never replayed
+    def put(self, key: str, outputs: dict[str, Any], modules: bool = False) -> None:
+        """Keep ``outputs`` under ``key``. A module with weights is a live object training changes: it is kept
+        only with ``modules`` (an app's serving process, whose frozen version builds and loads the same model at
+        every invoke), its parameters and buffers watched as tensors are, so that one a later node trained or
+        changed in place is never handed out again."""
+        if self.max_bytes <= 0 or (not modules and _has_weights(outputs)):
+            return
         seen: dict[int, Any] = {}
         for v in outputs.values():
-            for t in _tensors(v):
+            for t in _tensors(v, modules=modules):
                 seen.setdefault(id(t), t)
         nbytes = sum(t.element_size() * t.nelement() for t in seen.values())
         if nbytes > self.max_bytes:
@@ -148,7 +183,8 @@ class ExecutionCache:
         self.drop(key)
         while self.entries and self.nbytes + nbytes > self.max_bytes:
             self.drop(next(iter(self.entries)))
-        self.entries[key] = _Entry(dict(outputs), [(t, t._version) for t in seen.values()], nbytes)
+        self.entries[key] = _Entry(dict(outputs), [(t, t._version) for t in seen.values()], nbytes,
+                                   _module_tensors(outputs) if modules else [])
         self.nbytes += nbytes
 
     def drop(self, key: str) -> None:
@@ -273,7 +309,8 @@ class RunCache:
         return facts, True
 
     def key(self, pn: PlanNode, inputs: dict[str, tuple[str, bool, str]]) -> tuple[str, bool]:
-        if self.serving and not (pn.cls.cacheable() and all(c for _k, c, _p in inputs.values())):
+        own = _serving_cacheable(pn.cls) if self.serving else pn.cls.cacheable()
+        if self.serving and not (own and all(c for _k, c, _p in inputs.values())):
             return "", False
         outside, described = self.outside(pn)
         payload = {"type": pn.type, "params": pn.params, "code": self.code_version(pn.cls), "device": self.device,
@@ -281,7 +318,7 @@ class RunCache:
                    "outside": outside}
         text = json.dumps(payload, sort_keys=True, default=repr)
         key = hashlib.sha256(text.encode()).hexdigest()
-        cacheable = described and pn.cls.cacheable() and all(c for _k, c, _p in inputs.values())
+        cacheable = described and own and all(c for _k, c, _p in inputs.values())
         return key, cacheable
 
     def lookup(self, key: str) -> dict[str, Any] | None:
@@ -310,7 +347,7 @@ class RunCache:
             if self.persist:
                 self._restore(pn, port, key, module)
         if cacheable:
-            self.cache.put(key, result)
+            self.cache.put(key, result, modules=self.serving)
 
     def _restore(self, pn: PlanNode, port: str, key: str, module: Any) -> None:
         kept = self.weights.kept.get((pn.id, port))

@@ -248,6 +248,104 @@ async def test_a_cold_invoke_waits_for_the_slot_a_run_holds(plane_dirs: dict[str
         assert len({p["pid"] for p in (await cp.call("GET", "/api/apps"))["serving"]}) == 1
 
 
+MODEL_NODES = textwrap.dedent('''
+    """A model built once per serving process unless a node changes it: each build is a line in COUNT."""
+    import torch
+
+    from cdui.nodes.base import Node, Port
+
+    COUNT = {count!r}
+
+
+    class CountedModelNode(Node):
+        NODE_NAME = "TestCountedModel"
+        @classmethod
+        def define_inputs(cls):
+            return []
+
+        @classmethod
+        def define_outputs(cls):
+            return [Port("model", "MODEL", "a one-weight linear model, its weight 1")]
+
+        def execute(self, inputs, params, ctx):
+            with open(COUNT, "a") as fh:
+                fh.write("built\\n")
+            m = torch.nn.Linear(1, 1, bias=False)
+            with torch.no_grad():
+                m.weight.fill_(1.0)
+            return {{"model": m}}
+
+
+    class BumpNode(Node):
+        NODE_NAME = "TestBumpWeights"
+        CACHEABLE = False  # runs at every invoke, as a training step would
+        @classmethod
+        def define_inputs(cls):
+            return [Port("model", "MODEL", "a model")]
+
+        @classmethod
+        def define_outputs(cls):
+            return [Port("model", "MODEL", "the same model, each weight one more (changed in place)")]
+
+        def execute(self, inputs, params, ctx):
+            with torch.no_grad():
+                for p in inputs["model"].parameters():
+                    p.add_(1.0)
+            return {{"model": inputs["model"]}}
+
+
+    class ApplyNode(Node):
+        NODE_NAME = "TestApplyModel"
+        @classmethod
+        def define_inputs(cls):
+            return [Port("model", "MODEL", "a model"), Port("value", "ANY", "a number")]
+
+        @classmethod
+        def define_outputs(cls):
+            return [Port("value", "ANY", "the model of the number")]
+
+        def execute(self, inputs, params, ctx):
+            with torch.no_grad():
+                return {{"value": float(inputs["model"](torch.tensor([[float(inputs["value"])]]))[0, 0])}}
+''')
+
+
+def model_app(bump: bool) -> dict[str, Any]:
+    """x -> TestApplyModel(the counted model [, its weights bumped in place]) -> y."""
+    nodes = [n("start", "Start"), n("in", "GraphInput", name="x", type="number"), n("model", "TestCountedModel"),
+             n("apply", "TestApplyModel"), n("out", "GraphOutput", name="y")]
+    edges = [t("in"), t("model"), e("in", "value", "apply", "value"), e("apply", "value", "out", "value")]
+    if bump:
+        nodes.append(n("bump", "TestBumpWeights"))
+        edges += [e("model", "model", "bump", "model"), e("bump", "model", "apply", "model")]
+    else:
+        edges.append(e("model", "model", "apply", "model"))
+    return {"nodes": nodes, "edges": edges}
+
+
+@pytest.mark.e2e  # serving processes are real processes with torch imported
+async def test_a_serving_process_builds_its_model_once_unless_a_node_changes_it(plane_dirs: dict[str, Path],
+                                                                                 tmp_path: Path) -> None:
+    """The issue's "models loaded once": a node that hands back a model is answered from the serving process's
+    cache at the next invoke; one whose model a later node changed in place is run again (never the changed
+    model handed out twice)."""
+    counts = {name: tmp_path / f"{name}.count" for name in ("kept", "bumped")}
+    for name, count in counts.items():
+        (plane_dirs["data_dir"] / "custom_nodes" / f"model_nodes_{name}.py").write_text(
+            MODEL_NODES.format(count=str(count)).replace("TestCountedModel", f"TestCountedModel_{name}"))
+    async with Plane(**plane_dirs) as cp:
+        for name, bump in (("kept", False), ("bumped", True)):
+            g = json.loads(json.dumps(model_app(bump)).replace("TestCountedModel", f"TestCountedModel_{name}"))
+            await cp.call("PUT", f"/api/graphs/{name}", g, expect=201)
+            await cp.call("POST", f"/api/apps/{name}/publish", {"graph": name, "create": True}, expect=201)
+            answers = [await cp.api("POST", f"/api/apps/{name}/invoke", {"inputs": {"x": x}}) for x in (1, 2, 3)]
+            weight = 2.0 if bump else 1.0  # never bumped twice: a fresh model at each invoke
+            assert [(status, out["outputs"].get("y")) for status, out in answers] == \
+                [(200, weight * x) for x in (1, 2, 3)], answers
+            built = counts[name].read_text().count("built")
+            assert built == (3 if bump else 1), (name, built)
+
+
 async def test_a_key_opens_only_invokes_and_everything_survives_a_crash(dirs: dict[str, Path]) -> None:
     """No serving process is started here: every invoke is refused before one would be."""
     async with Plane(**dirs) as cp:
