@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from cdui.core.layout import Layout
 from cdui.graph.secrets import environment_secrets, project_secrets
 from cdui.graph.validate import PlanNode
-from cdui.nodes.base import OPTIMIZER, UPLOAD_FOLDERS, Node
+from cdui.nodes.base import MODEL, UPLOAD_FOLDERS, Node
 from cdui.run import served
 from cdui.wire.job import Job, JobError
 
@@ -120,17 +120,18 @@ def _has_weights(value: Any) -> bool:
 
 def _serving_cacheable(cls: type[Node]) -> bool:
     """Whether an app's serving process may answer the node from its cache: as a canvas Run may, and also a node
-    that hands back a model (built, or loaded from the version's own weights file, the same at every invoke):
-    the cache watches its parameters and buffers and never hands it out again once a later node changed them.
-    Not a node that says it is not cacheable, writes files or hands back an optimizer (whose state it does not
-    watch)."""
-    if cls.CACHEABLE is not None or cls.cacheable():
-        return cls.cacheable()
+    whose only outputs are models (SequentialModel, ModelLoader, ...: not cacheable in a Run, whose point is to
+    train them), built or loaded from the version's own weights file the same at every invoke. The cache
+    watches such a module's parameters and buffers, and never hands it out again once a later node changed
+    them. Not a node that writes files, nor one with other outputs too (a training step's, an optimizer)."""
+    if cls.cacheable():
+        return True
     if cls.ALWAYS_WRITES or cls.WRITES_TO:
         return False
     if any(p.param_type == "output_path" or p.writes for p in cls.define_params()):
         return False
-    return not any(p.data_type == OPTIMIZER for p in cls.define_outputs())
+    outputs = [p.data_type for p in cls.define_outputs()]
+    return bool(outputs) and all(t == MODEL for t in outputs)
 
 
 class _Entry:

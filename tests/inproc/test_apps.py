@@ -278,20 +278,21 @@ MODEL_NODES = textwrap.dedent('''
 
     class BumpNode(Node):
         NODE_NAME = "TestBumpWeights"
-        CACHEABLE = False  # runs at every invoke, as a training step would
+        CACHEABLE = False  # runs at every invoke, as a training step does (with its other output, also in an app)
         @classmethod
         def define_inputs(cls):
             return [Port("model", "MODEL", "a model")]
 
         @classmethod
         def define_outputs(cls):
-            return [Port("model", "MODEL", "the same model, each weight one more (changed in place)")]
+            return [Port("model", "MODEL", "the same model, each weight one more (changed in place)"),
+                    Port("steps", "ANY", "how many weights it changed")]
 
         def execute(self, inputs, params, ctx):
             with torch.no_grad():
                 for p in inputs["model"].parameters():
                     p.add_(1.0)
-            return {{"model": inputs["model"]}}
+            return {{"model": inputs["model"], "steps": 1}}
 
 
     class ApplyNode(Node):
