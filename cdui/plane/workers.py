@@ -338,12 +338,16 @@ class WorkerManager:
 
     # -- HTTP -----------------------------------------------------------------------------
     async def worker_rows(self) -> list[WorkerRow]:
-        """The stored rows, with the last contacts not written yet."""
+        """The stored rows, with the last contacts not written yet. Those pending before the read are taken
+        too: one written while the rows were read (a worker that just went: its last contact is written at
+        once) is no longer pending after the read, and the row may have been read before it."""
+        pending = dict(self.unwritten_seen)
         rows = await self.store.workers.all()
-        if self.unwritten_seen:
+        pending.update(self.unwritten_seen)
+        if pending:
             for r in rows:
-                at = self.unwritten_seen.get(r["name"])
-                if at is not None:
+                at = pending.get(r["name"])
+                if at is not None and (r["last_seen"] is None or at > r["last_seen"]):
                     r["last_seen"] = at
         return rows
 

@@ -348,6 +348,37 @@ async def test_last_contact_of_a_worker_gone_is_its_last_heartbeat(tmp_path):
             await agent.close()
 
 
+async def test_a_last_contact_written_while_the_workers_are_read_is_not_lost(tmp_path):
+    """The worker list overlays the last contacts not written yet on the stored rows. One written while the
+    rows were being read (a worker that just went has its last contact written at once) is neither in the
+    rows read nor pending any more after the read: the list must still show it, not the older stored one."""
+    async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
+        agent = FakeAgent(cp)
+        try:
+            await agent.enroll()
+            await agent.connect()
+            await cp.elapse(2)
+            beat_at = cp.clock.time()
+            await agent.heartbeat([])
+            manager = cp.app[WORKERS]
+            assert manager.unwritten_seen == {"w1": beat_at}
+            store_rows = manager.store.workers.all
+
+            async def read_then_written() -> Any:
+                rows = await store_rows()  # read before the write below lands
+                await manager.write_seen()
+                return rows
+            manager.store.workers.all = read_then_written
+            try:
+                rows = await manager.worker_rows()
+            finally:
+                manager.store.workers.all = store_rows
+            assert manager.unwritten_seen == {}
+            assert [(r["name"], r["last_seen"]) for r in rows] == [("w1", beat_at)]
+        finally:
+            await agent.close()
+
+
 async def test_labels_changed_by_a_heartbeat_are_stored_at_once(tmp_path):
     """New labels in a heartbeat (a mount added on the agent) are stored when heard, not an interval later."""
     async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
