@@ -302,6 +302,16 @@ async def test_stopping_the_server_closes_a_connected_workers_socket(tmp_path):
         await agent.close()
 
 
+async def _connected_and_heard(cp: Plane, agent: FakeAgent) -> float:
+    """Enroll and connect the agent, let 2 s pass, send a heartbeat: the control plane's time it was heard."""
+    await agent.enroll()
+    await agent.connect()
+    await cp.elapse(2)
+    beat_at = cp.clock.time()
+    await agent.heartbeat([])
+    return beat_at
+
+
 async def _stored_last_seen(cp: Plane, name: str) -> float | None:
     row = await cp.app[WORKERS].store.workers.get(name)  # type: ignore[index]
     return row["last_seen"] if row is not None else None
@@ -313,11 +323,7 @@ async def test_last_contact_shown_at_once_stored_within_an_interval_and_kept_acr
     async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
         agent = FakeAgent(cp)
         try:
-            await agent.enroll()
-            await agent.connect()
-            await cp.elapse(2)
-            beat_at = cp.clock.time()
-            await agent.heartbeat([])
+            beat_at = await _connected_and_heard(cp, agent)
             assert (await cp.worker("w1"))["last_seen"] == iso(beat_at)
             await cp.elapse(5)  # one heartbeat interval: the heartbeats heard are written
             await eventually(lambda: _is(_stored_last_seen(cp, "w1"), beat_at), "the heartbeat to be written")
@@ -335,11 +341,7 @@ async def test_last_contact_of_a_worker_gone_is_its_last_heartbeat(tmp_path):
     async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
         agent = FakeAgent(cp)
         try:
-            await agent.enroll()
-            await agent.connect()
-            await cp.elapse(2)
-            beat_at = cp.clock.time()
-            await agent.heartbeat([])
+            beat_at = await _connected_and_heard(cp, agent)
             await agent.drop()
 
             async def offline() -> dict | None:
@@ -359,11 +361,7 @@ async def test_a_last_contact_written_while_the_workers_are_read_is_not_lost(tmp
     async with _plane(tmp_path, CODEFYUI_WORKER_HEARTBEAT_S="5") as cp:
         agent = FakeAgent(cp)
         try:
-            await agent.enroll()
-            await agent.connect()
-            await cp.elapse(2)
-            beat_at = cp.clock.time()
-            await agent.heartbeat([])
+            beat_at = await _connected_and_heard(cp, agent)
             manager = cp.app[WORKERS]
             assert manager.unwritten_seen == {"w1": beat_at}
             store_rows = manager.store.workers.all
