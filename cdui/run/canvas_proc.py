@@ -34,6 +34,7 @@ import os
 import queue
 import random
 import signal
+import stat
 import sys
 import threading
 import time
@@ -59,6 +60,8 @@ STOP = "stop"
 RESET = "reset"
 ORPHAN_GRACE_S = 10.0
 HASH_CONTENT_MAX = 8 * 1024 * 1024  # files up to this size have their content in a key, not only size and mtime
+HASHED_KEPT = 256    # content hashes remembered per process, by the file's identity, size and times
+RACY_NS = 2_000_000_000  # ... only for a file last changed this long before it was hashed (see _content_hash)
 FOLDER_ENTRIES_MAX = 10000  # a folder param with more entries than this makes its node uncacheable
 WALK_DEPTH = 4
 
@@ -216,7 +219,7 @@ def _file_facts(path: Path) -> Any:
         st = path.stat()
     except OSError:
         return ["missing", str(path)]
-    if path.is_dir():
+    if stat.S_ISDIR(st.st_mode):
         listing: list[Any] = []
         for root, dirs, files in os.walk(path):
             dirs.sort()
@@ -233,17 +236,41 @@ def _file_facts(path: Path) -> Any:
     facts: list[Any] = ["file", str(path), st.st_size, st.st_mtime_ns]
     if st.st_size <= HASH_CONTENT_MAX:
         try:
-            facts.append(hashlib.sha256(path.read_bytes()).hexdigest())
+            facts.append(_content_hash(path, st))
         except OSError:
             return ["unreadable", str(path)]
     return facts
+
+
+_hashed: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+
+
+def _content_hash(path: Path, st: os.stat_result) -> str:
+    """The sha256 of a file's content, read again only when the file may have changed since it was last hashed
+    here (an app's serving process reads its weights' facts at every invoke; a canvas Run at every Run).
+
+    A file is known by its device, inode, size, modification and change times. Those alone could miss a rewrite
+    of the same size within one tick of the file system's clock, so a hash is remembered only for a file whose
+    times were already RACY_NS old when it was read (git's "racily clean" rule): any later write gives it newer
+    times."""
+    ident = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    got = _hashed.get(ident)
+    if got is not None:
+        return got
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+        _hashed[ident] = digest
+        while len(_hashed) > HASHED_KEPT:
+            _hashed.popitem(last=False)
+    return digest
 
 
 class RunCache:
     """One canvas run's view of its process's cache and kept weights (:class:`cdui.graph.executor.NodeCache`)."""
 
     def __init__(self, cache: ExecutionCache, weights: KeptWeights, persist: bool, layout: Layout,
-                 device: str, emit: Emit, code: dict[str, str] | None = None, serving: bool = False) -> None:
+                 device: str, emit: Emit, code: dict[str, str] | None = None, serving: bool = False,
+                 resolved: dict[tuple[str, str], Path] | None = None) -> None:
         self.cache = cache
         self.weights = weights
         self.persist = persist
@@ -254,6 +281,10 @@ class RunCache:
         # An app's serving process keeps no weights, so a key serves only to look up and store outputs: a node
         # the cache may not answer for (itself or an input not cacheable) needs none, and no file of its is read.
         self.serving = serving and not persist
+        # A serving process's version is frozen, and so are its path params and the folders they resolve in: each
+        # is resolved (symlinks followed, private folders refused) at its first invoke, and its file's facts read
+        # at every one. A canvas Run resolves them each time.
+        self._resolved = resolved if self.serving else None
         self._seen: set[int] = set()  # modules some node of this run has output
         self.built: list[tuple[str, str, str, Any]] = []  # (node, port, key, module) this run built
 
@@ -286,14 +317,19 @@ class RunCache:
             value = pn.params.get(p.name, p.when_absent())
             if not isinstance(value, str) or not value.strip():
                 continue
-            try:
-                if p.param_type in UPLOAD_FOLDERS:
-                    path = self.layout.resolve_upload(UPLOAD_FOLDERS[p.param_type], value)
-                else:
-                    path = self.layout.resolve(value)
-            except Exception as exc:  # noqa: BLE001 - the node will say why when it runs
-                facts.append([p.name, "unresolved", str(exc)])
-                continue
+            memo = (p.param_type, value)
+            path = self._resolved.get(memo) if self._resolved is not None else None
+            if path is None:
+                try:
+                    if p.param_type in UPLOAD_FOLDERS:
+                        path = self.layout.resolve_upload(UPLOAD_FOLDERS[p.param_type], value)
+                    else:
+                        path = self.layout.resolve(value)
+                except Exception as exc:  # noqa: BLE001 - the node will say why when it runs
+                    facts.append([p.name, "unresolved", str(exc)])
+                    continue
+                if self._resolved is not None:
+                    self._resolved[memo] = path
             f = _file_facts(path)
             if f is None:
                 return None, False
@@ -389,8 +425,9 @@ class RunCache:
 class _Maker:
     """Makes one run's :class:`RunCache` and remembers it (its weights are kept if the run succeeds)."""
 
-    def __init__(self, cache: ExecutionCache, weights: KeptWeights, code: dict[str, str]) -> None:
-        self.cache, self.weights, self.code = cache, weights, code
+    def __init__(self, cache: ExecutionCache, weights: KeptWeights, code: dict[str, str],
+                 resolved: dict[tuple[str, str], Path] | None = None) -> None:
+        self.cache, self.weights, self.code, self.resolved = cache, weights, code, resolved
         self.made: RunCache | None = None
 
     def __call__(self, job: Job, layout: Layout, device: str, emit: Emit) -> RunCache:
@@ -398,7 +435,7 @@ class _Maker:
         # a canvas Run reads them again, so that an edited custom node runs as edited.
         serving = bool(job.options.get(SERVING))
         self.made = RunCache(self.cache, self.weights, bool(job.options.get("persist_weights")), layout, device, emit,
-                             self.code if serving else None, serving)
+                             self.code if serving else None, serving, self.resolved)
         return self.made
 
 
@@ -444,6 +481,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
     cache = ExecutionCache(max_bytes)
     weights = KeptWeights()
     code: dict[str, str] = {}
+    resolved: dict[tuple[str, str], Path] = {}  # the served version's path params, resolved (RunCache.outside)
     torch = _torch()
     seed = torch.initial_seed() if torch is not None else None
     inbox: queue.Queue[str | None] = queue.Queue()
@@ -508,6 +546,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
             try:
                 version_id, version_job = served.parse_version(msg)
                 version = (version_id, version_job, serve_version(version_id, version_job))
+                resolved.clear()
             except served.ServedError as exc:
                 version = f"it could not read its version: {exc}"
             continue
@@ -522,7 +561,7 @@ def serve(first: str, emit: Emit, secrets: list[Any], run_job: RunJob, kill_own_
                                 f"{invoke.version_id!r}: {version}"})
                 continue
             stop = fresh(version[1], invoke=True)
-            result = version[2].run(invoke, stop, _Maker(cache, weights, code))
+            result = version[2].run(invoke, stop, _Maker(cache, weights, code, resolved))
             emit("result", result)
             secrets[:] = []
             continue
