@@ -12,10 +12,11 @@ GraphOutput ``class``) is saved, published as app ``iris`` and invoked with an A
 - **warm invoke p50 / p95**: ``--invokes`` back-to-back invokes of one client (goal p50 ≤ 15 ms);
 - **invokes/s with 32 clients**: 32 clients invoking back to back for ``--seconds`` (goal ≥ 500), the
   version allowed ``PROCESSES`` serving processes;
-- **warm invoke on a worker p50**: the app moved to a worker (``serve_on``; an agent on this machine that
-  counts as another one, so it fetches the version's weights over the transfer route), ``--invokes``
-  back-to-back invokes of one client, routed over the worker's connection (goal p50 ≤ 25 ms, and ≤ 1.5 ×
-  the control plane's own p50 of the same run);
+- **warm invoke on a worker p50**: the same graph published as a second app served on a worker
+  (``serve_on``; an agent on this machine that counts as another one, so it fetches the version's weights
+  over the transfer route), routed over the worker's connection: ``--invokes`` invokes of one client,
+  taking turns with as many of the first app on the control plane, so that both p50s of the ratio are
+  taken under the same load (goal p50 ≤ 25 ms, and ≤ 1.5 × the control plane's p50 of those turns);
 - the same graph behind ``POST /api/graph/run/iris`` (an ordinary run each, a process forked for
   each), p50 of ``--runs`` calls, for comparison.
 
@@ -148,20 +149,25 @@ def main() -> int:
             warm.append(ms)
         say(f"{CLIENTS} clients for {seconds:g} s")
         done, took = asyncio.run(clients(srv.port, key, seconds))
-        say("the app served on worker w2 (another machine id): its cold first invoke, then warm invokes")
+        say("the same graph as app iris-w served on worker w2 (another machine id): its cold first invoke, then "
+            "warm invokes taking turns with app iris on the control plane")
         agent = AgentProc(srv, "w2", {"CODEFYUI_MACHINE_ID": "bench-worker"}).start()
         try:
-            srv.call("PATCH", "/api/apps/iris", {"serve_on": "w2"})
-            worker_cold, status, out = caller.post("/api/apps/iris/invoke", body)
+            srv.call("POST", "/api/apps/iris-w/publish", {"graph": "iris", "create": True, "note": "bench"})
+            srv.call("PATCH", "/api/apps/iris-w", {"serve_on": "w2"})
+            worker_cold, status, out = caller.post("/api/apps/iris-w/invoke", body)
             check(status, out)
             if out.get("worker") != "w2" or out["outputs"]["class"] != got:
                 raise RuntimeError(f"the worker answered {out['outputs']} from {out.get('worker')}, not {got} from w2")
-            on_worker = []
+            on_worker, beside = [], []
             for _ in range(invokes):
-                ms, status, out = caller.post("/api/apps/iris/invoke", body)
+                ms, status, out = caller.post("/api/apps/iris-w/invoke", body)
                 check(status, out)
                 on_worker.append(ms)
-            srv.call("PATCH", "/api/apps/iris", {"serve_on": "local"})
+                ms, status, out = caller.post("/api/apps/iris/invoke", body)
+                check(status, out)
+                beside.append(ms)
+            srv.call("POST", "/api/apps/iris-w/unpublish", {})
         finally:
             agent.stop()
         say(f"the same graph behind /api/graph/run/iris, {runs} calls")
@@ -182,14 +188,16 @@ def main() -> int:
     p50 = pct(warm, 50)
     gr50 = pct(graph_run, 50)
     w50 = pct(on_worker, 50)
+    b50 = pct(beside, 50)
     figs = [Figure(B, "warm invoke of the iris MLP app, p50 (one client, keep-alive)", p50, "ms", 15,
                    note=f"predicted class {predicted}"),
             Figure(B, "warm invoke of the iris MLP app, p95", pct(warm, 95), "ms"),
             Figure(B, f"invokes/s with {CLIENTS} clients", done / took if took else None, "invokes/s", 500,
                    better="higher", note=f"{done} invokes in {took:.1f} s, CODEFYUI_APP_PROCESSES={PROCESSES}"),
             Figure(B, "warm invoke of the iris MLP app on a worker, p50 (one client, keep-alive)", w50, "ms", 25),
-            Figure(B, "warm invoke on a worker p50 / on the control plane p50", w50 / p50 if w50 and p50 else None,
-                   "x", 1.5),
+            Figure(B, "warm invoke on the control plane p50, taking turns with the worker's", b50, "ms"),
+            Figure(B, "warm invoke on a worker p50 / on the control plane p50", w50 / b50 if w50 and b50 else None,
+                   "x", 1.5, note="the invokes taking turns"),
             Figure(B, "cold first invoke on a worker (fetches the weights, starts the process)", worker_cold, "ms"),
             Figure(B, "cold first invoke (starts the serving process)", cold, "ms"),
             Figure(B, "cold first invoke / fresh `import torch`", cold / imp if imp else None, "x", 1.2,
