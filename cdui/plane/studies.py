@@ -19,6 +19,10 @@ twice. This side keeps no Optuna object, only each study's spec, its lock (one c
 that what the store holds and what the process holds agree) and the generation of the process it was loaded
 in.
 
+Asking ahead: a study keeps a trial asked and stored as a waiting variant for each slot of its parallelism,
+so that when trials end (instant ones end in bursts), the sweep service releases their successors at once,
+while the sampler is told the results and asks the next ones; the study still asks exactly n_trials trials.
+
 Pruning: the service watches each running trial's events; every value of the objective's metric with a
 step is reported to the trial, and when the pruner says so the trial is marked ``pruned``, told so, and
 its run stopped (the run ends as a stop ends it; its metrics so far are kept).
@@ -55,6 +59,7 @@ IMPORTANCE_COST_SHARE = 0.05  # fits of a watched study's importances take at mo
 MAX_LISTED = 500
 MAX_CURVE = 10_000          # intermediate values kept per trial
 EVENTS_PAGE = 2000
+ASK_AHEAD = 1               # trials asked and stored ahead per slot of parallelism, waiting for a free slot
 NOT_LOADED = -1             # a study's generation when its Optuna object must be (re)built before use
 
 
@@ -208,7 +213,8 @@ class StudyService:
 
     # -- asking and telling -------------------------------------------------------------------
     async def _advance(self, sweep_id: str) -> None:
-        """Ask the sampler for as many new trials as the study has room for, release them, watch them."""
+        """Ask the sampler for as many new trials as the study has room for (its parallelism, and as many
+        again waiting: :data:`ASK_AHEAD`), release them, watch them."""
         sweep = await self.store.sweeps.get(sweep_id)
         if sweep is None or sweep["state"] != "active":
             return
@@ -219,7 +225,7 @@ class StudyService:
                 if sweep is None or sweep["state"] != "active":
                     return
                 total, busy = await self.store.studies.pending(sweep_id)
-                room = min(live.spec.parallelism - busy, live.spec.n_trials - total)
+                room = min(live.spec.parallelism * (1 + ASK_AHEAD) - busy, live.spec.n_trials - total)
                 for _ in range(max(0, room)):
                     number, params = (await self._call(live, sampler_proc.ask)).result
                     idx = await self.store.studies.add_trial(sweep_id, params, live.spec.n_trials)
