@@ -118,10 +118,6 @@ class SamplerProcess:
         self._closed = False
         self.generation = 0
 
-    @property
-    def pid(self) -> int | None:
-        return self._child.proc.pid if self._child is not None else None
-
     async def call(self, fn: Callable[..., Timed[T]], *args: Any) -> tuple[Timed[T], int]:
         """``fn(*args)`` (one of :data:`CALLS`) in the child, and the generation it ran in. Raises
         :class:`SamplerDied` when the child ended before answering, :class:`SamplerClosed` once :meth:`close`
@@ -390,15 +386,8 @@ def importances(sweep_id: str) -> Timed[dict[str, float] | None]:
     return _timed(fn)
 
 
-def drop(sweep_id: str) -> Timed[None]:
-    """Forget a study (it is loaded again from the store if used again)."""
-    def fn() -> None:
-        _STUDIES.pop(sweep_id, None)
-    return _timed(fn)
-
-
 CALLS: dict[str, Callable[..., Timed[Any]]] = {
-    f.__name__: f for f in (check, load, ask, tell, report, importances, drop)}
+    f.__name__: f for f in (check, load, ask, tell, report, importances)}
 
 
 def _read_exact(stream: BinaryIO, size: int) -> bytes | None:
