@@ -13,8 +13,8 @@ the assigned graph (``(value - 1.3)^2``, minimum 0), then running and succeeded.
   times in turns and its least wall time is kept;
 - the time spent inside Optuna (asking, telling; ``sampler_s`` of ``GET /api/studies/{id}``), and the
   CPU time of it (``sampler_cpu_s``: without the waits for a core another process had), for
-  information: it runs in the sampler's own thread, off the event loop, so it is not all added to the wall
-  time. With instant runs this raw share says little: the faster the control plane's own work per trial,
+  information: it runs in the sampler's own process, beside the event loop, so it is not all added to the
+  wall time. With instant runs this raw share says little: the faster the control plane's own work per trial,
   the larger it gets;
 - the best value found (the function's minimum is 0).
 
@@ -151,9 +151,9 @@ def figures(trials: int, parallelism: int, n_agents: int, run_s: float, rounds: 
         Figure(B, f"the sampler's overhead: TPE's extra wall time, share of its wall time ({runs})", overhead, "%", 5,
                note=f"({tpe[0]:.2f} - {rnd[0]:.2f}) / {tpe[0]:.2f} s"),
         Figure(B, f"time inside Optuna, share of the wall time ({runs})", 100 * tpe[1] / tpe[0], "%",
-               note=f"{tpe[1]:.2f} s asking and telling, in the sampler's own thread (off the event loop)"),
+               note=f"{tpe[1]:.2f} s asking and telling, in the sampler's own process"),
         Figure(B, f"CPU time inside Optuna, share of the wall time ({runs})", 100 * tpe[5] / tpe[0], "%",
-               note=f"{tpe[5]:.2f} s of the sampler thread's CPU (the time inside less its waits for a core)"),
+               note=f"{tpe[5]:.2f} s of the sampler process's CPU (the time inside less its waits for a core)"),
         Figure(B, f"the best objective found (the minimum is 0; {runs})", tpe[2], "", note=tpe[3]),
     ]
 

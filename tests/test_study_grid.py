@@ -1,4 +1,4 @@
-"""A grid study rebuilt from its stored trials (cdui/plane/studies.py, #27): Optuna's grid sampler knows the
+"""A grid study rebuilt from its stored trials (cdui/plane/sampler_proc.py, #27): Optuna's grid sampler knows the
 points already visited by each trial's grid id, which a trial rebuilt from the store does not carry; the
 service rebuilds the sampler with the study's seed (trial N is the N-th point of its seeded order) and
 gives each rebuilt trial its point's id, so after a restart the remaining points are asked, none twice.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdui.plane.studies import StudyService
+from cdui.plane.sampler_proc import grid_attrs
 
 optuna = pytest.importorskip("optuna", reason="the studies extra (Optuna) is not installed")
 
@@ -23,7 +23,7 @@ def test_a_rebuilt_grid_study_asks_only_the_points_not_visited() -> None:
         state = optuna.trial.TrialState.COMPLETE if i == 0 else optuna.trial.TrialState.RUNNING
         again.add_trial(optuna.trial.create_trial(state=state, value=1.0 if i == 0 else None, params=p,
                                                   distributions=dists,
-                                                  system_attrs=StudyService._grid_attrs(again, p)))
+                                                  system_attrs=grid_attrs(again, p)))
     rest = [again.ask(dists).params for _ in range(2)]
     points = {tuple(sorted(p.items())) for p in asked + rest}
     assert len(points) == 6, (asked, rest)  # every point of the 3 x 2 grid once

@@ -6,71 +6,61 @@ and released into an ordinary run by the sweep service, which marks the variant 
 transaction that stores the run. So the control plane's own database is the study's storage, not a second
 Optuna database beside it: the trial-to-run link is written with the run, a kill -9 at any moment leaves
 each trial either waiting (released at the next start) or with its one run (adopted as any run is), and
-Optuna itself needs no SQLAlchemy database. Optuna's study lives in memory and is rebuilt from the stored
-trials when the control plane starts (or when a study is first read): their params, values, and the
-intermediate values their runs streamed, read back from the runs' metric events.
+Optuna itself needs no SQLAlchemy database.
+
+Optuna runs in one child process, not here (:mod:`cdui.plane.sampler_proc`): its asks, tells, pruning
+decisions and importance fits use that process's CPU and GIL, not the event loop's. The process is started
+at the first study use (never at start: the control plane starts, and sweeps work, without Optuna) and holds
+each study's Optuna object in memory, rebuilt from the stored trials (their params, values, and the
+intermediate values their runs streamed, read back from the runs' metric events) the first time a study is
+used in it. When that process dies, the next use starts a fresh one and rebuilds the study there: a trial the
+dead process asked but that was not stored yet is not there, every stored one is, so no trial is lost or run
+twice. This side keeps no Optuna object, only each study's spec, its lock (one call of a study at a time, so
+that what the store holds and what the process holds agree) and the generation of the process it was loaded
+in.
+
+Asking ahead: a study keeps a trial asked and stored as a waiting variant for each slot of its parallelism,
+so that when trials end (instant ones end in bursts), the sweep service releases their successors at once,
+while the sampler is told the results and asks the next ones; the study still asks exactly n_trials trials.
 
 Pruning: the service watches each running trial's events; every value of the objective's metric with a
 step is reported to the trial, and when the pruner says so the trial is marked ``pruned``, told so, and
 its run stopped (the run ends as a stop ends it; its metrics so far are kept).
-
-Optuna is imported only here, and only when a study is created or loaded: the control plane starts, and
-sweeps work, without it.
 """
 from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
 import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
 from cdui.core.errors import CduiError, NotFound
 from cdui.graph.params import ParamError, declared_of, set_param
+from cdui.plane import sampler_proc
 from cdui.plane.runs import RunService
+from cdui.plane.sampler_proc import SamplerProcess, StoredTrial, Timed
 from cdui.plane.sched.placement import FilePlan
 from cdui.plane.store import TERMINAL
 from cdui.plane.subscription import Subscription
 from cdui.plane.sweeps import MAX_NAME, SweepService
 from cdui.wire.runopts import parse_run_options
-from cdui.wire.studyspec import MAX_TRIALS, Dim, StudySpec, parse_study
+from cdui.wire.studyspec import MAX_TRIALS, StudySpec, parse_study
 from cdui.wire.target import Target
 
 log = logging.getLogger(__name__)
-INSTALL_HINT = "install it with `bin/cdui start --extras studies` (or pip install 'cdui[studies]'), then try again"
 MIN_IMPORTANCE = 4          # finished trials before param importances are computed
 IMPORTANCE_EVERY_S = 10.0   # at most this often while fewer than a tenth more trials finished
 IMPORTANCE_COST_SHARE = 0.05  # fits of a watched study's importances take at most this share of a core
 MAX_LISTED = 500
 MAX_CURVE = 10_000          # intermediate values kept per trial
 EVENTS_PAGE = 2000
-
-
-def load_optuna() -> Any:
-    """The optuna module, or :class:`CduiError` ``studies_unavailable`` naming the install command."""
-    try:
-        import optuna
-    except ImportError as exc:
-        raise CduiError("studies_unavailable", f"studies need Optuna, which this control plane's Python cannot "
-                        f"import ({exc}); sweeps work without it", hint=INSTALL_HINT, status=501) from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna
-
-
-def _distribution(optuna: Any, d: Dim) -> Any:
-    dist = optuna.distributions
-    if d.kind == "choice":
-        return dist.CategoricalDistribution(d.choices)
-    if d.kind == "int":
-        return dist.IntDistribution(int(d.low), int(d.high), step=int(d.step or 1))
-    return dist.FloatDistribution(d.low, d.high, step=d.step, log=d.log)
+ASK_AHEAD = 1               # trials asked and stored ahead per slot of parallelism, waiting for a free slot
+NOT_LOADED = -1             # a study's generation when its Optuna object must be (re)built before use
 
 
 def _spec_of(stored: dict[str, Any]) -> StudySpec:
@@ -81,16 +71,25 @@ def _spec_of(stored: dict[str, Any]) -> StudySpec:
                         "seed": s["seed"]})
 
 
-class _Live:
-    """A study's Optuna object, rebuilt from the stored trials."""
+def _unavailable(exc: sampler_proc.Unavailable) -> CduiError:
+    return CduiError(exc.code, exc.message, hint=exc.hint, status=501 if exc.code == "studies_unavailable" else 400)
 
-    def __init__(self, spec: StudySpec, study: Any, distributions: dict[str, Any]) -> None:
+
+def _stopping(exc: sampler_proc.SamplerClosed) -> CduiError:
+    return CduiError("stopping", str(exc), hint="try again once the control plane has started again", status=503)
+
+
+class _Live:
+    """What the control plane keeps of a study it has used: its spec, its lock, the generation of the sampler
+    process its Optuna object was built in, and its figures."""
+
+    def __init__(self, sweep_id: str, spec: StudySpec) -> None:
+        self.sweep_id = sweep_id
         self.spec = spec
-        self.study = study
-        self.distributions = distributions
-        self.lock = asyncio.Lock()
+        self.lock = asyncio.Lock()     # held around every call into the sampler and the store writes it decides
+        self.generation = NOT_LOADED
         self.sampler_s = 0.0       # time spent in the sampler and pruner (bench/studies.py reads it)
-        self.sampler_cpu_s = 0.0   # ... of it, the CPU time of the sampler's thread (not waiting for a core)
+        self.sampler_cpu_s = 0.0   # ... of it, the CPU time of the sampler's process (not waiting for a core)
         # (finished trials, when, importances, the fit's CPU seconds) of the last fit; whether one is running now
         self.importance: tuple[int, float, dict[str, float] | None, float] | None = None
         self.importance_busy = False
@@ -104,11 +103,7 @@ class StudyService:
         self._live: dict[str, _Live] = {}
         self._watch: dict[str, asyncio.Task[None]] = {}   # trial run id -> its metric watcher
         self._trial_of: dict[str, tuple[str, int]] = {}   # trial run id -> (study id, trial index)
-        # Optuna's asking and telling (a TPE ask is milliseconds of Python and numpy at a hundred trials) run in
-        # one thread of their own, not on the event loop: the API, dispatch and the other trials' events go on
-        # meanwhile. One thread: the calls of all studies take turns, so no Optuna object is used by two at once
-        # (each study's own calls are also ordered by its lock).
-        self._sampler_thread = ThreadPoolExecutor(1, thread_name_prefix="cdui-optuna")
+        self.sampler = SamplerProcess()  # started at the first call into it
 
     # -- the run listener -------------------------------------------------------------------
     async def on_terminal(self, run_id: str, status: str) -> None:
@@ -124,20 +119,17 @@ class StudyService:
             self.runs.spawn(self._trial_ended(trial[0], trial[1], run_id, status))
 
     async def before_dispatch(self) -> None:
-        """At start (after the sweep service brought its variants up to date): every active study is loaded
-        from its stored trials, asks for what it has room for, and watches its running trials."""
+        """At start (after the sweep service brought its variants up to date): every active study is known
+        here at once, and then, in the background, rebuilt in the sampler's process from its stored trials,
+        asks for what it has room for, and watches its running trials."""
         for sweep_id in await self.store.studies.active_ids():
-            try:
-                await self._load(sweep_id)
-            except CduiError as exc:  # Optuna gone since: the study waits, its runs go on as runs
-                log.warning("study %s not resumed: %s", sweep_id, exc)
-                continue
+            await self._live_of(sweep_id)
             self.runs.spawn(self._advance(sweep_id))
 
     async def on_shutdown(self) -> None:
         for task in self._watch.values():
             task.cancel()
-        self._sampler_thread.shutdown(wait=False, cancel_futures=True)
+        await self.sampler.close()
 
     async def check_target(self, target: Target, graph: Any, files: FilePlan) -> None:
         """Any target a run takes, a study takes."""
@@ -146,102 +138,64 @@ class StudyService:
         for sweep_id in list(self._live):
             self.runs.spawn(self._advance(sweep_id))
 
-    # -- Optuna's side ------------------------------------------------------------------------
-    async def _timed(self, live: _Live, fn: Callable[[], Any]) -> Any:
-        """``fn`` (a call into Optuna) in the sampler's thread; its time is counted in ``sampler_s``."""
-        def timed() -> Any:
-            t, cpu = time.perf_counter(), time.thread_time()
-            try:
-                return fn()
-            finally:
-                live.sampler_s += time.perf_counter() - t  # only this thread adds to them
-                live.sampler_cpu_s += time.thread_time() - cpu
-        return await asyncio.get_running_loop().run_in_executor(self._sampler_thread, timed)
-
-    async def _load(self, sweep_id: str) -> _Live:
-        """The study's Optuna object, rebuilt from its stored trials the first time."""
+    # -- the sampler's side -------------------------------------------------------------------
+    async def _live_of(self, sweep_id: str) -> _Live:
+        """The study's state here (read from the store the first time; nothing is built in the sampler yet)."""
         live = self._live.get(sweep_id)
         if live is not None:
             return live
         sweep = await self.store.sweeps.get(sweep_id)
         if sweep is None or sweep["kind"] != "study":
             raise NotFound("study", sweep_id, hint="list studies with GET /api/studies")
-        optuna = load_optuna()
-        spec = _spec_of(sweep["spec"])
-        rows = await self.store.sweeps.variants(sweep_id)
-        marks = await self.store.studies.marks(sweep_id)
-        curves = {r["idx"]: await self._curve(r["run_id"], spec.objective["metric"])
-                  for r in rows if r["has_run"] and r["status"] in TERMINAL}
-        live = self._live.get(sweep_id)  # another load finished while this one read
-        if live is not None:
-            return live
-        distributions = {d.key: _distribution(optuna, d) for d in spec.dims}
-        # A rebuilt sampler continues from a seed of its own (the seed and the trials so far): the first
-        # seed again would draw the first trials' params again. Not the grid sampler: it gives trial N the
-        # N-th point of its seeded order, so it needs the first order back (each rebuilt trial is then
-        # matched to its point, see _grid_attrs).
-        grid = spec.sampler["name"] == "grid"
-        study = optuna.create_study(direction="minimize" if spec.objective["goal"] == "min" else "maximize",
-                                    sampler=self._sampler(optuna, spec, spec.seed + (0 if grid else len(rows))),
-                                    pruner=self._pruner(optuna, spec))
-        T = optuna.trial.TrialState
+        return self._live.setdefault(sweep_id, _Live(sweep_id, _spec_of(sweep["spec"])))
+
+    async def _call(self, live: _Live, fn: Any, *args: Any, counted: bool = True) -> Timed[Any]:
+        """``fn(study id, *args)`` in the sampler's process, with ``live.lock`` held; the study is built there
+        from its stored trials first when that process has not got it (its first use, or a process started
+        after the last one died). A process that dies during the call is replaced and the call made again in
+        the new one, once. Its time is added to the study's ``sampler_s`` unless not ``counted``."""
+        assert live.lock.locked()
+        for attempt in (1, 2):
+            try:
+                if live.generation != self.sampler.generation:
+                    await self._build(live)
+                # A process started after the one the study was built in (that one died) raises NotLoaded.
+                timed, _ = await self.sampler.call(fn, live.sweep_id, *args)
+            except (sampler_proc.SamplerDied, sampler_proc.NotLoaded) as exc:
+                live.generation = NOT_LOADED
+                if attempt == 2:
+                    raise CduiError("sampler_lost", f"study {live.sweep_id}: the sampler's process was lost twice "
+                                    f"in one call ({type(exc).__name__})", status=503,
+                                    hint="the next trial's ending or a restart of the control plane tries again; "
+                                         "see the control plane's log for why the process died") from None
+                continue
+            except sampler_proc.Unavailable as exc:
+                raise _unavailable(exc) from None
+            except sampler_proc.SamplerClosed as exc:
+                raise _stopping(exc) from None
+            if counted:
+                live.sampler_s += timed.wall_s
+                live.sampler_cpu_s += timed.cpu_s
+            return timed
+        raise AssertionError("unreachable")
+
+    async def _build(self, live: _Live) -> None:
+        """Build the study's Optuna object in the sampler's process from its stored trials."""
+        spec = live.spec
+        rows = await self.store.sweeps.variants(live.sweep_id)
+        marks = await self.store.studies.marks(live.sweep_id)
+        trials = []
         for r in rows:
-            params = {k: r["params"][k] for k in distributions if k in r["params"]}
             value = (r["metrics"] or {}).get(spec.objective["metric"])
-            curve = curves.get(r["idx"], {})
-            if r["status"] not in TERMINAL:
-                state, value = T.RUNNING, None
-            elif marks.get(r["idx"]) == "pruned":
-                state, value = T.PRUNED, None
-            elif r["status"] == "succeeded" and isinstance(value, (int, float)) and math.isfinite(value):
-                state = T.COMPLETE
-            else:
-                state, value = T.FAIL, None
-            attrs = self._grid_attrs(study, params) if grid else {}
-            study.add_trial(optuna.trial.create_trial(
-                state=state, value=value, params=params, distributions=distributions,
-                intermediate_values=curve, system_attrs=attrs))
-        live = _Live(spec, study, distributions)
-        self._live[sweep_id] = live
-        return live
-
-    def _sampler(self, optuna: Any, spec: StudySpec, seed: int) -> Any:
-        s = spec.sampler
-        startup = s.get("startup_trials")
-        if s["name"] == "random":
-            return optuna.samplers.RandomSampler(seed=seed)
-        if s["name"] == "grid":
-            return optuna.samplers.GridSampler({d.key: list(d.choices) for d in spec.dims}, seed=seed)
-        if s["name"] == "cmaes":
-            if importlib.util.find_spec("cmaes") is None:
-                raise CduiError("sampler_unavailable", "the cmaes sampler needs the cmaes package, which this "
-                                "control plane's Python cannot import", hint="pip install cmaes into the control "
-                                "plane's .venv, or use \"sampler\": \"tpe\"")
-            return optuna.samplers.CmaEsSampler(seed=seed, **({"n_startup_trials": startup} if startup else {}))
-        return optuna.samplers.TPESampler(seed=seed, **({"n_startup_trials": startup} if startup is not None else {}))
-
-    def _pruner(self, optuna: Any, spec: StudySpec) -> Any:
-        p = spec.pruner
-        if p["name"] == "median":
-            return optuna.pruners.MedianPruner(n_startup_trials=p.get("startup_trials", 5),
-                                               n_warmup_steps=p.get("warmup_steps", 0))
-        if p["name"] == "successive_halving":
-            return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, p.get("warmup_steps", 0)) if
-                                                          "warmup_steps" in p else "auto")
-        return optuna.pruners.NopPruner()
-
-    @staticmethod
-    def _grid_attrs(study: Any, params: dict[str, Any]) -> dict[str, Any]:
-        """The grid sampler finds the points already visited by each trial's grid id: a rebuilt trial gets its own."""
-        sampler = study.sampler
-        names, grids = getattr(sampler, "_param_names", None), getattr(sampler, "_all_grids", None)
-        if names is None or grids is None:
-            return {}
-        point = tuple(params.get(n) for n in names)
-        for i, g in enumerate(grids):
-            if tuple(g) == point:
-                return {"grid_id": i, "search_space": getattr(sampler, "_search_space", {})}
-        return {}
+            ended = r["has_run"] and r["status"] in TERMINAL
+            curve = await self._curve(r["run_id"], spec.objective["metric"]) if ended else {}
+            trials.append(StoredTrial(_trial_state(r["status"], marks.get(r["idx"]), value),
+                                      float(value) if isinstance(value, (int, float)) else None,
+                                      dict(r["params"]), curve))
+        timed, generation = await self.sampler.call(sampler_proc.load, live.sweep_id, spec, trials)
+        live.sampler_s += timed.wall_s
+        live.sampler_cpu_s += timed.cpu_s
+        live.generation = generation
 
     async def _curve(self, run_id: str, metric: str) -> dict[int, float]:
         """The intermediate values a run streamed for ``metric``: step -> its last value."""
@@ -259,37 +213,33 @@ class StudyService:
 
     # -- asking and telling -------------------------------------------------------------------
     async def _advance(self, sweep_id: str) -> None:
-        """Ask the sampler for as many new trials as the study has room for, release them, watch them."""
+        """Ask the sampler for as many new trials as the study has room for (its parallelism, and as many
+        again waiting: :data:`ASK_AHEAD`), release them, watch them."""
         sweep = await self.store.sweeps.get(sweep_id)
         if sweep is None or sweep["state"] != "active":
             return
+        live = await self._live_of(sweep_id)
         try:
-            live = await self._load(sweep_id)
-        except CduiError as exc:
-            log.warning("study %s: no trial asked: %s", sweep_id, exc)
-            return
-        async with live.lock:
-            sweep = await self.store.sweeps.get(sweep_id)  # a stop may have come while it was loaded
-            if sweep is None or sweep["state"] != "active":
-                return
-            if self._live.get(sweep_id) is not live:  # rebuilt meanwhile: ask with the rebuilt one
-                self.runs.spawn(self._advance(sweep_id))
-                return
-            total, busy = await self.store.studies.pending(sweep_id)
-            room = min(live.spec.parallelism - busy, live.spec.n_trials - total)
-            for _ in range(max(0, room)):
-                trial = await self._timed(live, lambda: live.study.ask(live.distributions))
-                idx = await self.store.studies.add_trial(sweep_id, dict(trial.params), live.spec.n_trials)
-                if idx != trial.number:
-                    # Not stored (the study was stopped meanwhile), or numbered unlike the stored trials: this
-                    # in-memory study no longer matches the store, so it is rebuilt from the store when next needed.
-                    number, fail = trial.number, load_optuna().trial.TrialState.FAIL
-                    await self._timed(live, lambda: live.study.tell(number, state=fail))  # noqa: B023 (called at once)
-                    self._live.pop(sweep_id, None)
-                    if idx is None:
+            async with live.lock:
+                sweep = await self.store.sweeps.get(sweep_id)  # a stop may have come while it waited
+                if sweep is None or sweep["state"] != "active":
+                    return
+                total, busy = await self.store.studies.pending(sweep_id)
+                room = min(live.spec.parallelism * (1 + ASK_AHEAD) - busy, live.spec.n_trials - total)
+                for _ in range(max(0, room)):
+                    number, params = (await self._call(live, sampler_proc.ask)).result
+                    idx = await self.store.studies.add_trial(sweep_id, params, live.spec.n_trials)
+                    if idx != number:
+                        # Not stored (the study was stopped meanwhile), or numbered unlike the stored trials: the
+                        # sampler's study no longer matches the store, so it is rebuilt from the store at its next use.
+                        live.generation = NOT_LOADED
+                        if idx is not None:
+                            log.warning("study %s: trial %d stored as %s; rebuilding it", sweep_id, number, idx)
                         break
-                    log.warning("study %s: trial %d stored as %s; reloading", sweep_id, trial.number, idx)
-                    break
+        except CduiError as exc:
+            log.log(logging.INFO if exc.code == "stopping" else logging.WARNING, "study %s: no trial asked: %s",
+                    sweep_id, exc)
+            return
         await self.sweeps.release(sweep_id)
         await self._watch_new(sweep_id)
 
@@ -303,20 +253,20 @@ class StudyService:
         """Report each value of the objective's metric to the trial; prune it when the pruner says so."""
         q: Subscription = self.runs.subscribe(run_id)
         try:
-            live = await self._load(sweep_id)
+            live = await self._live_of(sweep_id)
             metric = live.spec.objective["metric"]
             if live.spec.pruner["name"] == "none":
                 return
             # What it streamed before this watcher came (an adopted run, or a fast one): from the store.
             for step, value in (await self._curve(run_id, metric)).items():
-                if await self._report(sweep_id, idx, run_id, step, value):
+                if await self._report(live, idx, run_id, step, value):
                     return
             while True:
                 ev = await q.get()
                 if ev.get("kind") == "status" and (ev.get("data") or {}).get("status") in TERMINAL:
                     return
                 point = _point(ev, metric)
-                if point is not None and await self._report(sweep_id, idx, run_id, *point):
+                if point is not None and await self._report(live, idx, run_id, *point):
                     return
         except asyncio.CancelledError:
             pass
@@ -325,32 +275,18 @@ class StudyService:
         finally:
             self.runs.unsubscribe(run_id, q)
 
-    async def _report(self, sweep_id: str, idx: int, run_id: str, step: int, value: float) -> bool:
+    async def _report(self, live: _Live, idx: int, run_id: str, step: int, value: float) -> bool:
         """Report one intermediate value; True when the trial was pruned (its run is being stopped)."""
-        optuna = load_optuna()
-        live = await self._load(sweep_id)  # the study as loaded now (it is rebuilt when it no longer matched the store)
         async with live.lock:
-            if self._live.get(sweep_id) is not live:
-                return False
-            trials = live.study.get_trials(deepcopy=False)
-            frozen = trials[idx] if idx < len(trials) else None
-            if frozen is None or frozen.state != optuna.trial.TrialState.RUNNING:
-                return frozen is not None and frozen.state == optuna.trial.TrialState.PRUNED
-            trial = optuna.trial.Trial(live.study, frozen._trial_id)
-            reported = step in frozen.intermediate_values
-
-            def decide() -> bool:
-                if not reported:
-                    trial.report(value, step)
-                return bool(trial.should_prune())
-            if not await self._timed(live, decide):
-                return False
+            decision = (await self._call(live, sampler_proc.report, idx, step, value)).result
+            if decision != "prune":
+                return decision == "pruned"
             if await self.store.sweeps.run_status(run_id) in TERMINAL:
                 return False  # it ended meanwhile: its ending tells the study how it went
-            await self.store.studies.mark(sweep_id, idx, "pruned")
-            await self._timed(live, lambda: live.study.tell(idx, state=optuna.trial.TrialState.PRUNED))
+            await self.store.studies.mark(live.sweep_id, idx, "pruned")
+            await self._call(live, sampler_proc.tell, idx, None, "pruned")
         await self.runs.record_cp(run_id, "log", {"level": "info", "message": (
-            f"trial {idx} of study {sweep_id} pruned at step {step} ({live.spec.objective['metric']}={value:g}): "
+            f"trial {idx} of study {live.sweep_id} pruned at step {step} ({live.spec.objective['metric']}={value:g}): "
             "its run is stopped, its metrics so far are kept")})
         try:
             await self.runs.stop(run_id)
@@ -360,27 +296,23 @@ class StudyService:
 
     async def _trial_ended(self, sweep_id: str, idx: int, run_id: str, status: str) -> None:
         try:
-            live = await self._load(sweep_id)
-        except CduiError as exc:
-            log.warning("study %s: trial %d ended but the study cannot go on: %s", sweep_id, idx, exc)
+            live = await self._live_of(sweep_id)
+            metrics = await self.sweeps.final_metrics(run_id) or {}
+            value = metrics.get(live.spec.objective["metric"])
+            ok = status == "succeeded" and isinstance(value, (int, float)) and _finite(value)
+            told = float(value) if ok and value is not None else None
+            async with live.lock:
+                await self._call(live, sampler_proc.tell, idx, told, "complete" if told is not None else "fail")
+        except CduiError as exc:  # stopping: the next start rebuilds the study with this trial's ending
+            log.log(logging.INFO if exc.code == "stopping" else logging.WARNING,
+                    "study %s: trial %d ended but the study cannot go on: %s", sweep_id, idx, exc)
             return
-        optuna = load_optuna()
-        metrics = await self.sweeps.final_metrics(run_id) or {}
-        value = metrics.get(live.spec.objective["metric"])
-        T = optuna.trial.TrialState
-        async with live.lock:
-            trials = live.study.get_trials(deepcopy=False)
-            if self._live.get(sweep_id) is live and idx < len(trials) and trials[idx].state == T.RUNNING:
-                if status == "succeeded" and isinstance(value, (int, float)) and math.isfinite(value):
-                    await self._timed(live, lambda: live.study.tell(idx, float(value)))
-                else:
-                    await self._timed(live, lambda: live.study.tell(idx, state=T.FAIL))
         await self._advance(sweep_id)
 
     # -- the API ------------------------------------------------------------------------------
     async def create(self, body: Any) -> dict[str, Any]:
         spec = parse_study(body)
-        optuna = load_optuna()
+        await self._check_sampler(spec)
         if self.store.full:
             err = self.store.disk_full_error()
             raise CduiError("disk_full", f"study refused: {err.message}", hint=err.hint, status=507)
@@ -390,16 +322,30 @@ class StudyService:
         graph: dict[str, Any] = body["graph"]
         options = body.get("options") or {}
         parse_run_options(options)
-        self._sampler(optuna, spec, spec.seed)  # a sampler missing its package is refused now
         await self._check(graph, options, spec)
         sweep_id = uuid.uuid4().hex[:12]
         if not name and isinstance(graph.get("name"), str):
             name = graph["name"][:MAX_NAME]
         await self.store.sweeps.create(sweep_id, "study", name or None, spec.to_json(), options, graph,
                                        spec.parallelism, [], self.runs.clock.time())
-        await self._load(sweep_id)
         await self._advance(sweep_id)
         return await self.get(sweep_id)
+
+    async def _check_sampler(self, spec: StudySpec) -> None:
+        """Optuna and the spec's sampler can be had in the sampler's process (started now if it is not yet),
+        or the error naming what to install."""
+        for attempt in (1, 2):
+            try:
+                await self.sampler.call(sampler_proc.check, spec)
+                return
+            except sampler_proc.Unavailable as exc:
+                raise _unavailable(exc) from None
+            except sampler_proc.SamplerClosed as exc:
+                raise _stopping(exc) from None
+            except sampler_proc.SamplerDied:
+                if attempt == 2:
+                    raise CduiError("sampler_lost", "the studies' sampler process died twice while starting",
+                                    status=503, hint="see the control plane's log for why, then try again") from None
 
     async def _check(self, graph: dict[str, Any], options: Any, spec: StudySpec) -> None:
         """Every axis names a param of the graph, and the graph passes a submit's checks at each axis's
@@ -477,8 +423,8 @@ class StudyService:
                     "counts": {**out["counts"], "pruned": sum(1 for m in marks.values() if m == "pruned")},
                     "importances": await self._importances(sweep_id, len(history))})
         live = self._live.get(sweep_id)
-        # Seconds this control plane spent in Optuna's sampler and pruner for it since it was loaded
-        # (bench/studies.py compares them with the study's wall time).
+        # Seconds the sampler's process spent in Optuna's sampler and pruner for it since this control plane
+        # started (bench/studies.py compares them with the study's wall time).
         out["sampler_s"] = round(live.sampler_s, 4) if live is not None else None
         out["sampler_cpu_s"] = round(live.sampler_cpu_s, 4) if live is not None else None
         return out
@@ -487,38 +433,31 @@ class StudyService:
         if finished < MIN_IMPORTANCE:
             return None
         try:
-            live = await self._load(sweep_id)
+            live = await self._live_of(sweep_id)
         except CduiError:
             return None
-        if len(live.distributions) == 1:
+        if len(live.spec.dims) == 1:
             # fANOVA's shares add up to 1: a study of one param gives it all, with no forest to fit.
-            return {next(iter(live.distributions)): 1.0}
-        # fANOVA fits a forest (about half a second of the control plane's CPU at 100 trials of one param, more
+            return {live.spec.dims[0].key: 1.0}
+        # fANOVA fits a forest (about half a second of the sampler process's CPU at 100 trials of one param, more
         # with more): a page polling a busy study gets the last answer until a tenth more trials finished or some
         # seconds passed, and never sooner than IMPORTANCE_COST_SHARE allows after the last fit took its time, so
-        # that the fits of a study being watched take at most that share of a core from the trials themselves.
-        # One fit at a time per study; readers meanwhile get the last answer.
+        # that the fits of a study being watched take at most that share of a core from the trials themselves
+        # (and hold up the sampler's asks no longer). One fit at a time per study; readers meanwhile get the last
+        # answer.
         if not fit_due(live.importance, live.importance_busy, finished, time.monotonic()):
             return live.importance[2] if live.importance is not None else None
-        optuna = load_optuna()
-        study = live.study
-
-        def compute() -> tuple[dict[str, float] | None, float]:
-            t = time.thread_time()
-            try:
-                # fANOVA with a fixed seed: the same trials give the same answer at every read
-                evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-                got = optuna.importance.get_param_importances(study, evaluator=evaluator)
-            except (ValueError, RuntimeError):  # e.g. every finished trial has the same params
-                return None, time.thread_time() - t
-            return {k: round(float(v), 6) for k, v in got.items()}, time.thread_time() - t
         live.importance_busy = True
         try:
-            result, cost = await asyncio.to_thread(compute)
+            async with live.lock:
+                timed = await self._call(live, sampler_proc.importances, counted=False)
+        except CduiError as exc:
+            log.warning("study %s: no importances: %s", sweep_id, exc)
+            return None
         finally:
             live.importance_busy = False
-        live.importance = (finished, time.monotonic(), result, cost)
-        return result
+        live.importance = (finished, time.monotonic(), timed.result, timed.cpu_s)
+        return timed.result
 
     async def list(self, limit: int = 100) -> dict[str, Any]:
         ids = await self.store.studies.listing(max(1, min(limit, MAX_LISTED)))
@@ -580,6 +519,20 @@ def _point(ev: dict[str, Any], metric: str) -> tuple[int, float] | None:
     return step, float(value)
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _trial_state(status: str, mark: str | None, value: Any) -> str:
+    """A stored trial's state for the sampler (:data:`sampler_proc.STATES`), from its variant's status, its mark
+    and its objective's last value."""
+    if status not in TERMINAL:
+        return "running"
+    if mark == "pruned":
+        return "pruned"
+    return "complete" if status == "succeeded" and _finite(value) else "fail"
+
+
 def _state(v: dict[str, Any]) -> str:
     """A trial's state as Optuna names it (running, complete, pruned, fail), or waiting."""
     if v["pruned"]:
@@ -593,5 +546,5 @@ def _state(v: dict[str, Any]) -> str:
     return "fail"
 
 
-__all__ = ["MAX_TRIALS", "StudyService", "load_optuna"]
+__all__ = ["MAX_TRIALS", "StudyService"]
 STUDIES: web.AppKey[StudyService] = web.AppKey("studies")
