@@ -21,7 +21,7 @@ the assigned graph (``(value - 1.3)^2``, minimum 0), then running and succeeded.
 Once with runs answered at once (the study's wall time is then the control plane's own work per trial,
 dispatch and recording), and once with runs of 0.1 s, still far shorter than any training run a study is for.
 
-    .venv/bin/python bench/studies.py [--trials 100] [--parallelism 4] [--agents 4] [--rounds 2]
+    .venv/bin/python bench/studies.py [--trials 100] [--parallelism 4] [--agents 4] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def main() -> int:
     p.add_argument("--agents", type=int, default=4)
     p.add_argument("--run-s", type=float, action="append", default=None,
                    help="how long each simulated run takes (repeat for more studies; default: 0 and 0.1)")
-    p.add_argument("--rounds", type=int, default=2,
+    p.add_argument("--rounds", type=int, default=3,
                    help="studies of each sampler (TPE, random) in turns; the least wall time of each is kept")
     a = p.parse_args()
     if a.smoke:

@@ -19,9 +19,11 @@ twice. This side keeps no Optuna object, only each study's spec, its lock (one c
 that what the store holds and what the process holds agree) and the generation of the process it was loaded
 in.
 
-Asking ahead: a study keeps a trial asked and stored as a waiting variant for each slot of its parallelism,
-so that when trials end (instant ones end in bursts), the sweep service releases their successors at once,
-while the sampler is told the results and asks the next ones; the study still asks exactly n_trials trials.
+Asking ahead: while a study's recent trials are short (under AHEAD_BELOW_S, where the sampler's milliseconds
+per trial would show in its wall time), it keeps a trial asked and stored as a waiting variant for each slot of
+its parallelism, so that when trials end (instant ones end in bursts), the sweep service releases their
+successors at once, while the sampler is told the results and asks the next ones. Longer trials are asked
+when a slot frees, with every result known then. The study still asks exactly n_trials trials.
 
 Pruning: the service watches each running trial's events; every value of the objective's metric with a
 step is reported to the trial, and when the pruner says so the trial is marked ``pruned``, told so, and
@@ -30,9 +32,11 @@ its run stopped (the run ends as a stop ends it; its metrics so far are kept).
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import logging
 import math
+import statistics
 import time
 import uuid
 from typing import Any
@@ -59,7 +63,8 @@ IMPORTANCE_COST_SHARE = 0.05  # fits of a watched study's importances take at mo
 MAX_LISTED = 500
 MAX_CURVE = 10_000          # intermediate values kept per trial
 EVENTS_PAGE = 2000
-ASK_AHEAD = 1               # trials asked and stored ahead per slot of parallelism, waiting for a free slot
+ASK_AHEAD = 1               # trials asked and stored ahead per slot of parallelism, waiting for a free slot ...
+AHEAD_BELOW_S = 1.0         # ... while the study's recent trials took less than this (release to end, median)
 NOT_LOADED = -1             # a study's generation when its Optuna object must be (re)built before use
 
 
@@ -93,6 +98,15 @@ class _Live:
         # (finished trials, when, importances, the fit's CPU seconds) of the last fit; whether one is running now
         self.importance: tuple[int, float, dict[str, float] | None, float] | None = None
         self.importance_busy = False
+        self.recent_s: collections.deque[float] = collections.deque(maxlen=8)  # its last trials' durations
+
+    def ahead(self) -> int:
+        """Trials to ask ahead per slot: only while its trials are short, where the sampler's milliseconds per
+        trial would show in the study's wall time. A study of longer trials asks each one with every result
+        known that can be (those of the trials still running aside)."""
+        if not self.recent_s or statistics.median(self.recent_s) >= AHEAD_BELOW_S:
+            return 0
+        return ASK_AHEAD
 
 
 class StudyService:
@@ -103,6 +117,7 @@ class StudyService:
         self._live: dict[str, _Live] = {}
         self._watch: dict[str, asyncio.Task[None]] = {}   # trial run id -> its metric watcher
         self._trial_of: dict[str, tuple[str, int]] = {}   # trial run id -> (study id, trial index)
+        self._released_at: dict[str, float] = {}          # trial run id -> when it was seen released (monotonic)
         self.sampler = SamplerProcess()  # started at the first call into it
 
     # -- the run listener -------------------------------------------------------------------
@@ -111,6 +126,9 @@ class StudyService:
         if task is not None:
             task.cancel()
         trial = self._trial_of.pop(run_id, None)
+        released = self._released_at.pop(run_id, None)
+        if trial is not None and released is not None and trial[0] in self._live:
+            self._live[trial[0]].recent_s.append(time.monotonic() - released)
         if trial is None and self._live:
             # Every trial's run is known here from its release on (_watch_new); the store is asked only while a
             # study is loaded, so that a run ending elsewhere costs no read, and a trial missed would not stall it.
@@ -213,8 +231,8 @@ class StudyService:
 
     # -- asking and telling -------------------------------------------------------------------
     async def _advance(self, sweep_id: str) -> None:
-        """Ask the sampler for as many new trials as the study has room for (its parallelism, and as many
-        again waiting: :data:`ASK_AHEAD`), release them, watch them."""
+        """Ask the sampler for as many new trials as the study has room for (its parallelism, and while its
+        trials are short as many again waiting: :meth:`_Live.ahead`), release them, watch them."""
         sweep = await self.store.sweeps.get(sweep_id)
         if sweep is None or sweep["state"] != "active":
             return
@@ -225,7 +243,7 @@ class StudyService:
                 if sweep is None or sweep["state"] != "active":
                     return
                 total, busy = await self.store.studies.pending(sweep_id)
-                room = min(live.spec.parallelism * (1 + ASK_AHEAD) - busy, live.spec.n_trials - total)
+                room = min(live.spec.parallelism * (1 + live.ahead()) - busy, live.spec.n_trials - total)
                 for _ in range(max(0, room)):
                     number, params = (await self._call(live, sampler_proc.ask)).result
                     idx = await self.store.studies.add_trial(sweep_id, params, live.spec.n_trials)
@@ -247,6 +265,7 @@ class StudyService:
         for idx, run_id, status in await self.store.studies.trial_runs(sweep_id):
             if status not in TERMINAL and run_id not in self._watch:
                 self._trial_of[run_id] = (sweep_id, idx)
+                self._released_at.setdefault(run_id, time.monotonic())
                 self._watch[run_id] = self.runs.spawn(self._watch_run(sweep_id, idx, run_id))
 
     async def _watch_run(self, sweep_id: str, idx: int, run_id: str) -> None:
