@@ -62,6 +62,35 @@ def test_one_agent_per_control_plane_and_folder(tmp_path: Path) -> None:
         two.release()
 
 
+def test_the_holders_pid_is_named_even_when_it_is_written_just_after_the_lock(tmp_path: Path) -> None:
+    # An agent takes the lock, then writes its pid: one started in that moment found the file empty
+    # (or holding a dead agent's pid) and named no pid. It now reads again until the pid shows.
+    import fcntl
+    import threading
+
+    base = tmp_path / "spool"
+    base.mkdir()
+    path = base / f"{credential_key(CP1)}.lock"
+    path.write_text("999999999\n")  # a dead agent's pid: never named
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def write_pid() -> None:
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.ftruncate(fd, len(f"{os.getpid()}\n"))
+
+    timer = threading.Timer(0.3, write_pid)
+    timer.start()
+    try:
+        with pytest.raises(CduiError) as err:
+            SpoolLock.take(tmp_path, credential_key(CP1), "worker w1 of " + CP1)
+        assert err.value.message == (f"another agent (pid {os.getpid()}) already runs for worker w1 of {CP1} "
+                                     f"from {tmp_path}")
+    finally:
+        timer.join()
+        os.close(fd)
+
+
 def test_an_older_agents_runs_move_in_only_when_the_folder_has_one_credential(tmp_path: Path, caplog) -> None:
     """Before spools were per control plane, runs lay right under spool/. Whose they are is certain
     only when the folder holds a single credential."""

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from bisect import bisect_right
 from operator import itemgetter
 from pathlib import Path
@@ -155,6 +156,30 @@ def live_run_ids(user_data: Path) -> set[str]:
     return ids
 
 
+def _holder_pid(fd: int, wait_s: float = 2.0) -> str:
+    """The pid the holder of the lock on ``fd`` wrote, or "" if none shows within ``wait_s``: an
+    agent that has just taken the lock writes its pid a moment later, so an empty or dead pid is
+    read again for a while."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if other.isdigit() and _alive(int(other)):
+            return other
+        if time.monotonic() >= deadline:
+            return ""
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, but another user's
+    return True
+
+
 class SpoolLock:
     """One agent's hold on its credential's spool in a shared user data folder."""
 
@@ -175,7 +200,7 @@ class SpoolLock:
         try:
             lock(fd, f"the spool of {holder}")
         except BlockingIOError:
-            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            other = _holder_pid(fd)
             os.close(fd)
             raise CduiError("agent_running", f"another agent{f' (pid {other})' if other.isdigit() else ''} "
                                              f"already runs for {holder} from {user_data}",
@@ -184,8 +209,10 @@ class SpoolLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        # Write first, then cut: the file never reads empty once a holder has written it.
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
         held = cls(user_data, key, fd)
         held.root.mkdir(mode=0o700, exist_ok=True)
         held._adopt_legacy(sole_credential)
