@@ -8,6 +8,9 @@
   ``run_event_chunks`` (cdui/plane/store/event_chunks.py), the rows' bodies made beforehand;
 - sha256 on one core (hashlib, 1 MiB pieces), in GB/s (10^9 bytes) per second of the thread's CPU time, so
   that a busy machine does not make the core look slower than it is;
+- writing a new file into the page cache (256 KiB pieces, not synced), in GB/s per second of the thread's
+  CPU time: with sha256, what a file received over the network costs the receiver (an agent's download,
+  the control plane's upload) beside reading the socket;
 - a loopback TCP round trip (one byte each way, Nagle off, the echo in another process), p50;
 - Nomad's published 3,750 placements/s, the peer scheduler's figure: a constant, not measured.
 
@@ -125,6 +128,19 @@ def sha256_gb_per_s(mib: int) -> float:
     return (mib << 20) / (time.thread_time() - t0) / 1e9
 
 
+def page_cache_write_gb_per_s(mib: int, folder: str | None = None) -> float:
+    """Per second of this thread's CPU time (kernel time included: the copy and the pages' allocation)."""
+    import tempfile
+    block = os.urandom(256 << 10)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix="cdui-bench-write-") as fh:
+        raw = fh.fileno()
+        t0 = time.thread_time()
+        for _ in range(mib * 4):
+            os.write(raw, block)
+        took = time.thread_time() - t0
+    return (mib << 20) / took / 1e9
+
+
 def round_trip_ms(n: int) -> list[float]:
     with socket.socket() as lsock:
         lsock.bind(("127.0.0.1", 0))
@@ -158,6 +174,8 @@ def measure(forks: int, rows: int, sha_mib: int, trips: int, with_torch: bool) -
     rtt = round_trip_ms(trips)
     say(f"sha256 of {sha_mib} MiB")
     sha = sha256_gb_per_s(sha_mib)
+    say(f"writing {sha_mib} MiB into the page cache")
+    wr = page_cache_write_gb_per_s(sha_mib)
     say(f"{rows:,} sqlite rows")
     ins = sqlite_rows_per_s(rows)
     say(f"{rows:,} events in sqlite rows of the store's chunks")
@@ -176,6 +194,8 @@ def measure(forks: int, rows: int, sha_mib: int, trips: int, with_torch: bool) -
                   f"beforehand), {CHUNKS_PER_TXN}-row transactions ({rows:,} events)", chunked, "events/s",
                note="the most the store's append could reach: sqlite's part of it alone"),
         Figure(B, "sha256 on one core (per second of its CPU time)", sha, "GB/s", note="issue #24: about 1-2"),
+        Figure(B, "writing a new file into the page cache, 256 KiB pieces (per second of its CPU time)", wr, "GB/s",
+               note="with sha256, what a received file costs beside the socket"),
         Figure(B, "loopback TCP round trip, 1 byte each way: p50", pct(rtt, 50), "ms", note="issue #24: about 0.1"),
         Figure(B, "Nomad's published placements per second (peer scheduler; a constant, not measured)",
                NOMAD_PLACEMENTS_PER_S, "placements/s"),

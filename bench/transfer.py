@@ -29,7 +29,7 @@ timed transfer starts with the disk's dirty pages written out (``sync``), so
 that none is slowed by the writes of the one before.
 
 curl's own rate swings from one minute to the next on a shared machine, so the
-agent and curl take turns: ``--pairs`` rounds (3 by default; 1 in the smoke
+agent and curl take turns: ``--pairs`` rounds (5 by default; 1 in the smoke
 run), each a fresh input fetched by the agent then by curl, and the run's output
 uploaded by curl then by the agent. A ratio is the median of the rounds' own
 ratios (each of a pair on the same minute), a rate the median of the rounds'.
@@ -347,7 +347,7 @@ def main() -> int:
     p.add_argument("--mib", type=int, default=1024, help="size of the input and of the output, in MiB")
     p.add_argument("--big-mib", type=int, default=10240, help="size of the input whose download's memory is "
                                                                "measured, in MiB")
-    p.add_argument("--pairs", type=int, default=3, help="rounds of agent then curl, each way (the ratios are "
+    p.add_argument("--pairs", type=int, default=5, help="rounds of agent then curl, each way (the ratios are "
                                                          "the median of the rounds' own)")
     a = p.parse_args()
     mib = 16 if a.smoke else max(8, a.mib - a.mib % 8)
