@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from cdui.plane.runs import EncodedRows, api_form
-from cdui.plane.store import ListedRow, Run, Store
+from cdui.plane.store import ListedRow, Run, RunFilter, Store
 from cdui.wire.target import AnyWorker, Worker
 
 
@@ -84,3 +84,35 @@ def test_it_keeps_at_most_its_bound_and_lists_nothing_as_an_empty_array(store: S
     assert rows.encode(listed, {}, 1.0) == expected(listed, {}, 1.0)
     assert list(rows._kept) == ["r1", "r0"]
     assert rows.encode([], {}, 1.0) == b"[]" == json.dumps([]).encode()
+
+
+def test_the_one_step_listing_reads_exactly_what_reading_row_by_row_does(store: Store) -> None:
+    """The listing is read in one sqlite step (a JSON array of the rows), not a step per row, which under
+    a backlog waited for the GIL at every row. What it reads must be what a row-by-row read gives: every
+    float to its last bit (sqlite's JSON would write 15 digits), text in any script, nulls, the order of
+    runs created at the same time, and every filter."""
+    times = [1764780000.1234567, 5e-324, 1.3609679781160653e+303, 1764780000.0, 1764780000.0, 0.1]
+
+    async def go() -> None:
+        for i, t in enumerate(times):
+            await store.create_run(Run(id=f"r{i}", status="queued", target=AnyWorker(), name=f"run {i} ✓ \"q\" \\",
+                                       options={"target": "any", "i": i, "big": 2 ** 62}, created_at=t,
+                                       graph={"nodes": ["x" * 1000]}, queue_reason=None if i % 2 else "wait\n"))
+        await store.claim_queued_graph("r1", "w1", "cpu", 1764780001.0000002, lambda facts: {**facts, "é": 1})
+        await store.finish_run("r1", "failed", "bad ✗ thing", 1764780002.9999999, "cp", None)
+        await store.claim_queued_graph("r2", "w2", "cuda:0", 2.5)
+        await store.mark_disconnected("r2", 3.25)
+        await store.set_labels("r3", ["a-b", "c:d"], "a note ✓", True)
+    run(go())
+    filters = [None, RunFilter(status="queued"), RunFilter(search="✓"), RunFilter(tag="c:d"),
+               RunFilter(after="r3"), RunFilter(worker="w2"), RunFilter(status="running")]
+    for f in filters:
+        store._one_step = True
+        one = store.list_rows_sync(where=f)
+        store._one_step = False
+        each = store.list_rows_sync(where=f)
+        assert [r.values for r in one] == [r.values for r in each], f
+        assert [tuple(map(type, r.values)) for r in one] == [tuple(map(type, r.values)) for r in each], f
+    store._one_step = None
+    assert [r.id for r in store.list_rows_sync()] == ["r2", "r0", "r4", "r3", "r5", "r1"]
+    assert store._one_step is True  # this sqlite writes every probe real back exactly

@@ -113,6 +113,32 @@ _JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts",
 _NO_GRAPH_COLUMNS = tuple(c.strip() for c in _SELECT_NO_GRAPH[len("SELECT "):-len(" FROM runs")].split(","))
 
 
+# The runs listing in one sqlite step (see Store.list_rows_sync): its rows as one JSON array of arrays.
+# A REAL column is written as text with 21 significant digits (what sqlite's own quote() writes when
+# 15 do not give the number back), read back exactly by float(); sqlite's JSON writes reals with 15.
+_REAL_COLUMNS = frozenset({"disconnected_at", "adopted_at", "created_at", "started_at", "finished_at"})
+_REAL_AT = tuple(i for i, c in enumerate(_NO_GRAPH_COLUMNS) if c in _REAL_COLUMNS)
+_AS_JSON = ", ".join(f"CASE WHEN {c} IS NULL THEN NULL ELSE printf('%!.20e', {c}) END" if c in _REAL_COLUMNS else c
+                     for c in _NO_GRAPH_COLUMNS)
+_LISTED = ", ".join(_NO_GRAPH_COLUMNS)
+# Reals that a printf short of exact would give back otherwise (the extremes and a timestamp's microseconds).
+_REAL_PROBES = (5e-324, 2.2250738585072014e-308, 1.3609679781160653e+303, 1.7976931348623157e+308,
+                1764780000.1234567, 1764780000.0, 0.1, -1.5e-7)
+
+
+def _one_step_listing_works(conn: sqlite3.Connection) -> bool:
+    """Whether this sqlite has the JSON functions and writes every probe real back exactly (newer
+    sqlite formats floats exactly; an older one on a platform without an extended long double may not)."""
+    try:
+        text = conn.execute("SELECT json_group_array(printf('%!.20e', value)) FROM "
+                            "(SELECT ? AS value UNION ALL SELECT ? UNION ALL SELECT ? UNION ALL SELECT ? "
+                            "UNION ALL SELECT ? UNION ALL SELECT ? UNION ALL SELECT ? UNION ALL SELECT ?)",
+                            _REAL_PROBES).fetchone()[0]
+        return sorted(float(x) for x in json.loads(text)) == sorted(_REAL_PROBES)
+    except (sqlite3.Error, ValueError, TypeError):
+        return False
+
+
 class ListedRow:
     """One row of a runs listing as read, not decoded (``values``: the columns of ``_SELECT_NO_GRAPH`` in
     their order). Two reads of an unchanged row are equal, so a listing can reuse what it made of a row
@@ -253,6 +279,7 @@ class Store:
         # broken disk): health reports it, until a commit succeeds again.
         self.unwritable: dict[str, Any] | None = None
         self._local = threading.local()
+        self._one_step: bool | None = None  # whether the runs listing is read in one sqlite step (list_rows_sync)
         self.commits = 0
         self.reserve = Reserve(self.path.with_name(self.path.name + ".reserve"))
         self.probe_s = probe_s
@@ -698,9 +725,28 @@ class Store:
             # Keyset paging: the runs listed after that one (older, or as old and inserted earlier).
             conds.append("(created_at, rowid) < (SELECT created_at, rowid FROM runs WHERE id=?)")
             args.append(f.after)
-        q = _SELECT_NO_GRAPH + (" WHERE " + " AND ".join(conds) if conds else "") + \
-            " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        cur = self._reader().cursor()
+        where_sql = " WHERE " + " AND ".join(conds) if conds else ""
+        conn = self._reader()
+        if self._one_step is None:
+            self._one_step = _one_step_listing_works(conn)
+        if self._one_step:
+            # One sqlite step for the whole listing. A row read is a step, and sqlite lets go of the GIL
+            # for each: with the event loop and the writer busy (a dispatch backlog), taking it back
+            # waited up to the switch interval every time, 200 times a listing. The rows' order is the
+            # query's (rowid and created_at come along, sorted here: an aggregate's input order is not
+            # promised).
+            q = (f"SELECT json_group_array(json_array({_AS_JSON}, rowid)) FROM (SELECT rowid, {_LISTED} FROM runs"
+                 f"{where_sql} ORDER BY created_at DESC, rowid DESC LIMIT ?)")
+            rows = json.loads(conn.execute(q, (*args, limit)).fetchone()[0])
+            for r in rows:
+                for i in _REAL_AT:
+                    if r[i] is not None:
+                        r[i] = float(r[i])
+            created = _NO_GRAPH_COLUMNS.index("created_at")
+            rows.sort(key=lambda r: (r[created], r[-1]), reverse=True)
+            return [ListedRow(tuple(r[:-1])) for r in rows]
+        q = _SELECT_NO_GRAPH + where_sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        cur = conn.cursor()
         cur.row_factory = None  # plain tuples: compared as they are, decoded only where they changed
         return [ListedRow(values) for values in cur.execute(q, (*args, limit)).fetchall()]
 
