@@ -148,6 +148,8 @@ class RunPort(Protocol):
 
     def runs_on(self, executor: str | None = None) -> list[tuple[str, str, str]]: ...
 
+    def instances_of(self, credential: str) -> list[Any]: ...
+
     def detach_executor(self, name: str) -> None: ...
 
     async def start_on(self, run: Run, executor: Any, device: str) -> None: ...
@@ -413,7 +415,9 @@ class OneShotBook:
 
     def set_drain(self, credential: str, drain: bool, manager: ManagerPort) -> None:
         """Drain is the credential's: it applies to every instance."""
-        for ex in list(manager.runs.executors.values()):
+        # The credential's own executor (a one-shot agent without an instance ID) and its instances'.
+        own = manager.runs.executors.get(credential)
+        for ex in ([own] if own is not None else []) + manager.runs.instances_of(credential):
             if getattr(ex, "credential", None) == credential and getattr(ex, "one_shot", False):
                 ex.drained = drain
 

@@ -247,9 +247,8 @@ class WorkerManager:
         # Only this worker's executors changed (a one-shot credential's instances NAME.ID too): the next
         # dispatch pass asks those for a free slot, not every executor (500 undrains would be 500 full passes).
         self.runs.wake(name)
-        for other, e in list(self.runs.executors.items()):
-            if other != name and getattr(e, "credential", None) == name:
-                self.runs.wake(other)
+        for e in self.runs.instances_of(name):
+            self.runs.wake(e.name)
 
     async def remove_worker(self, name: str) -> None:
         """Forget an enrolled worker: its credential is revoked, its connection told and closed,
