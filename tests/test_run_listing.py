@@ -115,4 +115,7 @@ def test_the_one_step_listing_reads_exactly_what_reading_row_by_row_does(store: 
         assert [tuple(map(type, r.values)) for r in one] == [tuple(map(type, r.values)) for r in each], f
     store._one_step = None
     assert [r.id for r in store.list_rows_sync()] == ["r2", "r0", "r4", "r3", "r5", "r1"]
+    from cdui.plane.store import database
+    assert [database._NO_GRAPH_COLUMNS[i] for i in (*database._REAL_AT, database._CREATED_AT)] == [
+        "disconnected_at", "adopted_at", "created_at", "started_at", "finished_at", "created_at"]
     assert store._one_step is True  # this sqlite writes every probe real back exactly

@@ -113,14 +113,24 @@ _JSON_COLUMNS = ("target", "options", "graph", "late_result", "execution_facts",
 _NO_GRAPH_COLUMNS = tuple(c.strip() for c in _SELECT_NO_GRAPH[len("SELECT "):-len(" FROM runs")].split(","))
 
 
-# The runs listing in one sqlite step (see Store.list_rows_sync): its rows as one JSON array of arrays.
-# A REAL column is written as text with 21 significant digits (what sqlite's own quote() writes when
-# 15 do not give the number back), read back exactly by float(); sqlite's JSON writes reals with 15.
-_REAL_COLUMNS = frozenset({"disconnected_at", "adopted_at", "created_at", "started_at", "finished_at"})
-_REAL_AT = tuple(i for i, c in enumerate(_NO_GRAPH_COLUMNS) if c in _REAL_COLUMNS)
-_AS_JSON = ", ".join(f"CASE WHEN {c} IS NULL THEN NULL ELSE printf('%!.20e', {c}) END" if c in _REAL_COLUMNS else c
-                     for c in _NO_GRAPH_COLUMNS)
-_LISTED = ", ".join(_NO_GRAPH_COLUMNS)
+# The runs listing in one sqlite step (see Store.list_rows_sync): its rows as one JSON array of arrays, each
+# the columns of _SELECT_NO_GRAPH in their order, then the rowid. A REAL column is written as text with 21
+# significant digits (what sqlite's own quote() writes when 15 do not give the number back), read back
+# exactly by float(); sqlite's JSON writes reals with 15. The statement's WHERE and its end follow, as for
+# _SELECT_NO_GRAPH.
+_SELECT_ONE_STEP = (
+    "SELECT json_group_array(json_array(id, name, status, target, options, worker_id, slot_device, queue_reason, "
+    "error, late_result, execution_facts, stop_requested, last_seq, "
+    "CASE WHEN disconnected_at IS NULL THEN NULL ELSE printf('%!.20e', disconnected_at) END, "
+    "CASE WHEN adopted_at IS NULL THEN NULL ELSE printf('%!.20e', adopted_at) END, "
+    "CASE WHEN created_at IS NULL THEN NULL ELSE printf('%!.20e', created_at) END, "
+    "CASE WHEN started_at IS NULL THEN NULL ELSE printf('%!.20e', started_at) END, "
+    "CASE WHEN finished_at IS NULL THEN NULL ELSE printf('%!.20e', finished_at) END, "
+    "tags, note, rowid)) FROM (SELECT rowid, id, name, status, target, options, worker_id, slot_device, "
+    "queue_reason, error, late_result, execution_facts, stop_requested, last_seq, disconnected_at, adopted_at, "
+    "created_at, started_at, finished_at, tags, note FROM runs")
+_REAL_AT = (13, 14, 15, 16, 17)  # disconnected_at, adopted_at, created_at, started_at, finished_at
+_CREATED_AT = 15
 # Reals that a printf short of exact would give back otherwise (the extremes and a timestamp's microseconds).
 _REAL_PROBES = (5e-324, 2.2250738585072014e-308, 1.3609679781160653e+303, 1.7976931348623157e+308,
                 1764780000.1234567, 1764780000.0, 0.1, -1.5e-7)
@@ -735,15 +745,13 @@ class Store:
             # waited up to the switch interval every time, 200 times a listing. The rows' order is the
             # query's (rowid and created_at come along, sorted here: an aggregate's input order is not
             # promised).
-            q = (f"SELECT json_group_array(json_array({_AS_JSON}, rowid)) FROM (SELECT rowid, {_LISTED} FROM runs"
-                 f"{where_sql} ORDER BY created_at DESC, rowid DESC LIMIT ?)")
+            q = _SELECT_ONE_STEP + where_sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?)"
             rows = json.loads(conn.execute(q, (*args, limit)).fetchone()[0])
             for r in rows:
                 for i in _REAL_AT:
                     if r[i] is not None:
                         r[i] = float(r[i])
-            created = _NO_GRAPH_COLUMNS.index("created_at")
-            rows.sort(key=lambda r: (r[created], r[-1]), reverse=True)
+            rows.sort(key=lambda r: (r[_CREATED_AT], r[-1]), reverse=True)
             return [ListedRow(tuple(r[:-1])) for r in rows]
         q = _SELECT_NO_GRAPH + where_sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         cur = conn.cursor()
