@@ -62,11 +62,15 @@ def test_one_agent_per_control_plane_and_folder(tmp_path: Path) -> None:
         two.release()
 
 
-def test_the_holders_pid_is_named_even_when_it_is_written_just_after_the_lock(tmp_path: Path) -> None:
+def test_the_holders_pid_is_named_even_when_it_is_written_just_after_the_lock(tmp_path: Path, monkeypatch) -> None:
     # An agent takes the lock, then writes its pid: one started in that moment found the file empty
-    # (or holding a dead agent's pid) and named no pid. It now reads again until the pid shows.
+    # (or holding a dead agent's pid) and named no pid. It now reads again until the pid shows (for 2 s;
+    # here for a minute, so that a loaded machine cannot make the test fail: it ends when the pid shows).
     import fcntl
     import threading
+
+    from cdui.agent import spool
+    monkeypatch.setattr(spool, "HOLDER_PID_WAIT_S", 60.0)
 
     base = tmp_path / "spool"
     base.mkdir()

@@ -156,11 +156,14 @@ def live_run_ids(user_data: Path) -> set[str]:
     return ids
 
 
-def _holder_pid(fd: int, wait_s: float = 2.0) -> str:
+HOLDER_PID_WAIT_S = 2.0  # how long a refused agent reads the lock file again for its holder's pid
+
+
+def _holder_pid(fd: int, wait_s: float | None = None) -> str:
     """The pid the holder of the lock on ``fd`` wrote, or "" if none shows within ``wait_s``: an
     agent that has just taken the lock writes its pid a moment later, so an empty or dead pid is
     read again for a while."""
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (HOLDER_PID_WAIT_S if wait_s is None else wait_s)
     while True:
         other = os.pread(fd, 32, 0).decode(errors="replace").strip()
         if other.isdigit() and _alive(int(other)):
