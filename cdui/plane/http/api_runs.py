@@ -321,20 +321,17 @@ async def stream(request: web.Request) -> web.WebSocketResponse:
                 ev = q.get_nowait()  # more is ready: it joins the message being gathered
             else:
                 await flush()
-                get = asyncio.create_task(q.get())
-                finished, _ = await asyncio.wait({get, rtask}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
-                if rtask in finished:
-                    get.cancel()
+                woke = await q.wait_ready(rtask, 15)
+                if woke == "other":  # the watcher's connection closed
                     break
-                if get not in finished:
-                    get.cancel()
+                if woke == "timeout":
                     run = await service.store.get_run(run_id)
                     if run is not None and run.last_seq > last:
                         await catch_up()  # stored but not broadcast to us (e.g. dropped while we were behind)
                     if run is None or (run.status in TERMINAL and run.last_seq <= last):
                         break
                     continue
-                ev = get.result()
+                ev = q.get_nowait()
             if q.overflowed:
                 # This watcher fell too far behind and events were dropped for it: every
                 # broadcast event is committed, so read the rest from the store instead.
