@@ -38,7 +38,7 @@ GATHER = 1 << 20
 DEPTH = 4
 THREADS = 8  # the writing threads of the whole process
 
-# A batch this large (or of several pieces) is written by a thread of a second pool while its hash is
+# A batch of this many bytes or more is written by a thread of a second pool while its hash is
 # taken; a small one is not worth the trip.
 OVERLAP_FROM = 64 << 10
 
