@@ -38,6 +38,7 @@ from typing import Any
 from cdui.agent.instances import lock
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError
+from cdui.core.pids import pid_alive
 from cdui.wire.protocol import event_text
 
 log = logging.getLogger("cdui.agent.agent")
@@ -166,21 +167,11 @@ def _holder_pid(fd: int, wait_s: float | None = None) -> str:
     deadline = time.monotonic() + (HOLDER_PID_WAIT_S if wait_s is None else wait_s)
     while True:
         other = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        if other.isdigit() and _alive(int(other)):
+        if other.isdigit() and pid_alive(int(other)):
             return other
         if time.monotonic() >= deadline:
             return ""
         time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, but another user's
-    return True
 
 
 class SpoolLock:

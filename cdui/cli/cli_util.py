@@ -2,13 +2,13 @@
 so that neither imports the other's internals: the one error line, pidfiles."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from cdui.agent.spool import SpoolLock
 from cdui.core.errors import CduiError
+from cdui.core.pids import pid_alive as _pid_alive
 
 CONTROL_HELP = "the control plane's URL (default: the one `cdui start` recorded in the user data folder)"
 
@@ -17,23 +17,6 @@ def _die(msg: str, code: int = 1) -> int:
     """Print the one error line ``cdui: error: ...`` on stderr and return ``code``."""
     print(f"cdui: error: {msg}", file=sys.stderr)
     return code
-
-
-def _pid_alive(pid: int) -> bool:
-    """Is ``pid`` a running process? A zombie (ended, not yet reaped by its parent) is not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read(4096)
-    except OSError:
-        return True  # no /proc (macOS): kill(0) is all there is to go by
-    # "pid (comm) S ...": the state follows the last ")", since comm may hold one itself.
-    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
 def _read_pid(path: Path) -> int | None:
