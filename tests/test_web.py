@@ -599,7 +599,17 @@ def test_one_shot_pool_hidden_tab_and_focus_in_the_runs_table(plane, browser):
         "queued", {"pool": "one-shot"}, "waiting for a one-shot worker that offers cpu"), run
     row = f"#runs-body tr[data-run-id='{rid}']"
     page.wait_for_selector(f"{row} .badge.status-queued")
+    if page.inner_text(f"{row} td.info") != run["queue_reason"]:
+        # Listed in the moment before the dispatch pass gave the run its lane's reason (the stored
+        # "waiting for the scheduler" is true then): the page's next refresh shows it. The page's
+        # clock is stopped, so the test moves it on by one refresh period.
+        with page.expect_request(_is_poll):
+            page.clock.run_for(2100)
+        page.wait_for_function("([sel, text]) => document.querySelector(sel)?.innerText === text",
+                               arg=[f"{row} td.info", run["queue_reason"]])
     assert page.inner_text(f"{row} td.info") == run["queue_reason"]
+    page.wait_for_function("(text) => [...document.querySelectorAll('#detail-facts > *')]"
+                           ".some(e => e.textContent === text)", arg=run["queue_reason"])
     facts = page.eval_on_selector_all("#detail-facts > *", "els => els.map(e => e.textContent)")
     assert facts[facts.index("Queue reason") + 1] == run["queue_reason"], facts
 
