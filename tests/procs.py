@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cdui.core.pids import pid_alive as _pid_alive
 from cdui.run.spare import live_pools, spare_pids
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -93,18 +94,8 @@ def untrack_log(path: Path | str) -> None:
     _LOGS.pop(Path(path), None)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+# The project's own check (a zombie is dead, another user's process alive), re-exported for the tests.
+pid_alive = _pid_alive
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 120, interval: float = 0.1,
