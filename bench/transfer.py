@@ -26,7 +26,9 @@ Beside each upload's rate, the CPU each side spent on it (the sender: the
 agent process, or curl; the receiver: the control plane), per GiB: on a busy
 machine the rates swing with the neighbours, the CPU per byte much less. Each
 timed transfer starts with the disk's dirty pages written out (``sync``), so
-that none is slowed by the writes of the one before.
+that none is slowed by the writes of the one before, and every round ends by
+removing all it stored (its kept artifacts included), so that each starts as
+the first did.
 
 curl's own rate swings from one minute to the next on a shared machine, so the
 agent and curl take turns: ``--pairs`` rounds (5 by default; 1 in the smoke
@@ -303,9 +305,18 @@ def one_round(srv: Server, agent: AgentProc, mib: int, k: int) -> dict[str, floa
     end = wait_run(srv, run["id"], interval=0.05)
     if end["status"] != "succeeded":
         raise RuntimeError(f"run {run['id']} ended {end['status']}: {end['error']}")
+    # The round's kept artifacts too (each upload is kept under its sha256, a hard link in data/artifacts): left
+    # in place, a GiB more of them stayed in the page cache each round, and from the fourth round on the control
+    # plane spent twice the kernel time per GiB received in the round's last phase, the agent's upload (with
+    # sendfile or without; dropping the page cache between rounds cured it as well: the machine's memory, not
+    # either sender). Every round starts as the first did.
     for q in (srv.data_dir / "files", srv.data_dir / "output", srv.data_dir / "runs", cache,
-              agent.user_data / "agent-runs"):
+              agent.user_data / "agent-runs", srv.data_dir / "artifacts"):
         shutil.rmtree(q, ignore_errors=True)
+    gib = size / (1 << 30)
+    say(f"round {k + 1}: download agent {r['agent_get'] / 1e6:.0f} / curl {r['curl_get'] / 1e6:.0f} MB/s; upload agent "
+        f"{r['agent_put'] / 1e6:.0f} / curl {r['curl_put'] / 1e6:.0f} MB/s, the control plane's CPU per GiB received "
+        f"{r['srv_cpu_agent'] / gib:.2f} / {r['srv_cpu_curl'] / gib:.2f} s")
     return r
 
 
