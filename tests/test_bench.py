@@ -17,7 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # (the script, bench/NAME.py, as run_all --only names it; the benchmark column of its rows)
-BENCHES = [("latency", "latency"), ("scale", "scale"), ("agents", "agents"), ("events", "events"),
+BENCHES = [("latency", "latency"), ("scale", "scale"), ("agents", "agents"), ("ws_floor", "agents"),
+           ("events", "events"),
            ("transfer", "transfer"), ("footprint", "footprint"), ("store_growth", "store"), ("graph_list", "graphs"),
            ("canvas", "canvas"), ("canvas_rerun", "canvas"), ("canvas_stream", "canvas"),
            ("sweeps", "sweeps"), ("studies", "studies"), ("apps", "apps"), ("limits", "limits")]
