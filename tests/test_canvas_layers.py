@@ -88,8 +88,24 @@ class Layers:
         self.page.mouse.up()
         self.page.wait_for_function("n => window.cduiCanvas.editor().toJSON().edges.length === n", arg=n + 1)
 
+    def pos(self, node_id: str) -> dict[str, float]:
+        """Where a layer's title bar is on the page, once the sub-canvas is still: it fits its view to the
+        layers at an animation frame after it opens, and a position read before that (one CI run) put the
+        mouse beside the layer, so that a drag panned the view and nothing was edited. The same position
+        over three animation frames in a row."""
+        got: dict[str, float] = self.page.evaluate("""id => new Promise((done) => {
+            let last = null, same = 0;
+            const step = () => {
+              const q = window.cduiCanvas.editor().nodeClientPos(id);
+              same = last && q && q.x === last.x && q.y === last.y ? same + 1 : 0;
+              last = q;
+              if (same >= 2) done(q); else requestAnimationFrame(step);
+            };
+            requestAnimationFrame(step); })""", node_id)
+        return got
+
     def click(self, node_id: str) -> None:
-        p = self.cp.js("(id) => window.cduiCanvas.editor().nodeClientPos(id)", node_id)
+        p = self.pos(node_id)
         self.page.mouse.click(p["x"], p["y"])
         self.page.wait_for_selector(f".cv-panel-node[data-node-id='{node_id}']")
 
@@ -197,7 +213,7 @@ def test_example_layers_round_trip_unchanged(server, browser, name):
     cp.page.wait_for_selector("#layers-overlay")
     lay = Layers(cp)
     first = spec["nodes"][1]["id"]
-    p = cp.js("(id) => window.cduiCanvas.editor().nodeClientPos(id)", first)
+    p = lay.pos(first)
     cp.page.mouse.move(p["x"], p["y"])
     cp.page.mouse.down()
     cp.page.mouse.move(p["x"] + 30, p["y"] + 200, steps=5)
