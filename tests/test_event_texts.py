@@ -83,6 +83,55 @@ def test_lines_a_receiver_would_refuse_or_read_otherwise_are_encoded_anew() -> N
     assert [json.loads(t)["src_seq"] for t in texts] == list(range(1, len(events) + 1))
 
 
+class Counting(runner.RunHandle):
+    """A launcher that counts the chunks it takes line by line (the rest it took a pass at a time)."""
+    line_by_line = 0
+
+    def _plain_lines(self, *args: Any) -> None:
+        self.line_by_line += 1
+        super()._plain_lines(*args)
+
+
+def test_a_chunk_of_usual_lines_is_taken_in_passes_and_any_other_line_sends_it_line_by_line() -> None:
+    got: list[tuple[dict[str, Any], str | None]] = []
+
+    async def sink(events: list[dict[str, Any]], texts: list[str | None] | None = None) -> None:
+        assert texts is not None
+        got.extend(zip(events, texts, strict=True))
+
+    def chunk(*lines: bytes) -> tuple[Counting, list[tuple[dict, str | None]]]:
+        got.clear()
+        h = Counting("r1", sink, None, [], on_texts=sink)
+        return h, read(h, list(lines), got)
+
+    usual = [_encode_event("log", {"message": f"m{i}", "ok": True, "none": None, "big": 2 ** 70}).encode().rstrip(b"\n")
+             for i in range(20)]
+    usual.append(_encode_event("k" * protocol.MAX_NAME, {}).encode().rstrip(b"\n"))
+    h, events = chunk(*usual)
+    assert h.line_by_line == 0
+    assert [e["src_seq"] for e, _ in events] == list(range(1, 22))
+    assert [t for _, t in events] == [protocol.event_text(e) for e, _ in events]
+    assert [list(e) for e, _ in events] == [["src_seq", "kind", "data", "at"]] * 21
+    # Lines the protocol would not take in passes, or that the launcher acts on: the chunk goes line by line,
+    # each line as before (a text wherever the line can be one).
+    for what, line, texted in [
+            ("a time out of 2000-2100", b'{"kind": "log", "data": {}, "at": 5.0}', True),
+            ("a time as an int", b'{"kind": "log", "data": {}, "at": 1764694000}', False),
+            ("a kind too long", b'{"kind": "' + b"k" * 129 + b'", "data": {}, "at": 1764694000.5}', True),
+            ("a blank before the object", b' {"kind": "log", "data": {}, "at": 1764694000.5}', False),
+            ("floats adding up past the largest", b'{"kind": "log", "data": {"a": 1e308, "b": 1e308}, '
+                                                  b'"at": 1764694000.5}', True)]:
+        h, events = chunk(usual[0], line, usual[1])
+        assert h.line_by_line == 1, what
+        assert [e["src_seq"] for e, _ in events] == [1, 2, 3], what
+        assert events[0][1] == protocol.event_text(events[0][0]) and events[2][1] == protocol.event_text(events[2][0])
+        text = events[1][1]
+        assert (text is not None and json.loads(text) == events[1][0]) if texted else text is None, what
+    h, events = chunk(usual[0], b'{"kind": "result", "data": {"status": "ok"}, "at": 1764694000.5}', usual[1])
+    assert h.line_by_line == 1 and h.result == {"status": "ok"}
+    assert [e["src_seq"] for e, _ in events] == [1, 2]  # the result is acted on, not recorded
+
+
 def test_text_other_than_ascii_is_encoded_anew() -> None:
     h, got = handle_with_texts()
     events = read(h, ['{"kind": "log", "data": {"message": "é"}, "at": 1764694000.5}'.encode(),

@@ -323,3 +323,69 @@ def test_plugin_push_and_its_answer_round_trip_and_bad_digests_are_refused() -> 
     with pytest.raises(protocol.ProtocolError, match="data is .* over the limit"):
         too_long = "A" * (protocol.MAX_MESSAGE - 1000)
         protocol.parse_server_message(json.dumps({**json.loads(push.to_json()), "data": too_long}))
+
+
+
+def _strict_layout(raw: str) -> str:
+    """The same message with its first two keys the other way round: read by the checks one field and one
+    event at a time (only a message that starts as agents write it is tried in passes first)."""
+    other = raw.replace('{"type": "events", "run_id": "r_1", ', '{"run_id": "r_1", "type": "events", ', 1)
+    assert other != raw
+    return other
+
+
+def test_an_events_message_of_usual_events_is_read_in_passes_as_the_one_by_one_checks_read_it() -> None:
+    """A flood's message is checked a property at a time over all its events (protocol.usual_events);
+    whatever it holds, it is taken or refused exactly as the checks one event at a time take or refuse it."""
+    usual = _flood(50, ok=True, none=None, big=2 ** 60, empty="")
+    raw = protocol.encode_events("r_1", usual)[0]
+    fast = protocol._usual_events_message(raw)
+    assert fast is not None and fast.events == usual and fast.texts == [protocol.event_text(e) for e in usual]
+    m = protocol.parse_agent_message(_strict_layout(raw))
+    assert isinstance(m, protocol.Events) and m.events == fast.events and m.run_id == fast.run_id
+    variants = {  # what: (its events, whether they are usual ones)
+        "the longest kind": ([{**usual[0], "kind": "k" * protocol.MAX_NAME}], True),
+        "the highest number": ([{**usual[0], "src_seq": protocol.MAX_SEQ}], True),
+        "empty data": ([{**usual[0], "data": {}}], True),
+        "a time given as an int": ([{**usual[0], "at": 1764694000}], False),
+        "no time": ([{k: v for k, v in usual[0].items() if k != "at"}], False),
+        "no data": ([{k: v for k, v in usual[0].items() if k != "data"}], False),
+        "nested data": ([{**usual[0], "data": {"a": {"b": 1}}}], False),
+        "a list in the data": ([{**usual[0], "data": {"a": [1, 2]}}], False),
+        "a key of its own": ([{**usual[0], "x": 1}], False),
+        "floats that add up past the largest": ([{**usual[0], "data": {"v": 1e308}},
+                                                 {**usual[1], "data": {"v": 1e308}}], False),
+        "no events": ([], False),
+    }
+    for what, (evs, in_passes) in variants.items():
+        raw = '{"type": "events", "run_id": "r_1", "events": ' + json.dumps(evs) + "}"
+        assert (protocol._usual_events_message(raw) is not None) == in_passes, what
+        m, strict = protocol.parse_agent_message(raw), protocol.parse_agent_message(_strict_layout(raw))
+        assert isinstance(m, protocol.Events) and isinstance(strict, protocol.Events), what
+        assert (m.run_id, m.events) == (strict.run_id, strict.events) == ("r_1", evs), what
+    refused = {
+        "a time out of range": '{"src_seq": 1, "kind": "log", "data": {}, "at": 5.0}',
+        "an overflowing time": '{"src_seq": 1, "kind": "log", "data": {}, "at": 1e999}',
+        "an overflowing value": '{"src_seq": 1, "kind": "log", "data": {"v": -1e999}, "at": 1764694000.5}',
+        "NaN": '{"src_seq": 1, "kind": "log", "data": {"v": NaN}, "at": 1764694000.5}',
+        "a number 0": '{"src_seq": 0, "kind": "log", "data": {}, "at": 1764694000.5}',
+        "a number too high": '{"src_seq": ' + str(protocol.MAX_SEQ + 1) + ', "kind": "log", "data": {}, "at": 1.8e9}',
+        "a kind too long": '{"src_seq": 1, "kind": "' + "k" * 129 + '", "data": {}, "at": 1764694000.5}',
+        "a kind not text": '{"src_seq": 1, "kind": 7, "data": {}, "at": 1764694000.5}',
+        "data not an object": '{"src_seq": 1, "kind": "log", "data": [1], "at": 1764694000.5}',
+        "an event not an object": '"log"',
+    }
+    good = protocol.event_text(usual[1])
+    for what, ev in refused.items():
+        for raw in ('{"type": "events", "run_id": "r_1", "events": [' + good + "," + ev + "]}",
+                    '{"type": "events", "run_id": "r_1", "events": [' + ev + "," + good + "]}"):
+            assert protocol._usual_events_message(raw) is None, what
+            with pytest.raises(protocol.ProtocolError) as err:
+                protocol.parse_agent_message(raw)
+            with pytest.raises(protocol.ProtocolError) as again:
+                protocol.parse_agent_message(_strict_layout(raw))
+            assert str(err.value) == str(again.value), what
+    # A run id too long is refused in passes as one field at a time would refuse it.
+    raw = protocol.encode_events("r" * 129, usual[:1])[0]
+    with pytest.raises(protocol.ProtocolError, match="events.run_id is 129 characters long"):
+        protocol.parse_agent_message(raw)

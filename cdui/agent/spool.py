@@ -91,7 +91,7 @@ class RunSpool:
             fh.write("\n".join(lines) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.last_seq = max(self.last_seq, max(ev["src_seq"] for ev in events))
+        self.last_seq = max(self.last_seq, max(map(_src_seq, events)))
         self.pending.extend(events)
         return lines
 

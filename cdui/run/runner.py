@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,16 @@ from cdui.run import outputs
 from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
+from cdui.wire.protocol import usual_events
 
 # An event only the launcher reads (never stored): the run has finished executing nodes
 # and is writing its recorded outputs (cdui/run/outputs.py).
 OUTPUTS_WRITING = "outputs_writing"
+_ACTED_ON = frozenset({"result", OUTPUTS_WRITING})  # the run's lines the launcher acts on, not records
+# A usual line's event text (RunHandle._usual_lines): its number, then the line's keys as written.
+_NUMBERED = '{{"src_seq": {}, {}'
+_FIRST, _LAST, _AFTER_OPEN = itemgetter(0), itemgetter(-1), itemgetter(slice(1, None))
+_OPENS, _CLOSES = {"{"}, {"}"}
 WRITE_MARGIN_S = 5.0  # past the write timeout, so the run's own bound ends the writes first
 
 log = logging.getLogger(__name__)
@@ -298,7 +305,7 @@ class RunHandle:
                     if as_text and self.line_texts:
                         # The lines as text, cut from the chunk's in one go (a JSON line holds no newline).
                         self._line_texts(decoded, joined[1:-1].decode("ascii").split("\n,"))
-                    else:
+                    elif not (as_text and self._usual_lines(decoded, joined)):
                         self._plain_lines(lines, decoded, len(joined), as_text)
                     return
                 for line, ev in zip(lines, decoded, strict=True):
@@ -351,6 +358,30 @@ class RunHandle:
             seq += 1
         self.next_seq = seq
         self._more.set()
+
+    def _usual_lines(self, decoded: list[Any], joined: bytes) -> bool:
+        """:meth:`_plain_lines` of an ASCII chunk whose every line is the usual event (see
+        ``protocol.usual_events``: what the run process writes for a log line, a metric or a progress),
+        done a pass at a time over the whole chunk instead of a line at a time: each decoded event gets
+        its number, and its text is its line with the number put in front of its
+        keys. Returns False, having recorded nothing, for a chunk with any other line in it (one the
+        launcher acts on, a line that is not an object of exactly those keys, a NaN or an infinity in it,
+        a line with blanks around its object): :meth:`_plain_lines` takes it line by line."""
+        kinds = usual_events(decoded, numbered=False)
+        if kinds is None or not _ACTED_ON.isdisjoint(kinds):
+            return False
+        lines = joined[1:-1].decode("ascii").split("\n,")
+        if set(map(_FIRST, lines)) != _OPENS or set(map(_LAST, lines)) != _CLOSES:
+            return False
+        seq = self.next_seq
+        numbers = range(seq, seq + len(decoded))
+        # Its number first, as an event is laid out everywhere (its text is then what event_text makes of it).
+        self._pending.extend([{"src_seq": n, "kind": ev["kind"], "data": ev["data"], "at": ev["at"]}
+                              for n, ev in zip(numbers, decoded, strict=True)])
+        self._texts.extend(map(_NUMBERED.format, numbers, map(_AFTER_OPEN, lines)))
+        self.next_seq = numbers.stop
+        self._more.set()
+        return True
 
     def _line_texts(self, decoded: list[Any], lines: list[str]) -> None:
         """:meth:`_plain_lines` for a sink that stores each event's line as it is (``line_texts``): the
