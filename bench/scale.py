@@ -200,6 +200,31 @@ class Phase:
         self.wall = self.cpu = self.loop_cpu = self.loop_waiting = 0.0
 
 
+QUIET_MAX_MS = 10.0  # the longest loop delay of a control plane with nothing to do is a few ms
+SETTLE_MAX_S = 90.0  # a due full pass of the collector waits up to 60 s for a quiet loop
+
+
+async def settle(b: Bench, at_least_s: float) -> None:
+    """Wait ``at_least_s``, then until the longest loop delay of the last 10 s (health's
+    ``loop_lag_max_ms``) is a quiet loop's (QUIET_MAX_MS), SETTLE_MAX_S at most: the backlog's release is
+    measured from a quiet loop, so that the lag health reports during the backlog (the p99 of the last
+    10 s) is the backlog's. The submission's own lag (10,000 POST /api/runs) is out of the window by then,
+    and so is the collector's full pass (cdui/plane/server.py full_collections), made once the loop goes
+    quiet, the first time after a minute: with the backlog queued that pass held the loop 110-180 ms,
+    sometimes a second before the release, and then the p99 of the backlog's first 10 s was its second
+    longest delay, the release's (25-35 ms, the simulated agents taking the CPUs)."""
+    start = time.perf_counter()
+    await asyncio.sleep(at_least_s)
+    while time.perf_counter() - start < SETTLE_MAX_S:
+        longest = (await b.call("GET", "/api/health?detail=1")).get("loop_lag_max_ms")
+        if isinstance(longest, (int, float)) and longest <= QUIET_MAX_MS:
+            say(f"settled: the longest loop delay of the last 10 s {longest} ms, "
+                f"{time.perf_counter() - start:.1f} s after the submission")
+            return
+        await asyncio.sleep(0.5)
+    say(f"not settled after {SETTLE_MAX_S:.0f} s: released anyway")
+
+
 async def backlog(b: Bench, agents: list[Agent], n_runs: int, pid: int, phase: Phase | None = None,
                   settle_s: float = 0.0) -> tuple[float, list[float], list[float], list[float]]:
     """Every worker drained, ``n_runs`` submitted, then every worker released at once: the dispatch
@@ -213,7 +238,8 @@ async def backlog(b: Bench, agents: list[Agent], n_runs: int, pid: int, phase: P
     runs = await b.submit_many(n_runs, 16)
     b.submit_s = time.perf_counter() - t0
     say(f'backlog of {n_runs} submitted')
-    await asyncio.sleep(settle_s)
+    if settle_s:
+        await settle(b, settle_s)
     with tempfile.TemporaryDirectory(prefix="cdui-probe-") as tmp:
         out, stop = Path(tmp) / "probe.json", Path(tmp) / "stop"
         proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe", b.url, str(out), str(stop),
@@ -329,7 +355,8 @@ async def main_async(n_agents: int, n_runs: int, free_runs: int, rounds: int) ->
             phase = Phase()
             # The loop lag health reports is the p99 of the last 10 s (cdui/plane/looplag.py WINDOW_S): released
             # right after its submission, the backlog's first answers reported the submission's lag (10,000
-            # POST /api/runs at 16 at a time), not the dispatch's. The backlog waits a window's length first.
+            # POST /api/runs at 16 at a time), not the dispatch's. The backlog waits a window's length first,
+            # and for a quiet loop (see settle).
             settle = 0.0 if n_runs < 1000 else 10.5
             rate, health, listing, lag = await backlog(b, agents, n_runs, srv.pid, phase, settle)
             figs.append(Figure(B, f"submit rate ({n_runs} runs, 16 in flight)", n_runs / b.submit_s, "runs/s"))

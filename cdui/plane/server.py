@@ -264,16 +264,17 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 # -- basic routes ------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
     """``ok``, or ``degraded`` with the problems (e.g. a full disk) and what to do about them. With
-    ``?detail=1`` also ``loop_lag_ms``, how late the event loop ran lately (p99 of the last 10 s, see
-    cdui/plane/looplag.py); without it the answer is exactly the documented ``{status, version}``.
-    Degraded answers 503 with the same body: a load balancer or a readiness probe reads the status code
-    only, and must send no new work to a server that cannot store it."""
+    ``?detail=1`` also ``loop_lag_ms`` and ``loop_lag_max_ms``, how late the event loop ran lately (the p99
+    and the longest of the last 10 s, see cdui/plane/looplag.py); without it the answer is exactly the
+    documented ``{status, version}``. Degraded answers 503 with the same body: a load balancer or a
+    readiness probe reads the status code only, and must send no new work to a server that cannot store it."""
     problems = request.app[STORE].problems()
     body: dict[str, object] = {"status": "degraded" if problems else "ok", "version": __version__}
     if problems:
         body["problems"] = problems
     if request.query.get("detail") == "1":
-        body["loop_lag_ms"] = request.app[LOOP_LAG].p99()
+        lag = request.app[LOOP_LAG]
+        body["loop_lag_ms"], body["loop_lag_max_ms"] = lag.p99(), lag.max_ms()
     opened = request.app.get(PROJECT)
     if opened is not None:
         # Which project is open, for a script that checks it talks to the right one before it records

@@ -105,8 +105,9 @@ async def test_health_reports_the_event_loop_lag_as_a_number(tmp_path):
         assert (status, plain) == (200, {"status": "ok", "version": plain["version"]}), "the documented answer"
         status, health = await cp.api("GET", "/api/health?detail=1")
         assert status == 200 and health["status"] == "ok"
-        lag = health["loop_lag_ms"]
+        lag, longest = health["loop_lag_ms"], health["loop_lag_max_ms"]
         assert isinstance(lag, (int, float)) and not isinstance(lag, bool) and lag >= 0
+        assert isinstance(longest, (int, float)) and not isinstance(longest, bool) and longest >= lag
 
 
 async def test_a_drain_that_lands_while_a_worker_connects_is_not_lost(tmp_path):
