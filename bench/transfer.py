@@ -313,7 +313,7 @@ def one_round(srv: Server, agent: AgentProc, mib: int, k: int) -> dict[str, floa
     for q in (srv.data_dir / "files", srv.data_dir / "output", srv.data_dir / "runs", cache,
               agent.user_data / "agent-runs", srv.data_dir / "artifacts"):
         shutil.rmtree(q, ignore_errors=True)
-    gib = size / (1 << 30)
+    gib = size / GIB
     say(f"round {k + 1}: download agent {r['agent_get'] / 1e6:.0f} / curl {r['curl_get'] / 1e6:.0f} MB/s; upload agent "
         f"{r['agent_put'] / 1e6:.0f} / curl {r['curl_put'] / 1e6:.0f} MB/s, the control plane's CPU per GiB received "
         f"{r['srv_cpu_agent'] / gib:.2f} / {r['srv_cpu_curl'] / gib:.2f} s")

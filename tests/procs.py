@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cdui.core.pids import pid_alive as _pid_alive
+# The project's own check (a zombie is dead, another user's process alive), re-exported for the tests.
+from cdui.core.pids import pid_alive as pid_alive
 from cdui.run.spare import live_pools, spare_pids
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -92,10 +93,6 @@ def track_log(path: Path | str, name: str) -> None:
 
 def untrack_log(path: Path | str) -> None:
     _LOGS.pop(Path(path), None)
-
-
-# The project's own check (a zombie is dead, another user's process alive), re-exported for the tests.
-pid_alive = _pid_alive
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 120, interval: float = 0.1,
