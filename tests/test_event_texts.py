@@ -115,9 +115,9 @@ def test_a_chunk_of_usual_lines_is_taken_in_passes_and_any_other_line_sends_it_l
     # Lines the protocol would not take in passes, or that the launcher acts on: the chunk goes line by line,
     # each line as before (a text wherever the line can be one).
     for what, line, texted in [
-            ("a time out of 2000-2100", b'{"kind": "log", "data": {}, "at": 5.0}', True),
+            ("a time out of 2000-2100", b'{"kind": "log", "data": {}, "at": 5.0}', False),  # read now instead
             ("a time as an int", b'{"kind": "log", "data": {}, "at": 1764694000}', False),
-            ("a kind too long", b'{"kind": "' + b"k" * 129 + b'", "data": {}, "at": 1764694000.5}', True),
+            ("a kind too long", b'{"kind": "' + b"k" * 129 + b'", "data": {}, "at": 1764694000.5}', False),  # a warning
             ("a blank before the object", b' {"kind": "log", "data": {}, "at": 1764694000.5}', False),
             ("floats adding up past the largest", b'{"kind": "log", "data": {"a": 1e308, "b": 1e308}, '
                                                   b'"at": 1764694000.5}', True)]:
@@ -130,6 +130,46 @@ def test_a_chunk_of_usual_lines_is_taken_in_passes_and_any_other_line_sends_it_l
     h, events = chunk(usual[0], b'{"kind": "result", "data": {"status": "ok"}, "at": 1764694000.5}', usual[1])
     assert h.line_by_line == 1 and h.result == {"status": "ok"}
     assert [e["src_seq"] for e, _ in events] == [1, 2]  # the result is acted on, not recorded
+
+
+def test_lines_a_control_plane_would_refuse_as_events_never_hold_back_a_worker_run_s_events() -> None:
+    """A node that writes fd 1 itself may write a line the control plane refuses as an event (a kind too long,
+    data that is not an object or nests too deep, a time that is not 2000-2100). Sent as such it would have
+    its whole message refused, and every later message after that gap: the run's log, and its ending, never
+    stored. The agent's launcher records such a line as a warning holding it (a bad time: the time it read
+    the line), and what it sends is always taken."""
+    deep: dict[str, Any] = {}
+    for _ in range(protocol.MAX_DEPTH + 1):
+        deep = {"x": deep}
+    good = b'{"kind": "log", "data": {"message": "ok"}, "at": 1764694000.5}'
+    odd = {
+        "data a list": b'{"kind": "log", "data": [1, 2], "at": 1764694000.5}',
+        "data a string": b'{"kind": "log", "data": "text", "at": 1764694000.5}',
+        "a kind too long": b'{"kind": "' + b"k" * (protocol.MAX_NAME + 1) + b'", "data": {}, "at": 1764694000.5}',
+        "data too deep": json.dumps({"kind": "log", "data": deep, "at": 1764694000.5}).encode(),
+        "a time in 1970": b'{"kind": "log", "data": {"m": 1}, "at": 5}',
+        "a time as text": b'{"kind": "log", "data": {"m": 1}, "at": "yesterday"}',
+        "a time true": b'{"kind": "log", "data": {"m": 1}, "at": true}',
+        "a time past 2100": b'{"kind": "log", "data": {"m": 1}, "at": 1e12}',
+    }
+    warned = {"data a list", "data a string", "a kind too long", "data too deep"}
+    for what, line in odd.items():
+        for lines in ([good, line, good], [line]):  # in a chunk with others, and alone
+            h, got = handle_with_texts()
+            events = read(h, lines, got)
+            assert [e["src_seq"] for e, _ in events] == list(range(1, len(lines) + 1)), what
+            mine = events[lines.index(line)][0]
+            if what in warned:
+                assert (mine["kind"], mine["data"]["level"]) == ("log", "warning"), what
+                assert "not an event a control plane takes" in mine["data"]["message"], what
+            else:
+                assert mine["data"] == {"m": 1} and protocol.usable_at(mine["at"]), what
+            for e, _ in events:
+                assert protocol.event_refusal(e) is None, what
+            texts = [t if t is not None else protocol.event_text(e) for e, t in events]
+            m = protocol.parse_agent_message(protocol.encode_events("r1", [e for e, _ in events], encoded=texts)[0])
+            assert isinstance(m, protocol.Events) and [e["src_seq"] for e in m.events] == \
+                [e["src_seq"] for e, _ in events], what
 
 
 def test_text_other_than_ascii_is_encoded_anew() -> None:

@@ -46,7 +46,7 @@ from cdui.run import outputs
 from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
-from cdui.wire.protocol import usual_events
+from cdui.wire.protocol import MAX_NAME, event_refusal, usable_at, usual_events
 
 # An event only the launcher reads (never stored): the run has finished executing nodes
 # and is writing its recorded outputs (cdui/run/outputs.py).
@@ -173,6 +173,11 @@ class RunHandle:
         # With on_texts: the texts are for a store that keeps them as they are (the control plane's own
         # runs), so each is the run's line itself, not numbered nor held to strict JSON (see _line_texts).
         self.line_texts = line_texts
+        # The events go out in an agent's events messages (texts numbered for the wire, not kept as lines):
+        # a line the control plane would refuse as an event (a kind too long, data that is not an object or
+        # nests too deep, a time outside 2000-2100) must not be sent as one, or its message, and every
+        # later one of the run, would be refused (see _event_line).
+        self.wire = on_texts is not None and not line_texts
         self.log_path = log_path
         # The run's own secrets and this machine's API keys (a node reads them from the environment
         # it inherits): both are masked in everything the run reports.
@@ -344,6 +349,14 @@ class RunHandle:
                 seq = self.next_seq
                 continue
             raw, at = ev.get("data"), ev.get("at")
+            if self.wire and (len(kind) > MAX_NAME or (raw is not None and type(raw) is not dict)
+                              or (at is not None and not usable_at(at))
+                              or (type(raw) is dict and not _strict_flat(raw) and event_refusal(
+                                  {"src_seq": 1, "kind": kind, "data": raw}) is not None)):
+                self.next_seq = seq
+                self._event_line(line, ev, size=size)  # made into what the control plane takes
+                seq = self.next_seq
+                continue
             pending.append({"src_seq": seq, "kind": kind, "data": raw or {},
                             "at": at if at is not None else time.time()})
             if on_texts:
@@ -422,9 +435,22 @@ class RunHandle:
         if kind == OUTPUTS_WRITING:
             self._outputs_writing()
             return
+        at = ev.get("at")
+        if self.wire:
+            if at is not None and not usable_at(at):
+                at = None  # a time the control plane would refuse: the time the line was read
+            refusal = event_refusal({"src_seq": 1, "kind": kind, "data": data})
+            if refusal is not None:
+                # Not an event the control plane takes (a node that wrote fd 1 itself): its line as a warning.
+                text = line.decode(errors="replace")
+                self.record("log", {"message": redact_text(f"the run wrote a line that is not an event a control "
+                                                           f"plane takes ({refusal}): {text}"[:MAX_LOG_LINE],
+                                                           self.secrets),
+                                    "level": "warning", "stream": "stdout"})
+                return
         # The run subprocess masks its own events; the parent knows the same
         # secrets and masks again, so a node that writes fd 1 itself cannot leak one.
-        self.record(kind, redact_value(data, self.secrets), ev.get("at"), size or len(line))
+        self.record(kind, redact_value(data, self.secrets), at, size or len(line))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr

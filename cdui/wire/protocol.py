@@ -372,6 +372,22 @@ def _event(e: Any, where: str) -> dict[str, Any]:
     return e
 
 
+def event_refusal(e: dict[str, Any]) -> str | None:
+    """Why the control plane would refuse an events message holding event ``e`` (what :func:`_event` says),
+    or None: an agent records a line it cannot send as such as a warning instead (cdui/run/runner.py), since
+    a refused message would hold back every later event of the run."""
+    try:
+        _event(e, "the event")
+    except ProtocolError as exc:
+        return str(exc)
+    return None
+
+
+def usable_at(at: Any) -> bool:
+    """Whether ``at`` is a time an event may carry (a number of seconds in 2000-2100, as :func:`_event` checks)."""
+    return (type(at) is float or type(at) is int) and MIN_AT <= at <= MAX_AT
+
+
 def _events(evs: list[Any]) -> bool:
     """Check a batch of events as :func:`_event` does, in one pass: the usual event (an object with
     an int src_seq, a short kind, a flat data object and a time) costs a few type checks; anything

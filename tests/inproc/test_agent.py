@@ -37,7 +37,7 @@ from cdui.core.clock import FakeClock
 from cdui.core.config import load
 from cdui.nodes.registry import build_registry
 from cdui.run import catalog
-from procs import install_ticker, ticker_graph
+from procs import edge, graph, install_ticker, node, ticker_graph, trig
 
 # A run subprocess costs an interpreter start with torch (seconds): those tests are e2e.
 runs_a_run = pytest.mark.e2e
@@ -176,6 +176,60 @@ async def test_a_cut_link_leaves_events_in_the_spool_and_the_reconnect_replays_e
             assert warnings == ["worker_disconnected", "worker_reconnected"], warnings
             # Everything acknowledged: the spool is emptied.
             await eventually(lambda: not agent.runs, "the spool emptied after the acknowledgements", SLOW_S)
+
+
+ODD_EVENTS = '''
+from cdui.nodes.base import Node, Port
+
+
+class OddEvents(Node):
+    """Emits two events no control plane takes as such, then logs (test only)."""
+    NODE_NAME = "OddEvents"
+    CATEGORY = "test"
+
+    @classmethod
+    def define_params(cls):
+        return []
+
+    @classmethod
+    def define_outputs(cls):
+        return [Port("value", "SCALAR")]
+
+    def execute(self, inputs, params, ctx):
+        deep = {}
+        for _ in range(20):
+            deep = {"x": deep}
+        ctx.emit("k" * 200, {"m": 1})
+        ctx.emit("progress", {"deep": deep})
+        ctx.log("after the odd events")
+        return {"value": 1.0}
+'''
+
+
+@runs_a_run
+async def test_events_a_control_plane_refuses_do_not_hold_back_the_rest_of_a_worker_run(tmp_path: Path) -> None:
+    """A node's ctx.emit with a kind too long or data nested too deep: sent as such, the control plane refused
+    its events message, and every later one after that gap, so the run's later log and its ending were never
+    stored. The agent records each as a warning, and the run ends with everything after it."""
+    for data in (tmp_path / "cp-data", tmp_path / "agent-w1-data"):
+        (data / "custom_nodes").mkdir(parents=True, exist_ok=True)
+        (data / "custom_nodes" / "odd_events.py").write_text(ODD_EVENTS)
+    async with control_plane(tmp_path) as cp:
+        agent = agent_for(cp, tmp_path, await enroll(cp, "w1"))
+        async with running(agent) as task:
+            await online(cp, "w1", task)
+            g = graph([node("start", "Start"), node("odd", "OddEvents"), node("print", "Print", label="v")],
+                      [trig("start", "odd"), edge("odd", "value", "print", "value")], name="odd events")
+            run_id = await submit(cp, g, {"target": {"worker": "w1"}})
+            done = await cp.wait_status(run_id, "succeeded", "failed", timeout=SLOW_S)
+            assert done["status"] == "succeeded", done
+            evs = await cp.events(run_id)
+            assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "a gapless event log"
+            logs = [e["data"]["message"] for e in evs if e["kind"] == "log"]
+            assert "after the odd events" in logs, logs
+            refused = [m for m in logs if "not an event a control plane takes" in m]
+            assert len(refused) == 2, logs
+            assert "is 200 characters long" in refused[0] and "nests deeper than 16" in refused[1], refused
 
 
 async def _at_least(values: Any, k: int) -> bool:
