@@ -366,9 +366,8 @@ def _event(e: Any, where: str) -> dict[str, Any]:
         raise ProtocolError(f"{where}.data is not an object")
     _check_depth(data, f"{where}.data")
     at = e.get("at")
-    if at is not None:
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or not MIN_AT <= at <= MAX_AT:
-            raise ProtocolError(f"{where}.at={at!r} is not a UNIX time between 2000 and 2100")
+    if at is not None and not usable_at(at):
+        raise ProtocolError(f"{where}.at={at!r} is not a UNIX time between 2000 and 2100")
     return e
 
 
@@ -384,7 +383,7 @@ def event_refusal(e: dict[str, Any]) -> str | None:
 
 
 def usable_at(at: Any) -> bool:
-    """Whether ``at`` is a time an event may carry (a number of seconds in 2000-2100, as :func:`_event` checks)."""
+    """Whether ``at`` is a time an event may carry: a number of seconds (not a boolean) in 2000-2100."""
     return (type(at) is float or type(at) is int) and MIN_AT <= at <= MAX_AT
 
 
