@@ -286,7 +286,12 @@ def one_round(srv: Server, agent: AgentProc, mib: int, k: int) -> dict[str, floa
                                 "-F", f"file=@{out};type=application/octet-stream",
                                 f"{srv.url}/api/runs/{run['id']}/artifacts/upload"])
     r["curl_put"], r["srv_cpu_curl"] = size / took, cpu_s(srv.pid) - srv_cpu
+    # curl's upload is gone before the agent's, kept copy included (each upload is kept under its sha256, a
+    # hard link in data/artifacts), as curl's download was before curl's upload: each sender's upload then
+    # meets the same page cache. Left in place, the agent's upload alone wrote with a GiB more of it cached,
+    # and the control plane's kernel time per GiB received doubled on the days this VM charges for that.
     shutil.rmtree(srv.data_dir / "runs" / run["id"] / "output", ignore_errors=True)
+    shutil.rmtree(srv.data_dir / "artifacts", ignore_errors=True)
     say(f"round {k + 1}: the agent uploads the output")
     settle_disk()
     dest = srv.data_dir / "output"
