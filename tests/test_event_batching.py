@@ -307,3 +307,54 @@ def test_a_flood_s_lines_wait_for_the_batch_and_a_quiet_run_s_go_at_once() -> No
     assert pipe.at_once == burst + 3
     out.flush()
     assert len(pipe.buffer) == burst + 4 + 3 * 2 * burst + 3
+
+
+# -- a node's log line ----------------------------------------------------------------------------
+LOG_TEXTS = ["event 1", "", 'quote " and backslash \\ and /slash', "line\nbreak\ttab\r\x00\x1f\x7f",
+             "naïve ☃ 日本語 🎉", "lone \ud800 surrogate", "x" * 5000]
+
+
+@pytest.mark.parametrize("text", LOG_TEXTS, ids=range(len(LOG_TEXTS)))
+@pytest.mark.parametrize("at", [1.7e9, 1764812345.123456, 2000000000.0000002, 0.1, 1e16])
+def test_a_log_line_is_byte_for_byte_what_the_encoder_writes(text: str, at: float) -> None:
+    """``ctx.log`` in a run process writes its line with one format instead of the JSON encoder; the
+    line must be the encoder's own, byte for byte (an agent passes the run's lines on as written)."""
+    for node_id, level in ((text or "n", "info"), ("f", text)):
+        want = runproc._encode_strict({"kind": "log", "data": {"node_id": node_id, "message": text, "level": level},
+                                       "at": at}) + "\n"
+        assert runproc._log_line(node_id, text, level, at) == want
+
+
+def test_ctx_log_in_a_run_process_writes_what_emit_would() -> None:
+    """The run process's ``ctx.log`` takes the format only for the usual event; a node without an id, a
+    level that is not a string, or a run with secrets goes through ``emit`` (which masks), each line the
+    event ``emit("log", ...)`` would have written."""
+    from cdui.graph.context import RunContext
+
+    pipe = _Pipe()
+    secrets: list[Any] = []
+    emit = runproc._Emitter(runproc._EventPipe(pipe), secrets)
+    ctx = RunContext("r", Layout.for_data_dir(Path("/nonexistent")), emit)
+    assert ctx._log is not None
+    ctx.log("before any node")
+    ctx.node_id = "f"
+    ctx.log("plain")
+    ctx.log(42, level="warning")
+    ctx.log("odd level", level=3)  # type: ignore[arg-type]
+    secrets.append(((), SECRET))
+    ctx.log(f"the key is {SECRET}")
+    emit.out.flush()
+    got = [json.loads(line) for line in "".join(pipe.buffer).splitlines()]
+    assert [e["data"] for e in got] == [
+        {"message": "before any node", "level": "info"},
+        {"node_id": "f", "message": "plain", "level": "info"},
+        {"node_id": "f", "message": "42", "level": "warning"},
+        {"node_id": "f", "message": "odd level", "level": 3},
+        {"node_id": "f", "message": "the key is ***", "level": "info"}]
+    assert all(e["kind"] == "log" and isinstance(e["at"], float) and set(e) == {"kind", "data", "at"} for e in got)
+    # An emitter without a log writer of its own (a test's list, a serving process's filter): emit itself.
+    seen: list[tuple[str, dict[str, Any]]] = []
+    plain = RunContext("r", Layout.for_data_dir(Path("/nonexistent")), lambda k, d: seen.append((k, d)))
+    plain.node_id = "g"
+    plain.log("through emit")
+    assert seen == [("log", {"node_id": "g", "message": "through emit", "level": "info"})]

@@ -62,6 +62,7 @@ from cdui.run import canvas_proc, outputs, served, zygote
 from cdui.run.catalog import installation_commit, node_catalog, run_facts
 from cdui.wire.devicesets import process_devices
 from cdui.wire.devicesets import run_facts as device_facts
+from cdui.wire.event import encode_basestring_ascii as _escape
 from cdui.wire.event import event_json, event_json_strict
 from cdui.wire.job import Job, JobError
 
@@ -90,21 +91,8 @@ def _run() -> int:
     atexit.register(out.flush)  # the process ends by os._exit (zygote.exit_now): nothing unflushed stays behind
     secrets: list[Any] = []
 
-    def encode(kind: str, data: dict[str, Any]) -> str:
-        # Mask the decoded values first (escaping changes how a secret looks in
-        # the line), then the line too, for what default=str turned into text.
-        if secrets:
-            return redact_text(_encode_event(kind, redact_value(data, secrets)), secrets)
-        return _encode_event(kind, data)
-
-    def emit(kind: str, data: dict[str, Any]) -> None:
-        # The result is the last word: on the pipe before anything can end the process.
-        out.write(encode(kind, data), now=(kind == "result"))
-
-    def emit_held(kind: str, data: dict[str, Any]) -> None:
-        # An invoke's outputs go out with its result (one write, one wake of the pool): a process that dies
-        # before its result fails the invoke whatever it had given.
-        out.write(encode(kind, data), hold=True)
+    emit = _Emitter(out, secrets)
+    emit_held = emit.held
 
     first = sys.stdin.readline()
     if not first:
@@ -274,6 +262,48 @@ def _outputs_only(emit: Any) -> Callable[[str, dict[str, Any]], None]:
         if kind == GRAPH_OUTPUT_EVENT:
             emit(kind, data)
     return outputs_only
+
+
+class _Emitter:
+    """``emit(kind, data)``: one event on the pipe, its secrets masked (``secrets`` is filled once the job
+    is read). ``log`` writes a log event as ``emit`` would, with one format instead of the encoder."""
+
+    def __init__(self, out: _EventPipe, secrets: list[Any]) -> None:
+        self.out, self.secrets = out, secrets
+
+    def encode(self, kind: str, data: dict[str, Any]) -> str:
+        # Mask the decoded values first (escaping changes how a secret looks in
+        # the line), then the line too, for what default=str turned into text.
+        if self.secrets:
+            return redact_text(_encode_event(kind, redact_value(data, self.secrets)), self.secrets)
+        return _encode_event(kind, data)
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        # The result is the last word: on the pipe before anything can end the process.
+        self.out.write(self.encode(kind, data), now=(kind == "result"))
+
+    def held(self, kind: str, data: dict[str, Any]) -> None:
+        # An invoke's outputs go out with its result (one write, one wake of the pool): a process that dies
+        # before its result fails the invoke whatever it had given.
+        self.out.write(self.encode(kind, data), hold=True)
+
+    def log(self, node_id: str | None, message: str, level: Any) -> None:
+        """``RunContext.log``'s event: ``{"node_id"?, "message", "level"}``, written by ``emit`` where a
+        secret is to be masked or a value is not the usual string."""
+        if self.secrets or not node_id or type(node_id) is not str or type(level) is not str:
+            data: dict[str, Any] = {"message": message, "level": level}
+            self("log", {"node_id": node_id, **data} if node_id else data)
+            return
+        self.out.write(_log_line(node_id, message, level, time.time()))
+
+
+def _log_line(node_id: str, message: str, level: str, at: float) -> str:
+    """The line ``_encode_event("log", {"node_id", "message", "level"})`` writes, made by one format: the
+    strings escaped by the function the encoder uses, the time written as its ``repr``, as the encoder does."""
+    return _LOG_LINE % (_escape(node_id), _escape(message), _escape(level), at)
+
+
+_LOG_LINE = '{"kind": "log", "data": {"node_id": %s, "message": %s, "level": %s}, "at": %r}\n'
 
 
 class _EventPipe:
