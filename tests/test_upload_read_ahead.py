@@ -1,6 +1,7 @@
 """The agent's upload body: a file arrives whole and in order, by sendfile (SentFile) or read ahead (ReadAheadFile).
 
-A real aiohttp server on a loopback port receives the multipart upload with the control plane's own
+A real aiohttp server on a loopback port receives the agent's own upload body (multipart/mixed, each part
+with its Content-Length, so the receiver reads the file by its length) with the control plane's own
 receiver (cdui.plane.files.receive), which hashes what it stores; sizes around the read-ahead piece and the
 sendfile slice, and two uploads one after the other on one session, as the agent sends a run's outputs.
 Over TLS the bytes cannot go to the socket as they are: the same upload is read ahead instead. A server
@@ -21,7 +22,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from cdui.agent.transfer_agent import SEND_PIECE, SENDFILE_SLICE, ReadAheadFile, SentFile
+from cdui.agent.transfer_agent import SEND_PIECE, SENDFILE_SLICE, ReadAheadFile, SentFile, upload_body
 from cdui.core.errors import CduiError
 from cdui.plane.files.receive import receive
 
@@ -45,7 +46,10 @@ async def serve(folder: Path, tls: ssl.SSLContext | None = None,
         assert part is not None and part.name == "file"  # type: ignore[union-attr]
         r = await receive(part, folder, 1 << 30, lambda n: CduiError("too_large", f"{n} bytes"))
         got.append({"meta": meta, "filename": part.filename, "size": r.size, "sha256": r.sha256,  # type: ignore[union-attr]
-                    "content_type": part.headers.get("Content-Type")})  # type: ignore[union-attr]
+                    "content_type": part.headers.get("Content-Type"),  # type: ignore[union-attr]
+                    # Read by its length, not by searching for the boundary: what the body is shaped for.
+                    "body": request.content_type, "length": part.headers.get("Content-Length"),  # type: ignore[union-attr]
+                    "by_length": part._length is not None})  # type: ignore[union-attr]
         r.discard()
         return web.Response(text="ok")
 
@@ -62,10 +66,7 @@ async def serve(folder: Path, tls: ssl.SSLContext | None = None,
 async def post(session: aiohttp.ClientSession, url: str, src: Path, kind: type[ReadAheadFile],
                ssl_ctx: ssl.SSLContext | None = None) -> tuple[int, str]:
     with open(src, "rb") as fh:
-        form = aiohttp.FormData()
-        form.add_field("meta", '{"name": "out.bin"}', content_type="application/json")
-        form.add_field("file", kind(fh, filename="out.bin", content_type=OCTETS), filename="out.bin",
-                       content_type=OCTETS)
+        form = upload_body({"name": "out.bin"}, fh, "out.bin", kind)  # the agent's own body
         async with session.post(url, data=form, ssl=ssl_ctx if ssl_ctx is not None else True) as resp:
             return resp.status, await resp.text()
 
@@ -97,7 +98,7 @@ def upload_twice(tmp_path: Path, size: int, kind: type[ReadAheadFile], tls: bool
 
     got = asyncio.run(go())
     assert got == [{"meta": '{"name": "out.bin"}', "filename": "out.bin", "size": size, "sha256": want,
-                    "content_type": OCTETS}] * 2
+                    "content_type": OCTETS, "body": "multipart/mixed", "length": str(size), "by_length": True}] * 2
 
 
 @pytest.mark.parametrize("size", [0, 1, SEND_PIECE - 1, SEND_PIECE, 3 * SEND_PIECE + 12345])

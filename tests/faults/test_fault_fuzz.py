@@ -284,6 +284,53 @@ def test_worker_artifact_uploads_fuzzed(threaded_plane, worker_run, group, kind,
     assert (threaded_plane.root / "outside.txt").read_text() == "the secret outside every data folder"
 
 
+def test_a_part_s_content_length_is_held_to_the_body(threaded_plane, worker_run):
+    """The agent uploads as multipart/mixed, each part with its Content-Length, which the receiver then
+    reads by (no search for the boundary). A worker may lie about it: a length past the body's end,
+    short of the part's end, or not a number gets a clear 400, stores nothing and leaves no temporary
+    file; the truthful length stores the file; the control plane keeps serving."""
+    credential, run_id = worker_run
+    content = os.urandom(3000)  # under the plane's upload limit (4 KiB), with the rest of the body too
+    meta = json.dumps({"group": "artifact", "kind": "output", "name": "mixed.bin",
+                       "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}).encode()
+
+    def body(length: str, boundary: str) -> bytes:
+        return (f"--{boundary}\r\nContent-Type: application/json\r\nContent-Length: {len(meta)}\r\n"
+                f'Content-Disposition: form-data; name="meta"\r\n\r\n').encode() + meta + (
+            f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\n"
+            f'Content-Disposition: form-data; name="file"; filename="mixed.bin"\r\n\r\n').encode() + content + (
+            f"\r\n--{boundary}--\r\n").encode()
+
+    for length, says in ((str(len(content) + 10_000), "malformed"), (str(len(content) - 1), "malformed"),
+                         (str(10 ** 15), "malformed"), ("-1", "malformed"), ("12abc", "malformed")):
+        boundary = "b" + uuid.uuid4().hex
+        before = tree(threaded_plane.root)
+        status, answer = request(threaded_plane, "POST", f"/api/runs/{run_id}/artifacts/upload", body(length, boundary),
+                                 {"Content-Type": f"multipart/mixed; boundary={boundary}",
+                                  "Authorization": f"Bearer {credential}"}, session=False)
+        assert (status, answer["error"]["code"]) == (400, "bad_upload"), (length, status, answer)
+        assert says in answer["error"]["message"], answer
+        after = tree(threaded_plane.root)
+        assert outside(before, after, ()) == [], (length, answer)
+        assert not [p for p in after if ".upload-" in p], "no temporary upload file stays"
+    boundary = "b" + uuid.uuid4().hex
+    status, answer = request(threaded_plane, "POST", f"/api/runs/{run_id}/artifacts/upload",
+                             body(str(len(content)), boundary),
+                             {"Content-Type": f"multipart/mixed; boundary={boundary}",
+                              "Authorization": f"Bearer {credential}"}, session=False)
+    assert status == 201, answer
+    assert Path(answer["path"]).read_bytes() == content and answer["sha256"] == hashlib.sha256(content).hexdigest()
+    # A user's upload goes through the same receiver.
+    boundary = "b" + uuid.uuid4().hex
+    before = tree(threaded_plane.root)
+    status, answer = request(threaded_plane, "POST", "/api/files/upload", (
+        f"--{boundary}\r\nContent-Length: {len(content) + 5}\r\n"
+        f'Content-Disposition: form-data; name="file"; filename="lying.bin"\r\n\r\n').encode() + content + (
+        f"\r\n--{boundary}--\r\n").encode(), {"Content-Type": f"multipart/mixed; boundary={boundary}"})
+    assert (status, answer["error"]["code"]) == (400, "bad_upload") and "malformed" in answer["error"]["message"]
+    assert outside(before, tree(threaded_plane.root), ()) == [], answer
+
+
 def test_names_of_uploads_in_progress_are_refused(threaded_plane, worker_run):
     """A file named like the receiver's temporary files would be hidden from the listing and
     deleted by the next start's sweep, leaving its row pointing at nothing: refused up front."""

@@ -67,7 +67,7 @@ async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int]
     try:
         with os.fdopen(fd, "wb") as fh:
             async with HashedWriter(fh) as out:  # its last write ends before the file is closed
-                while chunk := await part.read_chunk(CHUNK):
+                while chunk := await _piece(part):
                     if out.size + len(chunk) > limit:
                         raise too_large(out.size + len(chunk))
                     await out.write(chunk)
@@ -77,6 +77,17 @@ async def receive(part: Any, folder: Path, limit: int, too_large: Callable[[int]
         await asyncio.to_thread(Path(tmp).unlink, missing_ok=True)
         raise
     return Received(Path(tmp), out.size, sha)
+
+
+async def _piece(part: Any) -> bytes:
+    """The part's next piece; a body that ends or goes on where the part said it would not (a part's
+    Content-Length past the body's end or short of the part's, a body cut short) is the sender's error."""
+    try:
+        chunk: bytes = await part.read_chunk(CHUNK)
+        return chunk
+    except ValueError as exc:
+        raise CduiError("bad_upload", f"the multipart body is malformed: {exc}",
+                        hint="send each part whole; a Content-Length on a part must be its exact size") from None
 
 
 def sweep_stale(folders: Iterable[Path]) -> int:
