@@ -474,7 +474,7 @@ def test_stop_during_final_uploads_leaves_rest_on_worker(cp, tmp_path):
                     ev = json.loads(line)
                 except ValueError:
                     continue  # the line being appended right now
-                if ev["kind"] == "node_status" and ev["data"].get("status") == "done":
+                if ev.get("kind") == "node_status" and ev["data"].get("status") == "done":  # (not a header)
                     done_ids.add(ev["data"]["node_id"])
             return done_ids
         wait_for(lambda: {"w0", "w1", "w2"} <= writers_done(), 120, 0.1, "the three writers to finish on the worker")

@@ -545,11 +545,26 @@ class Agent:
                     continue
                 if action == "stop" and r.handle:
                     r.handle.stop()
-                pending = r.spool.unacked()
-                # In order, in bounded messages: a long outage can leave many events behind.
-                for i in range(0, len(pending), REPLAY_CHUNK):
-                    await self._send(protocol.Events(run_id, pending[i:i + REPLAY_CHUNK]))
+                await self._replay(run_id, r.spool.unacked())
             self._maybe_forget(r)
+
+    async def _replay(self, run_id: str, pending: list[Any]) -> None:
+        """Send a run's unacknowledged events and lines again, in order, in bounded messages (a long outage
+        can leave many behind)."""
+        events: list[dict[str, Any]] = []
+        for item in pending:
+            if type(item) is protocol.Lines:
+                if events:
+                    await self._send(protocol.Events(run_id, events))
+                    events = []
+                await self._send_lines(item)
+                continue
+            events.append(item)
+            if len(events) == REPLAY_CHUNK:
+                await self._send(protocol.Events(run_id, events))
+                events = []
+        if events:
+            await self._send(protocol.Events(run_id, events))
 
     def _beat_soon(self) -> None:
         self._beat_now.set()
@@ -578,6 +593,17 @@ class Agent:
             # Within the control plane's message limit, however big the batch.
             for text in protocol.encode_events(msg.run_id, msg.events, encoded=encoded):
                 await ws.send_str(text)
+            return True
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return False
+
+    async def _send_lines(self, block: protocol.Lines) -> bool:
+        """Send a block of a run's lines as written (one binary frame)."""
+        ws = self.ws
+        if ws is None or ws.closed:
+            return False
+        try:
+            await ws.send_bytes(block.frame())
             return True
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             return False
@@ -708,10 +734,17 @@ class Agent:
                 lines = await asyncio.to_thread(r.spool.append, events, texts)
                 await self._send(protocol.Events(run_id, events), lines)
 
+        async def lines_sink(block: protocol.Lines) -> None:
+            async with r.lock:
+                await asyncio.to_thread(r.spool.append_lines, block)
+                await self._send_lines(block)
+
         log_path = self.user_data / "agent-runs" / run_id / "run.log"
         # The events of the run's own lines come with those lines' text: spooled and sent as the run wrote
-        # them, not encoded again (about a third of the agent's work per event in a flood).
-        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs(), on_texts=sink)
+        # them, not encoded again (about a third of the agent's work per event in a flood). A chunk of lines
+        # with nothing in it for the agent to act on, cut or mask is not even decoded: spooled and sent as
+        # it is, for the control plane to read (lines_sink; the `lines` frame in docs/api.md).
+        handle = runner.RunHandle(run_id, sink, log_path, job.secret_pairs(), on_texts=sink, on_lines=lines_sink)
         r.handle = handle
         if run_id in self._early_stops:
             self._early_stops.discard(run_id)

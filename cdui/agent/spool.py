@@ -12,7 +12,9 @@ before it reads anything there.
 One folder per run in it, ``<user-data>/spool/<host>-<port>/<run id>/``:
 
 - ``events.jsonl``: every event the run's recorder produced, one JSON object a
-  line, appended (and fsync'ed) before the event is sent;
+  line, appended (and fsync'ed) before the event is sent; lines of the run passed
+  through as written (``protocol.Lines``) are kept as a header line
+  ``{"lines": src_seq, "n": count, "bytes": size}`` followed by those bytes and a newline;
 - ``acked``: the highest ``src_seq`` the control plane acknowledged, as of the last time it was
   written (every ACK_FILE_EVERY events of a flood, and whenever everything is acknowledged);
 - ``state.json``: what the agent knows of the run (no secrets, ever).
@@ -39,7 +41,7 @@ from cdui.agent.instances import lock
 from cdui.core.atomic import atomic_write
 from cdui.core.errors import CduiError
 from cdui.core.pids import pid_alive
-from cdui.wire.protocol import event_text
+from cdui.wire.protocol import Lines, event_text
 
 log = logging.getLogger("cdui.agent.agent")
 # What a run's spool folder holds; a folder with one of these right under spool/ is a run
@@ -51,6 +53,11 @@ ACK_FILE_EVERY = 20000
 _src_seq = itemgetter("src_seq")
 
 
+def _last_seq(item: Any) -> int:
+    """The last src_seq of a pending item: an event, or a block of lines."""
+    return item.last if type(item) is Lines else item["src_seq"]
+
+
 class RunSpool:
     def __init__(self, root: Path, run_id: str) -> None:
         self.dir = root / run_id
@@ -59,16 +66,35 @@ class RunSpool:
         self.acked = self._read_int(self.dir / "acked")
         self._acked_written = self.acked  # what the ``acked`` file says
         self.last_seq = 0
-        self.pending: list[dict[str, Any]] = []
+        # Events and blocks of lines (protocol.Lines), in src_seq order.
+        self.pending: list[Any] = []
         if self.events_path.exists():
-            for line in self.events_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue  # a torn last line after a crash; the recorder will not reuse its seq
-                self.last_seq = max(self.last_seq, int(ev["src_seq"]))
-                if ev["src_seq"] > self.acked:
-                    self.pending.append(ev)
+            self._read(self.events_path.read_bytes(), run_id)
+
+    def _read(self, text: bytes, run_id: str) -> None:
+        pos, end = 0, len(text)
+        while pos < end:
+            cut = text.find(b"\n", pos)
+            if cut < 0:
+                return  # a torn last line after a crash: never sent; the recorder will not reuse its seq
+            line, pos = text[pos:cut], cut + 1
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if "lines" in ev:
+                size = int(ev["bytes"])
+                if pos + size >= end:
+                    return  # its lines were cut short by a crash: never sent
+                block = Lines(run_id, int(ev["lines"]), text[pos:pos + size], int(ev["n"]))
+                pos += size + 1
+                self.last_seq = max(self.last_seq, block.last)
+                if block.last > self.acked:
+                    self.pending.append(block)
+                continue
+            self.last_seq = max(self.last_seq, int(ev["src_seq"]))
+            if ev["src_seq"] > self.acked:
+                self.pending.append(ev)
 
     @staticmethod
     def _read_int(p: Path) -> int:
@@ -95,6 +121,16 @@ class RunSpool:
         self.pending.extend(events)
         return lines
 
+    def append_lines(self, block: Lines) -> None:
+        """Append a block of the run's lines as written, durably (one write and one fsync)."""
+        with open(self.events_path, "ab") as fh:
+            fh.write(b'{"lines": %d, "n": %d, "bytes": %d}\n%s\n' % (block.src_seq, block.n, len(block.data),
+                                                                     block.data))
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.last_seq = max(self.last_seq, block.last)
+        self.pending.append(block)
+
     def ack(self, acked: int) -> None:
         if acked <= self.acked:
             return
@@ -109,10 +145,16 @@ class RunSpool:
             self._acked_written = acked
         # Pending events are in src_seq order (appended as the recorder numbered them): drop the
         # acknowledged prefix, found by halving (a step per event cost more than the rest of an ack).
-        del self.pending[:bisect_right(self.pending, acked, key=_src_seq)]
+        # A block of lines goes once all its lines are (the control plane skips those it has if it is sent again).
+        del self.pending[:bisect_right(self.pending, acked, key=_last_seq)]
 
-    def unacked(self) -> list[dict[str, Any]]:
+    def unacked(self) -> list[Any]:
+        """What is not acknowledged yet, in order: events, and blocks of lines (``protocol.Lines``)."""
         return list(self.pending)
+
+    def unacked_events(self) -> int:
+        """How many events are not acknowledged yet (a block of lines counts its lines not acknowledged)."""
+        return sum(min(item.n, item.last - self.acked) if type(item) is Lines else 1 for item in self.pending)
 
     def write_state(self, state: dict[str, Any]) -> None:
         atomic_write(self.dir / "state.json", json.dumps(state))

@@ -598,13 +598,13 @@ class WorkerSession:
             if self._heard_again(msg):
                 continue  # its last heartbeat again, word for word: nothing changed but the last contact
             await turns.take()  # with every agent's other messages, a share of the loop's turn at most
-            if msg.type != WSMsgType.TEXT:
-                if msg.type == WSMsgType.ERROR:
-                    return
-                await conn.send(protocol.Error("binary frames are not part of the protocol"))
-                continue
+            if msg.type != WSMsgType.TEXT and msg.type != WSMsgType.BINARY:
+                return  # an error on the socket
             try:
-                m = protocol.parse_agent_message(msg.data)
+                # A binary frame is a run's lines as the agent passed them through (protocol.parse_lines):
+                # read here by the rules a local run's lines are read by, into the events they stand for.
+                m = (protocol.parse_agent_message(msg.data) if msg.type == WSMsgType.TEXT
+                     else protocol.parse_lines(msg.data, clock.time()))
             except protocol.ProtocolError as exc:
                 log.warning("worker %s sent a malformed message: %s", conn.name, exc)
                 await conn.send(protocol.Error(f"malformed message: {exc}"))

@@ -46,7 +46,7 @@ from cdui.run import outputs
 from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
-from cdui.wire.protocol import MAX_NAME, event_refusal, usable_at, usual_events
+from cdui.wire.protocol import MAX_EVENTS, MAX_NAME, Lines, event_refusal, usable_at, usual_events
 
 # An event only the launcher reads (never stored): the run has finished executing nodes
 # and is writing its recorded outputs (cdui/run/outputs.py).
@@ -69,6 +69,12 @@ MAX_LOG_LINE = 4000
 READ_CHUNK = 1 << 16  # bytes of event lines read at once
 DELIVER_BATCH = 1000  # events handed to the sink at once (the store bounds its transactions likewise)
 _NOT_DECODED = object()
+# A chunk holding one of these is never passed through (see RunHandle._pass_through): a line of one of the
+# kinds the launcher or the agent acts on (a kind is written as its quoted text, unless it is escaped).
+_ACTED_ON_TEXTS = (b'"result"', b'"outputs_writing"', b'"artifact"', b'"status"', b"\\u")
+MAX_LINES_BYTES = 1 << 20  # bytes of run lines passed through in one frame
+# A sink of a run's lines passed through as they were written (see RunHandle.on_lines).
+LinesSink = Callable[[Lines], Awaitable[None]]
 
 
 def _visible_entries(inherited: str) -> list[str]:
@@ -164,7 +170,7 @@ def prime_spare(spares: SparePool) -> None:
 class RunHandle:
     def __init__(self, run_id: str, on_events: EventSink, log_path: Path | None,
                  secrets: list[Any], first_seq: int = 1, on_texts: TextSink | None = None,
-                 line_texts: bool = False) -> None:
+                 line_texts: bool = False, on_lines: LinesSink | None = None) -> None:
         self.run_id = run_id
         self.on_events = on_events
         # Given, events are delivered here instead, each with its JSON text where the run's line gave it
@@ -178,6 +184,10 @@ class RunHandle:
         # nests too deep, a time outside 2000-2100) must not be sent as one, or its message, and every
         # later one of the run, would be refused (see _event_line).
         self.wire = on_texts is not None and not line_texts
+        # Given (an agent), a chunk of the run's lines with nothing in it to act on, cut or mask is not decoded
+        # here: its lines go to this sink as they were written, numbered from the next src_seq, one event
+        # each, and the control plane reads them by the same rules a local run's lines are read by.
+        self.on_lines = on_lines
         self.log_path = log_path
         # The run's own secrets and this machine's API keys (a node reads them from the environment
         # it inherits): both are masked in everything the run reports.
@@ -196,7 +206,9 @@ class RunHandle:
         self.killed = False
         self.result: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
-        self._pending: list[dict[str, Any]] = []  # recorded, not yet delivered
+        # Recorded, not yet delivered: events, and with on_lines the blocks of lines passed through.
+        self._pending: list[Any] = []
+        self._blocks = 0  # how many of them are blocks of lines
         self._texts: list[str | None] = []  # with on_texts: each pending event's text, or None
         self._more = asyncio.Event()  # something was recorded (or the recorder closed) since the last look
         self._closed = False  # nothing is recorded after what is pending
@@ -233,12 +245,21 @@ class RunHandle:
             self._more.clear()
             self._delivering = True
             while self._pending:
-                batch = self._pending[:DELIVER_BATCH]
-                del self._pending[:DELIVER_BATCH]
+                if self._blocks:
+                    batch = self._pending[:DELIVER_BATCH]
+                    cut = next((i for i, e in enumerate(batch) if type(e) is Lines), len(batch))
+                    if cut == 0:
+                        await self._deliver_lines()
+                        continue
+                    n = cut
+                else:
+                    n = DELIVER_BATCH
+                batch = self._pending[:n]
+                del self._pending[:n]
                 try:
                     if self.on_texts is not None:
-                        texts = self._texts[:DELIVER_BATCH]
-                        del self._texts[:DELIVER_BATCH]
+                        texts = self._texts[:n]
+                        del self._texts[:n]
                         await self.on_texts(batch, texts)
                     else:
                         await self.on_events(batch)
@@ -248,6 +269,33 @@ class RunHandle:
             self._drained.set()
             if self._closed:
                 return
+
+    async def _deliver_lines(self) -> None:
+        """Hand the passed-through lines at the head of the pending ones to the lines sink, the blocks that
+        follow each other joined into one (up to DELIVER_BATCH lines, as a batch of events: the control plane
+        reads a frame in one turn of its loop; and MAX_LINES_BYTES bytes)."""
+        pending = self._pending
+        block = pending[0]
+        assert type(block) is Lines and self.on_lines is not None
+        parts, n, size, taken = [block.data], block.n, len(block.data), 1
+        while taken < len(pending):
+            nxt = pending[taken]
+            if type(nxt) is not Lines or n + nxt.n > DELIVER_BATCH or size + len(nxt.data) + 1 > MAX_LINES_BYTES:
+                break
+            parts.append(nxt.data)
+            n += nxt.n
+            size += len(nxt.data) + 1
+            taken += 1
+        del pending[:taken]
+        if self.on_texts is not None:
+            del self._texts[:taken]
+        self._blocks -= taken
+        if taken > 1:
+            block = Lines(self.run_id, block.src_seq, b"\n".join(parts), n)
+        try:
+            await self.on_lines(block)
+        except Exception:  # the sink must not kill the recorder; it logs its own failures
+            log.exception("run %s: delivering %d lines failed", self.run_id, block.n)
 
     async def _delivered_so_far(self) -> None:
         """Until every event recorded so far has been through the sink. The sink acts on some (an agent
@@ -273,6 +321,10 @@ class RunHandle:
                 if partial and held <= STREAM_LIMIT:
                     self._event_line(b"".join(partial), _NOT_DECODED, ended=False)
                 return
+            if self.on_lines is not None and self._pass_chunk(chunk, partial, held):
+                cut = chunk.rfind(b"\n")
+                partial, held = ([chunk[cut + 1:]], len(chunk) - cut - 1) if cut + 1 < len(chunk) else ([], 0)
+                continue
             lines = chunk.split(b"\n")
             if len(lines) == 1:  # no end of line in it: keep (up to the limit) and read on
                 held += len(chunk)
@@ -300,6 +352,8 @@ class RunHandle:
         # A chunk of one line (a run that logs now and then) goes the same way, to be its event's text.
         if lines:
             joined = b"[" + b"\n,".join(lines) + b"]"
+            if self.on_lines is not None and self._pass_through(lines, joined):
+                return
             try:
                 decoded = json.loads(joined)
             except ValueError:
@@ -319,6 +373,58 @@ class RunHandle:
                 return
         for line in lines:
             self._event_line(line, _NOT_DECODED)
+
+    def _pass_chunk(self, chunk: bytes, partial: list[bytes], held: int) -> bool:
+        """:meth:`_pass_through` of a chunk's whole lines (with the start of its first line held from the
+        chunks before) as they are, not split into lines first: the usual chunk of a run that logs flat out.
+        Returns False, having recorded nothing, where the chunk must be read line by line: no whole line in
+        it, an empty line, the first line too long, more lines than one frame holds, or a line
+        :meth:`_pass_through` would not pass."""
+        cut = chunk.rfind(b"\n")
+        if cut < 0 or (held and held + chunk.find(b"\n") > STREAM_LIMIT) or held + cut > MAX_LINES_BYTES:
+            return False
+        body = b"".join([*partial, chunk[:cut]]) if partial else chunk[:cut]
+        if not body or body[:1] == b"\n" or body[-1:] == b"\n" or b"\n\n" in body:
+            return False  # an empty line, which the launcher skips
+        n = body.count(b"\n") + 1
+        if n > MAX_EVENTS or not self._passable(body):
+            return False
+        self._pending.append(Lines(self.run_id, self.next_seq, body, n))
+        if self.on_texts is not None:
+            self._texts.append(None)
+        self._blocks += 1
+        self.next_seq += n
+        self._more.set()
+        return True
+
+    def _passable(self, text: bytes) -> bool:
+        """Whether lines may be passed through as written (see :meth:`_pass_through`)."""
+        if len(text) > MAX_LINES_BYTES or not self._plain(text):
+            return False
+        for acted_on in _ACTED_ON_TEXTS:
+            if acted_on in text:
+                return False
+        return True
+
+    def _pass_through(self, lines: list[bytes], joined: bytes) -> bool:
+        """Record the chunk's lines as blocks for :attr:`on_lines`, not decoded, where nothing in them is for
+        this side to act on, cut or mask: no secret (:meth:`_plain`), no line of a kind the launcher or the
+        agent acts on (their kinds' texts are not in it, nor any ``\\u`` escape that could spell one). The
+        control plane makes each line one event, a line that is not one a warning, as this side would
+        have. Returns False, having recorded nothing, for any other chunk."""
+        if not self._passable(joined):
+            return False
+        seq = self.next_seq
+        for i in range(0, len(lines), MAX_EVENTS):
+            part = lines[i:i + MAX_EVENTS]
+            self._pending.append(Lines(self.run_id, seq, b"\n".join(part), len(part)))
+            if self.on_texts is not None:
+                self._texts.append(None)
+            self._blocks += 1
+            seq += len(part)
+        self.next_seq = seq
+        self._more.set()
+        return True
 
     def _plain(self, joined: bytes) -> bool:
         """Whether nothing in the chunk's lines is cut or masked: it is within an eighth of the bound on
@@ -626,7 +732,9 @@ def _write_timeout(job: Job) -> float:
 
 async def launch(job: Job, on_events: EventSink, log_path: Path | None = None,
                  first_seq: int = 1, spares: SparePool | None = None,
-                 on_texts: TextSink | None = None, line_texts: bool = False) -> RunHandle:
-    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq, on_texts, line_texts)
+                 on_texts: TextSink | None = None, line_texts: bool = False,
+                 on_lines: LinesSink | None = None) -> RunHandle:
+    handle = RunHandle(job.run_id, on_events, log_path, job.secret_pairs(), first_seq, on_texts, line_texts,
+                       on_lines)
     await handle.start(job, spares=spares)
     return handle

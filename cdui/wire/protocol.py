@@ -13,6 +13,9 @@ agent -> control plane
               tls: {pin, next} | null}  (a pinned agent over TLS: the key it matched, its next pin)
               (``instance`` and ``run_id``: one-shot agents only, see :mod:`cdui.plane.oneshot`)
   events     {run_id, events: [{src_seq, kind, data, at}]}   (in src_seq order)
+  lines      a binary frame: {type: "lines", run_id, src_seq}, a newline, then lines a run wrote, as written
+             (one event each, numbered on from src_seq: the control plane reads them by the rules the
+             launcher reads a local run's lines by, see :func:`parse_lines` and docs/api.md)
   heartbeat  {runs: [run ids still running], labels, tls, gpu, serving: [{slug, version, device, pid, state}]}
   outputs_answer {request_id, run_id, node_id, nodes, summary, error}  (recorded outputs, see cdui.run.outputs)
   raw_answer {request_id, chunk, size, sha256, data, error, code}  (one chunk of a recorded raw tensor file)
@@ -83,6 +86,10 @@ MAX_FINGERPRINT_DEPTH = 4
 MAX_SEQ = 2 ** 53                 # src_seq stays exact in JSON numbers
 # ``at`` is a UNIX time; anything outside 2000-01-01 .. 2100-01-01 is a bug or an attack.
 MIN_AT, MAX_AT = 946684800.0, 4102444800.0
+
+
+MAX_LINES_HEAD = 1024             # bytes of a lines frame's header
+MAX_LINE_TEXT = 4000              # characters of a line kept in the warning that says it is not an event
 
 
 class ProtocolError(ValueError):
@@ -558,6 +565,117 @@ def _usual_events_message(raw: str) -> Events | None:
         return None
     run_id = _str(run_id, "events.run_id")
     return Events(run_id, evs, _texts_as_written(raw, run_id, evs))
+
+
+@dataclass
+class Lines:
+    """Lines a run wrote, passed through by the agent as written: one event each, numbered on from
+    ``src_seq``. Sent as one binary frame (its header, a newline, the lines joined by newlines), not
+    decoded by the agent; the control plane reads them with :func:`parse_lines`."""
+    run_id: str
+    src_seq: int
+    data: bytes  # the lines, joined by b"\n" (none of them empty, none holding a newline)
+    n: int       # how many: data.count(b"\n") + 1
+    type: ClassVar[str] = "lines"
+
+    @property
+    def last(self) -> int:
+        return self.src_seq + self.n - 1
+
+    def head(self) -> bytes:
+        return b'{"type": "lines", "run_id": %s, "src_seq": %d}\n' % (json.dumps(self.run_id).encode(),
+                                                                       self.src_seq)
+
+    def frame(self) -> bytes:
+        return self.head() + self.data
+
+
+_LINE_OPENS, _LINE_CLOSES = {"{"}, {"}"}
+_LINE_FIRST, _LINE_LAST = itemgetter(0), itemgetter(-1)
+
+
+def parse_lines(frame: bytes, now: float) -> Events:
+    """A ``lines`` frame as the events it stands for: each line is one event, numbered on from the
+    header's ``src_seq``, whatever it holds (a worker may be hostile, and one bad line must not hold
+    back the run's later events as a refused message would): an object with a ``kind`` that an events
+    message could carry is that event (no ``at``, or one outside 2000-2100: ``now``); anything else
+    becomes a warning that quotes the line, as a local run's line that is not an event does. Raises
+    :class:`ProtocolError` for a frame that is not laid out as one (its header, the bounds)."""
+    if len(frame) > MAX_MESSAGE:
+        raise ProtocolError(f"lines frame of {len(frame)} bytes is over the {MAX_MESSAGE} byte limit")
+    cut = frame.find(b"\n", 0, MAX_LINES_HEAD)
+    if cut < 0:
+        raise ProtocolError(f"a binary frame must start with a lines header of at most {MAX_LINES_HEAD} bytes "
+                            "and a newline (binary frames carry nothing else)")
+    try:
+        head = loads(frame[:cut])
+    except ValueError as exc:
+        raise ProtocolError(f"lines header is not JSON: {exc}") from None
+    if not isinstance(head, dict) or head.get("type") != "lines":
+        raise ProtocolError("a binary frame's header must be an object of type 'lines'")
+    run_id = _str(_req(head, "run_id", str, "lines"), "lines.run_id")
+    first = _int(_req(head, "src_seq", int, "lines"), "lines.src_seq", 1)
+    lines = frame[cut + 1:].split(b"\n")
+    if len(lines) > MAX_EVENTS:
+        raise ProtocolError(f"lines frame of {len(lines)} lines is over the {MAX_EVENTS} line limit")
+    if first + len(lines) - 1 > MAX_SEQ:
+        raise ProtocolError(f"lines.src_seq={first} numbers its lines past {MAX_SEQ}")
+    events, texts = line_events(lines, first, now)
+    return Events(run_id, events, texts)
+
+
+def line_events(lines: list[bytes], first: int, now: float) -> tuple[list[dict[str, Any]], list[str | None] | None]:
+    """The events of ``lines`` numbered on from ``first`` (see :func:`parse_lines`), and each one's
+    text where it may be stored as its line (the usual events of an ASCII block), else None."""
+    joined = b"[" + b"\n,".join(lines) + b"]"
+    try:
+        decoded = json.loads(joined)  # NaN and infinities are let through here and caught below
+    except (ValueError, RecursionError):
+        decoded = None
+    if type(decoded) is list and len(decoded) == len(lines):
+        kinds = usual_events(decoded, numbered=False)
+        if kinds is not None:
+            numbers = range(first, first + len(lines))
+            events = [{"src_seq": n, "kind": ev["kind"], "data": ev["data"], "at": ev["at"]}
+                      for n, ev in zip(numbers, decoded, strict=True)]
+            if not joined.isascii():
+                return events, None
+            texts = joined[1:-1].decode("ascii").split("\n,")
+            # A line with blanks around its object is stored encoded anew, as a local run's is.
+            if set(map(_LINE_FIRST, texts)) != _LINE_OPENS or set(map(_LINE_LAST, texts)) != _LINE_CLOSES:
+                return events, None
+            return events, list(texts)
+    else:
+        decoded = [_UNREAD] * len(lines)
+    return [_line_event(line, ev, first + i, now)
+            for i, (line, ev) in enumerate(zip(lines, decoded, strict=True))], None
+
+
+_UNREAD = object()
+
+
+def _line_event(line: bytes, ev: Any, seq: int, now: float) -> dict[str, Any]:
+    """One line as its event (see :func:`parse_lines`); ``ev``: the line decoded, or _UNREAD."""
+    if ev is _UNREAD:
+        try:
+            ev = json.loads(line)
+        except (ValueError, RecursionError):
+            ev = None
+    # A kind that is not text is made text, as the agent's launcher reads a line (cdui/run/runner.py).
+    kind = str(ev["kind"]) if type(ev) is dict and "kind" in ev else None
+    text = line.decode(errors="replace")
+    if kind is not None:
+        data, at = ev.get("data") or {}, ev.get("at")
+        refusal = event_refusal({"src_seq": 1, "kind": kind, "data": data})
+        if refusal is None:
+            # NaN and infinities as the strings a run process writes them as (an event is strict JSON).
+            return {"src_seq": seq, "kind": kind, "data": _safe(data),
+                    "at": float(at) if usable_at(at) else now}
+        message = f"the run wrote a line that is not an event a control plane takes ({refusal}): {text}"
+    else:
+        message = text + "\n"  # the line as written, as a local run's
+    return {"src_seq": seq, "kind": "log", "at": now,
+            "data": {"message": message[:MAX_LINE_TEXT], "level": "warning", "stream": "stdout"}}
 
 
 def parse_agent_message(raw: str) -> AgentMessage:

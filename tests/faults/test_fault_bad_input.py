@@ -176,6 +176,29 @@ MALFORMED: list[tuple[str, str]] = [
 ]
 
 
+def _lines_head(run_id: str, src_seq: object = 1) -> bytes:
+    return json.dumps({"type": "lines", "run_id": run_id, "src_seq": src_seq}).encode() + b"\n"
+
+
+# Binary frames (a run's lines as an agent passes them through) that are not laid out as one: each gets an
+# error that says what is wrong, and nothing of it is stored.
+MALFORMED_FRAMES = [
+    (lambda r: b"\x00\x01binary", "a binary frame must start with a lines header of at most 1024 bytes and a "
+                                   "newline (binary frames carry nothing else)"),
+    (lambda r: b"{nope\n{}", "lines header is not JSON: Expecting property name enclosed in double quotes: "
+                             "line 1 column 2 (char 1)"),
+    (lambda r: b'{"type": "events"}\n{}', "a binary frame's header must be an object of type 'lines'"),
+    (lambda r: b'{"type": "lines", "src_seq": 1}\n{}', "lines: missing field 'run_id'"),
+    (lambda r: _lines_head(r, 0) + b"{}", "lines.src_seq=0 is out of range (1..9007199254740992)"),
+    (lambda r: _lines_head(r, "1") + b"{}", "lines: field 'src_seq' has type str"),
+    (lambda r: _lines_head(r, 2 ** 53 - 1) + b"{}\n{}\n{}",
+     "lines.src_seq=9007199254740991 numbers its lines past 9007199254740992"),
+    (lambda r: _lines_head(r) + b"\n".join([b"{}"] * 2001), "lines frame of 2001 lines is over the 2000 line limit"),
+    (lambda r: _lines_head("r" * 200) + b"{}", "lines.run_id is 200 characters long, over the limit of 128"),
+]
+
+
+
 async def test_malformed_messages_each_get_an_error_and_the_connection_stays_up(tmp_path):
     """Every malformed message is answered by an ``error`` naming what is wrong, on the same
     connection, which then still carries events and heartbeats."""
@@ -190,14 +213,63 @@ async def test_malformed_messages_each_get_an_error_and_the_connection_stays_up(
                 await w.ws.send_str(raw)
                 answer = await w.receive()
                 assert answer["type"] == "error" and expected in answer["message"], (raw[:80], answer)
-            await w.ws.send_bytes(b"\x00\x01binary")
-            answer = await w.receive()
-            assert answer == {"type": "error", "message": "binary frames are not part of the protocol"}, answer
+            for frame, expected in MALFORMED_FRAMES:
+                await w.ws.send_bytes(frame(run_id))
+                answer = await w.receive()
+                assert answer == {"type": "error", "message": f"malformed message: {expected}"}, answer
             assert await w.events(run_id, [ev(1), ev(2)]) == 2, "the connection still carries events"
             await w.ws.send_str(json.dumps({"type": "heartbeat", "runs": [run_id]}))
             assert await w.events(run_id, [ev(3, "status", status="succeeded")]) == 3
             assert (await plane.wait_status(run_id, "succeeded"))["status"] == "succeeded"
             assert changed(before, snapshot(tmp_path)) == []
+            await serving(plane)
+        finally:
+            await w.close()
+
+
+async def test_a_worker_s_lines_are_each_one_event_whatever_they_hold(tmp_path):
+    """An agent passes a run's lines through as written (a binary ``lines`` frame). A hostile one may send any
+    bytes as lines: each line is still exactly one event of the run (an event the protocol takes, or a
+    warning quoting the line), numbered on from the header's src_seq, so nothing it sends holds back the
+    run's later events, and a frame sent again (a replay) stores nothing twice."""
+    async with Plane(tmp_path / "ud", tmp_path / "data") as plane:
+        w = await RawWorker(plane).enroll()
+        try:
+            await w.connect()
+            run_id = await assigned_run(plane, w)
+            assert w.ws is not None
+            lines = [b'{"kind": "progress", "data": {"tick": 1}, "at": 1800000001.0}',
+                     b"\xff\xfe not JSON at all",
+                     b'{"kind": "' + b"k" * 129 + b'", "data": {}, "at": 1800000001.0}',
+                     b'{"kind": "metric", "data": {"value": NaN}, "at": 1800000001.0}',
+                     b"[" * 100000 + b"]" * 100000,
+                     b"",
+                     b'{"kind": "progress", "data": {"tick": 7}, "at": 5}']
+            await w.ws.send_bytes(_lines_head(run_id) + b"\n".join(lines))
+            assert (await w.receive_type("ack"))["acked"] == 7
+            # Sent again, and a frame overlapping it: only the new line is stored.
+            await w.ws.send_bytes(_lines_head(run_id) + b"\n".join(lines))
+            assert (await w.receive_type("ack"))["acked"] == 7
+            await w.ws.send_bytes(_lines_head(run_id, 7) + lines[-1] + b'\n{"kind": "progress", "data": {"tick": 8}, '
+                                                                      b'"at": 1800000002.0}')
+            assert (await w.receive_type("ack"))["acked"] == 8
+            evs = [e for e in await plane.events(run_id) if e["kind"] != "status"]
+            assert [(e["kind"], e["data"].get("tick")) for e in evs] == [
+                ("progress", 1), ("log", None), ("log", None), ("metric", None), ("log", None), ("log", None),
+                ("progress", 7), ("progress", 8)]
+            # A line's own time where it gave one the protocol takes; else the control plane's time it was read.
+            assert [e["at"] for e in evs] == ["2027-01-15T08:00:01.000Z"] + ["2027-01-15T08:00:00.000Z"] * 2 + [
+                "2027-01-15T08:00:01.000Z"] + ["2027-01-15T08:00:00.000Z"] * 3 + ["2027-01-15T08:00:02.000Z"]
+            assert evs[1]["data"] == {"message": "\ufffd\ufffd not JSON at all\n", "level": "warning",
+                                      "stream": "stdout"}
+            assert evs[2]["data"]["message"].startswith("the run wrote a line that is not an event a control plane "
+                                                        "takes (the event.kind is 129 characters long, over the "
+                                                        "limit of 128): ")
+            assert evs[3]["data"] == {"value": "nan"}  # as a run process writes a NaN
+            assert evs[4]["data"]["message"] == ("[" * 100000)[:4000]
+            assert evs[5]["data"]["message"] == "\n"
+            assert await w.events(run_id, [ev(9, "status", status="succeeded")]) == 9
+            assert (await plane.wait_status(run_id, "succeeded"))["status"] == "succeeded"
             await serving(plane)
         finally:
             await w.close()

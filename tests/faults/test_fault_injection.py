@@ -168,7 +168,8 @@ class Rig:
             self.start_agent()
 
     def spool_events(self, run_id: str) -> list[dict[str, Any]] | None:
-        """The events the agent has spooled for the run (None once the folder is gone)."""
+        """The events the agent has spooled for the run (None once the folder is gone): its events and the
+        run's lines it passed through as written (the header line of such a block is not an event)."""
         try:
             text = (spool_dir(self.agent_ud, run_id) / "events.jsonl").read_text(encoding="utf-8")
         except OSError:
@@ -176,9 +177,11 @@ class Rig:
         out = []
         for line in text.splitlines():
             try:
-                out.append(json.loads(line))
+                ev = json.loads(line)
             except ValueError:
                 continue  # the line being appended right now
+            if "kind" in ev:
+                out.append(ev)
         return out
 
     def spooled_ticks(self, run_id: str) -> list[int]:

@@ -157,7 +157,7 @@ async def test_a_cut_link_leaves_events_in_the_spool_and_the_reconnect_replays_e
             r = await cp.wait_status(run_id, "disconnected", timeout=SLOW_S)
             assert r["worker_status"]["state"] == "disconnected", r
             # The run ticks on: its events go to the spool, not acknowledged.
-            await eventually(lambda: run_id in agent.runs and len(agent.runs[run_id].spool.unacked()) >= 10,
+            await eventually(lambda: run_id in agent.runs and agent.runs[run_id].spool.unacked_events() >= 10,
                              "10 events spooled while the link is down", SLOW_S)
             assert agent.ws is None
             # Down: the agent's tries fail and it backs off on the clock; up again, the next try gets through.
