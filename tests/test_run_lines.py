@@ -116,6 +116,7 @@ def test_odd_lines_read_on_the_control_plane_as_the_agent_would_have_read_them()
         b'{"kind": "log", "data": {"m": 1}, "at": 1764694000.5, "src_seq": 99}',
         b' {"kind": "log", "data": {"m": "blank before"}, "at": 1764694000.5}',
         b'{"kind": "log", "data": {"m": "caf\xc3\xa9"}, "at": 1764694000.5}',
+        b'{"kind": "log", "data": {"m": "a \\"quoted\\" word, a tab\\t, a path C:\\\\x"}, "at": 1764694000.5}',
         b"[1, 2, 3]",
         b"42",
     ]
