@@ -309,6 +309,59 @@ def test_a_flood_s_lines_wait_for_the_batch_and_a_quiet_run_s_go_at_once() -> No
     assert len(pipe.buffer) == burst + 4 + 3 * 2 * burst + 3
 
 
+class _CountedPipe:
+    """A real pipe's writing end, buffered as the run process's is, counting the flushes the writer's flusher
+    thread made; a thread drains the reading end as a launcher would."""
+
+    def __init__(self) -> None:
+        import os
+        r, w = os.pipe()
+        self.out = os.fdopen(w, "w", buffering=runproc.EVENTS_BUFFER, encoding="utf-8")
+        self.caller = threading.get_ident()
+        self.by_flusher = 0
+        self.read = 0
+        self.drainer = threading.Thread(target=self._drain, args=(r,), daemon=True)
+        self.drainer.start()
+
+    def _drain(self, r: int) -> None:
+        import os
+        while chunk := os.read(r, 1 << 16):
+            self.read += len(chunk)
+        os.close(r)
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() != self.caller:
+            self.by_flusher += 1
+        self.out.flush()
+
+
+def test_a_flood_goes_to_the_pipe_at_most_once_a_window() -> None:
+    """In a flood the flusher writes the waiting lines at most once every FLUSH_EVERY_S: flushed whenever it
+    got the interpreter, it and the logging thread took turns, and a flood reached the launcher a few dozen
+    lines at a time (each a read and a store job, on an agent a spool write and a frame of its own). And
+    every line still reaches the pipe once the run goes quiet, without a flush of its own."""
+    pipe = _CountedPipe()
+    out = runproc._EventPipe(pipe)
+    line = '{"kind": "log", "data": {"node_id": "f", "message": "event 1", "level": "info"}, "at": 1.5}\n'
+    lines = 0
+    start = time.monotonic()
+    while time.monotonic() - start < 0.3:
+        for _ in range(100):
+            out.write(line)
+        lines += 100
+    took = time.monotonic() - start
+    windows = took / runproc.FLUSH_EVERY_S
+    assert pipe.by_flusher <= windows + 2, (pipe.by_flusher, windows)
+    # Only the flusher writes a flood's last lines (the buffer goes to the pipe by itself only when full).
+    deadline = time.monotonic() + 60
+    while pipe.read < lines * len(line) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pipe.read == lines * len(line)
+
+
 # -- a node's log line ----------------------------------------------------------------------------
 LOG_TEXTS = ["event 1", "", 'quote " and backslash \\ and /slash', "line\nbreak\ttab\r\x00\x1f\x7f",
              "naïve ☃ 日本語 🎉", "lone \ud800 surrogate", "x" * 5000]

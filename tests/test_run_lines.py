@@ -156,8 +156,11 @@ def test_chunks_the_agent_acts_on_or_masks_are_decoded_on_the_agent() -> None:
 
 def test_a_frame_holds_a_batch_of_lines_and_never_more_than_the_protocol_s_bound() -> None:
     many = [line("progress", {"tick": i}) for i in range(protocol.MAX_EVENTS + 500)]
-    h, passed, blocks = record([many])  # one chunk of more lines than a frame may hold: cut
-    assert [(b.src_seq, b.n) for b in blocks] == [(1, protocol.MAX_EVENTS), (protocol.MAX_EVENTS + 1, 500)]
+    # One chunk of more lines than a frame may hold (a run's 256 KiB batch of short lines): cut into batches.
+    h, passed, blocks = record([many])
+    batch = runner.DELIVER_BATCH
+    assert batch == 1000 and protocol.MAX_EVENTS == 2000
+    assert [(b.src_seq, b.n) for b in blocks] == [(1, batch), (batch + 1, batch), (2 * batch + 1, 500)]
     assert [e["data"]["tick"] for e in passed] == list(range(protocol.MAX_EVENTS + 500))
     # Chunks waiting together go as one frame, up to a batch of events (what the control plane reads in a turn).
     h, passed, blocks = record([many[i:i + 300] for i in range(0, 1500, 300)])
@@ -223,11 +226,13 @@ def read_stream(pieces: list[bytes], passing: bool) -> tuple[list[dict[str, Any]
 
 def test_the_pipe_s_chunks_pass_through_whole_lines_only_and_read_as_they_would_have() -> None:
     flood = b"".join(raw + b"\n" for raw in [*USUAL] * 200)  # about 600 KiB: many reads, lines cut between them
+    short = b"".join(b'{"kind": "p", "data": {"i": %d}}\n' % i for i in range(2500))
     odd = (b"not JSON\n\n\n" + line("result", {"status": "succeeded", "error": None}) + b"\n"
            + line("log", {"message": "x" * 70000}) + b"\n" + b"{\"kind\": \"log\", \"data\": {}, \"at\": 1764694000.5}")
     for pieces in ([flood], [flood[i:i + 1000] for i in range(0, len(flood), 1000)],
                    [flood[:5], flood[5:70000], flood[70000:]], [flood, odd], [odd, flood],
-                   [USUAL[0] + b"\n\n", USUAL[1] + b"\n", b"\n" + USUAL[2] + b"\n"]):  # empty lines, skipped
+                   [USUAL[0] + b"\n\n", USUAL[1] + b"\n", b"\n" + USUAL[2] + b"\n"],  # empty lines, skipped
+                   [short]):  # more lines in one read than a frame holds
         passed, blocks = read_stream(pieces, passing=True)
         decoded, none = read_stream(pieces, passing=False)
         assert none == [] and blocks, [len(p) for p in pieces]
@@ -235,5 +240,9 @@ def test_the_pipe_s_chunks_pass_through_whole_lines_only_and_read_as_they_would_
         lines = [raw for raw in data.split(b"\n") if raw and b'"result"' not in raw]
         assert len(passed) == len(decoded) == len(lines)
         same(lines, passed, decoded, now=None)
-        # Every block is whole lines of the run, as written, in order.
+        # Every block is whole lines of the run, as written, in order; a frame holds at most a batch.
         assert all(b.data.split(b"\n")[0] in lines for b in blocks)
+        assert max(b.n for b in blocks) <= runner.DELIVER_BATCH
+    # The first read of `short` held more lines than a batch.
+    assert runner.READ_CHUNK // 33 > runner.DELIVER_BATCH and max(b.n for b in blocks) == runner.DELIVER_BATCH
+    assert sum(b.n for b in blocks) == 2500

@@ -46,7 +46,7 @@ from cdui.run import outputs
 from cdui.run.spare import STREAM_LIMIT, RunProcess, SparePool, exit_text
 from cdui.wire.devicesets import members
 from cdui.wire.job import Job
-from cdui.wire.protocol import MAX_EVENTS, MAX_NAME, Lines, event_refusal, usable_at, usual_events
+from cdui.wire.protocol import MAX_NAME, Lines, event_refusal, usable_at, usual_events
 
 # An event only the launcher reads (never stored): the run has finished executing nodes
 # and is writing its recorded outputs (cdui/run/outputs.py).
@@ -378,8 +378,7 @@ class RunHandle:
         """:meth:`_pass_through` of a chunk's whole lines (with the start of its first line held from the
         chunks before) as they are, not split into lines first: the usual chunk of a run that logs flat out.
         Returns False, having recorded nothing, where the chunk must be read line by line: no whole line in
-        it, an empty line, the first line too long, more lines than one frame holds, or a line
-        :meth:`_pass_through` would not pass."""
+        it, an empty line, the first line too long, or a line :meth:`_pass_through` would not pass."""
         cut = chunk.rfind(b"\n")
         if cut < 0 or (held and held + chunk.find(b"\n") > STREAM_LIMIT) or held + cut > MAX_LINES_BYTES:
             return False
@@ -390,8 +389,11 @@ class RunHandle:
         n = len(lines)
         if b"" in lines:
             return False  # an empty line, which the launcher skips
-        if n > MAX_EVENTS or not self._passable(body):
+        if not self._passable(body):
             return False
+        if n > DELIVER_BATCH:
+            self._add_blocks(lines)
+            return True
         self._pending.append(Lines(self.run_id, self.next_seq, body, n))
         if self.on_texts is not None:
             self._texts.append(None)
@@ -421,9 +423,15 @@ class RunHandle:
         have. Returns False, having recorded nothing, for any other chunk."""
         if not self._passable(joined):
             return False
+        self._add_blocks(lines)
+        return True
+
+    def _add_blocks(self, lines: list[bytes]) -> None:
+        """Record lines that may be passed through as blocks of up to DELIVER_BATCH (what the control plane
+        reads in one turn of its loop)."""
         seq = self.next_seq
-        for i in range(0, len(lines), MAX_EVENTS):
-            part = lines[i:i + MAX_EVENTS]
+        for i in range(0, len(lines), DELIVER_BATCH):
+            part = lines[i:i + DELIVER_BATCH]
             self._pending.append(Lines(self.run_id, seq, b"\n".join(part), len(part)))
             if self.on_texts is not None:
                 self._texts.append(None)
@@ -431,7 +439,6 @@ class RunHandle:
             seq += len(part)
         self.next_seq = seq
         self._more.set()
-        return True
 
     def _plain(self, joined: bytes) -> bool:
         """Whether nothing in the chunk's lines is cut or masked: it is within an eighth of the bound on

@@ -350,11 +350,19 @@ class _EventPipe:
             self.out.flush()
 
     def _flush_batches(self) -> None:
+        # At most one write a window: flushed at once, the flusher and the logging thread took turns for
+        # the lock and the interpreter, so that a flood went to the pipe in a few dozen lines at a time,
+        # each a read, a store job (and on an agent a spool write and a frame) of its own.
+        flushed = 0.0
         while True:
             self.unflushed.wait()
+            wait = flushed + FLUSH_EVERY_S - self.clock()
+            if wait > 0:
+                time.sleep(wait)
             self.unflushed.clear()
             with self.lock:
                 self.out.flush()
+            flushed = self.clock()
 
 
 def _failed(stop: threading.Event, error: str) -> dict[str, str]:
