@@ -181,3 +181,27 @@ def test_a_batch_too_big_for_one_message_is_split_alike_whether_or_not_its_lines
         assert len(made) == count and all(len(m.encode()) <= limit for m in made)
         got = [e["src_seq"] for m in made for e in json.loads(m)["events"]]
         assert got == list(range(1, batch + 1))
+
+
+def test_a_run_s_events_file_stays_open_while_it_spools_and_is_closed_when_it_goes(tmp_path: Path) -> None:
+    """The spool appends every batch to one open file (an open per batch cost the agent more than the write):
+    one descriptor per spooling run, each batch durable and read back in order, and none left once the
+    run's spool is removed or let go."""
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    sp = RunSpool(tmp_path, "r1")
+    for i in range(1, 51):
+        sp.append([{"src_seq": i, "kind": "progress", "at": 0.0, "data": {"tick": i}}])
+    sp.append_lines(protocol.Lines("r1", 51, b'{"kind": "log", "data": {"message": "a"}}\n{"kind": "x"}', 2))
+    assert open_fds() == before + 1
+    again = RunSpool(tmp_path, "r1")  # what an agent that restarted reads
+    assert again.last_seq == 52 and len(again.unacked()) == 51 and again.unacked_events() == 52
+    sp.remove()
+    assert open_fds() == before and not (tmp_path / "r1").exists()
+    other = RunSpool(tmp_path, "r2")
+    other.append([{"src_seq": 1, "kind": "progress", "at": 0.0, "data": {}}])
+    assert open_fds() == before + 1
+    del other
+    assert open_fds() == before

@@ -68,6 +68,9 @@ class RunSpool:
         self.last_seq = 0
         # Events and blocks of lines (protocol.Lines), in src_seq order.
         self.pending: list[Any] = []
+        # Kept open while the run spools (the file is only ever appended to): an open, a stat, a tty check and
+        # two seeks per batch, each a turn of the interpreter lock with the event loop, cost more than the write.
+        self._file: Any = None
         if self.events_path.exists():
             self._read(self.events_path.read_bytes(), run_id)
 
@@ -113,23 +116,38 @@ class RunSpool:
             lines = [event_text(ev) for ev in events]
         else:
             lines = [event_text(ev) if t is None else t for ev, t in zip(events, texts, strict=True)]
-        with open(self.events_path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._append(("\n".join(lines) + "\n").encode("utf-8"))
         self.last_seq = max(self.last_seq, max(map(_src_seq, events)))
         self.pending.extend(events)
         return lines
 
     def append_lines(self, block: Lines) -> None:
         """Append a block of the run's lines as written, durably (one write and one fsync)."""
-        with open(self.events_path, "ab") as fh:
-            fh.write(b'{"lines": %d, "n": %d, "bytes": %d}\n%s\n' % (block.src_seq, block.n, len(block.data),
-                                                                     block.data))
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._append(b'{"lines": %d, "n": %d, "bytes": %d}\n%s\n' % (block.src_seq, block.n, len(block.data),
+                                                                    block.data))
         self.last_seq = max(self.last_seq, block.last)
         self.pending.append(block)
+
+    def _append(self, data: bytes) -> None:
+        """Write ``data`` at the end of the events file and make it durable."""
+        fh = self._file
+        if fh is None or fh.closed:
+            fh = self._file = open(self.events_path, "ab", buffering=0)  # noqa: SIM115 (kept open; see close)
+        view = memoryview(data)
+        while view:
+            view = view[fh.write(view):]
+        os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        """Close the events file (appending opens it again)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __del__(self) -> None:
+        # A spool let go without remove() (an agent that stops with runs spooled): its file is closed here.
+        if getattr(self, "_file", None) is not None:
+            self.close()
 
     def ack(self, acked: int) -> None:
         if acked <= self.acked:
@@ -166,6 +184,7 @@ class RunSpool:
             return {}
 
     def remove(self) -> None:
+        self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
