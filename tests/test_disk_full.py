@@ -8,6 +8,7 @@ that logs 200,000 lines, far more than fits.
 """
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cdui.agent.spool import RunSpool
+from cdui.wire.protocol import Lines
 from procs import Proc, ServerProc, env_for, wait_for, wait_run
 from test_end_states import chatter_graph, chatter_lines, http_pages, install_chatter
 
@@ -131,3 +134,24 @@ def test_full_disk_keeps_a_worker_run_in_its_spool_and_replays_it_once_there_is_
     finally:
         agent.stop()
         s.stop()
+
+
+def test_a_spool_batch_a_full_disk_cut_short_is_not_left_in_the_file(small_disk: Path) -> None:
+    """An agent's disk that fills in the middle of a spool write: the part written is cut off again, so the
+    batches appended once there is room read back whole after a restart (left in, it was read as the start
+    of the cut batch's stated bytes, and every batch after it was lost to the reader)."""
+    line = b'{"kind": "log", "data": {"message": "%s"}, "at": 1764694000.5}' % (b"x" * 100)
+    first, later = b"\n".join([line] * 10), b"\n".join([line] * 20)
+    spool = RunSpool(small_disk / "spool", "r1")
+    spool.append_lines(Lines("r1", 1, first, 10))
+    filler = fill(small_disk, leave=20_000)
+    with pytest.raises(OSError) as exc:
+        spool.append_lines(Lines("r1", 11, b"\n".join([line] * 1000), 1000))  # about 160 KB: part of it fits
+    assert exc.value.errno == errno.ENOSPC
+    assert spool.last_seq == 10 and (small_disk / "spool" / "r1" / "events.jsonl").stat().st_size == len(
+        b'{"lines": 1, "n": 10, "bytes": %d}\n' % len(first)) + len(first) + 1
+    filler.unlink()
+    spool.append_lines(Lines("r1", 11, later, 20))
+    again = RunSpool(small_disk / "spool", "r1")  # what the agent reads when it starts again
+    assert again.last_seq == 30
+    assert [(b.src_seq, b.n, b.data) for b in again.unacked()] == [(1, 10, first), (11, 20, later)]

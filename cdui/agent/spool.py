@@ -27,6 +27,7 @@ the run itself.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,6 +72,7 @@ class RunSpool:
         # Kept open while the run spools (the file is only ever appended to): an open, a stat, a tty check and
         # two seeks per batch, each a turn of the interpreter lock with the event loop, cost more than the write.
         self._file: Any = None
+        self._size = 0  # the events file's length after the last batch written whole
         if self.events_path.exists():
             self._read(self.events_path.read_bytes(), run_id)
 
@@ -133,10 +135,19 @@ class RunSpool:
         fh = self._file
         if fh is None or fh.closed:
             fh = self._file = open(self.events_path, "ab", buffering=0)  # noqa: SIM115 (kept open; see close)
+            self._size = os.fstat(fh.fileno()).st_size
         view = memoryview(data)
-        while view:
-            view = view[fh.write(view):]
-        os.fsync(fh.fileno())
+        try:
+            while view:
+                view = view[fh.write(view):]
+            os.fsync(fh.fileno())
+        except OSError:
+            # Not written whole (a full disk): the part that was is cut off again, or the next batch would
+            # be read back as the rest of this one's bytes, and every block after it misread.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fh.fileno(), self._size)
+            raise
+        self._size += len(data)
 
     def close(self) -> None:
         """Close the events file (appending opens it again)."""
