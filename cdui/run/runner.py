@@ -386,20 +386,11 @@ class RunHandle:
         # Its lines counted, and an empty one found, in two passes in C (a count and a search for two
         # newlines cost half as much again).
         lines = body.split(b"\n")
-        n = len(lines)
         if b"" in lines:
             return False  # an empty line, which the launcher skips
         if not self._passable(body):
             return False
-        if n > DELIVER_BATCH:
-            self._add_blocks(lines)
-            return True
-        self._pending.append(Lines(self.run_id, self.next_seq, body, n))
-        if self.on_texts is not None:
-            self._texts.append(None)
-        self._blocks += 1
-        self.next_seq += n
-        self._more.set()
+        self._add_blocks(lines, body)
         return True
 
     def _passable(self, text: bytes) -> bool:
@@ -426,13 +417,15 @@ class RunHandle:
         self._add_blocks(lines)
         return True
 
-    def _add_blocks(self, lines: list[bytes]) -> None:
+    def _add_blocks(self, lines: list[bytes], joined: bytes | None = None) -> None:
         """Record lines that may be passed through as blocks of up to DELIVER_BATCH (what the control plane
-        reads in one turn of its loop)."""
+        reads in one turn of its loop). ``joined``: the lines already joined by newlines, used as it is where
+        they make one block (not joined again)."""
         seq = self.next_seq
         for i in range(0, len(lines), DELIVER_BATCH):
             part = lines[i:i + DELIVER_BATCH]
-            self._pending.append(Lines(self.run_id, seq, b"\n".join(part), len(part)))
+            data = joined if joined is not None and len(part) == len(lines) else b"\n".join(part)
+            self._pending.append(Lines(self.run_id, seq, data, len(part)))
             if self.on_texts is not None:
                 self._texts.append(None)
             self._blocks += 1
