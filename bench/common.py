@@ -386,6 +386,8 @@ def tiny_graph(name: str = "tiny") -> dict[str, Any]:
 
 
 FLOOD_NODE = '''
+import time
+
 from cdui.nodes.base import Node, Param, Port
 
 
@@ -396,17 +398,21 @@ class Flood(Node):
 
     @classmethod
     def define_params(cls):
-        return [Param("count", "int", 1000)]
+        return [Param("count", "int", 1000), Param("report_cpu", "bool", False)]
 
     @classmethod
     def define_outputs(cls):
         return [Port("value", "SCALAR")]
 
     def execute(self, inputs, params, ctx):
+        cpu = time.process_time()
         for i in range(int(params["count"])):
             if i % 1000 == 0 and ctx.should_stop():
                 break
             ctx.log(f"event {i}")
+        if params.get("report_cpu"):
+            # The run process's own CPU for the flood (its flusher thread's included), for the bench to read.
+            ctx.log(f"flood cpu {time.process_time() - cpu:.6f}")
         return {"value": float(params["count"])}
 '''
 
@@ -416,10 +422,12 @@ def install_flood(data_dir: Path) -> None:
     (data_dir / "custom_nodes" / "flood.py").write_text(FLOOD_NODE)
 
 
-def flood_graph(count: int) -> dict[str, Any]:
+def flood_graph(count: int, report_cpu: bool = False) -> dict[str, Any]:
+    """``report_cpu``: the node logs one more line, ``flood cpu <seconds>``, its process's CPU for the flood."""
+    params: dict[str, Any] = {"count": count, "report_cpu": True} if report_cpu else {"count": count}
     return {"format_version": 1, "name": f"flood {count}", "nodes": [
         {"id": "start", "type": "Start", "position": {"x": 0, "y": 0}, "data": {"params": {}}},
-        {"id": "f", "type": "Flood", "position": {"x": 0, "y": 0}, "data": {"params": {"count": count}}}],
+        {"id": "f", "type": "Flood", "position": {"x": 0, "y": 0}, "data": {"params": params}}],
         "edges": [{"id": "t", "source": "start", "sourceHandle": "trigger", "target": "f", "targetHandle": None,
                    "type": "trigger"}]}
 
