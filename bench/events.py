@@ -176,7 +176,7 @@ def main() -> int:
                 say(f"worker run ({i + 1})")
                 wo = rate(srv, "w1", n, agent)
                 pairs.append((lo, wo))
-            local, local_cpu, _, local_run_cpu = (median([p[0][k] for p in pairs]) for k in range(4))
+            local, local_cpu, local_run_cpu = (median([p[0][k] for p in pairs]) for k in (0, 1, 3))
             remote, remote_cpu, agent_cpu, remote_run_cpu = (median([p[1][k] for p in pairs]) for k in range(4))
             ratios = [wo[0] / lo[0] for lo, wo in pairs]
             # Smoke: the run process logs a flood of 100 x 2,000 events before the stop reaches it, and persisting
