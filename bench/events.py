@@ -145,8 +145,10 @@ def rate(srv, target: str, n: int, agent: AgentProc | None = None) -> tuple[floa
     born = next(e["at"] for e in first if e["kind"] == "log" and e["data"].get("message") == "event 0")
     tail = srv.call("GET", f"/api/runs/{r['id']}/events?after={end['last_seq'] - 20}")
     last = tail[-1]
-    run_cpu = next(float(e["data"]["message"].split()[-1]) for e in tail
-                   if e["kind"] == "log" and str(e["data"].get("message", "")).startswith("flood cpu "))
+    run_cpu = next((float(e["data"]["message"].split()[-1]) for e in tail
+                    if e["kind"] == "log" and str(e["data"].get("message", "")).startswith("flood cpu ")), None)
+    if run_cpu is None:
+        raise RuntimeError(f"run {r['id']} did not log its 'flood cpu' line among its last 20 events")
     stored = end["last_seq"]
     if stored < n:
         raise RuntimeError(f"run {r['id']} stored {stored} events, fewer than the {n} it logged")
