@@ -25,6 +25,7 @@ import asyncio
 import json
 import time
 from statistics import median
+from typing import NamedTuple
 
 import aiohttp
 from common import (
@@ -127,7 +128,15 @@ def fairness(srv, n: int, ticks: int, flood_events: int) -> tuple[list[float], l
     return floor, during, len(during)
 
 
-def rate(srv, target: str, n: int, agent: AgentProc | None = None) -> tuple[float, float, float | None, float]:
+class FloodFigures(NamedTuple):
+    """One flood's figures (see :func:`rate`)."""
+    rate: float  # events persisted per second
+    cp_cpu: float  # the control plane's CPU per event, µs
+    agent_cpu: float | None  # the agent's, µs (a worker's flood only)
+    run_cpu: float  # the run process's own, µs
+
+
+def rate(srv, target: str, n: int, agent: AgentProc | None = None) -> FloodFigures:
     """Events persisted per second, from the birth of the flood's first event to the run's final status
     (its process's start is goal 1's figure, not this one); the control plane's CPU per event, in µs;
     with ``agent``, the agent's (its run process's not counted); and the run process's own (the flood's
@@ -152,7 +161,7 @@ def rate(srv, target: str, n: int, agent: AgentProc | None = None) -> tuple[floa
     stored = end["last_seq"]
     if stored < n:
         raise RuntimeError(f"run {r['id']} stored {stored} events, fewer than the {n} it logged")
-    return n / (at_s(last["at"]) - at_s(born)), cpu / n * 1e6, agent_cpu, run_cpu / n * 1e6
+    return FloodFigures(n / (at_s(last["at"]) - at_s(born)), cpu / n * 1e6, agent_cpu, run_cpu / n * 1e6)
 
 
 def main() -> int:
@@ -171,16 +180,19 @@ def main() -> int:
             rate(srv, "w1", min(n, 2000))
             # A local flood and a worker's in turn, a few times: the ratio of each pair is taken on the same
             # minute of the machine, and the medians are not one flood's luck either way.
-            pairs = []
+            pairs: list[tuple[FloodFigures, FloodFigures]] = []
             for i in range(1 if a.smoke else max(1, a.pairs)):
                 say(f"local run ({i + 1})")
                 lo = rate(srv, "local", n)
                 say(f"worker run ({i + 1})")
                 wo = rate(srv, "w1", n, agent)
                 pairs.append((lo, wo))
-            local, local_cpu, local_run_cpu = (median([p[0][k] for p in pairs]) for k in (0, 1, 3))
-            remote, remote_cpu, agent_cpu, remote_run_cpu = (median([p[1][k] for p in pairs]) for k in range(4))
-            ratios = [wo[0] / lo[0] for lo, wo in pairs]
+            los, wos = [lo for lo, _ in pairs], [wo for _, wo in pairs]
+            local, local_cpu, local_run_cpu = (median(getattr(f, k) for f in los)
+                                               for k in ("rate", "cp_cpu", "run_cpu"))
+            remote, remote_cpu, agent_cpu, remote_run_cpu = (median(getattr(f, k) for f in wos)
+                                                             for k in FloodFigures._fields)
+            ratios = [wo.rate / lo.rate for lo, wo in pairs]
             # Smoke: the run process logs a flood of 100 x 2,000 events before the stop reaches it, and persisting
             # them all took most of the smoke run's CPU; 20 x still outlasts its 10 ticks.
             floor, during, overlapped = fairness(srv, n, ticks, (20 if a.smoke else 100) * n)
